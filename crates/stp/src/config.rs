@@ -1,0 +1,278 @@
+//! Connection and endpoint parameters, with documented defaults, units in the names, and
+//! validation that names the offending field. `docs/stp-spec.md` §8 lists them all.
+
+use crate::wire::{HEADER_LEN, MIN_DATAGRAM};
+use std::time::Duration;
+use thiserror::Error;
+
+/// A configuration value out of range; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid STP configuration: {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { field, reason: reason.into() }
+}
+
+/// Initial congestion window of the window controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialWindow {
+    /// A number of full-sized SDs.
+    Packets(u32),
+    /// min(4·MSS, max(2·MSS, 4380 bytes)) — RFC 3390, the seeds' "4KSS".
+    FourKss,
+}
+
+impl InitialWindow {
+    /// The initial window in bytes for a given SD payload size.
+    pub fn bytes(self, mss: u64) -> u64 {
+        match self {
+            InitialWindow::Packets(n) => u64::from(n.max(1)) * mss,
+            InitialWindow::FourKss => (4 * mss).min((2 * mss).max(4380)),
+        }
+    }
+}
+
+/// Which congestion controller a connection uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CongestionMode {
+    /// TCP-equivalent window control with byte counting (the seeds' default).
+    Window,
+    /// A fixed sending rate allocated by the network, in bits per second of datagram bytes.
+    Rate { rate_bps: u64 },
+}
+
+/// Parameters of one connection. Both sides of a connection may use different values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Largest datagram this side sends or accepts, STP header included (default 1452: a
+    /// 1500-byte IPv6 path minus IPv6 and UDP headers).
+    pub max_datagram_bytes: u16,
+    /// Receive buffer: in-order unread plus out-of-order bytes (default 4 MiB).
+    pub recv_buffer_bytes: u32,
+    /// Send buffer: written but not yet acknowledged bytes (default 4 MiB).
+    pub send_buffer_bytes: u32,
+    /// Congestion controller (default `Window`).
+    pub congestion: CongestionMode,
+    /// Initial window of the window controller (default 10 packets).
+    pub initial_window: InitialWindow,
+    /// Lower bound on the pacing rate, bits/s (default none).
+    pub min_rate_bps: Option<u64>,
+    /// Upper bound on the pacing rate, bits/s (default none).
+    pub max_rate_bps: Option<u64>,
+    /// Granularity of the delayed-send timer, µs (default 1000).
+    pub pacing_granularity_us: u32,
+    /// Timer POLLs per smoothed RTT (default 3).
+    pub polls_per_rtt: u32,
+    /// Also POLL after this many new SDs since the last POLL; 0 disables (default 0).
+    pub poll_every_sds: u32,
+    /// Lower bound of the POLL interval, ms (default 10).
+    pub min_poll_interval_ms: u32,
+    /// Upper bound of the POLL interval, backoff included, ms (default 4000).
+    pub max_poll_interval_ms: u32,
+    /// Consecutive unanswered POLLs before backoff and window collapse (default 3).
+    pub poll_miss_threshold: u32,
+    /// Below this congestion window (in full SDs) the last SD of every burst carries a POLL and
+    /// timer POLLs are suppressed (default 10).
+    pub small_window_packets: u32,
+    /// SDs that must arrive above a hole before the receiver reports it by USTAT (default 3).
+    pub reorder_threshold: u32,
+    /// Most holes awaiting the reorder threshold at once; further holes are left to STAT
+    /// (default 256).
+    pub max_pending_gaps: u32,
+    /// RTT assumed before the first sample, ms (default 600).
+    pub initial_rtt_ms: u32,
+    /// First BGN/END retransmission timeout, ms; doubles on every retry (default 1000).
+    pub handshake_timeout_ms: u32,
+    /// With nothing outstanding, POLL (keepalive) after this long without hearing from the peer,
+    /// ms (default 10000).
+    pub keepalive_interval_ms: u32,
+    /// Declare the peer dead after hearing nothing for this long, ms (default 30000).
+    pub dead_timeout_ms: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_datagram_bytes: 1452,
+            recv_buffer_bytes: 4 << 20,
+            send_buffer_bytes: 4 << 20,
+            congestion: CongestionMode::Window,
+            initial_window: InitialWindow::Packets(10),
+            min_rate_bps: None,
+            max_rate_bps: None,
+            pacing_granularity_us: 1000,
+            polls_per_rtt: 3,
+            poll_every_sds: 0,
+            min_poll_interval_ms: 10,
+            max_poll_interval_ms: 4000,
+            poll_miss_threshold: 3,
+            small_window_packets: 10,
+            reorder_threshold: 3,
+            max_pending_gaps: 256,
+            initial_rtt_ms: 600,
+            handshake_timeout_ms: 1000,
+            keepalive_interval_ms: 10_000,
+            dead_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl Config {
+    /// Checks every field; the error names the first one out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if usize::from(self.max_datagram_bytes) < MIN_DATAGRAM {
+            return Err(bad("max_datagram_bytes", format!("must be at least {MIN_DATAGRAM}")));
+        }
+        let mss = u32::from(self.max_datagram_bytes) - HEADER_LEN as u32;
+        if self.recv_buffer_bytes < 2 * mss {
+            return Err(bad("recv_buffer_bytes", "must hold at least two full SDs"));
+        }
+        if self.recv_buffer_bytes > 1 << 30 {
+            return Err(bad("recv_buffer_bytes", "must be at most 1 GiB"));
+        }
+        if self.send_buffer_bytes < mss || self.send_buffer_bytes > 1 << 30 {
+            return Err(bad("send_buffer_bytes", "must be between one SD and 1 GiB"));
+        }
+        if let CongestionMode::Rate { rate_bps } = self.congestion {
+            if rate_bps < 1000 {
+                return Err(bad("congestion.rate_bps", "must be at least 1000 bit/s"));
+            }
+        }
+        if let InitialWindow::Packets(n) = self.initial_window {
+            if n == 0 || n > 1000 {
+                return Err(bad("initial_window", "must be 1..=1000 packets"));
+            }
+        }
+        if let (Some(lo), Some(hi)) = (self.min_rate_bps, self.max_rate_bps) {
+            if lo > hi {
+                return Err(bad("min_rate_bps", "must not exceed max_rate_bps"));
+            }
+        }
+        if self.max_rate_bps == Some(0) {
+            return Err(bad("max_rate_bps", "must be positive"));
+        }
+        if self.pacing_granularity_us == 0 || self.pacing_granularity_us > 100_000 {
+            return Err(bad("pacing_granularity_us", "must be 1..=100000"));
+        }
+        if self.polls_per_rtt == 0 || self.polls_per_rtt > 100 {
+            return Err(bad("polls_per_rtt", "must be 1..=100"));
+        }
+        if self.min_poll_interval_ms == 0 {
+            return Err(bad("min_poll_interval_ms", "must be positive"));
+        }
+        if self.max_poll_interval_ms < self.min_poll_interval_ms {
+            return Err(bad("max_poll_interval_ms", "must be at least min_poll_interval_ms"));
+        }
+        if self.poll_miss_threshold == 0 {
+            return Err(bad("poll_miss_threshold", "must be positive"));
+        }
+        if self.max_pending_gaps == 0 || self.max_pending_gaps > 65_536 {
+            return Err(bad("max_pending_gaps", "must be 1..=65536"));
+        }
+        if self.initial_rtt_ms == 0 || self.initial_rtt_ms > 60_000 {
+            return Err(bad("initial_rtt_ms", "must be 1..=60000"));
+        }
+        if self.handshake_timeout_ms == 0 {
+            return Err(bad("handshake_timeout_ms", "must be positive"));
+        }
+        if self.keepalive_interval_ms == 0 {
+            return Err(bad("keepalive_interval_ms", "must be positive"));
+        }
+        if self.dead_timeout_ms <= self.keepalive_interval_ms {
+            return Err(bad("dead_timeout_ms", "must exceed keepalive_interval_ms"));
+        }
+        if self.dead_timeout_ms <= self.max_poll_interval_ms {
+            return Err(bad("dead_timeout_ms", "must exceed max_poll_interval_ms"));
+        }
+        Ok(())
+    }
+
+    /// Largest SD payload this side will send before negotiation.
+    pub fn max_payload(&self) -> usize {
+        usize::from(self.max_datagram_bytes) - HEADER_LEN
+    }
+
+    pub(crate) fn ms(v: u32) -> Duration {
+        Duration::from_millis(u64::from(v))
+    }
+}
+
+/// Parameters of an endpoint (the set of connections sharing one datagram socket).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// Whether BGNs from peers are accepted (default true).
+    pub accept_incoming: bool,
+    /// Most live connections (default 10000); further BGNs are refused with RST.
+    pub max_connections: u32,
+    /// Most accepted connections not yet taken by `accept` (default 1024).
+    pub max_accept_queue: u32,
+    /// How long a closed connection's identity is remembered, so that late packets are recognised
+    /// and late ENDs answered, ms (default 60000).
+    pub closed_retention_ms: u32,
+    /// Most remembered closed connections (default 65536).
+    pub max_closed_entries: u32,
+    /// Most stateless RSTs sent per second (default 100).
+    pub stateless_resets_per_s: u32,
+    /// Parameters for every connection of the endpoint.
+    pub connection: Config,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            accept_incoming: true,
+            max_connections: 10_000,
+            max_accept_queue: 1024,
+            closed_retention_ms: 60_000,
+            max_closed_entries: 65_536,
+            stateless_resets_per_s: 100,
+            connection: Config::default(),
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Checks every field, including the connection parameters.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_connections == 0 {
+            return Err(bad("max_connections", "must be positive"));
+        }
+        if self.max_accept_queue == 0 {
+            return Err(bad("max_accept_queue", "must be positive"));
+        }
+        if self.max_closed_entries == 0 {
+            return Err(bad("max_closed_entries", "must be positive"));
+        }
+        self.connection.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        EndpointConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let c = Config { polls_per_rtt: 0, ..Config::default() };
+        assert_eq!(c.validate().unwrap_err().field, "polls_per_rtt");
+        let c = Config { max_datagram_bytes: 100, ..Config::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("max_datagram_bytes"));
+    }
+
+    #[test]
+    fn four_kss() {
+        assert_eq!(InitialWindow::FourKss.bytes(1000), 4000);
+        assert_eq!(InitialWindow::FourKss.bytes(1460), 4380);
+        assert_eq!(InitialWindow::FourKss.bytes(3000), 6000);
+        assert_eq!(InitialWindow::Packets(10).bytes(1000), 10_000);
+    }
+}

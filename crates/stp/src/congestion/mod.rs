@@ -1,0 +1,41 @@
+//! Congestion control behind a small trait; one file per controller.
+//!
+//! A controller is told what STAT/USTAT processing learned (bytes newly acknowledged, packets
+//! found lost, an unresponsive peer) and answers with a window (bytes allowed in flight) and a
+//! pacing rate. Loss episodes are delimited with the sender's 32-bit send stamps (see
+//! `connection`), so a controller reduces at most once per window of data.
+
+mod rate;
+mod window;
+
+pub use rate::RateController;
+pub use window::WindowController;
+
+use std::time::Duration;
+
+/// Interface between the sender and a congestion controller.
+pub trait Controller: Send + std::fmt::Debug {
+    /// `acked` bytes were newly acknowledged. `app_limited` is true when the sender had neither
+    /// filled the window nor had data waiting, in which case the window should not grow.
+    fn on_ack(&mut self, acked: u64, app_limited: bool);
+    /// A packet last sent with stamp `sent_stamp` was reported lost; `next_stamp` is the stamp the
+    /// next transmission will carry (losses of packets stamped at or before the reduction belong
+    /// to the same episode).
+    fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32);
+    /// Several POLLs in a row went unanswered: collapse to the initial window.
+    fn on_unresponsive(&mut self, next_stamp: u32);
+    /// Bytes allowed in flight (`u64::MAX` when the controller does not limit by window).
+    fn window(&self) -> u64;
+    /// Pacing rate in bytes per second for the given smoothed RTT, before min/max bounds.
+    /// `f64::INFINITY` means "do not pace".
+    fn pacing_rate(&self, srtt: Duration) -> f64;
+    /// Whether the controller is in slow start (window growth by the bytes acknowledged).
+    fn in_slow_start(&self) -> bool;
+    /// The slow-start threshold in bytes (`u64::MAX` before the first loss).
+    fn ssthresh(&self) -> u64;
+}
+
+/// Serial comparison of 32-bit send stamps: `a` at or before `b`.
+pub(crate) fn stamp_at_or_before(a: u32, b: u32) -> bool {
+    b.wrapping_sub(a) < (1 << 31)
+}

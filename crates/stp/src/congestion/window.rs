@@ -1,0 +1,151 @@
+//! The seeds' TCP-equivalent window controller: slow start and congestion avoidance by byte
+//! counting on STAT/USTAT, one halving per loss episode, collapse to the initial window when the
+//! peer stops answering POLLs.
+
+use super::{stamp_at_or_before, Controller};
+use std::time::Duration;
+
+/// Pacing gain while in slow start (the window doubles per RTT, so pace ahead of it).
+const SLOW_START_GAIN: f64 = 2.0;
+/// Pacing gain in congestion avoidance (keeps the pipe full despite the pacing lag).
+const AVOIDANCE_GAIN: f64 = 1.25;
+
+/// TCP-equivalent window control with byte counting.
+#[derive(Debug, Clone)]
+pub struct WindowController {
+    mss: u64,
+    initial: u64,
+    cwnd: u64,
+    ssthresh: u64,
+    /// Bytes acknowledged in congestion avoidance not yet turned into window growth.
+    avoidance_credit: u64,
+    /// Stamp of the last reduction; losses of packets sent at or before it are the same episode.
+    recovery_stamp: Option<u32>,
+}
+
+impl WindowController {
+    /// A controller for SDs of `mss` payload bytes starting at `initial` bytes.
+    pub fn new(mss: u64, initial: u64) -> Self {
+        WindowController {
+            mss,
+            initial: initial.max(mss),
+            cwnd: initial.max(mss),
+            ssthresh: u64::MAX,
+            avoidance_credit: 0,
+            recovery_stamp: None,
+        }
+    }
+
+    fn reduce(&mut self, next_stamp: u32) {
+        self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
+        self.avoidance_credit = 0;
+        self.recovery_stamp = Some(next_stamp);
+    }
+}
+
+impl Controller for WindowController {
+    fn on_ack(&mut self, acked: u64, app_limited: bool) {
+        if app_limited || acked == 0 {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            let room = self.ssthresh - self.cwnd;
+            let grow = acked.min(room);
+            self.cwnd += grow;
+            self.avoidance_credit += acked - grow;
+        } else {
+            self.avoidance_credit += acked;
+        }
+        while self.cwnd >= self.ssthresh && self.avoidance_credit >= self.cwnd {
+            self.avoidance_credit -= self.cwnd;
+            self.cwnd += self.mss;
+        }
+        if self.cwnd >= self.ssthresh && self.avoidance_credit > 0 {
+            // Partial credit is kept for the next acknowledgement.
+        }
+    }
+
+    fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32) {
+        if let Some(r) = self.recovery_stamp {
+            if stamp_at_or_before(sent_stamp, r) {
+                return;
+            }
+        }
+        self.reduce(next_stamp);
+        self.cwnd = self.ssthresh;
+    }
+
+    fn on_unresponsive(&mut self, next_stamp: u32) {
+        self.reduce(next_stamp);
+        self.cwnd = self.initial;
+    }
+
+    fn window(&self) -> u64 {
+        self.cwnd
+    }
+
+    fn pacing_rate(&self, srtt: Duration) -> f64 {
+        let secs = srtt.as_secs_f64();
+        if secs <= 0.0 {
+            return f64::INFINITY;
+        }
+        let gain = if self.in_slow_start() { SLOW_START_GAIN } else { AVOIDANCE_GAIN };
+        gain * self.cwnd as f64 / secs
+    }
+
+    fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
+    fn ssthresh(&self) -> u64 {
+        self.ssthresh
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_then_avoidance_by_byte_counting() {
+        let mut c = WindowController::new(1000, 10_000);
+        c.on_ack(10_000, false);
+        assert_eq!(c.window(), 20_000, "slow start grows by the bytes acknowledged");
+        c.on_loss(5, 6);
+        assert_eq!(c.window(), 10_000);
+        assert!(!c.in_slow_start());
+        c.on_ack(9_999, false);
+        assert_eq!(c.window(), 10_000);
+        c.on_ack(1, false);
+        assert_eq!(c.window(), 11_000, "one MSS per window of bytes acknowledged");
+    }
+
+    #[test]
+    fn one_reduction_per_episode() {
+        let mut c = WindowController::new(1000, 40_000);
+        c.on_loss(10, 11);
+        c.on_loss(9, 12);
+        c.on_loss(11, 12);
+        assert_eq!(c.window(), 20_000);
+        c.on_loss(12, 13);
+        assert_eq!(c.window(), 10_000, "a packet sent after the reduction starts a new episode");
+    }
+
+    #[test]
+    fn app_limited_does_not_grow_and_collapse_returns_to_initial() {
+        let mut c = WindowController::new(1000, 4000);
+        c.on_ack(50_000, true);
+        assert_eq!(c.window(), 4000);
+        c.on_ack(50_000, false);
+        c.on_unresponsive(1);
+        assert_eq!(c.window(), 4000);
+        assert_eq!(c.ssthresh(), 27_000);
+    }
+
+    #[test]
+    fn never_below_two_segments_threshold() {
+        let mut c = WindowController::new(1000, 1000);
+        c.on_loss(1, 2);
+        assert_eq!(c.ssthresh(), 2000);
+    }
+}

@@ -1,0 +1,430 @@
+//! Many connections over one datagram socket: demultiplexing by (peer address, connection id,
+//! role), accepting BGNs, stateless answers for unknown or closed connections, and a bounded
+//! memory of closed connections so that late packets of an old instance are never taken by a
+//! new one.
+
+use crate::config::{ConfigError, EndpointConfig};
+use crate::connection::{Connection, Event, Role};
+use crate::stats::EndpointStats;
+use crate::time::Instant;
+use crate::wire::{
+    EndAck, Header, Packet, Rst, RstReason, Types, WireError, HEADER_LEN, SUPPORTED_VERSIONS,
+    VERSION,
+};
+use rand_core::RngCore;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Identifies a connection within its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionHandle(pub u64);
+
+/// A datagram to send: `size` bytes at the start of the caller's buffer, to `destination`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub destination: SocketAddr,
+    pub size: usize,
+}
+
+/// Why `connect` failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConnectError {
+    #[error("connection limit of {0} reached")]
+    TooManyConnections(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    remote: SocketAddr,
+    conn_id: u32,
+    local_is_initiator: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClosedEntry {
+    instance: u8,
+    peer_final: Option<u32>,
+    failed: bool,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct Slot {
+    conn: Connection,
+    key: Key,
+}
+
+/// Most stateless answers queued at once.
+const MAX_STATELESS_QUEUE: usize = 1024;
+
+/// A set of STP connections sharing one datagram socket.
+pub struct Endpoint {
+    config: EndpointConfig,
+    rng: Box<dyn RngCore + Send>,
+    conns: BTreeMap<ConnectionHandle, Slot>,
+    by_key: HashMap<Key, ConnectionHandle>,
+    order: VecDeque<ConnectionHandle>,
+    accept_queue: VecDeque<ConnectionHandle>,
+    closed: HashMap<Key, ClosedEntry>,
+    closed_order: VecDeque<(Instant, Key)>,
+    stateless: VecDeque<(SocketAddr, Vec<u8>)>,
+    reset_tokens: f64,
+    reset_refill: Instant,
+    next_handle: u64,
+    stats: EndpointStats,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("connections", &self.conns.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// An endpoint using `rng` for connection ids, instance numbers and initial sequence numbers.
+    pub fn new(config: EndpointConfig, rng: Box<dyn RngCore + Send>) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Endpoint {
+            reset_tokens: f64::from(config.stateless_resets_per_s),
+            config,
+            rng,
+            conns: BTreeMap::new(),
+            by_key: HashMap::new(),
+            order: VecDeque::new(),
+            accept_queue: VecDeque::new(),
+            closed: HashMap::new(),
+            closed_order: VecDeque::new(),
+            stateless: VecDeque::new(),
+            reset_refill: Instant::ZERO,
+            next_handle: 0,
+            stats: EndpointStats::default(),
+        })
+    }
+
+    /// The endpoint's configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// Counters of datagrams that reached no connection.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Number of connections held.
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Handles of every connection held, in creation order.
+    pub fn handles(&self) -> Vec<ConnectionHandle> {
+        self.conns.keys().copied().collect()
+    }
+
+    /// Opens a connection to `remote`. Data written before the BGNAK rides on the BGN and the
+    /// following SDs within the initial window (fast start).
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+    ) -> Result<ConnectionHandle, ConnectError> {
+        if self.conns.len() >= self.config.max_connections as usize {
+            return Err(ConnectError::TooManyConnections(self.config.max_connections));
+        }
+        let key = loop {
+            let id = self.rng.next_u32();
+            let key = Key { remote, conn_id: id, local_is_initiator: true };
+            if id != 0 && !self.by_key.contains_key(&key) && !self.closed.contains_key(&key) {
+                break key;
+            }
+        };
+        let instance = (self.rng.next_u32() & 0x7f) as u8;
+        let isn = self.rng.next_u32();
+        let conn = Connection::new_initiator(
+            now,
+            self.config.connection.clone(),
+            key.conn_id,
+            instance,
+            isn,
+        );
+        Ok(self.insert(key, conn))
+    }
+
+    fn insert(&mut self, key: Key, conn: Connection) -> ConnectionHandle {
+        let h = ConnectionHandle(self.next_handle);
+        self.next_handle += 1;
+        self.by_key.insert(key, h);
+        self.conns.insert(h, Slot { conn, key });
+        self.order.push_back(h);
+        h
+    }
+
+    /// The next connection accepted from a peer's BGN.
+    pub fn accept(&mut self) -> Option<ConnectionHandle> {
+        while let Some(h) = self.accept_queue.pop_front() {
+            if self.conns.contains_key(&h) {
+                return Some(h);
+            }
+        }
+        None
+    }
+
+    /// The connection behind `handle`, while the endpoint holds it.
+    pub fn connection(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
+        self.conns.get_mut(&handle).map(|s| &mut s.conn)
+    }
+
+    /// The peer address of a connection.
+    pub fn remote(&self, handle: ConnectionHandle) -> Option<SocketAddr> {
+        self.conns.get(&handle).map(|s| s.key.remote)
+    }
+
+    /// Processes one received datagram from `remote`. Never panics, whatever the bytes.
+    pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) {
+        self.stats.datagrams_received += 1;
+        let header = match Packet::peek_header(data) {
+            Ok(h) => h,
+            Err(WireError::UnsupportedVersion(_)) => {
+                self.stats.malformed += 1;
+                self.answer_foreign_version(now, remote, data);
+                return;
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let packet = match Packet::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let key = Key {
+            remote,
+            conn_id: header.conn_id,
+            local_is_initiator: !header.from_initiator,
+        };
+        if let Some(&h) = self.by_key.get(&key) {
+            if let Some(slot) = self.conns.get_mut(&h) {
+                if slot.conn.instance() == header.instance {
+                    slot.conn.handle_packet(now, &packet, data.len());
+                    return;
+                }
+                if header.from_initiator && packet.bgn.is_some() {
+                    // The initiator started a new instance: it has forgotten the old one.
+                    slot.conn.supersede();
+                    self.by_key.remove(&key);
+                } else {
+                    self.stats.wrong_instance += 1;
+                    return;
+                }
+            }
+        }
+        if let Some(c) = self.closed.get(&key).copied() {
+            if c.expires > now && c.instance == header.instance {
+                self.stats.late += 1;
+                if let (Some(end), Some(fin)) = (packet.end, c.peer_final) {
+                    if end.final_seq == fin {
+                        let mut ack = Packet::new(reply_header(&header));
+                        ack.endak = Some(EndAck { final_seq: fin });
+                        self.queue_stateless(now, remote, &ack);
+                    }
+                } else if c.failed && packet.rst.is_none() {
+                    self.reset(now, remote, &header, RstReason::UnknownConnection, 0);
+                }
+                return;
+            }
+        }
+        match packet.bgn {
+            Some(bgn) if header.from_initiator => {
+                if bgn.versions & SUPPORTED_VERSIONS == 0 {
+                    self.stats.refused += 1;
+                    self.reset(now, remote, &header, RstReason::UnsupportedVersion, SUPPORTED_VERSIONS);
+                    return;
+                }
+                let full = self.conns.len() >= self.config.max_connections as usize
+                    || self.accept_queue.len() >= self.config.max_accept_queue as usize;
+                if !self.config.accept_incoming || full {
+                    self.stats.refused += 1;
+                    self.reset(now, remote, &header, RstReason::Refused, 0);
+                    return;
+                }
+                let isn = self.rng.next_u32();
+                let mut conn = Connection::new_responder(
+                    now,
+                    self.config.connection.clone(),
+                    header.conn_id,
+                    header.instance,
+                    isn,
+                    &bgn,
+                );
+                conn.handle_packet(now, &packet, data.len());
+                let h = self.insert(key, conn);
+                self.accept_queue.push_back(h);
+                self.stats.accepted += 1;
+            }
+            _ => {
+                self.stats.unknown_connection += 1;
+                if packet.rst.is_none() {
+                    self.reset(now, remote, &header, RstReason::UnknownConnection, 0);
+                }
+            }
+        }
+    }
+
+    /// A BGN in a version we do not speak gets RST(UnsupportedVersion) listing ours. Bytes 4..9 of
+    /// the header (connection id, role bit, instance) keep their place in every version.
+    fn answer_foreign_version(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) {
+        if data.len() < HEADER_LEN {
+            return;
+        }
+        let types = u16::from_be_bytes([data[0], data[1]]) & 0x0fff;
+        let from_initiator = data[8] & 0x80 != 0;
+        if types & Types::BGN.bits() == 0 || !from_initiator {
+            return;
+        }
+        let header = Header {
+            version: VERSION,
+            types: Types::BGN,
+            from_initiator,
+            instance: data[8] & 0x7f,
+            conn_id: u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
+            seq: 0,
+        };
+        self.stats.refused += 1;
+        self.reset(now, remote, &header, RstReason::UnsupportedVersion, SUPPORTED_VERSIONS);
+    }
+
+    fn reset(&mut self, now: Instant, remote: SocketAddr, to: &Header, reason: RstReason, detail: u16) {
+        let mut p = Packet::new(reply_header(to));
+        p.rst = Some(Rst { reason, detail });
+        self.queue_stateless(now, remote, &p);
+    }
+
+    fn queue_stateless(&mut self, now: Instant, remote: SocketAddr, p: &Packet<'_>) {
+        let rate = f64::from(self.config.stateless_resets_per_s);
+        let dt = now.saturating_duration_since(self.reset_refill).as_secs_f64();
+        self.reset_refill = self.reset_refill.max(now);
+        self.reset_tokens = (self.reset_tokens + dt * rate).min(rate.max(1.0));
+        if self.reset_tokens < 1.0 || self.stateless.len() >= MAX_STATELESS_QUEUE {
+            self.stats.stateless_suppressed += 1;
+            return;
+        }
+        self.reset_tokens -= 1.0;
+        let mut buf = Vec::with_capacity(HEADER_LEN + 8);
+        p.emit(&mut buf);
+        self.stateless.push_back((remote, buf));
+    }
+
+    /// Writes the next datagram to send into `buf` (which is cleared first). Connections take
+    /// turns, so one busy connection cannot starve the others.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        buf.clear();
+        if let Some((destination, d)) = self.stateless.pop_front() {
+            buf.extend_from_slice(&d);
+            self.stats.stateless_sent += 1;
+            return Some(Transmit { destination, size: d.len() });
+        }
+        for _ in 0..self.order.len() {
+            let Some(h) = self.order.pop_front() else { break };
+            let Some(slot) = self.conns.get_mut(&h) else { continue };
+            self.order.push_back(h);
+            if let Some(size) = slot.conn.poll_transmit(now, buf) {
+                return Some(Transmit { destination: slot.key.remote, size });
+            }
+        }
+        self.reap(now);
+        None
+    }
+
+    /// The next event of any connection.
+    pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
+        for (h, slot) in self.conns.iter_mut() {
+            if let Some(e) = slot.conn.poll_event() {
+                return Some((*h, e));
+            }
+        }
+        None
+    }
+
+    /// The earliest instant at which `handle_timeout` (then `poll_transmit`) is needed.
+    pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
+        if !self.stateless.is_empty() {
+            return Some(now);
+        }
+        self.conns.values_mut().filter_map(|s| s.conn.poll_timeout(now)).min()
+    }
+
+    /// Runs expired timers of every connection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for slot in self.conns.values_mut() {
+            slot.conn.handle_timeout(now);
+        }
+        self.reap(now);
+    }
+
+    /// Drops connections that are over and fully drained, remembering them as closed.
+    fn reap(&mut self, now: Instant) {
+        let done: Vec<ConnectionHandle> = self
+            .conns
+            .iter()
+            .filter(|(_, s)| s.conn.is_drained())
+            .map(|(h, _)| *h)
+            .collect();
+        for h in done {
+            if let Some(slot) = self.conns.remove(&h) {
+                if self.by_key.get(&slot.key) == Some(&h) {
+                    self.by_key.remove(&slot.key);
+                }
+                self.order.retain(|x| *x != h);
+                self.remember_closed(now, slot.key, &slot.conn);
+            }
+        }
+        while let Some(&(exp, key)) = self.closed_order.front() {
+            if exp > now && self.closed_order.len() <= self.config.max_closed_entries as usize {
+                break;
+            }
+            self.closed_order.pop_front();
+            if self.closed.get(&key).is_some_and(|c| c.expires == exp) {
+                self.closed.remove(&key);
+            }
+        }
+    }
+
+    fn remember_closed(&mut self, now: Instant, key: Key, conn: &Connection) {
+        let expires = now + Duration::from_millis(u64::from(self.config.closed_retention_ms));
+        self.closed.insert(
+            key,
+            ClosedEntry {
+                instance: conn.instance(),
+                peer_final: conn.peer_final_wire(),
+                failed: conn.error().is_some(),
+                expires,
+            },
+        );
+        self.closed_order.push_back((expires, key));
+    }
+
+    /// Whether a connection was opened by this endpoint.
+    pub fn is_initiator(&self, handle: ConnectionHandle) -> Option<bool> {
+        self.conns.get(&handle).map(|s| s.conn.role() == Role::Initiator)
+    }
+}
+
+fn reply_header(to: &Header) -> Header {
+    Header {
+        version: VERSION,
+        types: Types::empty(),
+        from_initiator: !to.from_initiator,
+        instance: to.instance,
+        conn_id: to.conn_id,
+        seq: 0,
+    }
+}

@@ -1,0 +1,352 @@
+//! Receiver state: reassembly of numbered SDs into the byte stream, the gap list reported by
+//! STAT, and the reorder-threshold bookkeeping that decides when a hole is reported by USTAT.
+
+use crate::send::sd_charge;
+use bytes::{Buf, Bytes, BytesMut};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How far above the cumulative point an SD may be numbered (half the 24-bit space, halved again
+/// for margin); farther SDs are discarded.
+pub const MAX_SEQ_SPAN: u64 = 1 << 22;
+
+/// What became of an arriving SD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Accepted (in order or buffered out of order).
+    New,
+    /// Already received.
+    Duplicate,
+    /// Discarded: no room in the receive buffer.
+    NoRoom,
+    /// Discarded: numbered outside the acceptable range (at or after the END, or too far ahead).
+    OutOfRange,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PendingGap {
+    start: u64,
+    end: u64,
+    /// Value of `arrivals` when the hole was first seen.
+    seen_at: u64,
+}
+
+/// The receiving half of a connection.
+#[derive(Debug)]
+pub struct RecvBuffer {
+    capacity: u64,
+    /// Cumulative point: every SD below it has been received.
+    next: u64,
+    /// One past the highest SD received.
+    highest: u64,
+    out_of_order: BTreeMap<u64, Bytes>,
+    ooo_charge: u64,
+    ready: BytesMut,
+    /// Sequence number one past the last SD, once END arrived.
+    final_seq: Option<u64>,
+    pending: VecDeque<PendingGap>,
+    max_pending: usize,
+    reorder_threshold: u64,
+    arrivals: u64,
+    /// Holes ready to be reported by USTAT.
+    ustats: VecDeque<(u64, u64)>,
+}
+
+impl RecvBuffer {
+    /// An empty buffer expecting SD `isn` first.
+    pub fn new(isn: u64, capacity: u64, reorder_threshold: u32, max_pending: u32) -> Self {
+        RecvBuffer {
+            capacity,
+            next: isn,
+            highest: isn,
+            out_of_order: BTreeMap::new(),
+            ooo_charge: 0,
+            ready: BytesMut::new(),
+            final_seq: None,
+            pending: VecDeque::new(),
+            max_pending: max_pending as usize,
+            reorder_threshold: u64::from(reorder_threshold.max(1)),
+            arrivals: 0,
+            ustats: VecDeque::new(),
+        }
+    }
+
+    /// The cumulative point N(R).
+    pub fn cumulative(&self) -> u64 {
+        self.next
+    }
+
+    /// One past the highest SD received.
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+
+    /// Unread in-order bytes.
+    pub fn readable(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The window advertised to the sender: charged bytes it may have outstanding above N(R).
+    pub fn window(&self) -> u64 {
+        self.capacity.saturating_sub(self.ready.len() as u64)
+    }
+
+    /// Whether every SD before the END has arrived.
+    pub fn is_complete(&self) -> bool {
+        self.final_seq == Some(self.next)
+    }
+
+    /// The END's final sequence number, once known.
+    pub fn final_seq(&self) -> Option<u64> {
+        self.final_seq
+    }
+
+    /// Records an END; returns false if it contradicts data already received.
+    pub fn set_final(&mut self, final_seq: u64) -> bool {
+        match self.final_seq {
+            Some(f) => f == final_seq,
+            None if final_seq < self.highest => false,
+            None => {
+                self.final_seq = Some(final_seq);
+                true
+            }
+        }
+    }
+
+    /// Takes in SD `seq`.
+    pub fn on_sd(&mut self, seq: u64, payload: &[u8]) -> Arrival {
+        if seq < self.next || self.out_of_order.contains_key(&seq) {
+            return Arrival::Duplicate;
+        }
+        if seq >= self.next + MAX_SEQ_SPAN || self.final_seq.is_some_and(|f| seq >= f) {
+            return Arrival::OutOfRange;
+        }
+        let charge = sd_charge(payload.len());
+        let used = self.ready.len() as u64 + self.ooo_charge;
+        // The SD at the cumulative point is always admitted when the reader has room for it, so a
+        // buffer full of out-of-order data cannot wedge the stream.
+        let fits = if seq == self.next {
+            self.ready.len() as u64 + charge <= self.capacity
+        } else {
+            used + charge <= self.capacity
+        };
+        if !fits {
+            return Arrival::NoRoom;
+        }
+        self.arrivals += 1;
+        if seq > self.highest {
+            if self.pending.len() >= self.max_pending {
+                self.pending.pop_front();
+            }
+            self.pending.push_back(PendingGap {
+                start: self.highest,
+                end: seq,
+                seen_at: self.arrivals - 1,
+            });
+        }
+        self.highest = self.highest.max(seq + 1);
+        if seq == self.next {
+            self.ready.extend_from_slice(payload);
+            self.next += 1;
+            while let Some(entry) = self.out_of_order.first_entry() {
+                if *entry.key() != self.next {
+                    break;
+                }
+                let data = entry.remove();
+                self.ooo_charge -= sd_charge(data.len());
+                self.ready.extend_from_slice(&data);
+                self.next += 1;
+            }
+        } else {
+            self.ooo_charge += charge;
+            self.out_of_order.insert(seq, Bytes::copy_from_slice(payload));
+        }
+        self.check_pending();
+        Arrival::New
+    }
+
+    fn check_pending(&mut self) {
+        while let Some(g) = self.pending.front().copied() {
+            if g.end <= self.next {
+                self.pending.pop_front();
+                continue;
+            }
+            if self.arrivals - g.seen_at < self.reorder_threshold {
+                break;
+            }
+            self.pending.pop_front();
+            let mut missing = Vec::new();
+            self.missing_in(g.start.max(self.next), g.end, usize::MAX, &mut missing);
+            for m in missing {
+                if self.ustats.len() >= self.max_pending {
+                    self.ustats.pop_front();
+                }
+                self.ustats.push_back(m);
+            }
+        }
+    }
+
+    /// Pushes the missing ranges within `[from, to)` onto `out`, at most `limit` of them; returns
+    /// false if the list was cut short.
+    fn missing_in(&self, from: u64, to: u64, limit: usize, out: &mut Vec<(u64, u64)>) -> bool {
+        let mut cursor = from.max(self.next);
+        for (&seq, _) in self.out_of_order.range(cursor..to) {
+            if seq > cursor {
+                if out.len() >= limit {
+                    return false;
+                }
+                out.push((cursor, seq));
+            }
+            cursor = seq + 1;
+        }
+        if cursor < to {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push((cursor, to));
+        }
+        true
+    }
+
+    /// The gap list for a STAT answering a POLL whose N(S) is `poll_next` (extended): every
+    /// missing range below max(highest, poll_next), lowest first, at most `limit`. Returns the
+    /// gaps, the end of the range the report covers, and whether it was cut short.
+    pub fn stat_report(&self, poll_next: u64, limit: usize) -> (Vec<(u64, u64)>, u64, bool) {
+        let upto = self.highest.max(poll_next).max(self.next);
+        let mut gaps = Vec::new();
+        let complete = self.missing_in(self.next, upto, limit, &mut gaps);
+        if complete {
+            (gaps, upto, false)
+        } else {
+            let covered = gaps.last().map_or(self.next, |g| g.1);
+            (gaps, covered, true)
+        }
+    }
+
+    /// The next hole to report by USTAT, dropping holes filled meanwhile.
+    pub fn pop_ustat(&mut self) -> Option<(u64, u64)> {
+        while let Some((s, e)) = self.ustats.pop_front() {
+            let s = s.max(self.next);
+            if s < e && !self.out_of_order.contains_key(&s) {
+                return Some((s, e));
+            }
+        }
+        None
+    }
+
+    /// Forgets queued USTATs (a STAT with the full gap list is going out).
+    pub fn clear_ustats(&mut self) {
+        self.ustats.clear();
+    }
+
+    /// Whether a USTAT is queued.
+    pub fn has_ustat(&self) -> bool {
+        !self.ustats.is_empty()
+    }
+
+    /// Copies readable bytes into `buf`; returns how many.
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(self.ready.len());
+        buf[..n].copy_from_slice(&self.ready[..n]);
+        self.ready.advance(n);
+        n
+    }
+
+    /// Takes up to `max` readable bytes without copying.
+    pub fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
+        if self.ready.is_empty() {
+            return None;
+        }
+        let n = max.min(self.ready.len());
+        Some(self.ready.split_to(n).freeze())
+    }
+
+    /// Drops all readable bytes (the application closed its read side).
+    pub fn discard_readable(&mut self) -> usize {
+        let n = self.ready.len();
+        self.ready.clear();
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf() -> RecvBuffer {
+        RecvBuffer::new(10, 1 << 20, 3, 16)
+    }
+
+    #[test]
+    fn reassembles_in_order() {
+        let mut r = buf();
+        assert_eq!(r.on_sd(11, b"world"), Arrival::New);
+        assert_eq!(r.on_sd(10, b"hello "), Arrival::New);
+        assert_eq!(r.on_sd(10, b"hello "), Arrival::Duplicate);
+        let mut out = [0u8; 32];
+        let n = r.read(&mut out);
+        assert_eq!(&out[..n], b"hello world");
+        assert_eq!(r.cumulative(), 12);
+    }
+
+    #[test]
+    fn ustat_after_reorder_threshold_once_per_gap() {
+        let mut r = buf();
+        r.on_sd(10, b"a");
+        r.on_sd(12, b"c"); // hole at 11, 1 later arrival
+        assert_eq!(r.pop_ustat(), None);
+        r.on_sd(13, b"d");
+        assert_eq!(r.pop_ustat(), None);
+        r.on_sd(14, b"e"); // third arrival above the hole
+        assert_eq!(r.pop_ustat(), Some((11, 12)));
+        r.on_sd(15, b"f");
+        assert_eq!(r.pop_ustat(), None, "one USTAT per gap");
+    }
+
+    #[test]
+    fn reordering_below_threshold_reports_nothing() {
+        let mut r = buf();
+        r.on_sd(11, b"b");
+        r.on_sd(10, b"a");
+        r.on_sd(12, b"c");
+        r.on_sd(13, b"d");
+        assert_eq!(r.pop_ustat(), None);
+    }
+
+    #[test]
+    fn stat_report_lists_all_gaps_and_truncates() {
+        let mut r = buf();
+        for s in [10, 12, 14, 15, 18] {
+            r.on_sd(s, b"x");
+        }
+        let (gaps, covered, partial) = r.stat_report(20, 10);
+        assert_eq!(gaps, vec![(11, 12), (13, 14), (16, 18), (19, 20)]);
+        assert_eq!((covered, partial), (20, false));
+        let (gaps, covered, partial) = r.stat_report(20, 2);
+        assert_eq!(gaps, vec![(11, 12), (13, 14)]);
+        assert_eq!((covered, partial), (14, true));
+    }
+
+    #[test]
+    fn window_and_capacity_are_enforced() {
+        let mut r = RecvBuffer::new(0, 200, 3, 16);
+        assert_eq!(r.on_sd(1, &[0u8; 100]), Arrival::New);
+        assert_eq!(r.on_sd(2, &[0u8; 100]), Arrival::New);
+        assert_eq!(r.on_sd(3, &[0u8; 1]), Arrival::NoRoom);
+        assert_eq!(r.on_sd(0, &[0u8; 100]), Arrival::New, "the next in-order SD always fits");
+        assert_eq!(r.window(), 0);
+        let mut sink = [0u8; 300];
+        assert_eq!(r.read(&mut sink), 300);
+        assert_eq!(r.window(), 200);
+        assert_eq!(r.on_sd(MAX_SEQ_SPAN + 3, b"x"), Arrival::OutOfRange);
+    }
+
+    #[test]
+    fn end_bounds_the_stream() {
+        let mut r = buf();
+        r.on_sd(10, b"a");
+        assert!(r.set_final(11));
+        assert!(r.is_complete());
+        assert_eq!(r.on_sd(11, b"b"), Arrival::OutOfRange);
+        assert!(!r.set_final(12), "a second END must agree");
+    }
+}

@@ -1,0 +1,296 @@
+//! Sender state: the bounded send buffer, the SDs sent and not yet acknowledged (each with its last
+//! send stamp), and the retransmission queue fed only by the receiver's STAT/USTAT reports.
+
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+
+/// Memory charged for one SD, so that tiny SDs cannot exhaust a receiver (spec §6.3).
+pub fn sd_charge(payload_len: usize) -> u64 {
+    payload_len.max(64) as u64
+}
+
+/// Where an unacknowledged SD stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdState {
+    /// Sent, fate unknown; counted in flight.
+    InFlight,
+    /// Reported missing; queued for retransmission, not counted in flight.
+    Lost,
+    /// Reported received above the cumulative point; kept only for its sequence slot.
+    Received,
+}
+
+/// One SD above the cumulative acknowledgement point.
+#[derive(Debug, Clone)]
+pub struct SentSd {
+    pub payload: Bytes,
+    /// Send stamp of the last transmission (see `Connection::next_stamp`).
+    pub last_stamp: u32,
+    pub transmissions: u32,
+    pub state: SdState,
+}
+
+/// Outcome of marking SDs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Marked {
+    /// Payload bytes newly known received.
+    pub acked_bytes: u64,
+}
+
+/// The sending half of a connection.
+#[derive(Debug)]
+pub struct SendBuffer {
+    capacity: u64,
+    pending: BytesMut,
+    sent: VecDeque<SentSd>,
+    /// Extended sequence number of `sent[0]`: every SD below it is acknowledged.
+    una: u64,
+    /// Charged bytes of every SD in `sent`.
+    outstanding_charge: u64,
+    /// Payload bytes of SDs in state `InFlight`.
+    in_flight: u64,
+    retx: VecDeque<u64>,
+}
+
+impl SendBuffer {
+    /// An empty buffer whose first SD will be numbered `isn` (extended).
+    pub fn new(isn: u64, capacity: u64) -> Self {
+        SendBuffer {
+            capacity,
+            pending: BytesMut::new(),
+            sent: VecDeque::new(),
+            una: isn,
+            outstanding_charge: 0,
+            in_flight: 0,
+            retx: VecDeque::new(),
+        }
+    }
+
+    /// Bytes the application may still write.
+    pub fn free_space(&self) -> u64 {
+        self.capacity
+            .saturating_sub(self.pending.len() as u64 + self.unacked_payload())
+    }
+
+    fn unacked_payload(&self) -> u64 {
+        // Bounded by the charge; exact enough for buffer accounting.
+        self.outstanding_charge
+    }
+
+    /// Copies as much of `data` as fits; returns the number of bytes taken.
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
+        self.pending.extend_from_slice(&data[..n]);
+        n
+    }
+
+    /// Bytes written but not yet packetized.
+    pub fn unsent(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next new sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.una + self.sent.len() as u64
+    }
+
+    /// The cumulative acknowledgement point.
+    pub fn una(&self) -> u64 {
+        self.una
+    }
+
+    /// Whether any SD awaits acknowledgement.
+    pub fn has_outstanding(&self) -> bool {
+        !self.sent.is_empty()
+    }
+
+    /// Charged bytes above the cumulative point.
+    pub fn outstanding_charge(&self) -> u64 {
+        self.outstanding_charge
+    }
+
+    /// Payload bytes in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
+    }
+
+    /// Number of SDs above the cumulative point.
+    pub fn outstanding_count(&self) -> u64 {
+        self.sent.len() as u64
+    }
+
+    /// Takes up to `max` bytes of new data as the next SD, stamped `stamp`; returns its sequence
+    /// number and payload.
+    pub fn packetize(&mut self, max: usize, stamp: u32) -> Option<(u64, Bytes)> {
+        if self.pending.is_empty() || max == 0 {
+            return None;
+        }
+        let n = self.pending.len().min(max);
+        let payload = self.pending.split_to(n).freeze();
+        let seq = self.next_seq();
+        self.outstanding_charge += sd_charge(n);
+        self.in_flight += n as u64;
+        self.sent.push_back(SentSd {
+            payload: payload.clone(),
+            last_stamp: stamp,
+            transmissions: 1,
+            state: SdState::InFlight,
+        });
+        Some((seq, payload))
+    }
+
+    /// Length of the next new SD if `max` bytes fit in a datagram.
+    pub fn next_new_len(&self, max: usize) -> usize {
+        self.pending.len().min(max)
+    }
+
+    /// The SD at extended sequence `seq`, if still unacknowledged.
+    pub fn get(&self, seq: u64) -> Option<&SentSd> {
+        let i = usize::try_from(seq.checked_sub(self.una)?).ok()?;
+        self.sent.get(i)
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut SentSd> {
+        let i = usize::try_from(seq.checked_sub(self.una)?).ok()?;
+        self.sent.get_mut(i)
+    }
+
+    /// Length of the first SD in the retransmission queue that still needs sending, discarding
+    /// queue entries that no longer do.
+    pub fn next_retx_len(&mut self) -> Option<usize> {
+        while let Some(&seq) = self.retx.front() {
+            match self.get(seq) {
+                Some(sd) if sd.state == SdState::Lost => return Some(sd.payload.len()),
+                _ => {
+                    self.retx.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes the next SD to retransmit, restamping it.
+    pub fn pop_retx(&mut self, stamp: u32) -> Option<(u64, Bytes)> {
+        self.next_retx_len()?;
+        let seq = self.retx.pop_front()?;
+        let sd = self.get_mut(seq)?;
+        sd.state = SdState::InFlight;
+        sd.last_stamp = stamp;
+        sd.transmissions += 1;
+        let payload = sd.payload.clone();
+        self.in_flight += payload.len() as u64;
+        Some((seq, payload))
+    }
+
+    /// Whether a retransmission is waiting.
+    pub fn has_retx(&mut self) -> bool {
+        self.next_retx_len().is_some()
+    }
+
+    /// Advances the cumulative point to `cum` (extended, at most `next_seq`).
+    pub fn ack_cumulative(&mut self, cum: u64) -> Marked {
+        let mut m = Marked::default();
+        while self.una < cum {
+            let Some(sd) = self.sent.pop_front() else { break };
+            self.una += 1;
+            let len = sd.payload.len() as u64;
+            self.outstanding_charge -= sd_charge(sd.payload.len());
+            match sd.state {
+                SdState::InFlight => {
+                    self.in_flight -= len;
+                    m.acked_bytes += len;
+                }
+                SdState::Lost => m.acked_bytes += len,
+                SdState::Received => {}
+            }
+        }
+        m
+    }
+
+    /// Marks SDs in `[from, to)` as received.
+    pub fn mark_received(&mut self, from: u64, to: u64) -> Marked {
+        let mut m = Marked::default();
+        let start = from.max(self.una);
+        for seq in start..to.min(self.next_seq()) {
+            let Some(sd) = self.get_mut(seq) else { break };
+            let len = sd.payload.len() as u64;
+            match sd.state {
+                SdState::InFlight => {
+                    sd.state = SdState::Received;
+                    self.in_flight -= len;
+                    m.acked_bytes += len;
+                }
+                SdState::Lost => {
+                    sd.state = SdState::Received;
+                    m.acked_bytes += len;
+                }
+                SdState::Received => {}
+            }
+        }
+        m
+    }
+
+    /// Marks the SD at `seq` lost and queues it for retransmission if `eligible` says its last
+    /// transmission has had time to arrive. Returns the lost SD's last stamp when newly marked.
+    pub fn mark_lost(&mut self, seq: u64, eligible: impl Fn(&SentSd) -> bool) -> Option<u32> {
+        let sd = self.get_mut(seq)?;
+        if sd.state != SdState::InFlight || !eligible(sd) {
+            return None;
+        }
+        sd.state = SdState::Lost;
+        let stamp = sd.last_stamp;
+        self.in_flight -= sd.payload.len() as u64;
+        self.retx.push_back(seq);
+        Some(stamp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packetize_ack_and_retransmit() {
+        let mut s = SendBuffer::new(100, 10_000);
+        assert_eq!(s.write(&[1u8; 2500]), 2500);
+        let (a, pa) = s.packetize(1000, 1).unwrap();
+        let (b, _) = s.packetize(1000, 2).unwrap();
+        let (c, pc) = s.packetize(1000, 3).unwrap();
+        assert_eq!((a, b, c), (100, 101, 102));
+        assert_eq!((pa.len(), pc.len()), (1000, 500));
+        assert_eq!(s.in_flight(), 2500);
+        assert_eq!(s.mark_lost(101, |_| true), Some(2));
+        assert_eq!(s.mark_lost(101, |_| true), None, "already queued");
+        assert_eq!(s.in_flight(), 1500);
+        assert_eq!(s.mark_received(102, 103).acked_bytes, 500);
+        assert_eq!(s.pop_retx(9).map(|(q, _)| q), Some(101));
+        assert_eq!(s.get(101).unwrap().transmissions, 2);
+        assert_eq!(s.ack_cumulative(103).acked_bytes, 2000);
+        assert!(!s.has_outstanding());
+        assert_eq!(s.in_flight(), 0);
+        assert_eq!(s.outstanding_charge(), 0);
+    }
+
+    #[test]
+    fn write_is_bounded() {
+        let mut s = SendBuffer::new(0, 1000);
+        assert_eq!(s.write(&[0u8; 1500]), 1000);
+        assert_eq!(s.write(&[0u8; 10]), 0);
+        s.packetize(400, 0);
+        assert_eq!(s.free_space(), 0);
+        s.ack_cumulative(1);
+        assert_eq!(s.free_space(), 400);
+    }
+
+    #[test]
+    fn ineligible_loss_is_ignored_and_received_skips_retx() {
+        let mut s = SendBuffer::new(0, 10_000);
+        s.write(&[0u8; 2000]);
+        s.packetize(1000, 5);
+        s.packetize(1000, 6);
+        assert_eq!(s.mark_lost(0, |sd| sd.last_stamp < 5), None);
+        assert!(s.mark_lost(1, |_| true).is_some());
+        s.mark_received(1, 2);
+        assert!(!s.has_retx(), "a queued SD reported received is not resent");
+    }
+}

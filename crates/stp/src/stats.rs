@@ -1,0 +1,115 @@
+//! Per-connection and per-endpoint counters.
+
+use crate::wire::Types;
+use std::time::Duration;
+
+/// Packet types in the order used by the per-type counters.
+pub const TYPE_NAMES: [(&str, Types); 9] = [
+    ("SD", Types::SD),
+    ("POLL", Types::POLL),
+    ("STAT", Types::STAT),
+    ("USTAT", Types::USTAT),
+    ("BGN", Types::BGN),
+    ("BGNAK", Types::BGNAK),
+    ("END", Types::END),
+    ("ENDAK", Types::ENDAK),
+    ("RST", Types::RST),
+];
+
+/// Counts per packet type; a datagram carrying several types counts once for each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TypeCounts(pub [u64; 9]);
+
+impl TypeCounts {
+    fn add(&mut self, t: Types) {
+        for (i, (_, ty)) in TYPE_NAMES.iter().enumerate() {
+            if t.contains(*ty) {
+                self.0[i] += 1;
+            }
+        }
+    }
+    /// The count for one type (use a single-type constant such as `Types::STAT`).
+    pub fn get(&self, t: Types) -> u64 {
+        TYPE_NAMES
+            .iter()
+            .position(|(_, ty)| *ty == t)
+            .map_or(0, |i| self.0[i])
+    }
+}
+
+/// Statistics of one connection.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionStats {
+    /// Datagrams and bytes (STP header included, UDP/IP not) sent and received.
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// SD payload bytes sent (retransmissions included) and received (duplicates included).
+    pub payload_bytes_sent: u64,
+    pub payload_bytes_received: u64,
+    /// Packets sent and received, per type.
+    pub packets_sent: TypeCounts,
+    pub packets_received: TypeCounts,
+    /// Bytes of datagrams sent that carried no SD: this side's pure control traffic. For the
+    /// receiving end of a bulk transfer this is the reverse-channel load.
+    pub control_bytes_sent: u64,
+    pub retransmitted_packets: u64,
+    pub retransmitted_bytes: u64,
+    /// SDs newly found lost through STAT/USTAT.
+    pub losses_detected: u64,
+    pub sd_duplicates: u64,
+    /// SDs discarded (no buffer room or out of range).
+    pub sd_discarded: u64,
+    /// Reports that broke a protocol rule and were ignored.
+    pub protocol_errors: u64,
+    pub keepalives_sent: u64,
+    /// Times the window collapsed because POLLs went unanswered.
+    pub window_collapses: u64,
+    pub srtt: Duration,
+    pub min_rtt: Option<Duration>,
+    pub cwnd_bytes: u64,
+    pub ssthresh_bytes: u64,
+    pub pacing_rate_bps: f64,
+    pub bytes_in_flight: u64,
+    pub peer_window_bytes: u64,
+}
+
+impl ConnectionStats {
+    pub(crate) fn record_sent(&mut self, t: Types, len: usize, payload: usize) {
+        self.datagrams_sent += 1;
+        self.bytes_sent += len as u64;
+        self.payload_bytes_sent += payload as u64;
+        if !t.contains(Types::SD) {
+            self.control_bytes_sent += len as u64;
+        }
+        self.packets_sent.add(t);
+    }
+
+    pub(crate) fn record_received(&mut self, t: Types, len: usize, payload: usize) {
+        self.datagrams_received += 1;
+        self.bytes_received += len as u64;
+        self.payload_bytes_received += payload as u64;
+        self.packets_received.add(t);
+    }
+}
+
+/// Statistics of an endpoint (datagrams that reached no connection).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    pub datagrams_received: u64,
+    /// Datagrams that failed to parse (truncated, bad checksum, reserved bits...).
+    pub malformed: u64,
+    /// Datagrams for no known connection.
+    pub unknown_connection: u64,
+    /// Datagrams of a connection that was already closed (late or duplicated).
+    pub late: u64,
+    /// Datagrams whose instance number did not match the connection's.
+    pub wrong_instance: u64,
+    pub accepted: u64,
+    /// BGNs refused (listener closed, limits, version).
+    pub refused: u64,
+    pub stateless_sent: u64,
+    /// Stateless answers suppressed by the rate limit.
+    pub stateless_suppressed: u64,
+}
