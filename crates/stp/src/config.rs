@@ -63,6 +63,11 @@ pub struct Config {
     pub min_rate_bps: Option<u64>,
     /// Upper bound on the pacing rate, bits/s (default none).
     pub max_rate_bps: Option<u64>,
+    /// Budget for this side's feedback (STAT, USTAT, window updates) when it travels without
+    /// data, bits/s of datagram bytes; set it to a share of a thin return channel so feedback
+    /// never queues there. POLLs arriving while the budget is spent are answered together by one
+    /// STAT (default none: no limit).
+    pub reverse_rate_bps: Option<u64>,
     /// Granularity of the delayed-send timer, µs (default 1000).
     pub pacing_granularity_us: u32,
     /// Timer POLLs per smoothed RTT (default 3).
@@ -104,6 +109,7 @@ impl Default for Config {
             initial_window: InitialWindow::Packets(10),
             min_rate_bps: None,
             max_rate_bps: None,
+            reverse_rate_bps: None,
             pacing_granularity_us: 1000,
             polls_per_rtt: 3,
             poll_every_sds: 0,
@@ -154,6 +160,9 @@ impl Config {
         }
         if self.max_rate_bps == Some(0) {
             return Err(bad("max_rate_bps", "must be positive"));
+        }
+        if matches!(self.reverse_rate_bps, Some(r) if r < 100) {
+            return Err(bad("reverse_rate_bps", "must be at least 100 bit/s"));
         }
         if self.pacing_granularity_us == 0 || self.pacing_granularity_us > 100_000 {
             return Err(bad("pacing_granularity_us", "must be 1..=100000"));

@@ -118,6 +118,9 @@ enum PollKind {
     Keepalive,
 }
 
+/// Bytes the reverse budget must hold before feedback is sent (a STAT with a few gaps).
+const FEEDBACK_ESTIMATE: usize = 64;
+
 /// Upper bound on POLL send times remembered while waiting for a STAT.
 const MAX_TRACKED_POLLS: usize = 64;
 
@@ -164,6 +167,8 @@ pub struct Connection {
 
     // ----- receiving half -----
     recv: Option<RecvBuffer>,
+    /// Paces feedback sent without data when `reverse_rate_bps` is set.
+    feedback_pacer: Pacer,
     stat_due: Option<(u32, u64)>,
     bgnak_due: bool,
     endak_due: bool,
@@ -279,6 +284,14 @@ impl Connection {
             write_blocked: false,
             was_cwnd_limited: false,
             recv: None,
+            feedback_pacer: {
+                let dg = u64::from(config.max_datagram_bytes);
+                let mut p = Pacer::new(now, granularity, 2 * dg, 2 * dg);
+                if let Some(r) = config.reverse_rate_bps {
+                    p.set_rate(now, r as f64 / 8.0);
+                }
+                p
+            },
             stat_due: None,
             bgnak_due: false,
             endak_due: false,
@@ -537,8 +550,19 @@ impl Connection {
         }
     }
 
+    /// The RTT the pacer spreads a window over: the smoothed RTT, but never more than twice the
+    /// smallest RTT seen. Queueing on a thin return channel inflates srtt without making the
+    /// forward path any slower; the window, not the pacer, bounds what is in flight.
+    fn pacing_rtt(&self) -> Duration {
+        let srtt = self.rtt.srtt();
+        match self.rtt.min() {
+            Some(min) => srtt.min(2 * min),
+            None => srtt,
+        }
+    }
+
     fn update_pacing(&mut self, now: Instant) {
-        let mut rate = self.controller.pacing_rate(self.rtt.srtt());
+        let mut rate = self.controller.pacing_rate(self.pacing_rtt());
         if let Some(max) = self.config.max_rate_bps {
             rate = rate.min(max as f64 / 8.0);
         }
@@ -887,6 +911,26 @@ impl Connection {
         Some((idle_from + Config::ms(self.config.keepalive_interval_ms), PollKind::Keepalive))
     }
 
+    fn feedback_pending(&self) -> bool {
+        self.stat_due.is_some()
+            || self.window_update_due
+            || self.recv.as_ref().is_some_and(RecvBuffer::has_ustat)
+    }
+
+    /// When a timer POLL will actually leave: a POLL that falls due while an SD is about to be
+    /// released by the pacer (within one timer tick) waits for that SD and rides on it.
+    fn effective_poll_time(&mut self, now: Instant) -> Option<Instant> {
+        let (t, _) = self.next_poll(now)?;
+        if t > now {
+            return Some(t);
+        }
+        let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
+        match self.next_sd_time(now) {
+            Some(x) if now < t + granularity && x <= now + granularity => Some(x.min(t + granularity)),
+            _ => Some(t),
+        }
+    }
+
     /// The earliest time at which this connection needs `handle_timeout` or `poll_transmit`.
     pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
         if !self.is_live() {
@@ -896,11 +940,14 @@ impl Connection {
         if let Some(d) = self.bgn_deadline {
             t = t.min(d);
         }
-        if let Some((p, _)) = self.next_poll(now) {
+        if let Some(p) = self.effective_poll_time(now) {
             t = t.min(p);
         }
         if let Some(next) = self.next_sd_time(now) {
             t = t.min(next);
+        }
+        if self.feedback_pending() {
+            t = t.min(self.feedback_pacer.next_send_time(now, FEEDBACK_ESTIMATE));
         }
         Some(t)
     }
@@ -1005,9 +1052,13 @@ impl Connection {
             }
         }
 
-        // Receiver side: STAT (complete report), else USTAT or window update; ENDAK.
+        // Receiver side: STAT (complete report), else USTAT or window update; ENDAK. Feedback that
+        // would travel alone waits for the reverse budget (a waiting STAT answers the latest POLL).
         let mut gap_list: Vec<(u32, u32)> = Vec::new();
-        if let (Some((echo, ns)), Some(recv)) = (self.stat_due.take(), self.recv.as_mut()) {
+        let feedback_ok = self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE)
+            || self.sd_candidate().is_some();
+        let stat_due = if feedback_ok { self.stat_due.take() } else { None };
+        if let (Some((echo, ns)), Some(recv)) = (stat_due, self.recv.as_mut()) {
             let room = max.saturating_sub(used + STAT_FIXED_LEN + ENDAK_LEN + POLL_LEN + END_LEN);
             let (gaps, covered, partial) = recv.stat_report(ns, (room / GAP_LEN).max(1));
             gap_list = gaps.iter().map(|&(a, b)| (to_wire(a), to_wire(b))).collect();
@@ -1025,7 +1076,7 @@ impl Connection {
             self.window_update_due = false;
             used += STAT_FIXED_LEN + gap_list.len() * GAP_LEN;
             must_send = true;
-        } else if let Some(recv) = self.recv.as_mut() {
+        } else if let (Some(recv), true) = (self.recv.as_mut(), feedback_ok) {
             let gap = recv.pop_ustat();
             if gap.is_some() || self.window_update_due {
                 let cum = recv.cumulative();
@@ -1086,7 +1137,7 @@ impl Connection {
         };
 
         let poll = self.next_poll(now);
-        let timer_due = poll.is_some_and(|(t, _)| t <= now);
+        let timer_due = self.effective_poll_time(now).is_some_and(|t| t <= now);
         let mut forced = false;
         if sd.is_some() {
             if self.send.unsent() > 0 || self.send.has_retx() {
@@ -1101,17 +1152,7 @@ impl Connection {
         }
         forced |= self.bgn_due && (sd.is_some() || self.send.has_outstanding());
         forced |= end_final.is_some() && !self.end_sent_once;
-        let mut want_poll = forced || timer_due;
-        if want_poll && !forced && sd.is_none() {
-            // Hold a timer POLL for up to one timer tick if an SD is about to leave to carry it.
-            let t = poll.map_or(now, |(t, _)| t);
-            if now < t + granularity
-                && self.next_sd_time(now).is_some_and(|x| x <= now + granularity)
-            {
-                want_poll = false;
-            }
-        }
-        if want_poll {
+        if forced || timer_due {
             let keepalive = sd.is_none()
                 && !self.send.has_outstanding()
                 && matches!(poll, Some((_, PollKind::Keepalive)));
@@ -1144,6 +1185,9 @@ impl Connection {
             stat.gaps = Gaps::List(&gap_list);
         }
         let n = self.emit(&p, buf);
+        if sd.is_none() && (p.stat.is_some() || p.ustat.is_some()) {
+            self.feedback_pacer.on_sent(n);
+        }
         self.check_closed();
         Some(n)
     }

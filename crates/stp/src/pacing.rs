@@ -61,7 +61,8 @@ impl Pacer {
             return true;
         }
         self.refill(now);
-        self.tokens >= bytes as f64
+        // Tolerate float rounding in the refill arithmetic (a millionth of a byte).
+        self.tokens + 1e-6 >= bytes as f64
     }
 
     /// Records a transmission of `bytes`.
@@ -80,7 +81,7 @@ impl Pacer {
         let wait = Duration::from_secs_f64((missing / self.rate).min(3600.0));
         let g = self.granularity.as_nanos().max(1) as u64;
         let w = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-        let rounded = w.div_ceil(g).saturating_mul(g);
+        let rounded = w.div_ceil(g).max(1).saturating_mul(g);
         now + Duration::from_nanos(rounded)
     }
 }

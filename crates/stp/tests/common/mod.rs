@@ -1,0 +1,354 @@
+//! Deterministic in-memory network for end-to-end tests: two endpoints joined by two directions
+//! of the shared link model, driven by a virtual clock. Nothing here touches a socket.
+#![allow(dead_code)]
+
+use linkmodel::{Fate, Link, LinkConfig};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
+
+pub const NS_PER_MS: u64 = 1_000_000;
+
+/// Which endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// Two endpoints and the links between them.
+pub struct Net {
+    pub now: u64,
+    pub a: Endpoint,
+    pub b: Endpoint,
+    pub addr_a: SocketAddr,
+    pub addr_b: SocketAddr,
+    /// a→b and b→a.
+    pub links: [Link; 2],
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<(u64, u64, Side, Vec<u8>)>>,
+    order: u64,
+    buf: Vec<u8>,
+    /// Datagram bytes each side put on its link (STP bytes plus the link's per-packet overhead).
+    pub wire_bytes: [u64; 2],
+    /// Optional hook deciding whether to drop a datagram: (direction a→b?, datagram index).
+    pub drop_filter: Option<Box<dyn FnMut(bool, u64) -> bool>>,
+    sent_count: [u64; 2],
+}
+
+pub fn ep(config: EndpointConfig, seed: u64) -> Endpoint {
+    Endpoint::new(config, Box::new(ChaCha8Rng::seed_from_u64(seed))).expect("valid config")
+}
+
+impl Net {
+    pub fn new(cfg_a: EndpointConfig, cfg_b: EndpointConfig, ab: LinkConfig, ba: LinkConfig, seed: u64) -> Net {
+        Net {
+            now: 0,
+            a: ep(cfg_a, seed.wrapping_mul(3) + 1),
+            b: ep(cfg_b, seed.wrapping_mul(5) + 2),
+            addr_a: "192.0.2.1:7000".parse().unwrap(),
+            addr_b: "198.51.100.1:7000".parse().unwrap(),
+            links: [Link::new(ab).expect("link a→b"), Link::new(ba).expect("link b→a")],
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            order: 0,
+            buf: Vec::new(),
+            wire_bytes: [0, 0],
+            drop_filter: None,
+            sent_count: [0, 0],
+        }
+    }
+
+    /// The same link both ways.
+    pub fn symmetric(cfg: EndpointConfig, link: LinkConfig, seed: u64) -> Net {
+        Net::new(cfg.clone(), cfg, link.clone(), link, seed)
+    }
+
+    pub fn instant(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    pub fn ep(&mut self, side: Side) -> &mut Endpoint {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    /// Moves every datagram both endpoints want to send now onto the links.
+    pub fn pump(&mut self) {
+        let now = self.instant();
+        loop {
+            let mut moved = false;
+            for side in [Side::A, Side::B] {
+                let mut buf = std::mem::take(&mut self.buf);
+                let t = self.ep(side).poll_transmit(now, &mut buf);
+                if let Some(t) = t {
+                    moved = true;
+                    let dir = side as usize;
+                    let idx = self.sent_count[dir];
+                    self.sent_count[dir] += 1;
+                    let dropped = match self.drop_filter.as_mut() {
+                        Some(f) => f(side == Side::A, idx),
+                        None => false,
+                    };
+                    self.wire_bytes[dir] += (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
+                    if !dropped {
+                        let fate = self.links[dir].offer(self.now, t.size, &mut self.rng);
+                        if let Fate::Deliver { at_ns, corrupt_bit, duplicate_at_ns } = fate {
+                            let mut data = buf[..t.size].to_vec();
+                            if let Some(bit) = corrupt_bit {
+                                data[bit / 8] ^= 1 << (bit % 8);
+                            }
+                            let to = if side == Side::A { Side::B } else { Side::A };
+                            if let Some(d) = duplicate_at_ns {
+                                self.order += 1;
+                                self.queue.push(Reverse((d, self.order, to, data.clone())));
+                            }
+                            self.order += 1;
+                            self.queue.push(Reverse((at_ns, self.order, to, data)));
+                        }
+                    }
+                }
+                self.buf = buf;
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// The next instant something happens (a delivery or a timer), if any.
+    pub fn next_event(&mut self) -> Option<u64> {
+        let now = self.instant();
+        let mut t = self.queue.peek().map(|Reverse((at, ..))| *at);
+        for side in [Side::A, Side::B] {
+            if let Some(x) = self.ep(side).poll_timeout(now) {
+                let x = x.as_nanos().max(self.now);
+                t = Some(t.map_or(x, |t: u64| t.min(x)));
+            }
+        }
+        t
+    }
+
+    /// Advances the clock to the next event (at most to `limit`), delivering datagrams and firing
+    /// timers due then. Returns false when nothing is scheduled before `limit`.
+    pub fn advance(&mut self, limit: u64) -> bool {
+        let Some(t) = self.next_event() else {
+            self.now = limit;
+            return false;
+        };
+        if t > limit {
+            self.now = limit;
+            return false;
+        }
+        // Never stand still: a deadline of "now" still moves time by a nanosecond if nothing
+        // else could make progress.
+        self.now = t.max(self.now);
+        let now = self.instant();
+        while let Some(Reverse((at, ..))) = self.queue.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Some(Reverse((_, _, to, data))) = self.queue.pop() else { break };
+            let from = if to == Side::B { self.addr_a } else { self.addr_b };
+            self.ep(to).handle_datagram(now, from, &data);
+        }
+        for side in [Side::A, Side::B] {
+            let e = self.ep(side);
+            if e.poll_timeout(now).is_some_and(|x| x <= now) {
+                e.handle_timeout(now);
+            }
+        }
+        true
+    }
+
+    /// Runs `app` and the network until `app` returns true or `limit_ns` passes. Returns whether
+    /// the app finished.
+    pub fn run(&mut self, limit_ns: u64, mut app: impl FnMut(&mut Net) -> bool) -> bool {
+        let mut stuck_at = u64::MAX;
+        let mut same_time_steps = 0u32;
+        loop {
+            self.pump();
+            if app(self) {
+                self.pump();
+                return true;
+            }
+            self.pump();
+            if self.now >= limit_ns {
+                return false;
+            }
+            let before = self.now;
+            if !self.advance(limit_ns) {
+                return app(self);
+            }
+            if self.now == before {
+                if stuck_at == before {
+                    same_time_steps += 1;
+                    // A deadline that stays at "now" while nothing is sent is an engine livelock.
+                    if same_time_steps > 10_000 {
+                        let ta = self.a.poll_timeout(self.instant());
+                        let tb = self.b.poll_timeout(self.instant());
+                        panic!("livelock at {} ns: timeouts a={ta:?} b={tb:?}; a={:?} b={:?}", self.now, self.a, self.b);
+                    }
+                } else {
+                    stuck_at = before;
+                    same_time_steps = 0;
+                }
+            }
+        }
+    }
+
+    /// Drains pending events of one side into a vector.
+    pub fn events(&mut self, side: Side) -> Vec<(ConnectionHandle, Event)> {
+        let mut v = Vec::new();
+        while let Some(e) = self.ep(side).poll_event() {
+            v.push(e);
+        }
+        v
+    }
+}
+
+/// Deterministic pseudo-random payload generator with a running FNV-1a hash.
+pub struct Stream {
+    rng: ChaCha8Rng,
+    pub total: u64,
+    pub done: u64,
+    pub hash: u64,
+}
+
+impl Stream {
+    pub fn new(seed: u64, total: u64) -> Stream {
+        Stream { rng: ChaCha8Rng::seed_from_u64(seed), total, done: 0, hash: 0xcbf2_9ce4_8422_2325 }
+    }
+
+    /// Next chunk of up to `max` bytes (empty at the end).
+    pub fn next_chunk(&mut self, max: usize) -> Vec<u8> {
+        let n = (self.total - self.done).min(max as u64) as usize;
+        let mut v = vec![0u8; n];
+        self.rng.fill_bytes(&mut v);
+        v
+    }
+
+    /// Records `n` bytes of `chunk` as consumed (written or verified).
+    pub fn consume(&mut self, chunk: &[u8]) {
+        for &b in chunk {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.done += chunk.len() as u64;
+    }
+}
+
+/// Writes a stream into a connection as space allows, keeping unwritten bytes for later.
+pub struct Writer {
+    pub stream: Stream,
+    pending: Vec<u8>,
+    pub finished: bool,
+    pub shutdown_when_done: bool,
+}
+
+impl Writer {
+    pub fn new(seed: u64, total: u64) -> Writer {
+        Writer { stream: Stream::new(seed, total), pending: Vec::new(), finished: false, shutdown_when_done: true }
+    }
+
+    /// Writes as much as fits; shuts down once everything is written. Returns false if the
+    /// connection is gone or failed.
+    pub fn drive(&mut self, ep: &mut Endpoint, h: ConnectionHandle) -> bool {
+        let Some(c) = ep.connection(h) else { return false };
+        loop {
+            if self.pending.is_empty() {
+                self.pending = self.stream.next_chunk(64 * 1024);
+                if self.pending.is_empty() {
+                    if !self.finished && self.shutdown_when_done {
+                        c.shutdown();
+                    }
+                    self.finished = true;
+                    return true;
+                }
+            }
+            match c.write(&self.pending) {
+                Ok(0) => return true,
+                Ok(n) => {
+                    let rest = self.pending.split_off(n);
+                    self.stream.consume(&self.pending);
+                    self.pending = rest;
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Reads a connection to its end, hashing what arrives.
+pub struct Reader {
+    pub bytes: u64,
+    pub hash: u64,
+    pub eof: bool,
+    pub eof_at_ns: Option<u64>,
+    buf: Vec<u8>,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Reader { bytes: 0, hash: 0xcbf2_9ce4_8422_2325, eof: false, eof_at_ns: None, buf: vec![0u8; 65536] }
+    }
+}
+
+impl Reader {
+    pub fn drive(&mut self, ep: &mut Endpoint, h: ConnectionHandle, now: u64) {
+        let Some(c) = ep.connection(h) else { return };
+        loop {
+            match c.read(&mut self.buf) {
+                Ok(0) => {
+                    if !self.eof {
+                        self.eof = true;
+                        self.eof_at_ns = Some(now);
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    for &b in &self.buf[..n] {
+                        self.hash ^= u64::from(b);
+                        self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+                    }
+                    self.bytes += n as u64;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Per-connection outcome flags gathered from events.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    pub connected: bool,
+    pub closed: bool,
+    pub failed: Option<stp::ConnectionError>,
+    pub failed_at_ns: Option<u64>,
+    pub closed_at_ns: Option<u64>,
+}
+
+impl Outcome {
+    pub fn absorb(&mut self, events: &[(ConnectionHandle, Event)], now: u64) {
+        for (_, e) in events {
+            match e {
+                Event::Connected => self.connected = true,
+                Event::Closed => {
+                    self.closed = true;
+                    self.closed_at_ns.get_or_insert(now);
+                }
+                Event::Failed(err) => {
+                    self.failed = Some(err.clone());
+                    self.failed_at_ns.get_or_insert(now);
+                }
+                _ => {}
+            }
+        }
+    }
+}
