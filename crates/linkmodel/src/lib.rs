@@ -22,7 +22,10 @@ pub struct LinkConfigError {
 }
 
 fn bad(field: &'static str, reason: &str) -> LinkConfigError {
-    LinkConfigError { field, reason: reason.to_string() }
+    LinkConfigError {
+        field,
+        reason: reason.to_string(),
+    }
 }
 
 /// Queue bound of the link buffer. The packet being serialized counts as queued.
@@ -39,7 +42,10 @@ pub enum Delay {
     Fixed(u64),
     /// Piecewise constant: `(from_ns, delay_ns)` pairs sorted by time; the first entry applies from
     /// time 0. With `period_ns`, the trace repeats.
-    Trace { points: Vec<(u64, u64)>, period_ns: Option<u64> },
+    Trace {
+        points: Vec<(u64, u64)>,
+        period_ns: Option<u64>,
+    },
 }
 
 /// Packet errors on the medium.
@@ -47,12 +53,21 @@ pub enum Delay {
 pub enum Loss {
     None,
     /// Each packet lost independently with probability `p`.
-    Random { p: f64 },
+    Random {
+        p: f64,
+    },
     /// Each bit in error with probability `ber`: packet error rate 1 − (1 − ber)^bits.
-    Ber { ber: f64 },
+    Ber {
+        ber: f64,
+    },
     /// Two-state Markov chain per packet: from good to bad with `p_good_to_bad`, back with
     /// `p_bad_to_good`; a packet is lost with `loss_good` / `loss_bad` in each state.
-    GilbertElliott { p_good_to_bad: f64, p_bad_to_good: f64, loss_good: f64, loss_bad: f64 },
+    GilbertElliott {
+        p_good_to_bad: f64,
+        p_bad_to_good: f64,
+        loss_good: f64,
+        loss_bad: f64,
+    },
 }
 
 /// A period during which the link delivers nothing (packets arriving or in flight are lost).
@@ -125,8 +140,14 @@ impl LinkConfig {
             Loss::None => {}
             Loss::Random { p } if !prob(p) => return Err(bad("loss", "probability outside 0..=1")),
             Loss::Ber { ber } if !prob(ber) => return Err(bad("loss", "BER outside 0..=1")),
-            Loss::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_good, loss_bad }
-                if ![p_good_to_bad, p_bad_to_good, loss_good, loss_bad].into_iter().all(prob) =>
+            Loss::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } if ![p_good_to_bad, p_bad_to_good, loss_good, loss_bad]
+                .into_iter()
+                .all(prob) =>
             {
                 return Err(bad("loss", "Gilbert-Elliott probability outside 0..=1"))
             }
@@ -278,8 +299,17 @@ impl Link {
                 let per = 1.0 - (1.0 - ber).powf((bytes * 8) as f64);
                 uniform(rng) < per
             }
-            Loss::GilbertElliott { p_good_to_bad, p_bad_to_good, loss_good, loss_bad } => {
-                let flip = if self.ge_bad { p_bad_to_good } else { p_good_to_bad };
+            Loss::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let flip = if self.ge_bad {
+                    p_bad_to_good
+                } else {
+                    p_good_to_bad
+                };
                 if uniform(rng) < flip {
                     self.ge_bad = !self.ge_bad;
                 }
@@ -310,7 +340,8 @@ impl Link {
             return Fate::Drop(DropCause::Queue);
         }
         let start = now_ns.max(self.last_departure_ns);
-        let tx_ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(self.config.rate_bps));
+        let tx_ns =
+            (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(self.config.rate_bps));
         let depart = start.saturating_add(u64::try_from(tx_ns).unwrap_or(u64::MAX));
         self.last_departure_ns = depart;
         self.queue.push_back((depart, bytes));
@@ -332,14 +363,19 @@ impl Link {
         if corrupt_bit.is_some() {
             self.stats.corrupted += 1;
         }
-        let duplicate_at_ns = (self.config.duplicate_p > 0.0 && uniform(rng) < self.config.duplicate_p)
+        let duplicate_at_ns = (self.config.duplicate_p > 0.0
+            && uniform(rng) < self.config.duplicate_p)
             .then_some(at + 1);
         if duplicate_at_ns.is_some() {
             self.stats.duplicated += 1;
         }
         self.stats.delivered_packets += 1;
         self.stats.delivered_bytes += bytes;
-        Fate::Deliver { at_ns: at, corrupt_bit, duplicate_at_ns }
+        Fate::Deliver {
+            at_ns: at,
+            corrupt_bit,
+            duplicate_at_ns,
+        }
     }
 }
 
@@ -358,8 +394,22 @@ mod tests {
         // 8 Mb/s: a 1000-byte packet takes 1 ms; 10 ms delay.
         let mut l = Link::new(LinkConfig::simple(8_000_000, 10_000_000, 10)).unwrap();
         let mut r = rng();
-        assert_eq!(l.offer(0, 1000, &mut r), Fate::Deliver { at_ns: 11_000_000, corrupt_bit: None, duplicate_at_ns: None });
-        assert_eq!(l.offer(0, 1000, &mut r), Fate::Deliver { at_ns: 12_000_000, corrupt_bit: None, duplicate_at_ns: None });
+        assert_eq!(
+            l.offer(0, 1000, &mut r),
+            Fate::Deliver {
+                at_ns: 11_000_000,
+                corrupt_bit: None,
+                duplicate_at_ns: None
+            }
+        );
+        assert_eq!(
+            l.offer(0, 1000, &mut r),
+            Fate::Deliver {
+                at_ns: 12_000_000,
+                corrupt_bit: None,
+                duplicate_at_ns: None
+            }
+        );
     }
 
     #[test]
@@ -369,7 +419,10 @@ mod tests {
         assert!(matches!(l.offer(0, 1000, &mut r), Fate::Deliver { .. }));
         assert!(matches!(l.offer(0, 1000, &mut r), Fate::Deliver { .. }));
         assert_eq!(l.offer(0, 1000, &mut r), Fate::Drop(DropCause::Queue));
-        assert!(matches!(l.offer(1_000_000, 1000, &mut r), Fate::Deliver { .. }), "one departed");
+        assert!(
+            matches!(l.offer(1_000_000, 1000, &mut r), Fate::Deliver { .. }),
+            "one departed"
+        );
         let mut cfg = LinkConfig::simple(8_000_000, 0, 1);
         cfg.queue = QueueLimit::Bytes(1500);
         let mut l = Link::new(cfg).unwrap();
@@ -385,7 +438,12 @@ mod tests {
         let mut l = Link::new(cfg).unwrap();
         let mut r = rng();
         let lost = (0..100_000u64)
-            .filter(|i| matches!(l.offer(i * 1_000_000, 100, &mut r), Fate::Drop(DropCause::Error)))
+            .filter(|i| {
+                matches!(
+                    l.offer(i * 1_000_000, 100, &mut r),
+                    Fate::Drop(DropCause::Error)
+                )
+            })
             .count();
         assert!((9_000..11_000).contains(&lost), "{lost}");
     }
@@ -406,19 +464,35 @@ mod tests {
     #[test]
     fn outage_drops_everything_inside() {
         let mut cfg = LinkConfig::simple(8_000_000, 5_000_000, 100);
-        cfg.outages = vec![Outage { start_ns: 10_000_000, duration_ns: 10_000_000 }];
+        cfg.outages = vec![Outage {
+            start_ns: 10_000_000,
+            duration_ns: 10_000_000,
+        }];
         let mut l = Link::new(cfg).unwrap();
         let mut r = rng();
         assert!(matches!(l.offer(0, 100, &mut r), Fate::Deliver { .. }));
-        assert_eq!(l.offer(12_000_000, 100, &mut r), Fate::Drop(DropCause::Outage));
-        assert_eq!(l.offer(8_000_000, 100, &mut r), Fate::Drop(DropCause::Outage), "arrives during");
-        assert!(matches!(l.offer(25_000_000, 100, &mut r), Fate::Deliver { .. }));
+        assert_eq!(
+            l.offer(12_000_000, 100, &mut r),
+            Fate::Drop(DropCause::Outage)
+        );
+        assert_eq!(
+            l.offer(8_000_000, 100, &mut r),
+            Fate::Drop(DropCause::Outage),
+            "arrives during"
+        );
+        assert!(matches!(
+            l.offer(25_000_000, 100, &mut r),
+            Fate::Deliver { .. }
+        ));
     }
 
     #[test]
     fn delay_trace_is_piecewise_and_periodic() {
         let mut cfg = LinkConfig::simple(1_000_000_000, 0, 100);
-        cfg.delay = Delay::Trace { points: vec![(0, 10), (100, 20)], period_ns: Some(200) };
+        cfg.delay = Delay::Trace {
+            points: vec![(0, 10), (100, 20)],
+            period_ns: Some(200),
+        };
         let l = Link::new(cfg).unwrap();
         assert_eq!(l.delay_at(50), 10);
         assert_eq!(l.delay_at(150), 20);

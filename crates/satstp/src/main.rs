@@ -1,1 +1,45 @@
-fn main() {}
+//! `satstp`: the command-line entry point to the satstp tools.
+
+mod bench;
+mod demo;
+mod units;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Transport that works over satellite links: the STP protocol engine, its evaluation, and
+/// (as they land) the split-connection gateway and link emulators.
+#[derive(Debug, Parser)]
+#[command(name = "satstp", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run STP over an emulated GEO satellite path (in virtual time) and report what it achieved
+    /// and what it cost on the return channel.
+    Demo(demo::DemoArgs),
+    /// Benchmarks that print figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Demo(args) => demo::run(&args),
+        Command::Bench(cmd) => bench::run(&cmd),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

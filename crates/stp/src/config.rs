@@ -14,7 +14,10 @@ pub struct ConfigError {
 }
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError { field, reason: reason.into() }
+    ConfigError {
+        field,
+        reason: reason.into(),
+    }
 }
 
 /// Initial congestion window of the window controller.
@@ -131,7 +134,10 @@ impl Config {
     /// Checks every field; the error names the first one out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if usize::from(self.max_datagram_bytes) < MIN_DATAGRAM {
-            return Err(bad("max_datagram_bytes", format!("must be at least {MIN_DATAGRAM}")));
+            return Err(bad(
+                "max_datagram_bytes",
+                format!("must be at least {MIN_DATAGRAM}"),
+            ));
         }
         let mss = u32::from(self.max_datagram_bytes) - HEADER_LEN as u32;
         if self.recv_buffer_bytes < 2 * mss {
@@ -174,7 +180,10 @@ impl Config {
             return Err(bad("min_poll_interval_ms", "must be positive"));
         }
         if self.max_poll_interval_ms < self.min_poll_interval_ms {
-            return Err(bad("max_poll_interval_ms", "must be at least min_poll_interval_ms"));
+            return Err(bad(
+                "max_poll_interval_ms",
+                "must be at least min_poll_interval_ms",
+            ));
         }
         if self.poll_miss_threshold == 0 {
             return Err(bad("poll_miss_threshold", "must be positive"));
@@ -271,10 +280,20 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let c = Config { polls_per_rtt: 0, ..Config::default() };
+        let c = Config {
+            polls_per_rtt: 0,
+            ..Config::default()
+        };
         assert_eq!(c.validate().unwrap_err().field, "polls_per_rtt");
-        let c = Config { max_datagram_bytes: 100, ..Config::default() };
-        assert!(c.validate().unwrap_err().to_string().contains("max_datagram_bytes"));
+        let c = Config {
+            max_datagram_bytes: 100,
+            ..Config::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_datagram_bytes"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::stats::ConnectionStats;
 use crate::time::{wire_at_or_before, wire_elapsed, Instant};
 use crate::wire::{
     Bgn, Bgnak, End, EndAck, Gaps, Header, Packet, Poll, Rst, RstReason, Stat, Types, Ustat,
-    BGNAK_LEN, BGN_LEN, END_LEN, ENDAK_LEN, GAP_LEN, HEADER_LEN, POLL_LEN, STAT_FIXED_LEN,
+    BGNAK_LEN, BGN_LEN, ENDAK_LEN, END_LEN, GAP_LEN, HEADER_LEN, POLL_LEN, STAT_FIXED_LEN,
     SUPPORTED_VERSIONS, USTAT_LEN, VERSION,
 };
 use bytes::Bytes;
@@ -250,7 +250,12 @@ impl Connection {
             CongestionMode::Window => iw + iw / mss64 * HEADER_LEN as u64 + 64,
             CongestionMode::Rate { .. } => 2 * (mss64 + HEADER_LEN as u64),
         };
-        let pacer = Pacer::new(now, granularity, initial_burst, 2 * (mss64 + HEADER_LEN as u64));
+        let pacer = Pacer::new(
+            now,
+            granularity,
+            initial_burst,
+            2 * (mss64 + HEADER_LEN as u64),
+        );
         let rtt = RttEstimator::new(Config::ms(config.initial_rtt_ms));
         let isn = u64::from(isn & crate::seq::SEQ_MASK);
         let mut c = Connection {
@@ -414,7 +419,9 @@ impl Connection {
 
     fn after_read(&mut self) {
         self.readable_signalled = false;
-        let Some(recv) = self.recv.as_ref() else { return };
+        let Some(recv) = self.recv.as_ref() else {
+            return;
+        };
         let cap = u64::from(self.config.recv_buffer_bytes);
         if self.last_advertised_window < cap / 4 && recv.window() >= cap / 2 {
             self.window_update_due = true;
@@ -448,7 +455,10 @@ impl Connection {
         if !self.is_live() {
             return;
         }
-        self.rst_out = Some(Rst { reason: RstReason::Aborted, detail: code });
+        self.rst_out = Some(Rst {
+            reason: RstReason::Aborted,
+            detail: code,
+        });
         self.fail(ConnectionError::LocallyAborted(code));
     }
 
@@ -576,7 +586,8 @@ impl Connection {
 
     /// Processes one datagram addressed to this connection.
     pub fn handle_packet(&mut self, now: Instant, p: &Packet<'_>, datagram_len: usize) {
-        self.stats.record_received(p.header.types, datagram_len, p.payload.len());
+        self.stats
+            .record_received(p.header.types, datagram_len, p.payload.len());
         if !self.is_live() {
             return;
         }
@@ -585,7 +596,10 @@ impl Connection {
             let e = match rst.reason {
                 RstReason::Refused => ConnectionError::Refused,
                 RstReason::UnsupportedVersion => ConnectionError::VersionMismatch(rst.detail),
-                reason => ConnectionError::Reset { reason, detail: rst.detail },
+                reason => ConnectionError::Reset {
+                    reason,
+                    detail: rst.detail,
+                },
             };
             self.fail(e);
             return;
@@ -640,7 +654,10 @@ impl Connection {
             return;
         }
         if ack.version != VERSION {
-            self.rst_out = Some(Rst { reason: RstReason::UnsupportedVersion, detail: SUPPORTED_VERSIONS });
+            self.rst_out = Some(Rst {
+                reason: RstReason::UnsupportedVersion,
+                detail: SUPPORTED_VERSIONS,
+            });
             self.fail(ConnectionError::VersionMismatch(u16::from(ack.version)));
             return;
         }
@@ -700,7 +717,9 @@ impl Connection {
         let next_stamp = self.peek_stamp(now);
         let mut cursor = cum;
         for (ws, we) in stat.gaps.iter() {
-            let (Some(s), Some(e)) = (expand(ws, cursor), expand(we, cursor)) else { break };
+            let (Some(s), Some(e)) = (expand(ws, cursor), expand(we, cursor)) else {
+                break;
+            };
             if s < cursor || e <= s || e > covered {
                 self.stats.protocol_errors += 1;
                 break;
@@ -760,7 +779,9 @@ impl Connection {
     }
 
     fn on_sd(&mut self, wire_seq: u32, payload: &[u8]) {
-        let Some(recv) = self.recv.as_mut() else { return };
+        let Some(recv) = self.recv.as_mut() else {
+            return;
+        };
         let Some(seq) = expand(wire_seq, recv.cumulative()) else {
             self.stats.sd_discarded += 1;
             return;
@@ -797,7 +818,9 @@ impl Connection {
     }
 
     fn on_poll(&mut self, poll: &Poll) {
-        let Some(recv) = self.recv.as_ref() else { return };
+        let Some(recv) = self.recv.as_ref() else {
+            return;
+        };
         let cum = recv.cumulative();
         match expand(poll.next_seq, cum) {
             Some(ns) if ns >= cum && ns < cum + MAX_SEQ_SPAN => {
@@ -811,7 +834,9 @@ impl Connection {
     }
 
     fn on_end(&mut self, end: &End) {
-        let Some(recv) = self.recv.as_mut() else { return };
+        let Some(recv) = self.recv.as_mut() else {
+            return;
+        };
         let Some(f) = expand(end.final_seq, recv.cumulative()) else {
             self.stats.protocol_errors += 1;
             return;
@@ -902,13 +927,22 @@ impl Connection {
             if self.rwnd_blocked() && !self.polled_since_report {
                 return Some((self.poll_anchor, PollKind::Regular));
             }
-            return Some((self.poll_anchor + self.poll_interval(now), PollKind::Regular));
+            return Some((
+                self.poll_anchor + self.poll_interval(now),
+                PollKind::Regular,
+            ));
         }
         if !self.unanswered_polls.is_empty() {
-            return Some((self.poll_anchor + self.poll_interval(now), PollKind::Keepalive));
+            return Some((
+                self.poll_anchor + self.poll_interval(now),
+                PollKind::Keepalive,
+            ));
         }
         let idle_from = self.last_heard.max(self.poll_anchor);
-        Some((idle_from + Config::ms(self.config.keepalive_interval_ms), PollKind::Keepalive))
+        Some((
+            idle_from + Config::ms(self.config.keepalive_interval_ms),
+            PollKind::Keepalive,
+        ))
     }
 
     fn feedback_pending(&self) -> bool {
@@ -926,7 +960,9 @@ impl Connection {
         }
         let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
         match self.next_sd_time(now) {
-            Some(x) if now < t + granularity && x <= now + granularity => Some(x.min(t + granularity)),
+            Some(x) if now < t + granularity && x <= now + granularity => {
+                Some(x.min(t + granularity))
+            }
             _ => Some(t),
         }
     }
@@ -963,7 +999,10 @@ impl Connection {
             if self.role == Role::Initiator && !self.confirmed {
                 self.fail(ConnectionError::HandshakeTimeout(now - self.created));
             } else {
-                self.rst_out = Some(Rst { reason: RstReason::Timeout, detail: 0 });
+                self.rst_out = Some(Rst {
+                    reason: RstReason::Timeout,
+                    detail: 0,
+                });
                 self.fail(ConnectionError::TimedOut(dead));
             }
             return;
@@ -972,7 +1011,8 @@ impl Connection {
             if now >= d {
                 self.bgn_due = true;
                 self.bgn_retries += 1;
-                let backoff = Config::ms(self.config.handshake_timeout_ms) * (1u32 << self.bgn_retries.min(6));
+                let backoff = Config::ms(self.config.handshake_timeout_ms)
+                    * (1u32 << self.bgn_retries.min(6));
                 self.bgn_deadline = Some(now + backoff);
             }
         }
@@ -1055,13 +1095,20 @@ impl Connection {
         // Receiver side: STAT (complete report), else USTAT or window update; ENDAK. Feedback that
         // would travel alone waits for the reverse budget (a waiting STAT answers the latest POLL).
         let mut gap_list: Vec<(u32, u32)> = Vec::new();
-        let feedback_ok = self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE)
-            || self.sd_candidate().is_some();
-        let stat_due = if feedback_ok { self.stat_due.take() } else { None };
+        let feedback_ok =
+            self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE) || self.sd_candidate().is_some();
+        let stat_due = if feedback_ok {
+            self.stat_due.take()
+        } else {
+            None
+        };
         if let (Some((echo, ns)), Some(recv)) = (stat_due, self.recv.as_mut()) {
             let room = max.saturating_sub(used + STAT_FIXED_LEN + ENDAK_LEN + POLL_LEN + END_LEN);
             let (gaps, covered, partial) = recv.stat_report(ns, (room / GAP_LEN).max(1));
-            gap_list = gaps.iter().map(|&(a, b)| (to_wire(a), to_wire(b))).collect();
+            gap_list = gaps
+                .iter()
+                .map(|&(a, b)| (to_wire(a), to_wire(b)))
+                .collect();
             recv.clear_ustats();
             let window = recv.window();
             p.stat = Some(Stat {
@@ -1097,7 +1144,9 @@ impl Connection {
         if self.endak_due {
             self.endak_due = false;
             if let Some(f) = self.recv.as_ref().and_then(RecvBuffer::final_seq) {
-                p.endak = Some(EndAck { final_seq: to_wire(f) });
+                p.endak = Some(EndAck {
+                    final_seq: to_wire(f),
+                });
                 used += ENDAK_LEN;
                 must_send = true;
                 self.endak_sent = true;
@@ -1108,7 +1157,8 @@ impl Connection {
         let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
         let mut sd: Option<Bytes> = None;
         if let Some((retx, len)) = self.sd_candidate() {
-            if used + len + POLL_LEN + END_LEN <= max && self.pacer.can_send(now, len + HEADER_LEN) {
+            if used + len + POLL_LEN + END_LEN <= max && self.pacer.can_send(now, len + HEADER_LEN)
+            {
                 let stamp = self.next_stamp(now);
                 let taken = if retx {
                     self.send.pop_retx(stamp)
@@ -1146,8 +1196,8 @@ impl Connection {
             let window_end = self.sd_candidate().is_none();
             forced |= window_end && self.small_window();
             forced |= poll.is_some_and(|(t, _)| t <= now + granularity);
-            forced |= self.config.poll_every_sds > 0
-                && self.sds_since_poll >= self.config.poll_every_sds;
+            forced |=
+                self.config.poll_every_sds > 0 && self.sds_since_poll >= self.config.poll_every_sds;
             forced |= end_final.is_some();
         }
         forced |= self.bgn_due && (sd.is_some() || self.send.has_outstanding());
@@ -1167,7 +1217,9 @@ impl Connection {
             }
             self.note_poll_sent(now, stamp);
             if let Some(f) = end_final {
-                p.end = Some(End { final_seq: to_wire(f) });
+                p.end = Some(End {
+                    final_seq: to_wire(f),
+                });
                 self.end_sent_once = true;
             }
             must_send = true;
@@ -1201,7 +1253,8 @@ impl Connection {
             self.unanswered_polls.pop_front();
         }
         self.unanswered_polls.push_back(now);
-        if self.missed_polls(now) >= self.config.poll_miss_threshold && !self.collapsed_this_silence {
+        if self.missed_polls(now) >= self.config.poll_miss_threshold && !self.collapsed_this_silence
+        {
             self.collapsed_this_silence = true;
             self.controller.on_unresponsive(stamp);
             self.stats.window_collapses += 1;

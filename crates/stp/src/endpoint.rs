@@ -134,11 +134,17 @@ impl Endpoint {
         remote: SocketAddr,
     ) -> Result<ConnectionHandle, ConnectError> {
         if self.conns.len() >= self.config.max_connections as usize {
-            return Err(ConnectError::TooManyConnections(self.config.max_connections));
+            return Err(ConnectError::TooManyConnections(
+                self.config.max_connections,
+            ));
         }
         let key = loop {
             let id = self.rng.next_u32();
-            let key = Key { remote, conn_id: id, local_is_initiator: true };
+            let key = Key {
+                remote,
+                conn_id: id,
+                local_is_initiator: true,
+            };
             if id != 0 && !self.by_key.contains_key(&key) && !self.closed.contains_key(&key) {
                 break key;
             }
@@ -246,7 +252,13 @@ impl Endpoint {
             Some(bgn) if header.from_initiator => {
                 if bgn.versions & SUPPORTED_VERSIONS == 0 {
                     self.stats.refused += 1;
-                    self.reset(now, remote, &header, RstReason::UnsupportedVersion, SUPPORTED_VERSIONS);
+                    self.reset(
+                        now,
+                        remote,
+                        &header,
+                        RstReason::UnsupportedVersion,
+                        SUPPORTED_VERSIONS,
+                    );
                     return;
                 }
                 let full = self.conns.len() >= self.config.max_connections as usize
@@ -299,10 +311,23 @@ impl Endpoint {
             seq: 0,
         };
         self.stats.refused += 1;
-        self.reset(now, remote, &header, RstReason::UnsupportedVersion, SUPPORTED_VERSIONS);
+        self.reset(
+            now,
+            remote,
+            &header,
+            RstReason::UnsupportedVersion,
+            SUPPORTED_VERSIONS,
+        );
     }
 
-    fn reset(&mut self, now: Instant, remote: SocketAddr, to: &Header, reason: RstReason, detail: u16) {
+    fn reset(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        to: &Header,
+        reason: RstReason,
+        detail: u16,
+    ) {
         let mut p = Packet::new(reply_header(to));
         p.rst = Some(Rst { reason, detail });
         self.queue_stateless(now, remote, &p);
@@ -310,7 +335,9 @@ impl Endpoint {
 
     fn queue_stateless(&mut self, now: Instant, remote: SocketAddr, p: &Packet<'_>) {
         let rate = f64::from(self.config.stateless_resets_per_s);
-        let dt = now.saturating_duration_since(self.reset_refill).as_secs_f64();
+        let dt = now
+            .saturating_duration_since(self.reset_refill)
+            .as_secs_f64();
         self.reset_refill = self.reset_refill.max(now);
         self.reset_tokens = (self.reset_tokens + dt * rate).min(rate.max(1.0));
         if self.reset_tokens < 1.0 || self.stateless.len() >= MAX_STATELESS_QUEUE {
@@ -330,14 +357,24 @@ impl Endpoint {
         if let Some((destination, d)) = self.stateless.pop_front() {
             buf.extend_from_slice(&d);
             self.stats.stateless_sent += 1;
-            return Some(Transmit { destination, size: d.len() });
+            return Some(Transmit {
+                destination,
+                size: d.len(),
+            });
         }
         for _ in 0..self.order.len() {
-            let Some(h) = self.order.pop_front() else { break };
-            let Some(slot) = self.conns.get_mut(&h) else { continue };
+            let Some(h) = self.order.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.conns.get_mut(&h) else {
+                continue;
+            };
             self.order.push_back(h);
             if let Some(size) = slot.conn.poll_transmit(now, buf) {
-                return Some(Transmit { destination: slot.key.remote, size });
+                return Some(Transmit {
+                    destination: slot.key.remote,
+                    size,
+                });
             }
         }
         self.reap(now);
@@ -359,7 +396,10 @@ impl Endpoint {
         if !self.stateless.is_empty() {
             return Some(now);
         }
-        self.conns.values_mut().filter_map(|s| s.conn.poll_timeout(now)).min()
+        self.conns
+            .values_mut()
+            .filter_map(|s| s.conn.poll_timeout(now))
+            .min()
     }
 
     /// Runs expired timers of every connection.
@@ -414,7 +454,9 @@ impl Endpoint {
 
     /// Whether a connection was opened by this endpoint.
     pub fn is_initiator(&self, handle: ConnectionHandle) -> Option<bool> {
-        self.conns.get(&handle).map(|s| s.conn.role() == Role::Initiator)
+        self.conns
+            .get(&handle)
+            .map(|s| s.conn.role() == Role::Initiator)
     }
 }
 

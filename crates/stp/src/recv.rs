@@ -158,7 +158,8 @@ impl RecvBuffer {
             }
         } else {
             self.ooo_charge += charge;
-            self.out_of_order.insert(seq, Bytes::copy_from_slice(payload));
+            self.out_of_order
+                .insert(seq, Bytes::copy_from_slice(payload));
         }
         self.check_pending();
         Arrival::New
@@ -332,7 +333,11 @@ mod tests {
         assert_eq!(r.on_sd(1, &[0u8; 100]), Arrival::New);
         assert_eq!(r.on_sd(2, &[0u8; 100]), Arrival::New);
         assert_eq!(r.on_sd(3, &[0u8; 1]), Arrival::NoRoom);
-        assert_eq!(r.on_sd(0, &[0u8; 100]), Arrival::New, "the next in-order SD always fits");
+        assert_eq!(
+            r.on_sd(0, &[0u8; 100]),
+            Arrival::New,
+            "the next in-order SD always fits"
+        );
         assert_eq!(r.window(), 0);
         let mut sink = [0u8; 300];
         assert_eq!(r.read(&mut sink), 300);

@@ -79,7 +79,9 @@ impl SendBuffer {
 
     /// Copies as much of `data` as fits; returns the number of bytes taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
-        let n = data.len().min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
+        let n = data
+            .len()
+            .min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
         self.pending.extend_from_slice(&data[..n]);
         n
     }
@@ -191,7 +193,9 @@ impl SendBuffer {
     pub fn ack_cumulative(&mut self, cum: u64) -> Marked {
         let mut m = Marked::default();
         while self.una < cum {
-            let Some(sd) = self.sent.pop_front() else { break };
+            let Some(sd) = self.sent.pop_front() else {
+                break;
+            };
             self.una += 1;
             let len = sd.payload.len() as u64;
             self.outstanding_charge -= sd_charge(sd.payload.len());

@@ -57,14 +57,24 @@ mod tests {
 
     #[test]
     fn expand_roundtrips_within_half_range() {
-        for reference in [0u64, 77, SEQ_MODULUS - 1, SEQ_MODULUS, 9 * SEQ_MODULUS + 12345] {
+        for reference in [
+            0u64,
+            77,
+            SEQ_MODULUS - 1,
+            SEQ_MODULUS,
+            9 * SEQ_MODULUS + 12345,
+        ] {
             for delta in [-((SEQ_HALF as i64) - 1), -1, 0, 1, (SEQ_HALF as i64) - 1] {
                 let v = reference as i64 + delta;
                 if v < 0 {
                     continue;
                 }
                 let v = v as u64;
-                assert_eq!(expand(to_wire(v), reference), Some(v), "ref {reference} delta {delta}");
+                assert_eq!(
+                    expand(to_wire(v), reference),
+                    Some(v),
+                    "ref {reference} delta {delta}"
+                );
             }
         }
     }

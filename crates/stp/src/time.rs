@@ -98,7 +98,10 @@ mod tests {
 
     #[test]
     fn wire_timestamps_wrap() {
-        assert_eq!(wire_elapsed(5, u32::MAX - 4), Some(Duration::from_micros(10)));
+        assert_eq!(
+            wire_elapsed(5, u32::MAX - 4),
+            Some(Duration::from_micros(10))
+        );
         assert_eq!(wire_elapsed(0, 10), None);
         assert!(wire_at_or_before(u32::MAX, 3));
         assert!(!wire_at_or_before(3, u32::MAX));

@@ -507,7 +507,9 @@ impl<'a> Packet<'a> {
         n += self.bgnak.map_or(0, |_| BGNAK_LEN);
         n += self.rst.map_or(0, |_| RST_LEN);
         n += self.poll.map_or(0, |_| POLL_LEN);
-        n += self.stat.map_or(0, |s| STAT_FIXED_LEN + s.gaps.len() * GAP_LEN);
+        n += self
+            .stat
+            .map_or(0, |s| STAT_FIXED_LEN + s.gaps.len() * GAP_LEN);
         n += self.ustat.map_or(0, |_| USTAT_LEN);
         n += self.end.map_or(0, |_| END_LEN);
         n += self.endak.map_or(0, |_| ENDAK_LEN);
@@ -645,17 +647,39 @@ mod tests {
     fn every_type_roundtrips_alone_and_combined() {
         let payload = [7u8; 33];
         let gaps = [(5u32, 9u32), (0xfffff0, 0x000002)];
-        let mut sd = Packet::new(Header { seq: 0xabcdef, ..header() });
+        let mut sd = Packet::new(Header {
+            seq: 0xabcdef,
+            ..header()
+        });
         sd.payload = &payload;
         roundtrip(&sd);
         let mut poll = sd;
-        poll.poll = Some(Poll { next_seq: 0x123456, keepalive: true, timestamp: 99 });
+        poll.poll = Some(Poll {
+            next_seq: 0x123456,
+            keepalive: true,
+            timestamp: 99,
+        });
         roundtrip(&poll);
         let mut bgn = poll;
-        bgn.bgn = Some(Bgn { isn: 1, rwnd: 1 << 30, max_datagram: 1452, versions: 1, timestamp: 7 });
+        bgn.bgn = Some(Bgn {
+            isn: 1,
+            rwnd: 1 << 30,
+            max_datagram: 1452,
+            versions: 1,
+            timestamp: 7,
+        });
         roundtrip(&bgn);
-        let mut ack = Packet::new(Header { from_initiator: false, ..header() });
-        ack.bgnak = Some(Bgnak { isn: 3, version: 1, rwnd: 5, max_datagram: 1400, echo_timestamp: 7 });
+        let mut ack = Packet::new(Header {
+            from_initiator: false,
+            ..header()
+        });
+        ack.bgnak = Some(Bgnak {
+            isn: 3,
+            version: 1,
+            rwnd: 5,
+            max_datagram: 1400,
+            echo_timestamp: 7,
+        });
         ack.stat = Some(Stat {
             cum: 4,
             partial: true,
@@ -666,17 +690,28 @@ mod tests {
         });
         roundtrip(&ack);
         let mut ustat = Packet::new(header());
-        ustat.ustat = Some(Ustat { cum: 1, rwnd: 2, gap_start: 3, gap_end: 4 });
+        ustat.ustat = Some(Ustat {
+            cum: 1,
+            rwnd: 2,
+            gap_start: 3,
+            gap_end: 4,
+        });
         roundtrip(&ustat);
         let mut end = Packet::new(header());
         end.end = Some(End { final_seq: 77 });
         end.endak = Some(EndAck { final_seq: 78 });
         roundtrip(&end);
         let mut rst = Packet::new(header());
-        rst.rst = Some(Rst { reason: RstReason::Aborted, detail: 42 });
+        rst.rst = Some(Rst {
+            reason: RstReason::Aborted,
+            detail: 42,
+        });
         roundtrip(&rst);
         let mut other = rst;
-        other.rst = Some(Rst { reason: RstReason::Other(200), detail: 0 });
+        other.rst = Some(Rst {
+            reason: RstReason::Other(200),
+            detail: 0,
+        });
         roundtrip(&other);
     }
 
@@ -693,7 +728,11 @@ mod tests {
         let payload = [0x5au8; 40];
         let mut p = Packet::new(Header { seq: 9, ..header() });
         p.payload = &payload;
-        p.poll = Some(Poll { next_seq: 10, keepalive: false, timestamp: 1234 });
+        p.poll = Some(Poll {
+            next_seq: 10,
+            keepalive: false,
+            timestamp: 1234,
+        });
         let mut buf = Vec::new();
         p.emit(&mut buf);
         for bit in 0..buf.len() * 8 {
@@ -719,7 +758,10 @@ mod tests {
         let mut buf = Vec::new();
         p.emit(&mut buf);
         for len in 0..buf.len() {
-            assert!(Packet::parse(&buf[..len]).is_err(), "truncation to {len} accepted");
+            assert!(
+                Packet::parse(&buf[..len]).is_err(),
+                "truncation to {len} accepted"
+            );
         }
     }
 

@@ -1,11 +1,9 @@
 //! End-to-end behaviour of two STP endpoints over the deterministic in-memory network.
 
-mod common;
-
-use common::{Net, Outcome, Reader, Side, Writer, NS_PER_MS};
 use linkmodel::{LinkConfig, Loss, Outage, QueueLimit};
-use stp::{Config, ConnectionError, CongestionMode, EndpointConfig, Event, InitialWindow};
+use memnet::{Bulk, BulkResult, Net, Outcome, Reader, Side, Writer, NS_PER_MS};
 use stp::wire::RstReason;
+use stp::{Config, CongestionMode, ConnectionError, EndpointConfig, Event, InitialWindow};
 
 /// UDP + IPv4 header bytes added to every datagram on the links.
 const UDP_IP: u32 = 28;
@@ -22,77 +20,6 @@ fn geo_link(loss: f64) -> LinkConfig {
     l
 }
 
-struct Bulk {
-    net: Net,
-    a_to_b: u64,
-    b_to_a: u64,
-    limit_ns: u64,
-}
-
-#[derive(Debug)]
-struct BulkResult {
-    done: bool,
-    /// Time when the last byte of a→b was read at b.
-    ab_done_ns: Option<u64>,
-    ba_done_ns: Option<u64>,
-    ab_exact: bool,
-    ba_exact: bool,
-    a: Outcome,
-    b: Outcome,
-    wire_bytes: [u64; 2],
-    b_stats: Option<stp::ConnectionStats>,
-    a_stats: Option<stp::ConnectionStats>,
-}
-
-impl Bulk {
-    fn run(mut self) -> BulkResult {
-        let net = &mut self.net;
-        let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
-        let mut hb = None;
-        let mut wa = Writer::new(11, self.a_to_b);
-        let mut wb = Writer::new(22, self.b_to_a);
-        let mut ra = Reader::default();
-        let mut rb = Reader::default();
-        let (mut oa, mut ob) = (Outcome::default(), Outcome::default());
-        let (mut a_stats, mut b_stats) = (None, None);
-        let done = net.run(self.limit_ns, |net| {
-            let now = net.now;
-            wa.drive(&mut net.a, ha);
-            if hb.is_none() {
-                hb = net.b.accept();
-            }
-            if let Some(h) = hb {
-                wb.drive(&mut net.b, h);
-                rb.drive(&mut net.b, h, now);
-                if let Some(c) = net.b.connection(h) {
-                    b_stats = Some(c.stats());
-                }
-            }
-            ra.drive(&mut net.a, ha, now);
-            if let Some(c) = net.a.connection(ha) {
-                a_stats = Some(c.stats());
-            }
-            let ea = net.events(Side::A);
-            oa.absorb(&ea, now);
-            let eb = net.events(Side::B);
-            ob.absorb(&eb, now);
-            (oa.closed && ob.closed) || oa.failed.is_some() || ob.failed.is_some()
-        });
-        BulkResult {
-            done,
-            ab_done_ns: rb.eof_at_ns,
-            ba_done_ns: ra.eof_at_ns,
-            ab_exact: rb.eof && rb.bytes == self.a_to_b && rb.hash == wa.stream.hash,
-            ba_exact: ra.eof && ra.bytes == self.b_to_a && ra.hash == wb.stream.hash,
-            a: oa,
-            b: ob,
-            wire_bytes: net.wire_bytes,
-            a_stats,
-            b_stats,
-        }
-    }
-}
-
 fn payload_capacity_bps(link: &LinkConfig, cfg: &Config) -> f64 {
     let mss = u32::from(cfg.max_datagram_bytes) - 24 - 16; // header+POLL+END room, handshake room
     link.goodput_capacity_bps(mss + 12, mss)
@@ -103,7 +30,13 @@ fn geo_bulk_window_fills_the_pipe_with_a_thin_reverse_channel() {
     let cfg = EndpointConfig::default();
     let link = geo_link(0.0);
     let size = 10_000_000u64;
-    let r = Bulk { net: Net::symmetric(cfg.clone(), link.clone(), 1), a_to_b: size, b_to_a: 0, limit_ns: 200_000 * NS_PER_MS }.run();
+    let r = Bulk {
+        net: Net::symmetric(cfg.clone(), link.clone(), 1),
+        a_to_b: size,
+        b_to_a: 0,
+        limit_ns: 200_000 * NS_PER_MS,
+    }
+    .run();
     assert!(r.done, "{r:?}");
     assert!(r.ab_exact && r.ba_exact, "{r:?}");
     let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
@@ -112,31 +45,65 @@ fn geo_bulk_window_fills_the_pipe_with_a_thin_reverse_channel() {
     let ratio = goodput / capacity;
     let reverse = r.wire_bytes[1] as f64 / r.wire_bytes[0] as f64;
     eprintln!("goodput {goodput:.0} b/s = {:.1}% of {capacity:.0}; reverse/forward = {:.3}%; stats a {:?}", ratio * 100.0, reverse * 100.0, r.a_stats);
-    assert!(ratio >= 0.90, "goodput only {:.1}% of payload capacity", ratio * 100.0);
-    assert!(reverse <= 0.005, "reverse channel {:.3}% of forward bytes", reverse * 100.0);
+    assert!(
+        ratio >= 0.90,
+        "goodput only {:.1}% of payload capacity",
+        ratio * 100.0
+    );
+    assert!(
+        reverse <= 0.005,
+        "reverse channel {:.3}% of forward bytes",
+        reverse * 100.0
+    );
 }
 
 #[test]
 fn geo_bulk_with_one_percent_loss_is_byte_exact_and_closes_cleanly() {
     let cfg = EndpointConfig::default();
-    let r = Bulk { net: Net::symmetric(cfg, geo_link(0.01), 2), a_to_b: 10_000_000, b_to_a: 0, limit_ns: 600_000 * NS_PER_MS }.run();
+    let r = Bulk {
+        net: Net::symmetric(cfg, geo_link(0.01), 2),
+        a_to_b: 10_000_000,
+        b_to_a: 0,
+        limit_ns: 600_000 * NS_PER_MS,
+    }
+    .run();
     eprintln!("{:?} {:?}", r.a_stats, r.b_stats);
     assert!(r.done, "{r:?}");
     assert!(r.ab_exact, "a→b not byte-exact: {r:?}");
     assert!(r.ba_exact);
-    assert!(r.a.closed && r.b.closed, "both sides must close cleanly: {r:?}");
+    assert!(
+        r.a.closed && r.b.closed,
+        "both sides must close cleanly: {r:?}"
+    );
     assert!(r.a.failed.is_none() && r.b.failed.is_none());
-    assert!(r.a_stats.as_ref().unwrap().retransmitted_packets > 0, "loss must have caused retransmissions");
+    assert!(
+        r.a_stats.as_ref().unwrap().retransmitted_packets > 0,
+        "loss must have caused retransmissions"
+    );
 }
 
 #[test]
 fn rate_controller_keeps_goodput_under_five_percent_loss() {
-    let conn = Config { congestion: CongestionMode::Rate { rate_bps: 1_000_000 }, ..Config::default() };
-    let cfg = EndpointConfig { connection: conn.clone(), ..EndpointConfig::default() };
+    let conn = Config {
+        congestion: CongestionMode::Rate {
+            rate_bps: 1_000_000,
+        },
+        ..Config::default()
+    };
+    let cfg = EndpointConfig {
+        connection: conn.clone(),
+        ..EndpointConfig::default()
+    };
     let mut link = LinkConfig::simple(2_000_000, 250 * NS_PER_MS, 1000);
     link.loss = Loss::Random { p: 0.05 };
     let size = 3_000_000u64;
-    let r = Bulk { net: Net::symmetric(cfg, link, 3), a_to_b: size, b_to_a: 0, limit_ns: 300_000 * NS_PER_MS }.run();
+    let r = Bulk {
+        net: Net::symmetric(cfg, link, 3),
+        a_to_b: size,
+        b_to_a: 0,
+        limit_ns: 300_000 * NS_PER_MS,
+    }
+    .run();
     assert!(r.done && r.ab_exact, "{r:?}");
     let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
     let goodput = size as f64 * 8.0 / secs;
@@ -150,20 +117,38 @@ fn simultaneous_transfers_both_ways() {
     let cfg = EndpointConfig::default();
     let mut link = geo_link(0.005);
     link.delay = linkmodel::Delay::Fixed(50 * NS_PER_MS);
-    let r = Bulk { net: Net::symmetric(cfg, link, 4), a_to_b: 2_000_000, b_to_a: 1_500_000, limit_ns: 300_000 * NS_PER_MS }.run();
+    let r = Bulk {
+        net: Net::symmetric(cfg, link, 4),
+        a_to_b: 2_000_000,
+        b_to_a: 1_500_000,
+        limit_ns: 300_000 * NS_PER_MS,
+    }
+    .run();
     assert!(r.done && r.ab_exact && r.ba_exact, "{r:?}");
     assert!(r.a.closed && r.b.closed);
 }
 
 fn one_kilobit_return(reverse_rate_bps: Option<u64>) -> (BulkResult, f64, f64) {
-    let conn = Config { reverse_rate_bps, ..Config::default() };
-    let cfg = EndpointConfig { connection: conn, ..EndpointConfig::default() };
+    let conn = Config {
+        reverse_rate_bps,
+        ..Config::default()
+    };
+    let cfg = EndpointConfig {
+        connection: conn,
+        ..EndpointConfig::default()
+    };
     let fwd = geo_link(0.0);
     let mut rev = geo_link(0.0);
     rev.rate_bps = 1_000;
     rev.queue = QueueLimit::Packets(20);
     let size = 2_000_000u64;
-    let r = Bulk { net: Net::new(cfg.clone(), cfg.clone(), fwd.clone(), rev, 5), a_to_b: size, b_to_a: 0, limit_ns: 600_000 * NS_PER_MS }.run();
+    let r = Bulk {
+        net: Net::new(cfg.clone(), cfg.clone(), fwd.clone(), rev, 5),
+        a_to_b: size,
+        b_to_a: 0,
+        limit_ns: 600_000 * NS_PER_MS,
+    }
+    .run();
     assert!(r.done && r.ab_exact, "{r:?}");
     let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
     let ratio = size as f64 * 8.0 / secs / payload_capacity_bps(&fwd, &cfg.connection);
@@ -181,7 +166,11 @@ fn works_with_a_one_kilobit_return_channel() {
     // few percent of capacity here (about three ACKs per second fit); STP's full-state STATs do
     // several times better. Measured: ~22 %.
     let (_, ratio, _) = one_kilobit_return(Some(600));
-    assert!(ratio >= 0.15, "forward goodput only {:.1}% with a budgeted 1 kb/s return channel", ratio * 100.0);
+    assert!(
+        ratio >= 0.15,
+        "forward goodput only {:.1}% with a budgeted 1 kb/s return channel",
+        ratio * 100.0
+    );
 }
 
 #[test]
@@ -220,7 +209,10 @@ fn fast_start_answers_a_request_in_one_round_trip() {
     let t = response.eof_at_ns.unwrap() as f64 / 1e6;
     // RTT 532 ms; 8 KB at 1.5 Mb/s is ~45 ms; the 400-byte request ~3 ms.
     eprintln!("request/response completed at {t:.1} ms");
-    assert!(t < 532.0 + 100.0, "took {t:.1} ms, more than one round trip");
+    assert!(
+        t < 532.0 + 100.0,
+        "took {t:.1} ms, more than one round trip"
+    );
 }
 
 #[test]
@@ -295,7 +287,13 @@ fn abort_resets_the_peer_with_the_code() {
     });
     assert_eq!(oa.failed, Some(ConnectionError::LocallyAborted(77)));
     assert!(ok);
-    assert_eq!(ob.failed, Some(ConnectionError::Reset { reason: RstReason::Aborted, detail: 77 }));
+    assert_eq!(
+        ob.failed,
+        Some(ConnectionError::Reset {
+            reason: RstReason::Aborted,
+            detail: 77
+        })
+    );
     // Both sides free the connection.
     net.run(net.now + 1000 * NS_PER_MS, |_| false);
     assert_eq!(net.a.connection_count(), 0);
@@ -304,24 +302,53 @@ fn abort_resets_the_peer_with_the_code() {
 
 #[test]
 fn peer_disappearing_fails_the_connection_within_the_timeout() {
-    let conn = Config { dead_timeout_ms: 8_000, keepalive_interval_ms: 2_000, ..Config::default() };
-    let cfg = EndpointConfig { connection: conn, ..EndpointConfig::default() };
+    let conn = Config {
+        dead_timeout_ms: 8_000,
+        keepalive_interval_ms: 2_000,
+        ..Config::default()
+    };
+    let cfg = EndpointConfig {
+        connection: conn,
+        ..EndpointConfig::default()
+    };
     let cut_at = 5_000 * NS_PER_MS;
     let mut link = geo_link(0.0);
-    link.outages = vec![Outage { start_ns: cut_at, duration_ns: u64::MAX / 4 }];
-    let r = Bulk { net: Net::symmetric(cfg, link, 9), a_to_b: 10_000_000, b_to_a: 0, limit_ns: 60_000 * NS_PER_MS }.run();
+    link.outages = vec![Outage {
+        start_ns: cut_at,
+        duration_ns: u64::MAX / 4,
+    }];
+    let r = Bulk {
+        net: Net::symmetric(cfg, link, 9),
+        a_to_b: 10_000_000,
+        b_to_a: 0,
+        limit_ns: 60_000 * NS_PER_MS,
+    }
+    .run();
     assert!(r.done, "{r:?}");
     let fa = r.a.failed_at_ns.expect("sender must fail");
-    assert!(matches!(r.a.failed, Some(ConnectionError::TimedOut(_))), "{r:?}");
+    assert!(
+        matches!(r.a.failed, Some(ConnectionError::TimedOut(_))),
+        "{r:?}"
+    );
     // Last packet heard up to one RTT before the cut; the timeout is 8 s.
-    assert!(fa <= cut_at + 8_000 * NS_PER_MS + 100 * NS_PER_MS, "failed at {} ms", fa / NS_PER_MS);
+    assert!(
+        fa <= cut_at + 8_000 * NS_PER_MS + 100 * NS_PER_MS,
+        "failed at {} ms",
+        fa / NS_PER_MS
+    );
     assert!(fa >= cut_at + 7_000 * NS_PER_MS);
 }
 
 #[test]
 fn receiver_that_stops_reading_does_not_deadlock() {
-    let conn = Config { recv_buffer_bytes: 64 * 1024, ..Config::default() };
-    let cfg = EndpointConfig { connection: conn, ..EndpointConfig::default() };
+    let conn = Config {
+        recv_buffer_bytes: 64 * 1024,
+        ..Config::default()
+    };
+    let cfg = EndpointConfig {
+        connection: conn,
+        ..EndpointConfig::default()
+    };
     let mut link = geo_link(0.0);
     link.delay = linkmodel::Delay::Fixed(30 * NS_PER_MS);
     let mut net = Net::symmetric(cfg, link, 10);
@@ -361,20 +388,44 @@ fn lost_bgn_is_retransmitted() {
     });
     assert!(ok && oa.connected);
     let _ = ha;
-    assert_eq!(net.b.stats().accepted, 1, "duplicates must not open a second connection");
+    assert_eq!(
+        net.b.stats().accepted,
+        1,
+        "duplicates must not open a second connection"
+    );
 }
 
 #[test]
 fn initial_window_options_are_honoured() {
-    for (iw, packets) in [(InitialWindow::Packets(1), 1), (InitialWindow::FourKss, 3), (InitialWindow::Packets(10), 10)] {
-        let conn = Config { initial_window: iw, ..Config::default() };
-        let cfg = EndpointConfig { connection: conn, ..EndpointConfig::default() };
+    for (iw, packets) in [
+        (InitialWindow::Packets(1), 1),
+        (InitialWindow::FourKss, 3),
+        (InitialWindow::Packets(10), 10),
+    ] {
+        let conn = Config {
+            initial_window: iw,
+            ..Config::default()
+        };
+        let cfg = EndpointConfig {
+            connection: conn,
+            ..EndpointConfig::default()
+        };
         let mut net = Net::symmetric(cfg, geo_link(0.0), 12);
         let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
-        net.a.connection(ha).unwrap().write(&vec![0u8; 100_000]).unwrap();
+        net.a
+            .connection(ha)
+            .unwrap()
+            .write(&vec![0u8; 100_000])
+            .unwrap();
         // Everything a sends before any answer can arrive (one RTT) is the initial window.
         net.run(500 * NS_PER_MS, |_| false);
-        let sent = net.a.connection(ha).unwrap().stats().packets_sent.get(stp::wire::Types::SD);
+        let sent = net
+            .a
+            .connection(ha)
+            .unwrap()
+            .stats()
+            .packets_sent
+            .get(stp::wire::Types::SD);
         assert_eq!(sent, packets, "initial window {iw:?}");
     }
 }

@@ -13,7 +13,9 @@ pub struct RateController {
 impl RateController {
     /// A controller sending `rate_bps` bits per second of datagram bytes.
     pub fn new(rate_bps: u64) -> Self {
-        RateController { bytes_per_s: rate_bps as f64 / 8.0 }
+        RateController {
+            bytes_per_s: rate_bps as f64 / 8.0,
+        }
     }
 }
 

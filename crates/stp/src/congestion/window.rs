@@ -89,7 +89,11 @@ impl Controller for WindowController {
         if secs <= 0.0 {
             return f64::INFINITY;
         }
-        let gain = if self.in_slow_start() { SLOW_START_GAIN } else { AVOIDANCE_GAIN };
+        let gain = if self.in_slow_start() {
+            SLOW_START_GAIN
+        } else {
+            AVOIDANCE_GAIN
+        };
         gain * self.cwnd as f64 / secs
     }
 
@@ -110,14 +114,22 @@ mod tests {
     fn slow_start_then_avoidance_by_byte_counting() {
         let mut c = WindowController::new(1000, 10_000);
         c.on_ack(10_000, false);
-        assert_eq!(c.window(), 20_000, "slow start grows by the bytes acknowledged");
+        assert_eq!(
+            c.window(),
+            20_000,
+            "slow start grows by the bytes acknowledged"
+        );
         c.on_loss(5, 6);
         assert_eq!(c.window(), 10_000);
         assert!(!c.in_slow_start());
         c.on_ack(9_999, false);
         assert_eq!(c.window(), 10_000);
         c.on_ack(1, false);
-        assert_eq!(c.window(), 11_000, "one MSS per window of bytes acknowledged");
+        assert_eq!(
+            c.window(),
+            11_000,
+            "one MSS per window of bytes acknowledged"
+        );
     }
 
     #[test]
@@ -128,7 +140,11 @@ mod tests {
         c.on_loss(11, 12);
         assert_eq!(c.window(), 20_000);
         c.on_loss(12, 13);
-        assert_eq!(c.window(), 10_000, "a packet sent after the reduction starts a new episode");
+        assert_eq!(
+            c.window(),
+            10_000,
+            "a packet sent after the reduction starts a new episode"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Deterministic in-memory network for end-to-end tests: two endpoints joined by two directions
-//! of the shared link model, driven by a virtual clock. Nothing here touches a socket.
-#![allow(dead_code)]
+//! Deterministic in-memory network: two STP endpoints joined by two directions of the shared link
+//! model, driven by a virtual clock, plus stream writers and checkers. Used by the engine's
+//! end-to-end tests, `satstp demo` and `satstp bench`. Nothing here touches a socket; the same
+//! seed gives the same run, bit for bit.
 
 use linkmodel::{Fate, Link, LinkConfig};
 use rand_chacha::ChaCha8Rng;
@@ -19,6 +20,10 @@ pub enum Side {
     B,
 }
 
+/// A datagram on its way: (arrival time, insertion order, receiving side, bytes). Ties in time
+/// are broken by insertion order, so runs are deterministic.
+type InFlight = (u64, u64, Side, Vec<u8>);
+
 /// Two endpoints and the links between them.
 pub struct Net {
     pub now: u64,
@@ -29,7 +34,7 @@ pub struct Net {
     /// a→b and b→a.
     pub links: [Link; 2],
     rng: ChaCha8Rng,
-    queue: BinaryHeap<Reverse<(u64, u64, Side, Vec<u8>)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     buf: Vec<u8>,
     /// Datagram bytes each side put on its link (STP bytes plus the link's per-packet overhead).
@@ -43,15 +48,33 @@ pub fn ep(config: EndpointConfig, seed: u64) -> Endpoint {
     Endpoint::new(config, Box::new(ChaCha8Rng::seed_from_u64(seed))).expect("valid config")
 }
 
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Net")
+            .field("now_ns", &self.now)
+            .field("wire_bytes", &self.wire_bytes)
+            .finish()
+    }
+}
+
 impl Net {
-    pub fn new(cfg_a: EndpointConfig, cfg_b: EndpointConfig, ab: LinkConfig, ba: LinkConfig, seed: u64) -> Net {
+    pub fn new(
+        cfg_a: EndpointConfig,
+        cfg_b: EndpointConfig,
+        ab: LinkConfig,
+        ba: LinkConfig,
+        seed: u64,
+    ) -> Net {
         Net {
             now: 0,
             a: ep(cfg_a, seed.wrapping_mul(3) + 1),
             b: ep(cfg_b, seed.wrapping_mul(5) + 2),
             addr_a: "192.0.2.1:7000".parse().unwrap(),
             addr_b: "198.51.100.1:7000".parse().unwrap(),
-            links: [Link::new(ab).expect("link a→b"), Link::new(ba).expect("link b→a")],
+            links: [
+                Link::new(ab).expect("link a→b"),
+                Link::new(ba).expect("link b→a"),
+            ],
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: BinaryHeap::new(),
             order: 0,
@@ -95,10 +118,16 @@ impl Net {
                         Some(f) => f(side == Side::A, idx),
                         None => false,
                     };
-                    self.wire_bytes[dir] += (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
+                    self.wire_bytes[dir] +=
+                        (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
                     if !dropped {
                         let fate = self.links[dir].offer(self.now, t.size, &mut self.rng);
-                        if let Fate::Deliver { at_ns, corrupt_bit, duplicate_at_ns } = fate {
+                        if let Fate::Deliver {
+                            at_ns,
+                            corrupt_bit,
+                            duplicate_at_ns,
+                        } = fate
+                        {
                             let mut data = buf[..t.size].to_vec();
                             if let Some(bit) = corrupt_bit {
                                 data[bit / 8] ^= 1 << (bit % 8);
@@ -153,8 +182,14 @@ impl Net {
             if *at > self.now {
                 break;
             }
-            let Some(Reverse((_, _, to, data))) = self.queue.pop() else { break };
-            let from = if to == Side::B { self.addr_a } else { self.addr_b };
+            let Some(Reverse((_, _, to, data))) = self.queue.pop() else {
+                break;
+            };
+            let from = if to == Side::B {
+                self.addr_a
+            } else {
+                self.addr_b
+            };
             self.ep(to).handle_datagram(now, from, &data);
         }
         for side in [Side::A, Side::B] {
@@ -192,7 +227,10 @@ impl Net {
                     if same_time_steps > 10_000 {
                         let ta = self.a.poll_timeout(self.instant());
                         let tb = self.b.poll_timeout(self.instant());
-                        panic!("livelock at {} ns: timeouts a={ta:?} b={tb:?}; a={:?} b={:?}", self.now, self.a, self.b);
+                        panic!(
+                            "livelock at {} ns: timeouts a={ta:?} b={tb:?}; a={:?} b={:?}",
+                            self.now, self.a, self.b
+                        );
                     }
                 } else {
                     stuck_at = before;
@@ -222,7 +260,12 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(seed: u64, total: u64) -> Stream {
-        Stream { rng: ChaCha8Rng::seed_from_u64(seed), total, done: 0, hash: 0xcbf2_9ce4_8422_2325 }
+        Stream {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            total,
+            done: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+        }
     }
 
     /// Next chunk of up to `max` bytes (empty at the end).
@@ -253,13 +296,20 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(seed: u64, total: u64) -> Writer {
-        Writer { stream: Stream::new(seed, total), pending: Vec::new(), finished: false, shutdown_when_done: true }
+        Writer {
+            stream: Stream::new(seed, total),
+            pending: Vec::new(),
+            finished: false,
+            shutdown_when_done: true,
+        }
     }
 
     /// Writes as much as fits; shuts down once everything is written. Returns false if the
     /// connection is gone or failed.
     pub fn drive(&mut self, ep: &mut Endpoint, h: ConnectionHandle) -> bool {
-        let Some(c) = ep.connection(h) else { return false };
+        let Some(c) = ep.connection(h) else {
+            return false;
+        };
         loop {
             if self.pending.is_empty() {
                 self.pending = self.stream.next_chunk(64 * 1024);
@@ -295,7 +345,13 @@ pub struct Reader {
 
 impl Default for Reader {
     fn default() -> Self {
-        Reader { bytes: 0, hash: 0xcbf2_9ce4_8422_2325, eof: false, eof_at_ns: None, buf: vec![0u8; 65536] }
+        Reader {
+            bytes: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            eof: false,
+            eof_at_ns: None,
+            buf: vec![0u8; 65536],
+        }
     }
 }
 
@@ -349,6 +405,138 @@ impl Outcome {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// Reads a connection and checks every byte, in order, against the stream the writer produced
+/// (same seed): any corruption, loss, duplication or reordering of stream bytes is caught at the
+/// first wrong byte.
+pub struct Checker {
+    expected: Stream,
+    pub bytes: u64,
+    pub eof: bool,
+    pub mismatch_at: Option<u64>,
+    buf: Vec<u8>,
+}
+
+impl Checker {
+    pub fn new(seed: u64, total: u64) -> Checker {
+        Checker {
+            expected: Stream::new(seed, total),
+            bytes: 0,
+            eof: false,
+            mismatch_at: None,
+            buf: vec![0u8; 32768],
+        }
+    }
+
+    pub fn drive(&mut self, ep: &mut Endpoint, h: ConnectionHandle) {
+        let Some(c) = ep.connection(h) else { return };
+        loop {
+            match c.read(&mut self.buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    return;
+                }
+                Ok(n) => {
+                    let want = self.expected.next_chunk(n);
+                    if want.len() != n || want[..] != self.buf[..n] {
+                        let first = want
+                            .iter()
+                            .zip(&self.buf[..n])
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(want.len());
+                        self.mismatch_at.get_or_insert(self.bytes + first as u64);
+                    }
+                    self.expected.consume(&want);
+                    self.bytes += n as u64;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    pub fn complete(&self, total: u64) -> bool {
+        self.eof && self.bytes == total && self.mismatch_at.is_none()
+    }
+}
+
+/// A bulk transfer in one or both directions over a `Net`, run until both sides close or one fails.
+pub struct Bulk {
+    pub net: Net,
+    pub a_to_b: u64,
+    pub b_to_a: u64,
+    pub limit_ns: u64,
+}
+
+/// What a bulk transfer achieved.
+#[derive(Debug)]
+pub struct BulkResult {
+    /// The network after the run (link counters, endpoints).
+    pub net: Net,
+    pub done: bool,
+    /// Time when the last byte of a→b was read at b.
+    pub ab_done_ns: Option<u64>,
+    pub ba_done_ns: Option<u64>,
+    pub ab_exact: bool,
+    pub ba_exact: bool,
+    pub a: Outcome,
+    pub b: Outcome,
+    pub wire_bytes: [u64; 2],
+    pub b_stats: Option<stp::ConnectionStats>,
+    pub a_stats: Option<stp::ConnectionStats>,
+}
+
+impl Bulk {
+    /// Runs the transfer; `Net::now` is left at the end time.
+    pub fn run(self) -> BulkResult {
+        let mut owned = self.net;
+        let net = &mut owned;
+        let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
+        let mut hb = None;
+        let mut wa = Writer::new(11, self.a_to_b);
+        let mut wb = Writer::new(22, self.b_to_a);
+        let mut ra = Reader::default();
+        let mut rb = Reader::default();
+        let (mut oa, mut ob) = (Outcome::default(), Outcome::default());
+        let (mut a_stats, mut b_stats) = (None, None);
+        let done = net.run(self.limit_ns, |net| {
+            let now = net.now;
+            wa.drive(&mut net.a, ha);
+            if hb.is_none() {
+                hb = net.b.accept();
+            }
+            if let Some(h) = hb {
+                wb.drive(&mut net.b, h);
+                rb.drive(&mut net.b, h, now);
+                if let Some(c) = net.b.connection(h) {
+                    b_stats = Some(c.stats());
+                }
+            }
+            ra.drive(&mut net.a, ha, now);
+            if let Some(c) = net.a.connection(ha) {
+                a_stats = Some(c.stats());
+            }
+            let ea = net.events(Side::A);
+            oa.absorb(&ea, now);
+            let eb = net.events(Side::B);
+            ob.absorb(&eb, now);
+            (oa.closed && ob.closed) || oa.failed.is_some() || ob.failed.is_some()
+        });
+        let wire_bytes = owned.wire_bytes;
+        BulkResult {
+            net: owned,
+            done,
+            ab_done_ns: rb.eof_at_ns,
+            ba_done_ns: ra.eof_at_ns,
+            ab_exact: rb.eof && rb.bytes == self.a_to_b && rb.hash == wa.stream.hash,
+            ba_exact: ra.eof && ra.bytes == self.b_to_a && ra.hash == wb.stream.hash,
+            a: oa,
+            b: ob,
+            wire_bytes,
+            a_stats,
+            b_stats,
         }
     }
 }

@@ -1,0 +1,168 @@
+//! `satstp bench …`: benchmarks that print figures.
+//!
+//! `bench engine` moves data between two STP endpoints in memory (no delay, no loss, 1400-byte
+//! payloads) on one thread, with the real clock as the driver's `now`, and reports payload
+//! throughput and packets per second: the cost of the protocol engine itself.
+
+use crate::units::parse_bytes;
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use stp::{Config, Endpoint, EndpointConfig, Instant};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Throughput of the STP engine between two in-memory endpoints (one core).
+    Engine(EngineArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EngineArgs {
+    /// Payload bytes to move (units such as 2GB accepted).
+    #[arg(long, default_value = "2GB", value_parser = parse_bytes)]
+    bytes: u64,
+    /// SD payload size in bytes.
+    #[arg(long, default_value_t = 1400)]
+    payload: u16,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: &BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Engine(a) => engine(a),
+    }
+}
+
+struct EngineResult {
+    bytes: u64,
+    seconds: f64,
+    datagrams: u64,
+    control_datagrams: u64,
+}
+
+fn engine(args: &EngineArgs) -> Result<()> {
+    if !(256..=9000).contains(&args.payload) {
+        bail!(
+            "--payload must be between 256 and 9000 bytes, got {}",
+            args.payload
+        );
+    }
+    if args.bytes == 0 {
+        bail!("--bytes must be positive");
+    }
+    let r = run_engine(args.bytes, args.payload)?;
+    let gbps = r.bytes as f64 * 8.0 / r.seconds / 1e9;
+    let pps = r.datagrams as f64 / r.seconds;
+    if args.json {
+        let v = serde_json::json!({
+            "benchmark": "engine",
+            "payload_bytes": args.payload,
+            "bytes": r.bytes,
+            "seconds": r.seconds,
+            "payload_gbps": gbps,
+            "packets_per_second": pps,
+            "datagrams": r.datagrams,
+            "control_datagrams": r.control_datagrams,
+        });
+        println!("{v}");
+    } else {
+        println!("satstp bench engine: two STP endpoints in memory, one thread, no delay, no loss");
+        println!("  payload per SD     {} bytes", args.payload);
+        println!(
+            "  moved              {} bytes in {:.3} s",
+            r.bytes, r.seconds
+        );
+        println!("  payload throughput {gbps:.2} Gbit/s");
+        println!(
+            "  packets per second {:.0} (all datagrams, both directions)",
+            pps
+        );
+        println!(
+            "  control datagrams  {} of {}",
+            r.control_datagrams, r.datagrams
+        );
+    }
+    Ok(())
+}
+
+fn run_engine(total: u64, payload: u16) -> Result<EngineResult> {
+    let conn = Config {
+        // Header (12) + room kept for POLL (8), END (4) and BGN/BGNAK (16).
+        max_datagram_bytes: payload + 40,
+        recv_buffer_bytes: 16 << 20,
+        send_buffer_bytes: 16 << 20,
+        min_poll_interval_ms: 1,
+        ..Config::default()
+    };
+    let cfg = EndpointConfig {
+        connection: conn,
+        ..EndpointConfig::default()
+    };
+    let mut a = Endpoint::new(cfg.clone(), Box::new(ChaCha8Rng::seed_from_u64(1)))?;
+    let mut b = Endpoint::new(cfg, Box::new(ChaCha8Rng::seed_from_u64(2)))?;
+    let addr_a: SocketAddr = "192.0.2.1:1".parse()?;
+    let addr_b: SocketAddr = "192.0.2.2:1".parse()?;
+    let start = std::time::Instant::now();
+    let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);
+    let ha = a.connect(clock(), addr_b)?;
+    let source = vec![0x5au8; 1 << 20];
+    let mut sink = vec![0u8; 1 << 20];
+    let (mut written, mut read) = (0u64, 0u64);
+    let (mut datagrams, mut control) = (0u64, 0u64);
+    let mut hb = None;
+    let mut buf = Vec::with_capacity(usize::from(payload) + 64);
+    while read < total {
+        let now = clock();
+        if written < total {
+            let c = a
+                .connection(ha)
+                .ok_or_else(|| anyhow::anyhow!("sender connection vanished"))?;
+            let n = (total - written).min(source.len() as u64) as usize;
+            written += c
+                .write(&source[..n])
+                .map_err(|e| anyhow::anyhow!("write failed: {e}"))? as u64;
+        }
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            b.handle_datagram(now, addr_a, &buf[..t.size]);
+            datagrams += 1;
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            a.handle_datagram(now, addr_b, &buf[..t.size]);
+            datagrams += 1;
+            control += 1;
+        }
+        if hb.is_none() {
+            hb = b.accept();
+        }
+        if let Some(h) = hb {
+            if let Some(c) = b.connection(h) {
+                while let Ok(n) = c.read(&mut sink) {
+                    if n == 0 {
+                        break;
+                    }
+                    read += n as u64;
+                }
+            }
+        }
+        while a.poll_event().is_some() {}
+        while b.poll_event().is_some() {}
+        for ep in [&mut a, &mut b] {
+            if ep.poll_timeout(now).is_some_and(|t| t <= now) {
+                ep.handle_timeout(now);
+            }
+        }
+        if start.elapsed().as_secs() > 600 {
+            bail!("engine benchmark did not finish within 600 s ({read} of {total} bytes)");
+        }
+    }
+    Ok(EngineResult {
+        bytes: read,
+        seconds: start.elapsed().as_secs_f64(),
+        datagrams,
+        control_datagrams: control,
+    })
+}
