@@ -20,6 +20,21 @@ pub enum Side {
     B,
 }
 
+/// A datagram as one side sent it.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub at_ns: u64,
+    pub from: Side,
+    pub data: Vec<u8>,
+}
+
+impl Captured {
+    /// The parsed packet (captures are always well-formed: they come from the engine).
+    pub fn packet(&self) -> stp::wire::Packet<'_> {
+        stp::wire::Packet::parse(&self.data).expect("engine emitted a malformed datagram")
+    }
+}
+
 /// A datagram on its way: (arrival time, insertion order, receiving side, bytes). Ties in time
 /// are broken by insertion order, so runs are deterministic.
 type InFlight = (u64, u64, Side, Vec<u8>);
@@ -39,6 +54,8 @@ pub struct Net {
     buf: Vec<u8>,
     /// Datagram bytes each side put on its link (STP bytes plus the link's per-packet overhead).
     pub wire_bytes: [u64; 2],
+    /// When set, every datagram put on a link is recorded here (before the link's fate).
+    pub capture: Option<Vec<Captured>>,
     /// Optional hook deciding whether to drop a datagram: (direction a→b?, datagram index).
     pub drop_filter: Option<Box<dyn FnMut(bool, u64) -> bool>>,
     sent_count: [u64; 2],
@@ -81,6 +98,7 @@ impl Net {
             buf: Vec::new(),
             wire_bytes: [0, 0],
             drop_filter: None,
+            capture: None,
             sent_count: [0, 0],
         }
     }
@@ -118,6 +136,13 @@ impl Net {
                         Some(f) => f(side == Side::A, idx),
                         None => false,
                     };
+                    if let Some(log) = self.capture.as_mut() {
+                        log.push(Captured {
+                            at_ns: self.now,
+                            from: side,
+                            data: buf[..t.size].to_vec(),
+                        });
+                    }
                     self.wire_bytes[dir] +=
                         (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
                     if !dropped {

@@ -98,7 +98,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             );
         }
         println!(
-            "\n  retransmitted SDs {}, srtt {:.0} ms, final cwnd {} bytes",
+            "\n  POLLs piggybacked on SDs {} of {}; retransmitted SDs {}, srtt {:.0} ms, final cwnd {} bytes",
+            a.polls_piggybacked,
+            a.packets_sent.get(stp::wire::Types::POLL),
             a.retransmitted_packets,
             a.srtt.as_secs_f64() * 1e3,
             a.cwnd_bytes

@@ -890,10 +890,15 @@ impl Connection {
         }
     }
 
-    /// POLLs sent more than an answer time (srtt + 4·rttvar) ago with no STAT since.
+    /// How long a STAT may take to answer a POLL: srtt + 4·rttvar (at least the minimum POLL
+    /// interval).
+    fn answer_time(&self) -> Duration {
+        (self.rtt.srtt() + 4 * self.rtt.rttvar()).max(Config::ms(self.config.min_poll_interval_ms))
+    }
+
+    /// POLLs sent more than an answer time ago with no STAT since.
     fn missed_polls(&self, now: Instant) -> u32 {
-        let answer_time = (self.rtt.srtt() + 4 * self.rtt.rttvar())
-            .max(Config::ms(self.config.min_poll_interval_ms));
+        let answer_time = self.answer_time();
         self.unanswered_polls
             .iter()
             .filter(|&&t| now.saturating_duration_since(t) >= answer_time)
@@ -933,10 +938,9 @@ impl Connection {
             ));
         }
         if !self.unanswered_polls.is_empty() {
-            return Some((
-                self.poll_anchor + self.poll_interval(now),
-                PollKind::Keepalive,
-            ));
+            // Nothing outstanding: repeat an unanswered keepalive only once its answer is late.
+            let retry = self.poll_interval(now).max(self.answer_time());
+            return Some((self.poll_anchor + retry, PollKind::Keepalive));
         }
         let idle_from = self.last_heard.max(self.poll_anchor);
         Some((
@@ -1189,19 +1193,26 @@ impl Connection {
         let poll = self.next_poll(now);
         let timer_due = self.effective_poll_time(now).is_some_and(|t| t <= now);
         let mut forced = false;
+        let mut early_timer = false;
         if sd.is_some() {
             if self.send.unsent() > 0 || self.send.has_retx() {
                 self.was_cwnd_limited = true;
             }
             let window_end = self.sd_candidate().is_none();
             forced |= window_end && self.small_window();
-            forced |= poll.is_some_and(|(t, _)| t <= now + granularity);
+            // A POLL due "around the same time" rides on this SD: within half a POLL interval
+            // (at least one timer tick). Timer POLLs tend to fall due just as the window fills,
+            // when no SD could carry them.
+            let tolerance = (self.poll_interval(now) / 2).max(granularity);
+            early_timer = poll.is_some_and(|(t, _)| t <= now + tolerance);
             forced |=
                 self.config.poll_every_sds > 0 && self.sds_since_poll >= self.config.poll_every_sds;
             forced |= end_final.is_some();
         }
         forced |= self.bgn_due && (sd.is_some() || self.send.has_outstanding());
         forced |= end_final.is_some() && !self.end_sent_once;
+        let forced_by_other = forced;
+        forced |= early_timer;
         if forced || timer_due {
             let keepalive = sd.is_none()
                 && !self.send.has_outstanding()
@@ -1215,7 +1226,17 @@ impl Connection {
             if keepalive {
                 self.stats.keepalives_sent += 1;
             }
+            if sd.is_some() {
+                self.stats.polls_piggybacked += 1;
+            }
+            // A timer POLL sent early (piggybacked) keeps its scheduled slot, so piggybacking
+            // never raises the POLL rate.
+            let slot = poll.map_or(
+                now,
+                |(t, _)| if t > now && !forced_by_other { t } else { now },
+            );
             self.note_poll_sent(now, stamp);
+            self.poll_anchor = slot.max(now);
             if let Some(f) = end_final {
                 p.end = Some(End {
                     final_seq: to_wire(f),

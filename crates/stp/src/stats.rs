@@ -64,6 +64,8 @@ pub struct ConnectionStats {
     /// Reports that broke a protocol rule and were ignored.
     pub protocol_errors: u64,
     pub keepalives_sent: u64,
+    /// POLLs that rode on an SD rather than travelling alone.
+    pub polls_piggybacked: u64,
     /// Times the window collapsed because POLLs went unanswered.
     pub window_collapses: u64,
     pub srtt: Duration,
