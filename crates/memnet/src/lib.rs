@@ -20,6 +20,9 @@ pub enum Side {
     B,
 }
 
+/// Decides whether to drop a datagram: (direction a→b?, index in that direction, bytes).
+pub type DropFilter = dyn FnMut(bool, u64, &[u8]) -> bool;
+
 /// A datagram as one side sent it.
 #[derive(Debug, Clone)]
 pub struct Captured {
@@ -56,8 +59,9 @@ pub struct Net {
     pub wire_bytes: [u64; 2],
     /// When set, every datagram put on a link is recorded here (before the link's fate).
     pub capture: Option<Vec<Captured>>,
-    /// Optional hook deciding whether to drop a datagram: (direction a→b?, datagram index).
-    pub drop_filter: Option<Box<dyn FnMut(bool, u64) -> bool>>,
+    /// Optional hook deciding whether to drop a datagram: (direction a→b?, index of the datagram
+    /// in that direction, its bytes).
+    pub drop_filter: Option<Box<DropFilter>>,
     sent_count: [u64; 2],
 }
 
@@ -133,7 +137,7 @@ impl Net {
                     let idx = self.sent_count[dir];
                     self.sent_count[dir] += 1;
                     let dropped = match self.drop_filter.as_mut() {
-                        Some(f) => f(side == Side::A, idx),
+                        Some(f) => f(side == Side::A, idx, &buf[..t.size]),
                         None => false,
                     };
                     if let Some(log) = self.capture.as_mut() {

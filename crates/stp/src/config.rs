@@ -1,7 +1,7 @@
 //! Connection and endpoint parameters, with documented defaults, units in the names, and
 //! validation that names the offending field. `docs/stp-spec.md` §8 lists them all.
 
-use crate::wire::{HEADER_LEN, MIN_DATAGRAM};
+use crate::wire::{MIN_DATAGRAM, SD_RESERVE};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -88,12 +88,13 @@ pub struct Config {
     pub small_window_packets: u32,
     /// SDs that must arrive above a hole before the receiver reports it by USTAT (default 3).
     pub reorder_threshold: u32,
-    /// Most holes awaiting the reorder threshold at once; further holes are left to STAT
-    /// (default 256).
+    /// Most holes awaiting the reorder threshold (and most USTATs queued) at once; past it the
+    /// oldest is dropped and left to the next STAT (default 256).
     pub max_pending_gaps: u32,
     /// RTT assumed before the first sample, ms (default 600).
     pub initial_rtt_ms: u32,
-    /// First BGN/END retransmission timeout, ms; doubles on every retry (default 1000).
+    /// First BGN retransmission timeout, ms; doubles on every retry up to 64 times this value
+    /// (default 1000). END is repeated by the POLL timer instead.
     pub handshake_timeout_ms: u32,
     /// With nothing outstanding, POLL (keepalive) after this long without hearing from the peer,
     /// ms (default 10000).
@@ -139,7 +140,7 @@ impl Config {
                 format!("must be at least {MIN_DATAGRAM}"),
             ));
         }
-        let mss = u32::from(self.max_datagram_bytes) - HEADER_LEN as u32;
+        let mss = self.max_payload() as u32;
         if self.recv_buffer_bytes < 2 * mss {
             return Err(bad("recv_buffer_bytes", "must hold at least two full SDs"));
         }
@@ -209,9 +210,10 @@ impl Config {
         Ok(())
     }
 
-    /// Largest SD payload this side will send before negotiation.
+    /// Largest SD payload this side sends: the datagram size less `wire::SD_RESERVE` (the header
+    /// and room for a POLL, an END and a BGN/BGNAK to ride along).
     pub fn max_payload(&self) -> usize {
-        usize::from(self.max_datagram_bytes) - HEADER_LEN
+        usize::from(self.max_datagram_bytes) - SD_RESERVE
     }
 
     pub(crate) fn ms(v: u32) -> Duration {

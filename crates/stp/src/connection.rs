@@ -16,8 +16,8 @@ use crate::stats::ConnectionStats;
 use crate::time::{wire_at_or_before, wire_elapsed, Instant};
 use crate::wire::{
     Bgn, Bgnak, End, EndAck, Gaps, Header, Packet, Poll, Rst, RstReason, Stat, Types, Ustat,
-    BGNAK_LEN, BGN_LEN, ENDAK_LEN, END_LEN, GAP_LEN, HEADER_LEN, POLL_LEN, STAT_FIXED_LEN,
-    SUPPORTED_VERSIONS, USTAT_LEN, VERSION,
+    BGNAK_LEN, BGN_LEN, ENDAK_LEN, END_LEN, GAP_LEN, HEADER_LEN, POLL_LEN, SD_RESERVE,
+    STAT_FIXED_LEN, SUPPORTED_VERSIONS, USTAT_LEN, VERSION,
 };
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -69,6 +69,15 @@ pub enum Event {
     Closed,
     /// The connection failed; its state is freed once the event is taken.
     Failed(ConnectionError),
+}
+
+/// Why `Connection::handle_datagram` did not process a datagram.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DatagramError {
+    #[error("malformed datagram: {0}")]
+    Malformed(crate::wire::WireError),
+    #[error("datagram belongs to another connection or instance")]
+    NotThisConnection,
 }
 
 /// Errors of `write`.
@@ -124,6 +133,15 @@ const FEEDBACK_ESTIMATE: usize = 64;
 /// Upper bound on POLL send times remembered while waiting for a STAT.
 const MAX_TRACKED_POLLS: usize = 64;
 
+fn make_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
+    match config.congestion {
+        CongestionMode::Window => {
+            Box::new(WindowController::new(mss, config.initial_window.bytes(mss)))
+        }
+        CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
+    }
+}
+
 /// A single STP connection.
 #[derive(Debug)]
 pub struct Connection {
@@ -157,6 +175,7 @@ pub struct Connection {
     unanswered_polls: VecDeque<Instant>,
     collapsed_this_silence: bool,
     polled_since_report: bool,
+    zero_window_probes: u32,
     sds_since_poll: u32,
     bgn_deadline: Option<Instant>,
     bgn_retries: u32,
@@ -230,21 +249,10 @@ impl Connection {
         instance: u8,
         isn: u32,
     ) -> Connection {
-        let handshake_body = match role {
-            Role::Initiator => BGN_LEN,
-            Role::Responder => BGNAK_LEN,
-        };
-        let mss = usize::from(config.max_datagram_bytes)
-            - HEADER_LEN
-            - POLL_LEN
-            - END_LEN
-            - handshake_body;
+        let mss = config.max_payload();
         let mss64 = mss as u64;
         let iw = config.initial_window.bytes(mss64);
-        let controller: Box<dyn Controller> = match config.congestion {
-            CongestionMode::Window => Box::new(WindowController::new(mss64, iw)),
-            CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
-        };
+        let controller = make_controller(&config, mss64);
         let granularity = Duration::from_micros(u64::from(config.pacing_granularity_us));
         let initial_burst = match config.congestion {
             CongestionMode::Window => iw + iw / mss64 * HEADER_LEN as u64 + 64,
@@ -281,6 +289,7 @@ impl Connection {
             unanswered_polls: VecDeque::new(),
             collapsed_this_silence: false,
             polled_since_report: false,
+            zero_window_probes: 0,
             sds_since_poll: 0,
             bgn_deadline: None,
             bgn_retries: 0,
@@ -330,9 +339,12 @@ impl Connection {
         let peer = usize::from(max_datagram).max(crate::wire::MIN_DATAGRAM);
         self.peer_max_datagram = peer.min(usize::from(self.config.max_datagram_bytes));
         // Never grow the MSS (SDs already packetized keep their size); shrink it to the peer's.
-        let handshake_body = BGN_LEN.max(BGNAK_LEN);
-        let peer_mss = self.peer_max_datagram - HEADER_LEN - POLL_LEN - END_LEN - handshake_body;
-        self.mss = self.mss.min(peer_mss.max(1));
+        let peer_mss = self.peer_max_datagram.saturating_sub(SD_RESERVE).max(1);
+        if peer_mss < self.mss {
+            self.mss = peer_mss;
+            // No acknowledgement has reached the controller yet: start it afresh for this MSS.
+            self.controller = make_controller(&self.config, self.mss as u64);
+        }
     }
 
     // ------------------------------------------------------------------ application API
@@ -551,6 +563,16 @@ impl Connection {
         self.last_stamp
     }
 
+    /// The stamp for an SD: like `next_stamp`, but strictly after the last POLL's stamp, so a
+    /// STAT echoing that POLL never counts this SD as sent before it.
+    fn next_sd_stamp(&mut self, now: Instant) -> u32 {
+        let t = self.next_stamp(now);
+        if self.last_poll_stamp == Some(t) {
+            self.last_stamp = t.wrapping_add(1);
+        }
+        self.last_stamp
+    }
+
     fn peek_stamp(&self, now: Instant) -> u32 {
         let t = now.wire_timestamp();
         if wire_at_or_before(t, self.last_stamp) {
@@ -584,11 +606,28 @@ impl Connection {
 
     // ------------------------------------------------------------------ receiving packets
 
-    /// Processes one datagram addressed to this connection.
+    /// Parses one datagram and processes it if it belongs to this connection (same connection id,
+    /// instance and the peer's role). A driver that owns an `Endpoint` lets it demultiplex instead.
+    pub fn handle_datagram(&mut self, now: Instant, data: &[u8]) -> Result<(), DatagramError> {
+        let p = Packet::parse(data).map_err(DatagramError::Malformed)?;
+        let h = &p.header;
+        let from_peer = h.from_initiator == (self.role == Role::Responder);
+        if h.conn_id != self.conn_id || h.instance != self.instance || !from_peer {
+            return Err(DatagramError::NotThisConnection);
+        }
+        self.handle_packet(now, &p, data.len());
+        Ok(())
+    }
+
+    /// Processes one parsed datagram addressed to this connection.
     pub fn handle_packet(&mut self, now: Instant, p: &Packet<'_>, datagram_len: usize) {
         self.stats
             .record_received(p.header.types, datagram_len, p.payload.len());
         if !self.is_live() {
+            // Closed but not yet released: a repeated END means our ENDAK was lost.
+            if self.phase == Phase::Closed && p.end.is_some() {
+                self.endak_due = true;
+            }
             return;
         }
         self.last_heard = now;
@@ -706,7 +745,7 @@ impl Connection {
             return;
         };
         let mut acked = self.on_report_common(cum, stat.rwnd);
-        let covered = match expand(stat.covered_to, cum) {
+        let mut covered = match expand(stat.covered_to, cum) {
             Some(c) if c >= cum => c.min(self.send.next_seq()),
             _ => {
                 self.stats.protocol_errors += 1;
@@ -718,10 +757,14 @@ impl Connection {
         let mut cursor = cum;
         for (ws, we) in stat.gaps.iter() {
             let (Some(s), Some(e)) = (expand(ws, cursor), expand(we, cursor)) else {
+                self.stats.protocol_errors += 1;
+                covered = cursor;
                 break;
             };
             if s < cursor || e <= s || e > covered {
+                // A malformed list: trust nothing beyond the last valid gap.
                 self.stats.protocol_errors += 1;
+                covered = cursor;
                 break;
             }
             acked += self.send.mark_received(cursor, s).acked_bytes;
@@ -745,7 +788,10 @@ impl Connection {
             return;
         };
         let acked = self.on_report_common(cum, u.rwnd);
-        let (Some(s), Some(e)) = (expand(u.gap_start, cum), expand(u.gap_end, cum)) else {
+        let gap = expand(u.gap_start, cum).zip(expand(u.gap_end, cum));
+        let Some((s, e)) = gap else {
+            self.stats.protocol_errors += 1;
+            self.after_ack(now, acked);
             return;
         };
         if s < cum || e < s || e > self.send.next_seq() {
@@ -829,6 +875,8 @@ impl Connection {
                     self.endak_due = true;
                 }
             }
+            // An older POLL overtaken by a newer report: nothing to answer.
+            Some(ns) if ns < cum => {}
             _ => self.stats.protocol_errors += 1,
         }
     }
@@ -929,8 +977,21 @@ impl Connection {
             return None; // the BGN timer covers the handshake
         }
         if self.poll_active() {
+            if self.rwnd_blocked() && !self.send.has_outstanding() {
+                // Zero window with nothing in flight: probe at once, then back off from one srtt
+                // (the receiver also announces an opened window by itself).
+                if self.zero_window_probes == 0 {
+                    return Some((self.poll_anchor.min(now), PollKind::Regular));
+                }
+                let shift = self.zero_window_probes.min(10);
+                let wait = (self.rtt.srtt() * (1u32 << shift)).clamp(
+                    Config::ms(self.config.min_poll_interval_ms),
+                    Config::ms(self.config.max_poll_interval_ms),
+                );
+                return Some((self.poll_anchor + wait, PollKind::Regular));
+            }
             if self.rwnd_blocked() && !self.polled_since_report {
-                return Some((self.poll_anchor, PollKind::Regular));
+                return Some((self.poll_anchor.min(now), PollKind::Regular));
             }
             return Some((
                 self.poll_anchor + self.poll_interval(now),
@@ -1059,6 +1120,15 @@ impl Connection {
             return Some(self.emit(&p, buf));
         }
         if !self.is_live() {
+            let fin = self.recv.as_ref().and_then(RecvBuffer::final_seq);
+            if let (Phase::Closed, true, Some(f)) = (&self.phase, self.endak_due, fin) {
+                self.endak_due = false;
+                let mut p = Packet::new(self.header());
+                p.endak = Some(EndAck {
+                    final_seq: to_wire(f),
+                });
+                return Some(self.emit(&p, buf));
+            }
             return None;
         }
         let max = self.peer_max_datagram;
@@ -1099,8 +1169,11 @@ impl Connection {
         // Receiver side: STAT (complete report), else USTAT or window update; ENDAK. Feedback that
         // would travel alone waits for the reverse budget (a waiting STAT answers the latest POLL).
         let mut gap_list: Vec<(u32, u32)> = Vec::new();
-        let feedback_ok =
-            self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE) || self.sd_candidate().is_some();
+        let sd_ready = match self.sd_candidate() {
+            Some((_, len)) => self.pacer.can_send(now, len + HEADER_LEN),
+            None => false,
+        };
+        let feedback_ok = sd_ready || self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE);
         let stat_due = if feedback_ok {
             self.stat_due.take()
         } else {
@@ -1161,9 +1234,14 @@ impl Connection {
         let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
         let mut sd: Option<Bytes> = None;
         if let Some((retx, len)) = self.sd_candidate() {
-            if used + len + POLL_LEN + END_LEN <= max && self.pacer.can_send(now, len + HEADER_LEN)
+            // A retransmission keeps its original size: an SD cut before the peer's limit was
+            // known (fast start) may exceed it, and the responder accepts datagrams up to the
+            // size the initiator announced in its BGN.
+            let limit = if retx { max.max(len + SD_RESERVE) } else { max };
+            if used + len + POLL_LEN + END_LEN <= limit
+                && self.pacer.can_send(now, len + HEADER_LEN)
             {
-                let stamp = self.next_stamp(now);
+                let stamp = self.next_sd_stamp(now);
                 let taken = if retx {
                     self.send.pop_retx(stamp)
                 } else {
@@ -1178,6 +1256,7 @@ impl Connection {
                         self.sds_since_poll += 1;
                     }
                     p.header.seq = to_wire(seq);
+                    self.zero_window_probes = 0;
                     sd = Some(payload);
                 }
             }
@@ -1266,6 +1345,9 @@ impl Connection {
     }
 
     fn note_poll_sent(&mut self, now: Instant, stamp: u32) {
+        if self.rwnd_blocked() && !self.send.has_outstanding() {
+            self.zero_window_probes += 1;
+        }
         self.last_poll_stamp = Some(stamp);
         self.poll_anchor = now;
         self.polled_since_report = true;

@@ -35,7 +35,9 @@ pub mod time;
 pub mod wire;
 
 pub use config::{Config, ConfigError, CongestionMode, EndpointConfig, InitialWindow};
-pub use connection::{Connection, ConnectionError, Event, ReadError, Role, WriteError};
+pub use connection::{
+    Connection, ConnectionError, DatagramError, Event, ReadError, Role, WriteError,
+};
 pub use endpoint::{ConnectError, ConnectionHandle, Endpoint, Transmit};
 pub use stats::{ConnectionStats, EndpointStats};
 pub use time::Instant;

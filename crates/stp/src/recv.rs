@@ -223,12 +223,17 @@ impl RecvBuffer {
         }
     }
 
-    /// The next hole to report by USTAT, dropping holes filled meanwhile.
+    /// The next hole to report by USTAT: the first still-missing run of a queued range (the rest
+    /// stays queued), dropping ranges filled meanwhile.
     pub fn pop_ustat(&mut self) -> Option<(u64, u64)> {
         while let Some((s, e)) = self.ustats.pop_front() {
-            let s = s.max(self.next);
-            if s < e && !self.out_of_order.contains_key(&s) {
-                return Some((s, e));
+            let mut runs = Vec::with_capacity(1);
+            self.missing_in(s.max(self.next), e, 1, &mut runs);
+            if let Some(&(a, b)) = runs.first() {
+                if b < e {
+                    self.ustats.push_front((b, e));
+                }
+                return Some((a, b));
             }
         }
         None

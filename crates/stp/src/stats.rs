@@ -21,10 +21,10 @@ pub const TYPE_NAMES: [(&str, Types); 9] = [
 pub struct TypeCounts(pub [u64; 9]);
 
 impl TypeCounts {
-    fn add(&mut self, t: Types) {
+    fn add(&mut self, t: Types, amount: u64) {
         for (i, (_, ty)) in TYPE_NAMES.iter().enumerate() {
             if t.contains(*ty) {
-                self.0[i] += 1;
+                self.0[i] += amount;
             }
         }
     }
@@ -51,6 +51,10 @@ pub struct ConnectionStats {
     /// Packets sent and received, per type.
     pub packets_sent: TypeCounts,
     pub packets_received: TypeCounts,
+    /// Datagram bytes sent and received, per type: a datagram's whole length counts toward every
+    /// type it carries (so an SD|POLL counts for both SD and POLL).
+    pub bytes_sent_by_type: TypeCounts,
+    pub bytes_received_by_type: TypeCounts,
     /// Bytes of datagrams sent that carried no SD: this side's pure control traffic. For the
     /// receiving end of a bulk transfer this is the reverse-channel load.
     pub control_bytes_sent: u64,
@@ -85,14 +89,16 @@ impl ConnectionStats {
         if !t.contains(Types::SD) {
             self.control_bytes_sent += len as u64;
         }
-        self.packets_sent.add(t);
+        self.packets_sent.add(t, 1);
+        self.bytes_sent_by_type.add(t, len as u64);
     }
 
     pub(crate) fn record_received(&mut self, t: Types, len: usize, payload: usize) {
         self.datagrams_received += 1;
         self.bytes_received += len as u64;
         self.payload_bytes_received += payload as u64;
-        self.packets_received.add(t);
+        self.packets_received.add(t, 1);
+        self.bytes_received_by_type.add(t, len as u64);
     }
 }
 

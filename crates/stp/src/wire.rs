@@ -32,6 +32,9 @@ pub const USTAT_LEN: usize = 16;
 pub const END_LEN: usize = 4;
 /// Length of an ENDAK body.
 pub const ENDAK_LEN: usize = 4;
+/// Bytes of a datagram an SD's payload never uses: the header plus room for a POLL, an END and a
+/// BGN or BGNAK to ride along, so any SD can be sent (and resent) with them.
+pub const SD_RESERVE: usize = HEADER_LEN + POLL_LEN + END_LEN + BGN_LEN;
 /// The smallest datagram size an implementation must accept as `max_datagram`.
 pub const MIN_DATAGRAM: usize = 256;
 

@@ -30,7 +30,7 @@ fn a_single_loss_costs_one_ustat_and_one_retransmission() {
     // the hole once (USTAT) and the sender resend it once, even though STATs answering POLLs sent
     // before the retransmission keep listing the hole until the copy arrives.
     let mut net = Net::symmetric(EndpointConfig::default(), geo(), 21);
-    net.drop_filter = Some(Box::new(|a_to_b, idx| a_to_b && idx == 40));
+    net.drop_filter = Some(Box::new(|a_to_b, idx, _| a_to_b && idx == 40));
     let r = Bulk {
         net,
         a_to_b: 600_000,
@@ -371,7 +371,7 @@ fn an_unanswered_bgn_fails_after_the_dead_timeout() {
         ..Config::default()
     };
     let mut net = Net::symmetric(cfg(conn), geo(), 28);
-    net.drop_filter = Some(Box::new(|a_to_b, _| a_to_b));
+    net.drop_filter = Some(Box::new(|a_to_b, _, _| a_to_b));
     net.a.connect(net.instant(), net.addr_b).unwrap();
     let mut oa = Outcome::default();
     net.run(60_000 * NS_PER_MS, |net| {
@@ -476,4 +476,168 @@ fn many_connections_share_one_endpoint() {
     let mut expected: Vec<u64> = (0..n).map(|i| 100_000 + i * 1000).collect();
     expected.sort_unstable();
     assert_eq!(totals, expected);
+}
+
+#[test]
+fn a_stat_that_cannot_list_every_hole_is_partial_and_recovery_still_completes() {
+    // Small datagrams (300 bytes) leave room for about 40 gaps per STAT; dropping every other SD
+    // of the first 240 creates ~120 holes.
+    let conn = Config {
+        max_datagram_bytes: 300,
+        initial_window: InitialWindow::Packets(300),
+        ..Config::default()
+    };
+    let link = LinkConfig::simple(10_000_000, 100 * NS_PER_MS, 5000);
+    let mut net = Net::symmetric(cfg(conn), link, 31);
+    net.capture = Some(Vec::new());
+    net.drop_filter = Some(Box::new(|a_to_b, idx, _| {
+        a_to_b && (2..240).contains(&idx) && idx % 2 == 0
+    }));
+    let r = Bulk {
+        net,
+        a_to_b: 200_000,
+        b_to_a: 0,
+        limit_ns: 100_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+    let log = r.net.capture.as_ref().unwrap();
+    let partial: Vec<_> = log
+        .iter()
+        .filter(|c| c.from == Side::B)
+        .filter_map(|c| c.packet().stat.filter(|s| s.partial).map(|s| s.gaps.len()))
+        .collect();
+    assert!(!partial.is_empty(), "expected at least one partial STAT");
+    assert!(
+        partial.iter().all(|&n| n > 30),
+        "a partial STAT lists as many gaps as fit: {partial:?}"
+    );
+    assert!(
+        log.iter().all(|c| c.data.len() <= 300),
+        "no datagram above the negotiated size"
+    );
+}
+
+#[test]
+fn min_rate_raises_pacing_above_the_window_rate() {
+    let conn = Config {
+        min_rate_bps: Some(5_000_000),
+        initial_window: InitialWindow::Packets(1),
+        ..Config::default()
+    };
+    let mut net = Net::symmetric(cfg(conn), geo(), 32);
+    let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
+    let rate = net.a.connection(ha).unwrap().stats().pacing_rate_bps;
+    // One packet per 600 ms would be ~19 kb/s; the floor lifts it to 5 Mb/s.
+    assert!(
+        (5_000_000.0..5_000_001.0).contains(&rate),
+        "pacing rate {rate}"
+    );
+}
+
+#[test]
+fn a_silent_return_path_backs_off_polls_and_collapses_the_window() {
+    // The return path goes dark for 8 s in mid-transfer; the dead timeout is 30 s.
+    let mut fwd = geo();
+    fwd.queue = QueueLimit::Bytes(200_000);
+    let mut rev = fwd.clone();
+    let (from, len) = (10_000 * NS_PER_MS, 8_000 * NS_PER_MS);
+    rev.outages = vec![linkmodel::Outage {
+        start_ns: from,
+        duration_ns: len,
+    }];
+    let mut net = Net::new(
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        fwd,
+        rev,
+        33,
+    );
+    net.capture = Some(Vec::new());
+    let r = Bulk {
+        net,
+        a_to_b: 4_000_000,
+        b_to_a: 0,
+        limit_ns: 200_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+    let a = r.a_stats.unwrap();
+    assert!(
+        a.window_collapses >= 1,
+        "window must collapse when POLLs go unanswered"
+    );
+    // Without backoff, POLLs at srtt/3 would number ~45 in 8 s.
+    let polls = r
+        .net
+        .capture
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|c| c.from == Side::A && (from + 2_000 * NS_PER_MS..from + len).contains(&c.at_ns))
+        .filter(|c| c.packet().poll.is_some())
+        .count();
+    eprintln!("POLLs in the last 6 s of the outage: {polls}");
+    assert!(polls <= 8, "{polls} POLLs while the return path was dark");
+}
+
+#[test]
+fn fast_start_sds_larger_than_the_peer_limit_are_still_recovered() {
+    // a cuts its fast-start SDs for 1452-byte datagrams; b only wants 1000. One of them is lost
+    // and must be resent at its original size.
+    let small = Config {
+        max_datagram_bytes: 1000,
+        ..Config::default()
+    };
+    let mut net = Net::new(EndpointConfig::default(), cfg(small), geo(), geo(), 34);
+    net.drop_filter = Some(Box::new(|a_to_b, idx, _| a_to_b && idx == 1));
+    net.capture = Some(Vec::new());
+    let r = Bulk {
+        net,
+        a_to_b: 100_000,
+        b_to_a: 0,
+        limit_ns: 60_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+    let a = r.a_stats.unwrap();
+    assert!(
+        a.retransmitted_packets >= 1,
+        "the lost fast-start SD was resent"
+    );
+    let log = r.net.capture.as_ref().unwrap();
+    let late_big = log
+        .iter()
+        .filter(|c| c.from == Side::A && c.at_ns > 600 * NS_PER_MS && c.data.len() > 1000)
+        .count();
+    assert!(late_big >= 1, "the resent SD keeps its original size");
+    let late_new_big = log
+        .iter()
+        .filter(|c| c.from == Side::A && c.at_ns > 1_200 * NS_PER_MS && c.data.len() > 1000)
+        .count();
+    assert!(late_new_big <= 1, "new SDs after BGNAK respect b's limit");
+}
+
+#[test]
+fn a_lost_endak_is_answered_again() {
+    // Drop b's first ENDAK: a repeats its END and must still get an ENDAK, whether b still holds
+    // the connection or has already released it.
+    let mut net = Net::symmetric(EndpointConfig::default(), geo(), 35);
+    let mut dropped = false;
+    net.drop_filter = Some(Box::new(move |a_to_b, _, d| {
+        let endak = !a_to_b && Packet::parse(d).is_ok_and(|p| p.endak.is_some());
+        if endak && !dropped {
+            dropped = true;
+            return true;
+        }
+        false
+    }));
+    let r = Bulk {
+        net,
+        a_to_b: 50_000,
+        b_to_a: 0,
+        limit_ns: 60_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
 }

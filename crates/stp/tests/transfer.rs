@@ -337,6 +337,28 @@ fn peer_disappearing_fails_the_connection_within_the_timeout() {
         fa / NS_PER_MS
     );
     assert!(fa >= cut_at + 7_000 * NS_PER_MS);
+    // The receiver, cut off too, gives up as well, and both endpoints free the connection once
+    // its events are taken.
+    let mut net = r.net;
+    let mut ob = r.b;
+    let end = net.now + 10_000 * NS_PER_MS;
+    net.run(end, |net| {
+        net.events(Side::A);
+        let e = net.events(Side::B);
+        ob.absorb(&e, net.now);
+        false
+    });
+    assert!(
+        matches!(ob.failed, Some(ConnectionError::TimedOut(_))),
+        "{ob:?}"
+    );
+    let fb = ob.failed_at_ns.unwrap();
+    assert!(
+        fb <= cut_at + 8_100 * NS_PER_MS,
+        "receiver failed at {} ms",
+        fb / NS_PER_MS
+    );
+    assert_eq!((net.a.connection_count(), net.b.connection_count()), (0, 0));
 }
 
 #[test]
@@ -378,7 +400,7 @@ fn lost_bgn_is_retransmitted() {
     let cfg = EndpointConfig::default();
     let mut net = Net::symmetric(cfg, geo_link(0.0), 11);
     // Drop the first two datagrams from a (the BGN and its first retransmission).
-    net.drop_filter = Some(Box::new(|a_to_b, idx| a_to_b && idx < 2));
+    net.drop_filter = Some(Box::new(|a_to_b, idx, _| a_to_b && idx < 2));
     let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
     let mut oa = Outcome::default();
     let ok = net.run(30_000 * NS_PER_MS, |net| {
