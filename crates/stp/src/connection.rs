@@ -48,8 +48,6 @@ pub enum ConnectionError {
     TimedOut(Duration),
     #[error("aborted locally with code {0}")]
     LocallyAborted(u16),
-    #[error("protocol violation by peer: {0}")]
-    ProtocolViolation(&'static str),
     #[error("replaced by a new instance of the same connection")]
     Superseded,
 }
