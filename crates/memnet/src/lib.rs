@@ -517,6 +517,15 @@ pub struct BulkResult {
     pub a_stats: Option<stp::ConnectionStats>,
 }
 
+impl BulkResult {
+    /// Goodput of the a→b transfer in bits per second of application bytes, measured from the
+    /// connect call to the moment the receiver read the end of the stream.
+    pub fn goodput_bps(&self, bytes: u64) -> Option<f64> {
+        let ns = self.ab_done_ns?;
+        Some(bytes as f64 * 8.0 / (ns as f64 / 1e9))
+    }
+}
+
 impl Bulk {
     /// Runs the transfer; `Net::now` is left at the end time.
     pub fn run(self) -> BulkResult {

@@ -63,7 +63,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         limit_ns,
     }
     .run();
-    let (Some(done_ns), true) = (r.ab_done_ns, r.ab_exact) else {
+    let (Some(done_ns), Some(goodput), true) = (r.ab_done_ns, r.goodput_bps(args.size), r.ab_exact)
+    else {
         bail!(
             "transfer did not complete within {} s of virtual time (sender: {:?}, receiver: {:?})",
             limit_ns / 1_000_000_000,
@@ -72,7 +73,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         );
     };
     let secs = done_ns as f64 / 1e9;
-    let goodput = args.size as f64 * 8.0 / secs;
     let mss = u32::from(cfg.connection.max_datagram_bytes) - 40;
     let capacity = link.goodput_capacity_bps(mss + 12, mss);
     println!("  completed in {secs:.2} s; every byte verified (FNV-1a hash of the stream)");

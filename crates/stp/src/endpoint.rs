@@ -251,14 +251,7 @@ impl Endpoint {
         match packet.bgn {
             Some(bgn) if header.from_initiator => {
                 if bgn.versions & SUPPORTED_VERSIONS == 0 {
-                    self.stats.refused += 1;
-                    self.reset(
-                        now,
-                        remote,
-                        &header,
-                        RstReason::UnsupportedVersion,
-                        SUPPORTED_VERSIONS,
-                    );
+                    self.refuse_version(now, remote, &header);
                     return;
                 }
                 let full = self.conns.len() >= self.config.max_connections as usize
@@ -310,11 +303,16 @@ impl Endpoint {
             conn_id: u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
             seq: 0,
         };
+        self.refuse_version(now, remote, &header);
+    }
+
+    /// Refuses a BGN with RST(UnsupportedVersion) carrying the bitmap of versions we speak.
+    fn refuse_version(&mut self, now: Instant, remote: SocketAddr, header: &Header) {
         self.stats.refused += 1;
         self.reset(
             now,
             remote,
-            &header,
+            header,
             RstReason::UnsupportedVersion,
             SUPPORTED_VERSIONS,
         );

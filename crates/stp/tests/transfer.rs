@@ -39,8 +39,7 @@ fn geo_bulk_window_fills_the_pipe_with_a_thin_reverse_channel() {
     .run();
     assert!(r.done, "{r:?}");
     assert!(r.ab_exact && r.ba_exact, "{r:?}");
-    let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
-    let goodput = size as f64 * 8.0 / secs;
+    let goodput = r.goodput_bps(size).unwrap();
     let capacity = payload_capacity_bps(&link, &cfg.connection);
     let ratio = goodput / capacity;
     let reverse = r.wire_bytes[1] as f64 / r.wire_bytes[0] as f64;
@@ -105,8 +104,7 @@ fn rate_controller_keeps_goodput_under_five_percent_loss() {
     }
     .run();
     assert!(r.done && r.ab_exact, "{r:?}");
-    let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
-    let goodput = size as f64 * 8.0 / secs;
+    let goodput = r.goodput_bps(size).unwrap();
     let target = 0.9 * 0.95 * 1_000_000.0;
     eprintln!("rate goodput {goodput:.0} b/s (target {target:.0})");
     assert!(goodput >= target, "goodput {goodput:.0} < {target:.0}");
@@ -151,7 +149,7 @@ fn one_kilobit_return(reverse_rate_bps: Option<u64>) -> (BulkResult, f64, f64) {
     .run();
     assert!(r.done && r.ab_exact, "{r:?}");
     let secs = r.ab_done_ns.unwrap() as f64 / 1e9;
-    let ratio = size as f64 * 8.0 / secs / payload_capacity_bps(&fwd, &cfg.connection);
+    let ratio = r.goodput_bps(size).unwrap() / payload_capacity_bps(&fwd, &cfg.connection);
     eprintln!("1 kb/s return, budget {reverse_rate_bps:?}: forward goodput {:.1}% of capacity in {secs:.1} s", ratio * 100.0);
     (r, ratio, secs)
 }
