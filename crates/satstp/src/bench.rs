@@ -26,6 +26,10 @@ pub struct EngineArgs {
     /// SD payload size in bytes.
     #[arg(long, default_value_t = 1400)]
     payload: u16,
+    /// Idle, established connections held by the same endpoints during the run (to show that
+    /// the cost per datagram does not grow with the number of connections).
+    #[arg(long, default_value_t = 0)]
+    idle: u32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -54,13 +58,17 @@ fn engine(args: &EngineArgs) -> Result<()> {
     if args.bytes == 0 {
         bail!("--bytes must be positive");
     }
-    let r = run_engine(args.bytes, args.payload)?;
+    if args.idle > 100_000 {
+        bail!("--idle must be at most 100000, got {}", args.idle);
+    }
+    let r = run_engine(args.bytes, args.payload, args.idle)?;
     let gbps = r.bytes as f64 * 8.0 / r.seconds / 1e9;
     let pps = r.datagrams as f64 / r.seconds;
     if args.json {
         let v = serde_json::json!({
             "benchmark": "engine",
-            "payload_bytes": args.payload,
+                        "payload_bytes": args.payload,
+            "idle_connections": args.idle,
             "bytes": r.bytes,
             "seconds": r.seconds,
             "payload_gbps": gbps,
@@ -72,6 +80,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
     } else {
         println!("satstp bench engine: two STP endpoints in memory, one thread, no delay, no loss");
         println!("  payload per SD     {} bytes", args.payload);
+        println!("  idle connections   {}", args.idle);
         println!(
             "  moved              {} bytes in {:.3} s",
             r.bytes, r.seconds
@@ -89,7 +98,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_engine(total: u64, payload: u16) -> Result<EngineResult> {
+fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
     let conn = Config {
         // Header (12) + room kept for POLL (8), END (4) and BGN/BGNAK (16).
         max_datagram_bytes: payload + 40,
@@ -100,12 +109,23 @@ fn run_engine(total: u64, payload: u16) -> Result<EngineResult> {
     };
     let cfg = EndpointConfig {
         connection: conn,
+        max_connections: idle + 10,
+        max_accept_queue: idle + 10,
         ..EndpointConfig::default()
     };
     let mut a = Endpoint::new(cfg.clone(), Box::new(ChaCha8Rng::seed_from_u64(1)))?;
     let mut b = Endpoint::new(cfg, Box::new(ChaCha8Rng::seed_from_u64(2)))?;
     let addr_a: SocketAddr = "192.0.2.1:1".parse()?;
     let addr_b: SocketAddr = "192.0.2.2:1".parse()?;
+    let mut buf = Vec::with_capacity(usize::from(payload) + 64);
+    // Open the idle connections first and let their handshakes finish.
+    for _ in 0..idle {
+        a.connect(Instant::ZERO, addr_b)?;
+    }
+    exchange(&mut a, &mut b, addr_a, addr_b, Instant::ZERO, &mut buf);
+    while b.accept().is_some() {}
+    while a.poll_event().is_some() {}
+    while b.poll_event().is_some() {}
     let start = std::time::Instant::now();
     let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);
     let ha = a.connect(clock(), addr_b)?;
@@ -114,7 +134,6 @@ fn run_engine(total: u64, payload: u16) -> Result<EngineResult> {
     let (mut written, mut read) = (0u64, 0u64);
     let (mut datagrams, mut control) = (0u64, 0u64);
     let mut hb = None;
-    let mut buf = Vec::with_capacity(usize::from(payload) + 64);
     while read < total {
         let now = clock();
         if written < total {
@@ -165,4 +184,29 @@ fn run_engine(total: u64, payload: u16) -> Result<EngineResult> {
         datagrams,
         control_datagrams: control,
     })
+}
+
+/// Delivers datagrams between the two endpoints until neither has anything to send.
+fn exchange(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    addr_a: SocketAddr,
+    addr_b: SocketAddr,
+    now: Instant,
+    buf: &mut Vec<u8>,
+) {
+    loop {
+        let mut moved = false;
+        while let Some(t) = a.poll_transmit(now, buf) {
+            b.handle_datagram(now, addr_a, &buf[..t.size]);
+            moved = true;
+        }
+        while let Some(t) = b.poll_transmit(now, buf) {
+            a.handle_datagram(now, addr_b, &buf[..t.size]);
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
 }

@@ -477,6 +477,11 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Whether events are waiting to be taken.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Statistics so far.
     pub fn stats(&self) -> ConnectionStats {
         let mut s = self.stats.clone();

@@ -12,7 +12,7 @@ use crate::wire::{
     VERSION,
 };
 use rand_core::RngCore;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use thiserror::Error;
@@ -65,7 +65,18 @@ pub struct Endpoint {
     rng: Box<dyn RngCore + Send>,
     conns: BTreeMap<ConnectionHandle, Slot>,
     by_key: HashMap<Key, ConnectionHandle>,
-    order: VecDeque<ConnectionHandle>,
+    /// Connections that may have something to send: touched by a datagram, a timer or the
+    /// application since they last had nothing to send. Only these are polled.
+    active: BTreeSet<ConnectionHandle>,
+    /// Connections that may have events for the application.
+    eventful: BTreeSet<ConnectionHandle>,
+    /// The handle served last by `poll_transmit` (round robin).
+    cursor: u64,
+    /// Every connection's next deadline, ordered; recomputed only for connections in `dirty`.
+    deadlines: BTreeSet<(Instant, ConnectionHandle)>,
+    deadline_of: HashMap<ConnectionHandle, Instant>,
+    /// Connections whose deadline may have changed since it was last computed.
+    dirty: BTreeSet<ConnectionHandle>,
     accept_queue: VecDeque<ConnectionHandle>,
     closed: HashMap<Key, ClosedEntry>,
     closed_order: VecDeque<(Instant, Key)>,
@@ -95,7 +106,12 @@ impl Endpoint {
             rng,
             conns: BTreeMap::new(),
             by_key: HashMap::new(),
-            order: VecDeque::new(),
+            active: BTreeSet::new(),
+            eventful: BTreeSet::new(),
+            cursor: 0,
+            deadlines: BTreeSet::new(),
+            deadline_of: HashMap::new(),
+            dirty: BTreeSet::new(),
             accept_queue: VecDeque::new(),
             closed: HashMap::new(),
             closed_order: VecDeque::new(),
@@ -166,7 +182,7 @@ impl Endpoint {
         self.next_handle += 1;
         self.by_key.insert(key, h);
         self.conns.insert(h, Slot { conn, key });
-        self.order.push_back(h);
+        self.touch(h);
         h
     }
 
@@ -180,9 +196,30 @@ impl Endpoint {
         None
     }
 
-    /// The connection behind `handle`, while the endpoint holds it.
+    /// The connection behind `handle`, while the endpoint holds it. (The endpoint assumes the
+    /// caller may change it, and polls it at the next `poll_transmit`/`poll_event`.)
     pub fn connection(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
-        self.conns.get_mut(&handle).map(|s| &mut s.conn)
+        let slot = self.conns.get_mut(&handle)?;
+        self.active.insert(handle);
+        self.eventful.insert(handle);
+        self.dirty.insert(handle);
+        Some(&mut slot.conn)
+    }
+
+    fn touch(&mut self, h: ConnectionHandle) {
+        self.active.insert(h);
+        self.eventful.insert(h);
+        self.dirty.insert(h);
+    }
+
+    fn set_deadline(&mut self, h: ConnectionHandle, t: Option<Instant>) {
+        if let Some(old) = self.deadline_of.remove(&h) {
+            self.deadlines.remove(&(old, h));
+        }
+        if let Some(t) = t {
+            self.deadline_of.insert(h, t);
+            self.deadlines.insert((t, h));
+        }
     }
 
     /// The peer address of a connection.
@@ -221,12 +258,14 @@ impl Endpoint {
             if let Some(slot) = self.conns.get_mut(&h) {
                 if slot.conn.instance() == header.instance {
                     slot.conn.handle_packet(now, &packet, data.len());
+                    self.touch(h);
                     return;
                 }
                 if header.from_initiator && packet.bgn.is_some() {
                     // The initiator started a new instance: it has forgotten the old one.
                     slot.conn.supersede();
                     self.by_key.remove(&key);
+                    self.touch(h);
                 } else {
                     self.stats.wrong_instance += 1;
                     return;
@@ -360,30 +399,47 @@ impl Endpoint {
                 size: d.len(),
             });
         }
-        for _ in 0..self.order.len() {
-            let Some(h) = self.order.pop_front() else {
-                break;
-            };
+        // Serve active connections round robin, starting after the one served last; one with
+        // nothing to send leaves the active set until something touches it again.
+        while let Some(h) = self
+            .active
+            .range(ConnectionHandle(self.cursor.wrapping_add(1))..)
+            .next()
+            .or_else(|| self.active.iter().next())
+            .copied()
+        {
+            self.cursor = h.0;
             let Some(slot) = self.conns.get_mut(&h) else {
+                self.active.remove(&h);
                 continue;
             };
-            self.order.push_back(h);
-            if let Some(size) = slot.conn.poll_transmit(now, buf) {
+            let sent = slot.conn.poll_transmit(now, buf);
+            let remote = slot.key.remote;
+            self.dirty.insert(h);
+            if slot.conn.has_events() {
+                self.eventful.insert(h);
+            }
+            if let Some(size) = sent {
                 return Some(Transmit {
-                    destination: slot.key.remote,
+                    destination: remote,
                     size,
                 });
             }
+            self.active.remove(&h);
+            self.reap_if_drained(now, h);
         }
-        self.reap(now);
         None
     }
 
     /// The next event of any connection.
     pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
-        for (h, slot) in self.conns.iter_mut() {
-            if let Some(e) = slot.conn.poll_event() {
-                return Some((*h, e));
+        while let Some(h) = self.eventful.iter().next().copied() {
+            match self.conns.get_mut(&h).map(|s| s.conn.poll_event()) {
+                Some(Some(e)) => return Some((h, e)),
+                _ => {
+                    self.eventful.remove(&h);
+                    self.active.insert(h);
+                }
             }
         }
         None
@@ -394,37 +450,58 @@ impl Endpoint {
         if !self.stateless.is_empty() {
             return Some(now);
         }
-        self.conns
-            .values_mut()
-            .filter_map(|s| s.conn.poll_timeout(now))
-            .min()
-    }
-
-    /// Runs expired timers of every connection.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        for slot in self.conns.values_mut() {
-            slot.conn.handle_timeout(now);
+        while let Some(h) = self.dirty.pop_first() {
+            let t = self
+                .conns
+                .get_mut(&h)
+                .and_then(|s| s.conn.poll_timeout(now));
+            self.set_deadline(h, t);
         }
-        self.reap(now);
+        self.deadlines.first().map(|&(t, _)| t)
     }
 
-    /// Drops connections that are over and fully drained, remembering them as closed.
-    fn reap(&mut self, now: Instant) {
-        let done: Vec<ConnectionHandle> = self
-            .conns
-            .iter()
-            .filter(|(_, s)| s.conn.is_drained())
-            .map(|(h, _)| *h)
-            .collect();
-        for h in done {
-            if let Some(slot) = self.conns.remove(&h) {
-                if self.by_key.get(&slot.key) == Some(&h) {
-                    self.by_key.remove(&slot.key);
-                }
-                self.order.retain(|x| *x != h);
-                self.remember_closed(now, slot.key, &slot.conn);
+    /// Runs the timers that have expired.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Deadlines are only as fresh as the last `poll_timeout`; bring them up to date first.
+        self.poll_timeout(now);
+        let mut due = Vec::new();
+        while let Some(&(t, h)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.set_deadline(h, None);
+            if let Some(slot) = self.conns.get_mut(&h) {
+                slot.conn.handle_timeout(now);
+                due.push(h);
             }
         }
+        for h in due {
+            self.touch(h);
+            self.reap_if_drained(now, h);
+        }
+        self.expire_closed(now);
+    }
+
+    /// Drops a connection that is over and fully drained, remembering it as closed.
+    fn reap_if_drained(&mut self, now: Instant, h: ConnectionHandle) {
+        if !self.conns.get(&h).is_some_and(|s| s.conn.is_drained()) {
+            return;
+        }
+        let Some(slot) = self.conns.remove(&h) else {
+            return;
+        };
+        if self.by_key.get(&slot.key) == Some(&h) {
+            self.by_key.remove(&slot.key);
+        }
+        self.active.remove(&h);
+        self.eventful.remove(&h);
+        self.dirty.remove(&h);
+        self.set_deadline(h, None);
+        self.remember_closed(now, slot.key, &slot.conn);
+        self.expire_closed(now);
+    }
+
+    fn expire_closed(&mut self, now: Instant) {
         while let Some(&(exp, key)) = self.closed_order.front() {
             if exp > now && self.closed_order.len() <= self.config.max_closed_entries as usize {
                 break;
