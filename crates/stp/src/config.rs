@@ -84,7 +84,7 @@ pub struct Config {
     /// Consecutive unanswered POLLs before backoff and window collapse (default 3).
     pub poll_miss_threshold: u32,
     /// Below this congestion window (in full SDs) the last SD of every burst carries a POLL and
-    /// timer POLLs are suppressed (default 10).
+    /// the POLL timer only backs that up, at 2·srtt + 4·rttvar (default 10).
     pub small_window_packets: u32,
     /// SDs that must arrive above a hole before the receiver reports it by USTAT (default 3).
     pub reorder_threshold: u32,

@@ -342,6 +342,8 @@ impl Connection {
             self.mss = peer_mss;
             // No acknowledgement has reached the controller yet: start it afresh for this MSS.
             self.controller = make_controller(&self.config, self.mss as u64);
+            let rate = self.controller.pacing_rate(self.pacing_rtt());
+            self.pacer.set_rate(self.created, rate);
         }
     }
 
@@ -733,7 +735,6 @@ impl Connection {
     fn on_report_common(&mut self, cum: u64, rwnd: u32) -> u64 {
         let marked = self.send.ack_cumulative(cum);
         self.peer_rwnd = u64::from(rwnd);
-        self.polled_since_report = false;
         marked.acked_bytes
     }
 
@@ -748,6 +749,13 @@ impl Connection {
             return;
         };
         let mut acked = self.on_report_common(cum, stat.rwnd);
+        if self
+            .last_poll_stamp
+            .is_none_or(|p| wire_at_or_before(p, stat.echo_timestamp))
+        {
+            // The answer to our latest POLL: a window-blocked sender may probe again.
+            self.polled_since_report = false;
+        }
         let mut covered = match expand(stat.covered_to, cum) {
             Some(c) if c >= cum => c.min(self.send.next_seq()),
             _ => {
@@ -791,6 +799,7 @@ impl Connection {
             return;
         };
         let acked = self.on_report_common(cum, u.rwnd);
+        self.polled_since_report = false;
         let gap = expand(u.gap_start, cum).zip(expand(u.gap_end, cum));
         let Some((s, e)) = gap else {
             self.stats.protocol_errors += 1;
@@ -819,7 +828,10 @@ impl Connection {
     }
 
     fn after_ack(&mut self, now: Instant, acked: u64) {
-        let app_limited = !self.was_cwnd_limited;
+        // With data waiting, the sender was held back by the window or the pacer, not by the
+        // application (after a loss shrinks the window, no SD may have left since the last ack).
+        let data_waiting = self.send.unsent() > 0 || self.send.has_retx();
+        let app_limited = !(self.was_cwnd_limited || data_waiting);
         self.controller.on_ack(acked, app_limited);
         if acked > 0 {
             self.was_cwnd_limited = false;
@@ -981,7 +993,7 @@ impl Connection {
         }
         if self.poll_active() {
             if self.rwnd_blocked() && !self.send.has_outstanding() {
-                // Zero window with nothing in flight: probe at once, then back off from one srtt
+                // Zero window with nothing in flight: probe at once, then after 2, 4, 8 ... srtt
                 // (the receiver also announces an opened window by itself).
                 if self.zero_window_probes == 0 {
                     return Some((self.poll_anchor.min(now), PollKind::Regular));
@@ -1093,7 +1105,11 @@ impl Connection {
         let cwnd = self.controller.window();
         if let Some(len) = self.send.next_retx_len() {
             let ok = self.send.in_flight() == 0 || self.send.in_flight() + len as u64 <= cwnd;
-            return ok.then_some((true, len));
+            // A receiver whose window shrank below what is outstanding would drop the copy;
+            // only the SD at its cumulative point (which it always takes if it can) goes then.
+            let room = self.send.outstanding_charge() <= self.peer_rwnd
+                || self.send.next_retx_seq() == Some(self.send.una());
+            return (ok && room).then_some((true, len));
         }
         if !matches!(self.send_end, SendEnd::Open | SendEnd::Requested) {
             return None;

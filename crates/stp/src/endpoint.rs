@@ -447,15 +447,15 @@ impl Endpoint {
 
     /// The earliest instant at which `handle_timeout` (then `poll_transmit`) is needed.
     pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
-        if !self.stateless.is_empty() {
-            return Some(now);
-        }
         while let Some(h) = self.dirty.pop_first() {
             let t = self
                 .conns
                 .get_mut(&h)
                 .and_then(|s| s.conn.poll_timeout(now));
             self.set_deadline(h, t);
+        }
+        if !self.stateless.is_empty() {
+            return Some(now);
         }
         self.deadlines.first().map(|&(t, _)| t)
     }

@@ -171,6 +171,12 @@ impl SendBuffer {
         None
     }
 
+    /// Sequence number of the next SD to retransmit, if any.
+    pub fn next_retx_seq(&mut self) -> Option<u64> {
+        self.next_retx_len()?;
+        self.retx.front().copied()
+    }
+
     /// Takes the next SD to retransmit, restamping it.
     pub fn pop_retx(&mut self, stamp: u32) -> Option<(u64, Bytes)> {
         self.next_retx_len()?;

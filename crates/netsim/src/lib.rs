@@ -1,0 +1,14 @@
+//! A deterministic discrete-event packet simulator for satellite transport studies.
+//!
+//! The simulator drives the real `stp` engine with real encoded datagrams, models the TCP variants
+//! the seeds study, and uses the same `linkmodel` as the real-time emulator, so its results are
+//! results about the shipped code. Same scenario and seed give identical results.
+
+pub mod metrics;
+pub mod packet;
+pub mod sim;
+pub mod tcp;
+
+pub use metrics::{mean_ci95, FlowMetrics, Metrics};
+pub use packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};
+pub use sim::{Agent, AgentId, Ctx, Sim, SimError, Time, MS, SEC};

@@ -1,0 +1,191 @@
+//! Per-flow and per-link measurements taken during a run, and the summary statistics of several
+//! replications (mean and 95 % confidence interval, Student t).
+
+use crate::packet::{Direction, FlowId, LinkId, Packet};
+use crate::sim::Time;
+use linkmodel::{DropCause, Fate};
+use std::collections::BTreeMap;
+
+/// What one flow did.
+#[derive(Debug, Clone, Default)]
+pub struct FlowMetrics {
+    /// Application bytes delivered to the receiving application, in order.
+    pub delivered_bytes: u64,
+    /// When the flow's first packet was sent.
+    pub started_ns: Option<Time>,
+    /// When the receiving application got the last byte of a finite transfer.
+    pub completed_ns: Option<Time>,
+    pub retransmitted_packets: u64,
+    pub timeouts: u64,
+    /// (time, congestion window in bytes) samples, when `trace` is on.
+    pub cwnd_series: Vec<(Time, u64)>,
+    /// (time, highest sequence number sent) samples, when `trace` is on.
+    pub seq_series: Vec<(Time, u64)>,
+    pub trace: bool,
+}
+
+/// Bytes and packets a flow put on a link in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Volume {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// What happened on one simplex link.
+#[derive(Debug, Clone, Default)]
+pub struct LinkMetrics {
+    /// Bytes each flow transmitted on the link, by direction (packets dropped at the queue or in
+    /// an outage were never transmitted and do not count; packets lost to bit errors do).
+    pub by_flow: BTreeMap<(FlowId, bool), Volume>,
+    /// Everything transmitted.
+    pub transmitted: Volume,
+    pub dropped_queue: u64,
+    pub dropped_error: u64,
+    pub dropped_outage: u64,
+}
+
+impl LinkMetrics {
+    /// Bytes `flow` transmitted here in `direction`.
+    pub fn flow_bytes(&self, flow: FlowId, direction: Direction) -> u64 {
+        self.by_flow
+            .get(&(flow, direction == Direction::Forward))
+            .map_or(0, |v| v.bytes)
+    }
+}
+
+/// All measurements of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub flows: BTreeMap<FlowId, FlowMetrics>,
+    pub links: BTreeMap<LinkId, LinkMetrics>,
+}
+
+impl Metrics {
+    fn flow(&mut self, f: FlowId) -> &mut FlowMetrics {
+        self.flows.entry(f).or_default()
+    }
+
+    /// Records a packet offered to a link and its fate.
+    pub fn on_link(&mut self, link: LinkId, pkt: &Packet, fate: &Fate, _now: Time) {
+        let m = self.links.entry(link).or_default();
+        match fate {
+            Fate::Drop(DropCause::Queue) => {
+                m.dropped_queue += 1;
+                return;
+            }
+            Fate::Drop(DropCause::Outage) => {
+                m.dropped_outage += 1;
+                return;
+            }
+            Fate::Drop(DropCause::Error) => m.dropped_error += 1,
+            Fate::Deliver { .. } => {}
+        }
+        let v = m
+            .by_flow
+            .entry((pkt.flow, pkt.direction == Direction::Forward))
+            .or_default();
+        v.packets += 1;
+        v.bytes += u64::from(pkt.size);
+        m.transmitted.packets += 1;
+        m.transmitted.bytes += u64::from(pkt.size);
+    }
+
+    /// The receiving application got `bytes` more of `flow`.
+    pub fn delivered(&mut self, flow: FlowId, bytes: u64) {
+        self.flow(flow).delivered_bytes += bytes;
+    }
+
+    /// The flow sent its first packet.
+    pub fn started(&mut self, flow: FlowId, now: Time) {
+        self.flow(flow).started_ns.get_or_insert(now);
+    }
+
+    /// The receiving application got the end of a finite transfer.
+    pub fn completed(&mut self, flow: FlowId, now: Time) {
+        self.flow(flow).completed_ns.get_or_insert(now);
+    }
+
+    pub fn retransmitted(&mut self, flow: FlowId, packets: u64) {
+        self.flow(flow).retransmitted_packets += packets;
+    }
+
+    pub fn timeout(&mut self, flow: FlowId) {
+        self.flow(flow).timeouts += 1;
+    }
+
+    /// Turns on cwnd/sequence series for `flow`.
+    pub fn enable_trace(&mut self, flow: FlowId) {
+        self.flow(flow).trace = true;
+    }
+
+    /// Samples the congestion window and highest sequence sent, if tracing `flow`.
+    pub fn sample(&mut self, flow: FlowId, now: Time, cwnd: u64, seq: u64) {
+        let f = self.flow(flow);
+        if f.trace {
+            f.cwnd_series.push((now, cwnd));
+            f.seq_series.push((now, seq));
+        }
+    }
+}
+
+/// Mean and half-width of the 95 % confidence interval of a sample (Student t; zero width for
+/// fewer than two values).
+pub fn mean_ci95(values: &[f64]) -> (f64, f64) {
+    let n = values.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (mean, 0.0);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (mean, t_975(n - 1) * (var / n as f64).sqrt())
+}
+
+/// Two-sided 95 % quantile of Student's t distribution with `df` degrees of freedom.
+fn t_975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        31..=60 => 2.042 - (df - 30) as f64 * (2.042 - 2.000) / 30.0,
+        61..=120 => 2.000 - (df - 60) as f64 * (2.000 - 1.980) / 60.0,
+        _ => 1.960,
+    }
+}
+
+/// Jain's fairness index of a set of throughputs: 1 when all are equal, 1/n when one takes all.
+pub fn jain_index(values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let sum: f64 = values.iter().sum();
+    let sq: f64 = values.iter().map(|v| v * v).sum();
+    if sq == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (n * sq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confidence_interval() {
+        let (m, h) = mean_ci95(&[10.0, 12.0, 14.0]);
+        assert_eq!(m, 12.0);
+        // s = 2, n = 3: 4.303 * 2 / sqrt(3)
+        assert!((h - 4.303 * 2.0 / 3f64.sqrt()).abs() < 1e-9);
+        assert_eq!(mean_ci95(&[5.0]), (5.0, 0.0));
+    }
+
+    #[test]
+    fn jain() {
+        assert!((jain_index(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-12);
+        assert!((jain_index(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,530 @@
+//! The discrete-event core: virtual time in integer nanoseconds, a deterministic event queue
+//! (ties broken by insertion order), nodes with static routes, simplex links on the shared link
+//! model, agents bound to (node, port) addresses, one seeded random stream per component.
+
+use crate::metrics::Metrics;
+use crate::packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};
+use linkmodel::{Fate, Link, LinkConfig, LinkConfigError};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::any::Any;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+/// Virtual time, nanoseconds since the start of the run.
+pub type Time = u64;
+
+/// Nanoseconds per millisecond.
+pub const MS: Time = 1_000_000;
+/// Nanoseconds per second.
+pub const SEC: Time = 1_000_000_000;
+
+/// Identifies an agent within a simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId(pub u32);
+
+/// Something attached to a node that sends and receives packets: a transport endpoint with its
+/// application, a gateway, a traffic source.
+pub trait Agent: Any {
+    /// Called once when the simulation starts (or when the agent is added to a running one).
+    fn start(&mut self, _ctx: &mut Ctx<'_>) {}
+    /// A packet addressed to one of the agent's ports arrived.
+    fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet);
+    /// A timer the agent set fired. Timers cannot be cancelled: agents ignore stale tokens.
+    fn on_timer(&mut self, _ctx: &mut Ctx<'_>, _token: u64) {}
+    /// Called when the run ends, to flush metrics.
+    fn finish(&mut self, _ctx: &mut Ctx<'_>) {}
+    /// For reading an agent's state after a run.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What an agent may do while handling an event.
+pub struct Ctx<'a> {
+    pub now: Time,
+    /// The node the agent sits on.
+    pub node: NodeId,
+    /// The agent's own random stream.
+    pub rng: &'a mut ChaCha8Rng,
+    pub metrics: &'a mut Metrics,
+    out: &'a mut Vec<Packet>,
+    timers: &'a mut Vec<(Time, u64)>,
+    binds: &'a mut Vec<u16>,
+    next_packet_id: &'a mut u64,
+}
+
+impl Ctx<'_> {
+    /// Sends a packet from `src` (one of the agent's ports on this node).
+    pub fn send(
+        &mut self,
+        src_port: u16,
+        dst: Addr,
+        flow: FlowId,
+        direction: Direction,
+        size: u32,
+        payload: Payload,
+    ) {
+        let id = *self.next_packet_id;
+        *self.next_packet_id += 1;
+        self.out.push(Packet {
+            id,
+            src: Addr {
+                node: self.node,
+                port: src_port,
+            },
+            dst,
+            flow,
+            direction,
+            size,
+            payload,
+        });
+    }
+
+    /// Asks for `on_timer(token)` at time `at` (immediately if in the past).
+    pub fn timer_at(&mut self, at: Time, token: u64) {
+        self.timers.push((at.max(self.now), token));
+    }
+
+    /// Binds another port on this node to the agent (gateways listen on several).
+    pub fn bind(&mut self, port: u16) {
+        self.binds.push(port);
+    }
+}
+
+#[derive(Debug)]
+enum EventKind {
+    /// A packet reaches the far end of a link (or, with `link == None`, its own node).
+    Arrive {
+        node: NodeId,
+        pkt: Packet,
+    },
+    Timer {
+        agent: AgentId,
+        token: u64,
+    },
+    Start {
+        agent: AgentId,
+    },
+}
+
+#[derive(Debug)]
+struct Event {
+    at: Time,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: the heap pops the earliest time, then the earliest insertion.
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// A node: a name, and the outgoing link towards every other node.
+#[derive(Debug)]
+pub struct Node {
+    pub name: String,
+    routes: HashMap<NodeId, LinkId>,
+}
+
+/// One direction of a link, with the model that decides packet fates.
+pub struct SimLink {
+    pub name: String,
+    pub from: NodeId,
+    pub to: NodeId,
+    pub model: Link,
+    rng: ChaCha8Rng,
+}
+
+/// Why a topology or simulation could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("link {name}: {source}")]
+    Link {
+        name: String,
+        source: LinkConfigError,
+    },
+    #[error("no route from node {from} to node {to}")]
+    NoRoute { from: String, to: String },
+    #[error("port {port} on node {node} is already bound")]
+    PortInUse { node: String, port: u16 },
+    #[error("unknown node {0}")]
+    UnknownNode(String),
+}
+
+/// A simulation: topology, agents, event queue, metrics.
+pub struct Sim {
+    now: Time,
+    seed: u64,
+    events: BinaryHeap<Event>,
+    next_seq: u64,
+    nodes: Vec<Node>,
+    links: Vec<SimLink>,
+    agents: Vec<Option<Box<dyn Agent>>>,
+    agent_rng: Vec<ChaCha8Rng>,
+    agent_node: Vec<NodeId>,
+    ports: HashMap<Addr, AgentId>,
+    next_packet_id: u64,
+    pub metrics: Metrics,
+    /// Packets that reached a node with no agent on their port.
+    pub undeliverable: u64,
+    /// Total events processed.
+    pub events_processed: u64,
+    /// Packet trace hooks (pcap writers), per link.
+    tracers: BTreeMap<LinkId, Box<dyn FnMut(Time, &Packet)>>,
+}
+
+/// Derives an independent random stream for component `index` of kind `kind`.
+fn stream(seed: u64, kind: u64, index: u64) -> ChaCha8Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(kind << 32 | index);
+    r
+}
+
+impl Sim {
+    /// An empty simulation; `seed` determines every random choice of the run.
+    pub fn new(seed: u64) -> Sim {
+        Sim {
+            now: 0,
+            seed,
+            events: BinaryHeap::new(),
+            next_seq: 0,
+            nodes: Vec::new(),
+            links: Vec::new(),
+            agents: Vec::new(),
+            agent_rng: Vec::new(),
+            agent_node: Vec::new(),
+            ports: HashMap::new(),
+            next_packet_id: 0,
+            metrics: Metrics::default(),
+            undeliverable: 0,
+            events_processed: 0,
+            tracers: BTreeMap::new(),
+        }
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Adds a node.
+    pub fn add_node(&mut self, name: &str) -> NodeId {
+        self.nodes.push(Node {
+            name: name.to_string(),
+            routes: HashMap::new(),
+        });
+        NodeId(self.nodes.len() as u32 - 1)
+    }
+
+    /// Looks a node up by name.
+    pub fn node(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| NodeId(i as u32))
+    }
+
+    /// The name of a node.
+    pub fn node_name(&self, id: NodeId) -> &str {
+        &self.nodes[id.0 as usize].name
+    }
+
+    /// Adds a simplex link from `from` to `to`.
+    pub fn add_link(
+        &mut self,
+        name: &str,
+        from: NodeId,
+        to: NodeId,
+        config: LinkConfig,
+    ) -> Result<LinkId, SimError> {
+        let model = Link::new(config).map_err(|source| SimError::Link {
+            name: name.to_string(),
+            source,
+        })?;
+        let id = LinkId(self.links.len() as u32);
+        self.links.push(SimLink {
+            name: name.to_string(),
+            from,
+            to,
+            model,
+            rng: stream(self.seed, 1, u64::from(id.0)),
+        });
+        Ok(id)
+    }
+
+    /// Adds a link each way with the same parameters; returns (a→b, b→a).
+    pub fn add_duplex(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        config: LinkConfig,
+    ) -> Result<(LinkId, LinkId), SimError> {
+        let (na, nb) = (self.node_name(a).to_string(), self.node_name(b).to_string());
+        let ab = self.add_link(&format!("{na}->{nb}"), a, b, config.clone())?;
+        let ba = self.add_link(&format!("{nb}->{na}"), b, a, config)?;
+        Ok((ab, ba))
+    }
+
+    /// The links, by id.
+    pub fn links(&self) -> &[SimLink] {
+        &self.links
+    }
+
+    /// Finds a link by name (`"a->b"` for duplex links).
+    pub fn link_by_name(&self, name: &str) -> Option<LinkId> {
+        self.links
+            .iter()
+            .position(|l| l.name == name)
+            .map(|i| LinkId(i as u32))
+    }
+
+    /// Computes static shortest-path routes (fewest hops, then lowest link index) between every
+    /// pair of nodes. Call after the topology is complete.
+    pub fn compute_routes(&mut self) {
+        let n = self.nodes.len();
+        let mut adj: Vec<Vec<(NodeId, LinkId)>> = vec![Vec::new(); n];
+        for (i, l) in self.links.iter().enumerate() {
+            adj[l.from.0 as usize].push((l.to, LinkId(i as u32)));
+        }
+        for src in 0..n {
+            // Breadth-first search from src; remember the first link taken.
+            let mut first: Vec<Option<LinkId>> = vec![None; n];
+            let mut seen = vec![false; n];
+            seen[src] = true;
+            let mut q = VecDeque::new();
+            for &(to, link) in &adj[src] {
+                if !seen[to.0 as usize] {
+                    seen[to.0 as usize] = true;
+                    first[to.0 as usize] = Some(link);
+                    q.push_back(to);
+                }
+            }
+            while let Some(u) = q.pop_front() {
+                for &(to, _) in &adj[u.0 as usize] {
+                    if !seen[to.0 as usize] {
+                        seen[to.0 as usize] = true;
+                        first[to.0 as usize] = first[u.0 as usize];
+                        q.push_back(to);
+                    }
+                }
+            }
+            let routes = &mut self.nodes[src].routes;
+            routes.clear();
+            for (dst, link) in first.into_iter().enumerate() {
+                if let Some(link) = link {
+                    routes.insert(NodeId(dst as u32), link);
+                }
+            }
+        }
+    }
+
+    /// Whether `to` can be reached from `from`.
+    pub fn reachable(&self, from: NodeId, to: NodeId) -> bool {
+        from == to || self.nodes[from.0 as usize].routes.contains_key(&to)
+    }
+
+    /// Checks that `to` is reachable from `from`, with an error naming both.
+    pub fn check_route(&self, from: NodeId, to: NodeId) -> Result<(), SimError> {
+        if self.reachable(from, to) {
+            Ok(())
+        } else {
+            Err(SimError::NoRoute {
+                from: self.node_name(from).to_string(),
+                to: self.node_name(to).to_string(),
+            })
+        }
+    }
+
+    /// Adds an agent listening on `port` at `node`; it starts at time `start`.
+    pub fn add_agent(
+        &mut self,
+        node: NodeId,
+        port: u16,
+        start: Time,
+        agent: Box<dyn Agent>,
+    ) -> Result<AgentId, SimError> {
+        let addr = Addr { node, port };
+        if self.ports.contains_key(&addr) {
+            return Err(SimError::PortInUse {
+                node: self.node_name(node).to_string(),
+                port,
+            });
+        }
+        let id = AgentId(self.agents.len() as u32);
+        self.agents.push(Some(agent));
+        self.agent_rng.push(stream(self.seed, 2, u64::from(id.0)));
+        self.agent_node.push(node);
+        self.ports.insert(addr, id);
+        self.schedule(start, EventKind::Start { agent: id });
+        Ok(id)
+    }
+
+    /// The agent behind `id`, for reading its state.
+    pub fn agent(&self, id: AgentId) -> Option<&dyn Agent> {
+        self.agents.get(id.0 as usize).and_then(|a| a.as_deref())
+    }
+
+    /// Typed access to an agent.
+    pub fn agent_as<T: Agent>(&self, id: AgentId) -> Option<&T> {
+        self.agent(id).and_then(|a| a.as_any().downcast_ref::<T>())
+    }
+
+    /// Records every packet that enters `link` (after its queue accepts it) with `f`.
+    pub fn trace_link(&mut self, link: LinkId, f: Box<dyn FnMut(Time, &Packet)>) {
+        self.tracers.insert(link, f);
+    }
+
+    fn schedule(&mut self, at: Time, kind: EventKind) {
+        self.next_seq += 1;
+        self.events.push(Event {
+            at,
+            seq: self.next_seq,
+            kind,
+        });
+    }
+
+    /// Runs events up to and including time `end`; returns the number processed.
+    pub fn run_until(&mut self, end: Time) -> u64 {
+        let mut n = 0;
+        while let Some(ev) = self.events.peek() {
+            if ev.at > end {
+                break;
+            }
+            let Some(ev) = self.events.pop() else { break };
+            self.now = ev.at;
+            n += 1;
+            match ev.kind {
+                EventKind::Arrive { node, pkt } => self.arrive(node, pkt),
+                EventKind::Timer { agent, token } => {
+                    self.with_agent(agent, |a, ctx| a.on_timer(ctx, token))
+                }
+                EventKind::Start { agent } => self.with_agent(agent, |a, ctx| a.start(ctx)),
+            }
+        }
+        self.now = self.now.max(end);
+        self.events_processed += n;
+        n
+    }
+
+    /// Lets every agent flush its metrics (call once after the last `run_until`).
+    pub fn finish(&mut self) {
+        for i in 0..self.agents.len() {
+            self.with_agent(AgentId(i as u32), |a, ctx| a.finish(ctx));
+        }
+    }
+
+    fn with_agent(&mut self, id: AgentId, f: impl FnOnce(&mut dyn Agent, &mut Ctx<'_>)) {
+        let i = id.0 as usize;
+        let Some(mut agent) = self.agents.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let node = self.agent_node[i];
+        let mut out = Vec::new();
+        let mut timers = Vec::new();
+        let mut binds = Vec::new();
+        {
+            let mut ctx = Ctx {
+                now: self.now,
+                node,
+                rng: &mut self.agent_rng[i],
+                metrics: &mut self.metrics,
+                out: &mut out,
+                timers: &mut timers,
+                binds: &mut binds,
+                next_packet_id: &mut self.next_packet_id,
+            };
+            f(agent.as_mut(), &mut ctx);
+        }
+        self.agents[i] = Some(agent);
+        for port in binds {
+            self.ports.entry(Addr { node, port }).or_insert(id);
+        }
+        for (at, token) in timers {
+            self.schedule(at, EventKind::Timer { agent: id, token });
+        }
+        for pkt in out {
+            self.forward(node, pkt);
+        }
+    }
+
+    /// A packet is at `node`: deliver it, or put it on the next link.
+    fn arrive(&mut self, node: NodeId, pkt: Packet) {
+        if pkt.dst.node == node {
+            match self.ports.get(&pkt.dst).copied() {
+                Some(agent) => self.with_agent(agent, |a, ctx| a.on_packet(ctx, pkt)),
+                None => self.undeliverable += 1,
+            }
+            return;
+        }
+        self.forward(node, pkt);
+    }
+
+    fn forward(&mut self, node: NodeId, pkt: Packet) {
+        if pkt.dst.node == node {
+            self.schedule(self.now, EventKind::Arrive { node, pkt });
+            return;
+        }
+        let Some(&link_id) = self.nodes[node.0 as usize].routes.get(&pkt.dst.node) else {
+            self.undeliverable += 1;
+            return;
+        };
+        let link = &mut self.links[link_id.0 as usize];
+        let to = link.to;
+        let fate = link.model.offer(self.now, pkt.size as usize, &mut link.rng);
+        self.metrics.on_link(link_id, &pkt, &fate, self.now);
+        if let Fate::Deliver {
+            at_ns,
+            corrupt_bit,
+            duplicate_at_ns,
+        } = fate
+        {
+            if let Some(tr) = self.tracers.get_mut(&link_id) {
+                tr(self.now, &pkt);
+            }
+            let mut pkt = pkt;
+            if let Some(bit) = corrupt_bit {
+                match &mut pkt.payload {
+                    Payload::Stp(bytes) => {
+                        let i = bit / 8 % bytes.len().max(1);
+                        if let Some(b) = bytes.get_mut(i) {
+                            *b ^= 1 << (bit % 8);
+                        }
+                    }
+                    // A modelled TCP segment has no bytes to flip: the receiver's checksum would
+                    // discard it, so it is lost.
+                    Payload::Tcp(_) => return,
+                }
+            }
+            if let Some(d) = duplicate_at_ns {
+                self.schedule(
+                    d,
+                    EventKind::Arrive {
+                        node: to,
+                        pkt: pkt.clone(),
+                    },
+                );
+            }
+            self.schedule(at_ns, EventKind::Arrive { node: to, pkt });
+        }
+    }
+
+    /// Direction-agnostic helper for agents that answer: the reverse of a flow direction.
+    pub fn reverse(d: Direction) -> Direction {
+        match d {
+            Direction::Forward => Direction::Reverse,
+            Direction::Reverse => Direction::Forward,
+        }
+    }
+}
