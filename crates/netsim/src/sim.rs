@@ -19,6 +19,9 @@ pub const MS: Time = 1_000_000;
 /// Nanoseconds per second.
 pub const SEC: Time = 1_000_000_000;
 
+/// A hook that sees every packet a link transmits (used for pcap output).
+pub type Tracer = dyn FnMut(Time, &Packet);
+
 /// Identifies an agent within a simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(pub u32);
@@ -182,7 +185,7 @@ pub struct Sim {
     /// Total events processed.
     pub events_processed: u64,
     /// Packet trace hooks (pcap writers), per link.
-    tracers: BTreeMap<LinkId, Box<dyn FnMut(Time, &Packet)>>,
+    tracers: BTreeMap<LinkId, Box<Tracer>>,
 }
 
 /// Derives an independent random stream for component `index` of kind `kind`.
@@ -382,7 +385,7 @@ impl Sim {
     }
 
     /// Records every packet that enters `link` (after its queue accepts it) with `f`.
-    pub fn trace_link(&mut self, link: LinkId, f: Box<dyn FnMut(Time, &Packet)>) {
+    pub fn trace_link(&mut self, link: LinkId, f: Box<Tracer>) {
         self.tracers.insert(link, f);
     }
 
