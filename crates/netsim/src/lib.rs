@@ -6,8 +6,11 @@
 
 pub mod metrics;
 pub mod packet;
+pub mod scenario;
 pub mod sim;
+pub mod stp_agent;
 pub mod tcp;
+pub mod units;
 
 pub use metrics::{mean_ci95, FlowMetrics, Metrics};
 pub use packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};

@@ -333,6 +333,21 @@ impl Sim {
         }
     }
 
+    /// The link a packet at `at` takes towards `to`.
+    pub fn next_hop(&self, at: NodeId, to: NodeId) -> Option<(LinkId, &SimLink)> {
+        let id = *self.nodes.get(at.0 as usize)?.routes.get(&to)?;
+        Some((id, &self.links[id.0 as usize]))
+    }
+
+    /// The link running the other way between the same two nodes, if any.
+    pub fn reverse_link(&self, id: LinkId) -> Option<LinkId> {
+        let l = self.links.get(id.0 as usize)?;
+        self.links
+            .iter()
+            .position(|r| r.from == l.to && r.to == l.from)
+            .map(|i| LinkId(i as u32))
+    }
+
     /// Whether `to` can be reached from `from`.
     pub fn reachable(&self, from: NodeId, to: NodeId) -> bool {
         from == to || self.nodes[from.0 as usize].routes.contains_key(&to)

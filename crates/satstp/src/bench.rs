@@ -4,9 +4,9 @@
 //! payloads) on one thread, with the real clock as the driver's `now`, and reports payload
 //! throughput and packets per second: the cost of the protocol engine itself.
 
-use crate::units::parse_bytes;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use netsim::units::parse_bytes;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::net::SocketAddr;

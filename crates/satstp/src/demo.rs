@@ -2,11 +2,11 @@
 //! one bandwidth-delay product), run in virtual time through the shared link model and the real
 //! STP engine, with a report of goodput and return-channel cost.
 
-use crate::units::parse_bytes;
 use anyhow::{bail, Result};
 use clap::Args;
 use linkmodel::{LinkConfig, Loss, QueueLimit};
 use memnet::{Bulk, Net};
+use netsim::units::parse_bytes;
 use stp::stats::TYPE_NAMES;
 use stp::EndpointConfig;
 

@@ -2,7 +2,7 @@
 
 mod bench;
 mod demo;
-mod units;
+mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -22,6 +22,8 @@ enum Command {
     /// Run STP over an emulated GEO satellite path (in virtual time) and report what it achieved
     /// and what it cost on the return channel.
     Demo(demo::DemoArgs),
+    /// Run a scenario file (TOML) in the packet simulator and print mean ± 95% CI per flow.
+    Sim(sim::SimArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -30,6 +32,7 @@ enum Command {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(&args),
+        Command::Sim(args) => sim::run_sim(&args),
         Command::Bench(cmd) => bench::run(&cmd),
     }
 }

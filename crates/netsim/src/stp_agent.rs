@@ -1,0 +1,296 @@
+//! An agent that drives the real STP engine (`stp::Endpoint`) with real encoded datagrams, with
+//! a bulk (or persistent) sending application on the initiator and a counting sink on the
+//! responder.
+
+use crate::packet::{Addr, Direction, FlowId, NodeId, Packet, Payload, IP_HEADER, UDP_HEADER};
+use crate::sim::{Agent, Ctx, Time};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::any::Any;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use stp::{ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, Instant};
+
+/// The socket address standing for a simulator address: node n is 10.(n>>16).(n>>8).(n).
+pub fn socket_of(a: Addr) -> SocketAddr {
+    let n = a.node.0;
+    let ip = Ipv4Addr::new(10, (n >> 16) as u8, (n >> 8) as u8, n as u8);
+    SocketAddr::V4(SocketAddrV4::new(ip, a.port))
+}
+
+/// The simulator address behind a socket address made by `socket_of`.
+pub fn addr_of(s: SocketAddr) -> Addr {
+    match s {
+        SocketAddr::V4(v4) => {
+            let o = v4.ip().octets();
+            Addr {
+                node: NodeId((u32::from(o[1]) << 16) | (u32::from(o[2]) << 8) | u32::from(o[3])),
+                port: v4.port(),
+            }
+        }
+        SocketAddr::V6(v6) => Addr {
+            node: NodeId(u32::MAX),
+            port: v6.port(),
+        },
+    }
+}
+
+/// What the agent does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StpRole {
+    /// Opens a connection to `peer` and sends `bytes` (None: a persistent flow that never ends).
+    Sender { peer: Addr, bytes: Option<u64> },
+    /// Accepts connections and reads everything.
+    Sink,
+}
+
+const WRITE_CHUNK: usize = 64 * 1024;
+
+/// The STP agent.
+pub struct StpAgent {
+    port: u16,
+    flow: FlowId,
+    role: StpRole,
+    ep: Endpoint,
+    conn: Option<ConnectionHandle>,
+    written: u64,
+    shut: bool,
+    armed: Option<Time>,
+    buf: Vec<u8>,
+    zeros: Vec<u8>,
+    /// Statistics of the last connection, kept when it is released.
+    pub stats: Option<ConnectionStats>,
+    /// Failures seen, as text.
+    pub failures: Vec<String>,
+    pub received: u64,
+}
+
+impl StpAgent {
+    /// An agent on `port`, accounting its packets to `flow`. The endpoint's random stream is
+    /// seeded from `seed`.
+    pub fn new(
+        port: u16,
+        flow: FlowId,
+        role: StpRole,
+        config: EndpointConfig,
+        seed: u64,
+    ) -> Result<Self, stp::ConfigError> {
+        let ep = Endpoint::new(config, Box::new(ChaCha8Rng::seed_from_u64(seed)))?;
+        Ok(StpAgent {
+            port,
+            flow,
+            role,
+            ep,
+            conn: None,
+            written: 0,
+            shut: false,
+            armed: None,
+            buf: Vec::with_capacity(2048),
+            zeros: vec![0u8; WRITE_CHUNK],
+            stats: None,
+            failures: Vec::new(),
+            received: 0,
+        })
+    }
+
+    fn direction(&self) -> Direction {
+        match self.role {
+            StpRole::Sender { .. } => Direction::Forward,
+            StpRole::Sink => Direction::Reverse,
+        }
+    }
+
+    /// Application work: write what fits, read what arrived, note events.
+    fn app(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        if let StpRole::Sink = self.role {
+            while let Some(h) = self.ep.accept() {
+                self.conn = Some(h);
+            }
+        }
+        while let Some((_, ev)) = self.ep.poll_event() {
+            if let Event::Failed(e) = ev {
+                self.failures.push(e.to_string());
+            }
+        }
+        let Some(h) = self.conn else { return };
+        let Some(c) = self.ep.connection(h) else {
+            return;
+        };
+        if let StpRole::Sender { bytes, .. } = self.role {
+            loop {
+                let want = match bytes {
+                    Some(total) => (total - self.written).min(WRITE_CHUNK as u64) as usize,
+                    None => WRITE_CHUNK,
+                };
+                if want == 0 {
+                    if !self.shut {
+                        c.shutdown();
+                        self.shut = true;
+                    }
+                    break;
+                }
+                match c.write(&self.zeros[..want]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => self.written += n as u64,
+                }
+            }
+        }
+        loop {
+            match c.read_chunk(usize::MAX) {
+                Ok(Some(b)) => {
+                    self.received += b.len() as u64;
+                    ctx.metrics.delivered(self.flow, b.len() as u64);
+                }
+                Ok(None) => {
+                    if matches!(self.role, StpRole::Sink) {
+                        ctx.metrics.completed(self.flow, now);
+                        if !self.shut {
+                            c.shutdown();
+                            self.shut = true;
+                        }
+                    }
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        self.stats = Some(c.stats());
+        if let StpRole::Sender { .. } = self.role {
+            let s = self
+                .stats
+                .as_ref()
+                .map_or((0, 0), |s| (s.cwnd_bytes, s.payload_bytes_sent));
+            ctx.metrics.sample(self.flow, now, s.0, s.1);
+        }
+    }
+
+    /// Sends every datagram due and arms the timer for the next deadline.
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        let now = Instant::from_nanos(ctx.now);
+        let dir = self.direction();
+        while let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
+            let size = t.size as u32 + IP_HEADER + UDP_HEADER;
+            ctx.metrics.started(self.flow, ctx.now);
+            ctx.send(
+                self.port,
+                addr_of(t.destination),
+                self.flow,
+                dir,
+                size,
+                Payload::Stp(self.buf[..t.size].to_vec()),
+            );
+        }
+        if let Some(deadline) = self.ep.poll_timeout(now) {
+            let at = deadline.as_nanos().max(ctx.now);
+            if self.armed.is_none_or(|a| at < a || a < ctx.now) {
+                self.armed = Some(at);
+                ctx.timer_at(at, at);
+            }
+        }
+    }
+}
+
+impl Agent for StpAgent {
+    fn start(&mut self, ctx: &mut Ctx<'_>) {
+        if let StpRole::Sender { peer, .. } = self.role {
+            match self
+                .ep
+                .connect(Instant::from_nanos(ctx.now), socket_of(peer))
+            {
+                Ok(h) => self.conn = Some(h),
+                Err(e) => self.failures.push(e.to_string()),
+            }
+        }
+        self.app(ctx);
+        self.pump(ctx);
+    }
+
+    fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
+        if let Payload::Stp(bytes) = &pkt.payload {
+            self.ep
+                .handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
+        }
+        self.app(ctx);
+        self.pump(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        if self.armed != Some(token) {
+            return;
+        }
+        self.armed = None;
+        self.ep.handle_timeout(Instant::from_nanos(ctx.now));
+        self.app(ctx);
+        self.pump(ctx);
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>) {
+        if let (StpRole::Sender { .. }, Some(s)) = (self.role, &self.stats) {
+            ctx.metrics
+                .retransmitted(self.flow, s.retransmitted_packets);
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Sim, MS, SEC};
+    use linkmodel::{LinkConfig, QueueLimit};
+
+    #[test]
+    fn address_mapping_roundtrips() {
+        for n in [0u32, 1, 255, 256, 70_000] {
+            let a = Addr {
+                node: NodeId(n),
+                port: 4242,
+            };
+            assert_eq!(addr_of(socket_of(a)), a);
+        }
+    }
+
+    #[test]
+    fn stp_bulk_over_a_geo_link_in_the_simulator() {
+        let mut sim = Sim::new(7);
+        let a = sim.add_node("a");
+        let b = sim.add_node("b");
+        let mut l = LinkConfig::simple(1_500_000, 266 * MS, 0);
+        l.queue = QueueLimit::Bytes(99_750);
+        sim.add_duplex(a, b, l).unwrap();
+        sim.compute_routes();
+        let flow = FlowId(1);
+        let cfg = EndpointConfig::default();
+        let size = 2_000_000;
+        let sender = StpAgent::new(
+            1000,
+            flow,
+            StpRole::Sender {
+                peer: Addr {
+                    node: b,
+                    port: 2000,
+                },
+                bytes: Some(size),
+            },
+            cfg.clone(),
+            1,
+        )
+        .unwrap();
+        let sink = StpAgent::new(2000, flow, StpRole::Sink, cfg, 2).unwrap();
+        sim.add_agent(a, 1000, 0, Box::new(sender)).unwrap();
+        let sink_id = sim.add_agent(b, 2000, 0, Box::new(sink)).unwrap();
+        sim.run_until(60 * SEC);
+        sim.finish();
+        let m = &sim.metrics.flows[&flow];
+        assert_eq!(m.delivered_bytes, size);
+        let done = m.completed_ns.expect("completed");
+        let goodput = size as f64 * 8.0 / (done as f64 / 1e9);
+        assert!(goodput > 1_100_000.0, "goodput {goodput}");
+        let sink = sim.agent_as::<StpAgent>(sink_id).unwrap();
+        assert!(sink.failures.is_empty());
+        assert_eq!(sink.received, size);
+    }
+}
