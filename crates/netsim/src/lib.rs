@@ -6,6 +6,7 @@
 
 pub mod metrics;
 pub mod packet;
+pub mod reproduce;
 pub mod scenario;
 pub mod sim;
 pub mod stp_agent;

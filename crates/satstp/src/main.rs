@@ -2,6 +2,8 @@
 
 mod bench;
 mod demo;
+mod plot;
+mod reproduce;
 mod sim;
 
 use anyhow::Result;
@@ -24,6 +26,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run a scenario file (TOML) in the packet simulator and print mean ± 95% CI per flow.
     Sim(sim::SimArgs),
+    /// Reproduce the seeds' experiments: JSON, CSV, plots and a report with seeds' figures beside ours.
+    Reproduce(reproduce::ReproduceArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -33,6 +37,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Sim(args) => sim::run_sim(&args),
+        Command::Reproduce(args) => reproduce::run(&args),
         Command::Bench(cmd) => bench::run(&cmd),
     }
 }

@@ -742,9 +742,7 @@ impl Connection {
         if let Some(sample) = wire_elapsed(self.peek_stamp(now), stat.echo_timestamp) {
             self.rtt.update(sample);
         }
-        // Any STAT proves the peer alive and answering.
-        self.unanswered_polls.clear();
-        self.collapsed_this_silence = false;
+        self.peer_reporting();
         let Some(cum) = self.reported_cum(stat.cum) else {
             return;
         };
@@ -800,6 +798,10 @@ impl Connection {
         };
         let acked = self.on_report_common(cum, u.rwnd);
         self.polled_since_report = false;
+        // A USTAT answers no POLL, but proves the peer alive and its reports getting through:
+        // unanswered POLLs were lost on the way out (random loss), which backing off would only
+        // make worse.
+        self.peer_reporting();
         let gap = expand(u.gap_start, cum).zip(expand(u.gap_end, cum));
         let Some((s, e)) = gap else {
             self.stats.protocol_errors += 1;
@@ -825,6 +827,12 @@ impl Connection {
             }
         }
         self.after_ack(now, acked);
+    }
+
+    /// A report (STAT or USTAT) arrived: the peer is alive and the return path carries reports.
+    fn peer_reporting(&mut self) {
+        self.unanswered_polls.clear();
+        self.collapsed_this_silence = false;
     }
 
     fn after_ack(&mut self, now: Instant, acked: u64) {

@@ -1,0 +1,309 @@
+//! Reproductions of the seeds' experiments, as data: a reproduction file names a scenario
+//! template (a scenario TOML with `{VAR}` placeholders), the series and points that fill it, the
+//! flow to measure, the seeds' figures, and the seeds' conclusion as checkable claims.
+//! `docs/scenarios.md` documents the format.
+
+use crate::scenario::{run, FlowSummary, Scenario, ScenarioError, Stat};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A reproduction file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reproduction {
+    pub name: String,
+    pub title: String,
+    /// Where in the seeds the experiment comes from.
+    pub source: String,
+    /// The scenario template, with `{VAR}` placeholders.
+    pub template: String,
+    /// Flow of the scenario whose figures are reported.
+    pub flow: String,
+    pub x_label: String,
+    /// "linear", "log" or "categories".
+    pub x_axis: String,
+    /// Metric plotted: goodput_bps, fwd_efficiency, reverse_bps or completion_s.
+    pub plot_metric: String,
+    pub y_label: String,
+    /// Divide plotted values by this (e.g. 1000 for kb/s).
+    #[serde(default = "one")]
+    pub plot_scale: f64,
+    /// Optional second plot of another metric (e.g. reverse_bps).
+    pub plot2_metric: Option<String>,
+    pub y2_label: Option<String>,
+    /// Replications of the full run and of `--quick`.
+    pub runs: u32,
+    pub quick_runs: u32,
+    /// Variables for every case; `quick_vars` override them with `--quick`.
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub quick_vars: BTreeMap<String, String>,
+    #[serde(rename = "series")]
+    pub series: Vec<Case>,
+    #[serde(rename = "point")]
+    pub points: Vec<Point>,
+    #[serde(rename = "seed", default)]
+    pub seeds: Vec<SeedFigure>,
+    #[serde(rename = "claim", default)]
+    pub claims: Vec<Claim>,
+    /// The seeds' qualitative conclusion, in one line.
+    pub conclusion: String,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A series: a name and the variables that select it (protocol, options).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// A point on the x axis.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    pub x: f64,
+    pub label: String,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// A figure the seeds report for one (series, point, metric).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedFigure {
+    pub series: String,
+    pub point: String,
+    pub metric: String,
+    pub value: f64,
+    /// Where the figure is in the seeds.
+    pub source: String,
+}
+
+/// One side of a claim.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operand {
+    pub series: Option<String>,
+    pub point: Option<String>,
+    pub metric: Option<String>,
+    /// A constant instead of a measured value.
+    pub value: Option<f64>,
+}
+
+/// A checkable statement: `lhs op factor × rhs`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub text: String,
+    pub lhs: Operand,
+    /// "<", "<=", ">" or ">=".
+    pub op: String,
+    #[serde(default = "one")]
+    pub factor: f64,
+    pub rhs: Operand,
+}
+
+/// Result of one (series, point) case.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub series: String,
+    pub point: String,
+    pub x: f64,
+    pub flow: FlowSummary,
+}
+
+/// A claim and whether it held.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClaimResult {
+    pub text: String,
+    pub lhs: f64,
+    pub rhs: f64,
+    pub holds: bool,
+}
+
+/// Everything a reproduction produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReproResult {
+    pub name: String,
+    pub title: String,
+    pub runs: u32,
+    pub cases: Vec<CaseResult>,
+    pub claims: Vec<ClaimResult>,
+    pub conclusion_holds: bool,
+    pub events: u64,
+}
+
+/// Reads a metric of a flow summary.
+pub fn metric(f: &FlowSummary, name: &str) -> Option<Stat> {
+    match name {
+        "goodput_bps" => Some(f.goodput_bps),
+        "fwd_efficiency" => Some(f.fwd_efficiency),
+        "reverse_bps" => Some(f.reverse_bps),
+        "completion_s" => f.completion_s,
+        "retransmissions" => Some(f.retransmissions),
+        _ => None,
+    }
+}
+
+fn bad(what: String) -> ScenarioError {
+    ScenarioError::Field {
+        field: "reproduction".into(),
+        reason: what,
+    }
+}
+
+fn substitute(template: &str, vars: &BTreeMap<String, String>) -> Result<String, ScenarioError> {
+    let mut s = template.to_string();
+    for (k, v) in vars {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    if let Some(i) = s.find('{') {
+        let rest = &s[i..];
+        if let Some(j) = rest.find('}') {
+            let name = &rest[1..j];
+            if !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                return Err(bad(format!("template variable {{{name}}} has no value")));
+            }
+        }
+    }
+    Ok(s)
+}
+
+impl Reproduction {
+    /// Parses a reproduction file; `template_text` is the scenario template it names.
+    pub fn from_toml(text: &str) -> Result<Reproduction, ScenarioError> {
+        toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))
+    }
+
+    /// The scenario of one case.
+    pub fn scenario(
+        &self,
+        template: &str,
+        series: &Case,
+        point: &Point,
+        quick: bool,
+    ) -> Result<Scenario, ScenarioError> {
+        let mut vars = self.vars.clone();
+        if quick {
+            vars.extend(self.quick_vars.clone());
+        }
+        vars.extend(series.vars.clone());
+        vars.extend(point.vars.clone());
+        vars.insert("SERIES".into(), series.name.clone());
+        Scenario::from_toml(&substitute(template, &vars)?)
+            .map_err(|e| bad(format!("case {} @ {}: {e}", series.name, point.label)))
+    }
+
+    /// Runs every case and checks the claims.
+    pub fn run(
+        &self,
+        template: &str,
+        quick: bool,
+        threads: usize,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<ReproResult, ScenarioError> {
+        let runs = if quick { self.quick_runs } else { self.runs };
+        let mut cases = Vec::new();
+        let mut events = 0;
+        for s in &self.series {
+            for p in &self.points {
+                let sc = self.scenario(template, s, p, quick)?;
+                progress(&format!("{} @ {}", s.name, p.label));
+                let summary = run(&sc, runs, sc.seed, threads, &|_, _| {})?;
+                events += summary.events;
+                let flow = summary
+                    .flows
+                    .into_iter()
+                    .find(|f| f.name == self.flow)
+                    .ok_or_else(|| bad(format!("scenario has no flow named '{}'", self.flow)))?;
+                cases.push(CaseResult {
+                    series: s.name.clone(),
+                    point: p.label.clone(),
+                    x: p.x,
+                    flow,
+                });
+            }
+        }
+        let claims = self
+            .claims
+            .iter()
+            .map(|c| self.check(c, &cases))
+            .collect::<Result<Vec<_>, _>>()?;
+        let conclusion_holds = claims.iter().all(|c| c.holds);
+        Ok(ReproResult {
+            name: self.name.clone(),
+            title: self.title.clone(),
+            runs,
+            cases,
+            claims,
+            conclusion_holds,
+            events,
+        })
+    }
+
+    fn value(&self, o: &Operand, cases: &[CaseResult]) -> Result<f64, ScenarioError> {
+        if let Some(v) = o.value {
+            return Ok(v);
+        }
+        let (Some(s), Some(p), Some(m)) = (&o.series, &o.point, &o.metric) else {
+            return Err(bad(
+                "a claim operand needs value, or series + point + metric".into(),
+            ));
+        };
+        let case = cases
+            .iter()
+            .find(|c| &c.series == s && &c.point == p)
+            .ok_or_else(|| bad(format!("claim names unknown case {s} @ {p}")))?;
+        metric(&case.flow, m)
+            .map(|st| st.mean)
+            .ok_or_else(|| bad(format!("claim names unknown or missing metric '{m}'")))
+    }
+
+    fn check(&self, c: &Claim, cases: &[CaseResult]) -> Result<ClaimResult, ScenarioError> {
+        let lhs = self.value(&c.lhs, cases)?;
+        let rhs = self.value(&c.rhs, cases)? * c.factor;
+        let holds = match c.op.as_str() {
+            "<" => lhs < rhs,
+            "<=" => lhs <= rhs,
+            ">" => lhs > rhs,
+            ">=" => lhs >= rhs,
+            other => return Err(bad(format!("unknown claim operator '{other}'"))),
+        };
+        Ok(ClaimResult {
+            text: c.text.clone(),
+            lhs,
+            rhs,
+            holds,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitution_reports_missing_variables() {
+        let mut v = BTreeMap::new();
+        v.insert("RATE".to_string(), "1Mbps".to_string());
+        assert_eq!(
+            substitute("rate = \"{RATE}\"", &v).unwrap(),
+            "rate = \"1Mbps\""
+        );
+        let e = substitute("delay = \"{DELAY}\"", &v)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("{DELAY}"), "{e}");
+    }
+}

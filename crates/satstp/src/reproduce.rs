@@ -1,0 +1,312 @@
+//! `satstp reproduce [NAME…] [--quick] [--out DIR] [--list]`: runs the seeds' experiments and
+//! writes, per reproduction, `NAME.json`, `NAME.csv`, plots (`NAME.svg`/`.png`, and
+//! `NAME-2.svg`/`.png` for a second metric) and a section of `report.md` that sets the seeds'
+//! figures beside ours and says whether the seeds' conclusion holds.
+
+use crate::plot::{Chart, Series, XAxis};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use netsim::reproduce::{metric, ReproResult, Reproduction};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/reproductions.rs"));
+}
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// Reproductions to run (default: all).
+    names: Vec<String>,
+    /// Fewer replications and shorter runs (all of them in a few minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Output directory.
+    #[arg(long, default_value = "reproduce-out")]
+    out: PathBuf,
+    /// List the reproductions and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn file(name: &str) -> Option<&'static str> {
+    embedded::FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+}
+
+/// Every reproduction, parsed, with its template text.
+pub fn all() -> Result<Vec<(Reproduction, &'static str)>> {
+    let mut v = Vec::new();
+    for (fname, text) in embedded::FILES {
+        if fname.ends_with(".template.toml") {
+            continue;
+        }
+        let r = Reproduction::from_toml(text).with_context(|| format!("reproduction {fname}"))?;
+        let t = file(&r.template)
+            .with_context(|| format!("reproduction {fname}: no template {}", r.template))?;
+        v.push((r, t));
+    }
+    Ok(v)
+}
+
+pub fn run(args: &ReproduceArgs) -> Result<()> {
+    let all = all()?;
+    if args.list {
+        for (r, _) in &all {
+            println!("{:<20} {}  [{}]", r.name, r.title, r.source);
+        }
+        return Ok(());
+    }
+    for n in &args.names {
+        if !all.iter().any(|(r, _)| &r.name == n) {
+            bail!("unknown reproduction '{n}' (see --list)");
+        }
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = std::time::Instant::now();
+    for (r, template) in all
+        .iter()
+        .filter(|(r, _)| args.names.is_empty() || args.names.contains(&r.name))
+    {
+        let t0 = std::time::Instant::now();
+        eprintln!("{}: {}", r.name, r.title);
+        let res = r.run(template, args.quick, threads, &|case| {
+            eprintln!("  running {case}")
+        })?;
+        write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
+        eprintln!(
+            "  done in {:.1} s: seeds' conclusion {}",
+            t0.elapsed().as_secs_f64(),
+            if res.conclusion_holds {
+                "holds"
+            } else {
+                "does NOT hold"
+            }
+        );
+    }
+    eprintln!(
+        "all done in {:.1} s; report: {}",
+        started.elapsed().as_secs_f64(),
+        args.out.join("report.md").display()
+    );
+    Ok(())
+}
+
+fn seed_value(r: &Reproduction, series: &str, point: &str, m: &str) -> Option<(f64, String)> {
+    r.seeds
+        .iter()
+        .find(|s| s.series == series && s.point == point && s.metric == m)
+        .map(|s| (s.value, s.source.clone()))
+}
+
+const METRICS: [&str; 4] = [
+    "goodput_bps",
+    "fwd_efficiency",
+    "reverse_bps",
+    "completion_s",
+];
+
+fn write_outputs(
+    dir: &Path,
+    r: &Reproduction,
+    res: &ReproResult,
+    wall_s: f64,
+    quick: bool,
+) -> Result<()> {
+    // JSON: the flows of every case, with the seeds' values beside ours.
+    let flows: Vec<serde_json::Value> = res
+        .cases
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(&c.flow).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("name".into(), format!("{} @ {}", c.series, c.point).into());
+                o.insert("series".into(), c.series.clone().into());
+                o.insert("point".into(), c.point.clone().into());
+                o.insert("x".into(), c.x.into());
+                let mut seed = serde_json::Map::new();
+                for m in METRICS {
+                    if let Some((val, _)) = seed_value(r, &c.series, &c.point, m) {
+                        seed.insert(m.into(), val.into());
+                    }
+                }
+                if !seed.is_empty() {
+                    o.insert("seed".into(), seed.into());
+                }
+            }
+            v
+        })
+        .collect();
+    let json = serde_json::json!({
+        "name": r.name, "title": r.title, "source": r.source, "runs": res.runs, "quick": quick,
+        "wall_time_s": wall_s, "events": res.events, "conclusion": r.conclusion,
+        "conclusion_holds": res.conclusion_holds, "claims": res.claims, "flows": flows,
+    });
+    let p = dir.join(format!("{}.json", r.name));
+    std::fs::write(&p, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("cannot write {}", p.display()))?;
+
+    // CSV.
+    let mut csv = String::from("series,point,x,goodput_bps,goodput_ci95,fwd_efficiency,fwd_efficiency_ci95,reverse_bps,reverse_ci95,completion_s,completion_ci95\n");
+    for c in &res.cases {
+        let f = &c.flow;
+        let (cm, cc) = f.completion_s.map_or((String::new(), String::new()), |s| {
+            (s.mean.to_string(), s.ci95.to_string())
+        });
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            c.series,
+            c.point,
+            c.x,
+            f.goodput_bps.mean,
+            f.goodput_bps.ci95,
+            f.fwd_efficiency.mean,
+            f.fwd_efficiency.ci95,
+            f.reverse_bps.mean,
+            f.reverse_bps.ci95,
+            cm,
+            cc
+        );
+    }
+    let p = dir.join(format!("{}.csv", r.name));
+    std::fs::write(&p, csv).with_context(|| format!("cannot write {}", p.display()))?;
+
+    // Plots.
+    let axis = match r.x_axis.as_str() {
+        "log" => XAxis::Log,
+        "categories" => XAxis::Categories(r.points.iter().map(|p| p.label.clone()).collect()),
+        _ => XAxis::Linear,
+    };
+    let chart = |m: &str, y_label: &str, scale: f64| Chart {
+        title: r.title.clone(),
+        x_label: r.x_label.clone(),
+        y_label: y_label.to_string(),
+        x_axis: axis.clone(),
+        series: r
+            .series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: res
+                    .cases
+                    .iter()
+                    .filter(|c| c.series == s.name)
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let x = if matches!(axis, XAxis::Categories(_)) {
+                            i as f64
+                        } else {
+                            c.x
+                        };
+                        let st = metric(&c.flow, m);
+                        (
+                            x,
+                            st.map_or(f64::NAN, |v| v.mean / scale),
+                            st.map_or(0.0, |v| v.ci95 / scale),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    chart(&r.plot_metric, &r.y_label, r.plot_scale).write(dir, &r.name)?;
+    if let Some(m2) = &r.plot2_metric {
+        let scale = if m2.ends_with("_bps") { 1000.0 } else { 1.0 };
+        chart(m2, r.y2_label.as_deref().unwrap_or(m2), scale)
+            .write(dir, &format!("{}-2", r.name))?;
+    }
+
+    // Report section.
+    let mut sec = String::new();
+    let _ = writeln!(sec, "## {} — {}\n", r.name, r.title);
+    let _ = writeln!(
+        sec,
+        "Source: {}. {} replications{}; wall time {wall_s:.1} s.\n",
+        r.source,
+        res.runs,
+        if quick { " (--quick)" } else { "" }
+    );
+    let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
+    let _ = writeln!(sec, "| series | point | metric | seed | ours (mean ± 95% CI) | ratio |\n|---|---|---|---|---|---|");
+    for c in &res.cases {
+        for m in METRICS {
+            let Some(ours) = metric(&c.flow, m) else {
+                continue;
+            };
+            let seed = seed_value(r, &c.series, &c.point, m);
+            if seed.is_none() && m != r.plot_metric.as_str() && Some(m) != r.plot2_metric.as_deref()
+            {
+                continue;
+            }
+            let (sv, ratio) = match &seed {
+                Some((v, _)) => (fmt_metric(m, *v), format!("{:.2}", ours.mean / v)),
+                None => ("—".into(), "—".into()),
+            };
+            let _ = writeln!(
+                sec,
+                "| {} | {} | {m} | {sv} | {} ± {} | {ratio} |",
+                c.series,
+                c.point,
+                fmt_metric(m, ours.mean),
+                fmt_metric(m, ours.ci95)
+            );
+        }
+    }
+    let _ = writeln!(sec, "\nSeeds' conclusion: {}\n", r.conclusion);
+    for c in &res.claims {
+        let _ = writeln!(
+            sec,
+            "- [{}] {} (ours: {:.4} vs {:.4})",
+            if c.holds { "x" } else { " " },
+            c.text,
+            c.lhs,
+            c.rhs
+        );
+    }
+    let _ = writeln!(
+        sec,
+        "\n**{}**\n",
+        if res.conclusion_holds {
+            "The seeds' qualitative conclusion holds in our reproduction."
+        } else {
+            "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
+        }
+    );
+    update_report(&dir.join("report.md"), &r.name, &sec)
+}
+
+fn fmt_metric(m: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    match m {
+        "goodput_bps" | "reverse_bps" => format!("{:.1} kb/s", v / 1e3),
+        "completion_s" => format!("{v:.2} s"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// Replaces (or appends) the section of `name` in the report, keeping the others.
+fn update_report(path: &Path, name: &str, section: &str) -> Result<()> {
+    let begin = format!("<!-- begin {name} -->");
+    let end = format!("<!-- end {name} -->");
+    let mut text = std::fs::read_to_string(path).unwrap_or_else(|_| {
+        "# satstp reproductions\n\nEach section sets the seeds' figures beside ours. Generated by `satstp reproduce`.\n\n".to_string()
+    });
+    let block = format!("{begin}\n{section}{end}\n");
+    if let (Some(a), Some(b)) = (text.find(&begin), text.find(&end)) {
+        if a < b {
+            text.replace_range(a..b + end.len() + 1.min(text.len() - b - end.len()), &block);
+        } else {
+            text.push_str(&block);
+        }
+    } else {
+        text.push_str(&block);
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
