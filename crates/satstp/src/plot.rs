@@ -153,22 +153,19 @@ impl Chart {
                 }
             }
             XAxis::Log => {
-                let mut d = 10f64.powf(xlo.max(1e-12).log10().floor());
-                while d <= xhi * 1.0001 {
-                    for m in [1.0, 2.0, 5.0] {
-                        let v = d * m;
+                // Ticks at 1, 2 and 5 times each power of ten, labelled from integers so no
+                // rounding noise shows.
+                let mut exp = xlo.max(1e-300).log10().floor() as i32;
+                while 10f64.powi(exp) <= xhi * 1.0001 && exp < 300 {
+                    for m in [1u32, 2, 5] {
+                        let v = f64::from(m) * 10f64.powi(exp);
                         if v >= xlo * 0.9999 && v <= xhi * 1.0001 {
                             let x = xmap(v);
-                            let _ = write!(
-                                s,
-                                r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-                                TOP + ph,
-                                TOP + ph + 18.0,
-                                format!("{v:e}").replace("e0", "")
-                            );
+                            let label = if (-2..=4).contains(&exp) { fmt_num(v) } else { format!("{m}e{exp}") };
+                            let _ = write!(s, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"##, TOP + ph, TOP + ph + 18.0);
                         }
                     }
-                    d *= 10.0;
+                    exp += 1;
                 }
             }
             XAxis::Linear => {
