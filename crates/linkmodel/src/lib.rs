@@ -1,11 +1,12 @@
 //! The satellite link model shared by the simulator and the emulators.
 //!
-//! A [`Link`] is one direction of a link: a FIFO queue (drop-tail in packets or bytes) feeding a
-//! serializer at a fixed rate, then a propagation delay (fixed or from a trace), with packet
-//! errors (random, bit-error rate, Gilbert–Elliott bursts), scheduled outages, and the test-only
-//! impairments reordering, duplication and corruption. Everything is a pure function of the
-//! arrival times, packet sizes and a caller-supplied random generator: the same inputs and seed
-//! give the same fates, whether time is virtual (simulator) or real (emulator).
+//! A [`Link`] is one direction of a link: a FIFO queue (bounded in packets or bytes, managed by
+//! drop-tail or by Random Early Detection, see [`Discipline`]) feeding a serializer at a fixed
+//! rate, then a propagation delay (fixed or from a trace), with packet errors (random, bit-error
+//! rate, Gilbert–Elliott bursts), scheduled outages, and the test-only impairments reordering,
+//! duplication and corruption. Everything is a pure function of the arrival times, packet sizes and
+//! a caller-supplied random generator: the same inputs and seed give the same fates, whether time
+//! is virtual (simulator) or real (emulator).
 //!
 //! Times are nanoseconds since an epoch chosen by the caller.
 
@@ -33,6 +34,168 @@ fn bad(field: &'static str, reason: &str) -> LinkConfigError {
 pub enum QueueLimit {
     Packets(u32),
     Bytes(u64),
+}
+
+/// How the queue decides which arriving packets to drop, below the hard [`QueueLimit`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Discipline {
+    /// Drop an arriving packet only when the queue is full.
+    #[default]
+    DropTail,
+    /// Random Early Detection: drop arriving packets with a probability that grows with the
+    /// average queue length. The hard limit still applies on top.
+    Red(RedParams),
+}
+
+/// Parameters of Random Early Detection (S. Floyd and V. Jacobson, "Random Early Detection
+/// Gateways for Congestion Avoidance", IEEE/ACM Transactions on Networking, 1993).
+///
+/// The thresholds are in the unit of the link's [`QueueLimit`]: packets for
+/// [`QueueLimit::Packets`], bytes (overhead included) for [`QueueLimit::Bytes`]. In byte mode the
+/// drop probability of a packet is also scaled by its size relative to `mean_packet_bytes`, as
+/// the paper's byte-mode variant does, so that large packets are likelier to be dropped.
+///
+/// On each arrival (except those lost to an outage, which never reach the queue) the average is
+/// updated as `avg ← (1 − w_q)·avg + w_q·q`, where `q` is the instantaneous queue (packet in
+/// service included) the packet finds. When the packet finds the queue empty, `avg` is first
+/// multiplied by `(1 − w_q)^m` with `m = idle / s`: the average decays as if `m` packets of
+/// `mean_packet_bytes` had found an empty queue during the idle period, `s` being their
+/// transmission time at the link rate. Then, with `count` the number of packets accepted since the
+/// last drop (reset while `avg < min_th`):
+///
+/// - `avg < min_th`: accept;
+/// - `min_th ≤ avg < max_th`: `p_b = max_p·(avg − min_th)/(max_th − min_th)`;
+/// - `max_th ≤ avg < 2·max_th`, gentle only: `p_b = max_p + (1 − max_p)·(avg − max_th)/max_th`;
+/// - above (`max_th` without gentle, `2·max_th` with it): forced drop ([`DropCause::Queue`]).
+///
+/// In the probabilistic regions the packet is dropped ([`DropCause::Red`]) with probability
+/// `p_a = p_b / (1 − count·p_b)` (1 once `count·p_b ≥ 1`), which spreads drops evenly instead of
+/// letting them cluster: at constant `p_b` the number of arrivals from one drop to the next is
+/// uniform on `1..=1/p_b` (mean about `1/(2·p_b)`) instead of geometric (mean `1/p_b`). `count`
+/// excludes the arriving packet, as in the paper's analysis of the gap between drops; ns-2 counts
+/// it, which shifts the gap to `1..1/p_b` and drops every packet after a drop once `p_b ≥ 1/2`.
+/// One uniform number is drawn from the caller's generator for each arrival in those regions, and
+/// none otherwise, so drop-tail links consume exactly what they always did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RedParams {
+    /// Average queue below which nothing is dropped early.
+    pub min_th: f64,
+    /// Average queue at which the early-drop probability reaches `max_p`.
+    pub max_th: f64,
+    /// Early-drop probability at `max_th`, in (0, 1].
+    pub max_p: f64,
+    /// Weight of the newest sample in the exponentially weighted average, in (0, 1]. With 1 the
+    /// "average" is the instantaneous queue.
+    pub w_q: f64,
+    /// Gentle mode: between `max_th` and `2·max_th` the probability rises linearly from `max_p` to
+    /// 1 instead of jumping to forced drops at `max_th`.
+    pub gentle: bool,
+    /// Typical packet size on the wire, bytes (overhead included): sets the idle-time decay and,
+    /// in byte mode, the size normalization of the drop probability.
+    pub mean_packet_bytes: u32,
+}
+
+impl Default for RedParams {
+    /// Packet-mode defaults after the classic ns-2 `Queue/RED` settings:
+    ///
+    /// - `min_th = 5`, `max_th = 15` packets: ns-2's historical `thresh_`/`maxthresh_`, in line
+    ///   with Floyd's advice to keep `min_th` around five packets for bursty traffic and `max_th`
+    ///   at least twice (here three times) `min_th`;
+    /// - `max_p = 0.1`: ns-2's `linterm_ = 10` (max_p = 1/linterm), the value Floyd recommends
+    ///   for the linear region;
+    /// - `w_q = 0.002`: the weight used in the 1993 paper's simulations and ns-2's historical
+    ///   `q_weight_`, slow enough to let short bursts through;
+    /// - `gentle = true`: Floyd's 2000 recommendation, later ns-2's default, which removes the
+    ///   discontinuity at `max_th` and makes RED far less sensitive to its setting;
+    /// - `mean_packet_bytes = 500`: ns-2's `mean_pktsize_`.
+    fn default() -> Self {
+        RedParams {
+            min_th: 5.0,
+            max_th: 15.0,
+            max_p: 0.1,
+            w_q: 0.002,
+            gentle: true,
+            mean_packet_bytes: 500,
+        }
+    }
+}
+
+impl RedParams {
+    /// The defaults for a byte-limited queue: thresholds of 5 and 15 packets of
+    /// `mean_packet_bytes` each, expressed in bytes.
+    pub fn bytes_mode(mean_packet_bytes: u32) -> Self {
+        let mean = f64::from(mean_packet_bytes);
+        RedParams {
+            min_th: 5.0 * mean,
+            max_th: 15.0 * mean,
+            mean_packet_bytes,
+            ..RedParams::default()
+        }
+    }
+
+    /// The early-drop probability `p_a` for an average queue `avg`, `count` packets accepted
+    /// since the last drop, and a byte-mode size factor (`size / mean_packet_bytes`, 1 in packet
+    /// mode). `None` outside the probabilistic regions: `avg < min_th` (accept) or at or above the
+    /// forced-drop threshold.
+    pub fn drop_probability(&self, avg: f64, count: u64, size_factor: f64) -> Option<f64> {
+        let ceiling = if self.gentle {
+            2.0 * self.max_th
+        } else {
+            self.max_th
+        };
+        if avg < self.min_th || avg >= ceiling {
+            return None;
+        }
+        let p_b = if avg < self.max_th {
+            self.max_p * (avg - self.min_th) / (self.max_th - self.min_th)
+        } else {
+            self.max_p + (1.0 - self.max_p) * (avg - self.max_th) / self.max_th
+        };
+        let p_b = (p_b * size_factor).clamp(0.0, 1.0);
+        let spread = count as f64 * p_b;
+        Some(if spread < 1.0 {
+            (p_b / (1.0 - spread)).min(1.0)
+        } else {
+            1.0
+        })
+    }
+
+    fn validate(&self, limit: QueueLimit) -> Result<(), LinkConfigError> {
+        if !(self.min_th.is_finite() && self.min_th >= 0.0) {
+            return Err(bad("red.min_th", "must be finite and non-negative"));
+        }
+        if !(self.max_th.is_finite() && self.max_th > self.min_th) {
+            return Err(bad("red.max_th", "must be finite and above min_th"));
+        }
+        if !(self.max_p > 0.0 && self.max_p <= 1.0) {
+            return Err(bad("red.max_p", "must be in (0, 1]"));
+        }
+        if !(self.w_q > 0.0 && self.w_q <= 1.0) {
+            return Err(bad("red.w_q", "must be in (0, 1]"));
+        }
+        if self.mean_packet_bytes == 0 {
+            return Err(bad("red.mean_packet_bytes", "must be positive"));
+        }
+        let limit = match limit {
+            QueueLimit::Packets(n) => f64::from(n),
+            QueueLimit::Bytes(b) => {
+                if self.max_th < f64::from(self.mean_packet_bytes) {
+                    return Err(bad(
+                        "red.max_th",
+                        "below one mean packet: with a byte limit the thresholds are in bytes",
+                    ));
+                }
+                b as f64
+            }
+        };
+        if self.min_th >= limit {
+            return Err(bad(
+                "red.min_th",
+                "must be below the queue limit (RED would never act)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One-way propagation delay.
@@ -83,7 +246,10 @@ pub struct LinkConfig {
     /// Serialization rate in bits per second.
     pub rate_bps: u64,
     pub delay: Delay,
+    /// Hard bound of the queue, whatever the discipline.
     pub queue: QueueLimit,
+    /// Which packets the queue drops below the hard bound.
+    pub discipline: Discipline,
     pub loss: Loss,
     pub outages: Vec<Outage>,
     /// Bytes added to every packet on the medium (e.g. 28 for IPv4 + UDP headers).
@@ -98,12 +264,13 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
-    /// A loss-free link with a fixed delay and a packet-count queue.
+    /// A loss-free link with a fixed delay and a drop-tail packet-count queue.
     pub fn simple(rate_bps: u64, delay_ns: u64, queue_packets: u32) -> Self {
         LinkConfig {
             rate_bps,
             delay: Delay::Fixed(delay_ns),
             queue: QueueLimit::Packets(queue_packets),
+            discipline: Discipline::DropTail,
             loss: Loss::None,
             outages: Vec::new(),
             overhead_bytes: 0,
@@ -123,6 +290,9 @@ impl LinkConfig {
             QueueLimit::Packets(0) => return Err(bad("queue", "must hold at least one packet")),
             QueueLimit::Bytes(0) => return Err(bad("queue", "must hold at least one byte")),
             _ => {}
+        }
+        if let Discipline::Red(red) = &self.discipline {
+            red.validate(self.queue)?;
         }
         if let Delay::Trace { points, period_ns } = &self.delay {
             if points.is_empty() {
@@ -175,8 +345,11 @@ impl LinkConfig {
 /// Why the link dropped a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropCause {
-    /// The queue was full on arrival.
+    /// The queue was full on arrival, or RED's average queue was above its forced-drop
+    /// threshold.
     Queue,
+    /// Dropped early by RED's random test (average queue between the thresholds).
+    Red,
     /// Lost on the medium (random, BER or Gilbert–Elliott).
     Error,
     /// Arrived or was in flight during an outage.
@@ -204,7 +377,12 @@ pub struct LinkStats {
     pub offered_bytes: u64,
     pub delivered_packets: u64,
     pub delivered_bytes: u64,
+    /// Overflows of the hard limit and RED forced drops.
     pub dropped_queue: u64,
+    /// Of `dropped_queue`, the RED forced drops (average above the forced-drop threshold).
+    pub red_forced: u64,
+    /// RED early (random) drops.
+    pub dropped_red: u64,
     pub dropped_error: u64,
     pub dropped_outage: u64,
     pub duplicated: u64,
@@ -221,6 +399,10 @@ pub struct Link {
     last_departure_ns: u64,
     last_arrival_ns: u64,
     ge_bad: bool,
+    /// RED's average queue (in the limit's unit), as of the latest arrival.
+    red_avg: f64,
+    /// RED's packets accepted since the last drop (0 while the average is below `min_th`).
+    red_count: u64,
     stats: LinkStats,
 }
 
@@ -239,6 +421,8 @@ impl Link {
             last_departure_ns: 0,
             last_arrival_ns: 0,
             ge_bad: false,
+            red_avg: 0.0,
+            red_count: 0,
             stats: LinkStats::default(),
         })
     }
@@ -251,6 +435,11 @@ impl Link {
     /// Counters so far.
     pub fn stats(&self) -> &LinkStats {
         &self.stats
+    }
+
+    /// RED's average queue as of the latest arrival, in the limit's unit; `None` for drop-tail.
+    pub fn red_average(&self) -> Option<f64> {
+        matches!(self.config.discipline, Discipline::Red(_)).then_some(self.red_avg)
     }
 
     /// Packets queued or in service at `now_ns` (after removing departed ones).
@@ -296,7 +485,7 @@ impl Link {
             Loss::None => false,
             Loss::Random { p } => uniform(rng) < p,
             Loss::Ber { ber } => {
-                let per = 1.0 - (1.0 - ber).powf((bytes * 8) as f64);
+                let per = 1.0 - (1.0 - ber).powf(bytes.saturating_mul(8) as f64);
                 uniform(rng) < per
             }
             Loss::GilbertElliott {
@@ -318,24 +507,87 @@ impl Link {
         }
     }
 
+    /// RED's verdict on an arrival of `bytes` at `now_ns` (queue already drained): updates the
+    /// average and the count, and returns the drop cause if the packet is to be dropped.
+    fn red_arrival(
+        &mut self,
+        red: &RedParams,
+        now_ns: u64,
+        bytes: u64,
+        rng: &mut dyn RngCore,
+    ) -> Option<DropCause> {
+        let byte_mode = matches!(self.config.queue, QueueLimit::Bytes(_));
+        let q = if byte_mode {
+            self.queued_bytes as f64
+        } else {
+            self.queue.len() as f64
+        };
+        if self.queue.is_empty() {
+            // Idle since the last departure: decay as if `m` typical packets had found the queue
+            // empty meanwhile (rate_bps > 0 and mean_packet_bytes > 0 are validated).
+            let idle_ns = now_ns.saturating_sub(self.last_departure_ns) as f64;
+            let typical_tx_ns =
+                f64::from(red.mean_packet_bytes) * 8e9 / self.config.rate_bps as f64;
+            let m = idle_ns / typical_tx_ns;
+            if m > 0.0 {
+                self.red_avg *= (1.0 - red.w_q).powf(m);
+            }
+        }
+        self.red_avg = (1.0 - red.w_q) * self.red_avg + red.w_q * q;
+        let size_factor = if byte_mode {
+            bytes as f64 / f64::from(red.mean_packet_bytes)
+        } else {
+            1.0
+        };
+        if self.red_avg < red.min_th {
+            self.red_count = 0;
+            return None;
+        }
+        match red.drop_probability(self.red_avg, self.red_count, size_factor) {
+            None => {
+                self.red_count = 0;
+                self.stats.dropped_queue += 1;
+                self.stats.red_forced += 1;
+                Some(DropCause::Queue)
+            }
+            Some(p_a) => {
+                if uniform(rng) < p_a {
+                    self.red_count = 0;
+                    self.stats.dropped_red += 1;
+                    Some(DropCause::Red)
+                } else {
+                    self.red_count = self.red_count.saturating_add(1);
+                    None
+                }
+            }
+        }
+    }
+
     /// Offers a packet of `size` bytes at `now_ns` and decides its fate. Calls must come in
     /// non-decreasing time order.
     pub fn offer(&mut self, now_ns: u64, size: usize, rng: &mut dyn RngCore) -> Fate {
         let now_ns = now_ns.max(self.last_arrival_ns);
         self.last_arrival_ns = now_ns;
-        let bytes = size as u64 + u64::from(self.config.overhead_bytes);
+        let bytes = (size as u64).saturating_add(u64::from(self.config.overhead_bytes));
         self.stats.offered_packets += 1;
-        self.stats.offered_bytes += bytes;
+        self.stats.offered_bytes = self.stats.offered_bytes.saturating_add(bytes);
         if self.in_outage(now_ns) {
             self.stats.dropped_outage += 1;
             return Fate::Drop(DropCause::Outage);
         }
         self.drain(now_ns);
+        if let Discipline::Red(red) = self.config.discipline {
+            if let Some(cause) = self.red_arrival(&red, now_ns, bytes, rng) {
+                return Fate::Drop(cause);
+            }
+        }
         let full = match self.config.queue {
             QueueLimit::Packets(n) => self.queue.len() >= n as usize,
-            QueueLimit::Bytes(b) => self.queued_bytes + bytes > b,
+            QueueLimit::Bytes(b) => self.queued_bytes.saturating_add(bytes) > b,
         };
         if full {
+            // An overflow is a drop too: RED counts packets since the last one (as ns-2 does).
+            self.red_count = 0;
             self.stats.dropped_queue += 1;
             return Fate::Drop(DropCause::Queue);
         }
@@ -359,18 +611,18 @@ impl Link {
             at = at.saturating_add(self.config.reorder_delay_ns);
         }
         let corrupt_bit = (self.config.corrupt_p > 0.0 && uniform(rng) < self.config.corrupt_p)
-            .then(|| (rng.next_u64() % (size.max(1) as u64 * 8)) as usize);
+            .then(|| (rng.next_u64() % (size.max(1) as u64).saturating_mul(8)) as usize);
         if corrupt_bit.is_some() {
             self.stats.corrupted += 1;
         }
         let duplicate_at_ns = (self.config.duplicate_p > 0.0
             && uniform(rng) < self.config.duplicate_p)
-            .then_some(at + 1);
+            .then_some(at.saturating_add(1));
         if duplicate_at_ns.is_some() {
             self.stats.duplicated += 1;
         }
         self.stats.delivered_packets += 1;
-        self.stats.delivered_bytes += bytes;
+        self.stats.delivered_bytes = self.stats.delivered_bytes.saturating_add(bytes);
         Fate::Deliver {
             at_ns: at,
             corrupt_bit,
@@ -506,5 +758,310 @@ mod tests {
         cfg.rate_bps = 1;
         cfg.duplicate_p = 2.0;
         assert_eq!(Link::new(cfg).unwrap_err().field, "duplicate_p");
+    }
+
+    fn red_link(red: RedParams, rate_bps: u64, limit: QueueLimit) -> Link {
+        let mut cfg = LinkConfig::simple(rate_bps, 0, 1);
+        cfg.queue = limit;
+        cfg.discipline = Discipline::Red(red);
+        Link::new(cfg).unwrap()
+    }
+
+    /// Offers `n` packets of 1000 bytes, one every `gap_ns`, to an 8 Mb/s link (1 ms each).
+    fn overload(link: &mut Link, n: u64, gap_ns: u64, r: &mut ChaCha8Rng) -> Vec<Fate> {
+        (0..n).map(|i| link.offer(i * gap_ns, 1000, r)).collect()
+    }
+
+    #[test]
+    fn simple_is_drop_tail() {
+        let cfg = LinkConfig::simple(1_000_000, 0, 10);
+        assert_eq!(cfg.discipline, Discipline::DropTail);
+        assert_eq!(Link::new(cfg).unwrap().red_average(), None);
+    }
+
+    #[test]
+    fn red_probability_formula() {
+        let p = RedParams {
+            gentle: false,
+            ..RedParams::default()
+        };
+        assert_eq!(p.drop_probability(4.9, 0, 1.0), None, "below min_th");
+        assert_eq!(p.drop_probability(15.0, 0, 1.0), None, "forced at max_th");
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        // avg 10: p_b = 0.1 * 5 / 10 = 0.05.
+        assert!(close(p.drop_probability(10.0, 0, 1.0), 0.05));
+        assert!(close(p.drop_probability(10.0, 10, 1.0), 0.05 / 0.5));
+        assert!(close(p.drop_probability(10.0, 20, 1.0), 1.0));
+        assert!(
+            close(p.drop_probability(10.0, 0, 2.0), 0.1),
+            "byte-mode size factor"
+        );
+        let g = RedParams::default();
+        // Gentle at avg 22.5: 0.1 + 0.9 * 7.5 / 15 = 0.55; forced from 30.
+        assert!(close(g.drop_probability(22.5, 0, 1.0), 0.55));
+        assert!(close(g.drop_probability(15.0, 0, 1.0), 0.1));
+        assert_eq!(g.drop_probability(30.0, 0, 1.0), None);
+    }
+
+    #[test]
+    fn red_average_is_ewma_and_decays_when_idle() {
+        let red = RedParams {
+            min_th: 100.0,
+            max_th: 200.0,
+            w_q: 0.1,
+            mean_packet_bytes: 1000,
+            ..RedParams::default()
+        };
+        let mut l = red_link(red, 8_000_000, QueueLimit::Packets(1000));
+        let mut r = rng();
+        let mut expect = 0.0;
+        for k in 0..20 {
+            assert!(matches!(l.offer(0, 1000, &mut r), Fate::Deliver { .. }));
+            expect = 0.9 * expect + 0.1 * f64::from(k);
+            let avg = l.red_average().unwrap();
+            assert!((avg - expect).abs() < 1e-9, "{k}: {avg} vs {expect}");
+        }
+        // The queue empties at 20 ms; 100 ms idle at 1 ms per typical packet is m = 100.
+        let before = l.red_average().unwrap();
+        assert!(matches!(
+            l.offer(120_000_000, 1000, &mut r),
+            Fate::Deliver { .. }
+        ));
+        let expect = before * 0.9f64.powi(100) * 0.9;
+        let avg = l.red_average().unwrap();
+        assert!((avg - expect).abs() < 1e-12 * before, "{avg} vs {expect}");
+        assert!(avg < before * 1e-4);
+        // A steady queue: the average converges towards it.
+        let mut l = red_link(red, 8_000_000, QueueLimit::Packets(1000));
+        for i in 0..10 {
+            l.offer(0, 1000, &mut r);
+            assert_eq!(l.queue_len(0), i + 1);
+        }
+        for i in 1..200u64 {
+            // One arrival per departure keeps 10 queued (the arrival sees 9 plus itself... the
+            // departure at the same instant is drained first, so it finds 9).
+            l.offer(i * 1_000_000, 1000, &mut r);
+        }
+        assert!((l.red_average().unwrap() - 9.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn red_drops_early_under_steady_overload() {
+        // Offered 5 % above capacity: in steady state RED must shed 1 − 1/1.05 ≈ 4.76 % of the
+        // packets, early, holding the average between the thresholds, with no forced drops.
+        let mut l = red_link(RedParams::default(), 8_000_000, QueueLimit::Packets(1000));
+        let mut r = rng();
+        let fates = overload(&mut l, 200_000, 952_381, &mut r);
+        let steady = &fates[100_000..];
+        let early = steady
+            .iter()
+            .filter(|f| **f == Fate::Drop(DropCause::Red))
+            .count();
+        let frac = early as f64 / steady.len() as f64;
+        assert!((0.042..0.054).contains(&frac), "{frac}");
+        assert_eq!(l.stats().dropped_queue, 0);
+        assert_eq!(
+            l.stats().dropped_red,
+            fates.iter().filter(|f| matches!(f, Fate::Drop(_))).count() as u64
+        );
+        let avg = l.red_average().unwrap();
+        assert!((5.0..15.0).contains(&avg), "{avg}");
+    }
+
+    #[test]
+    fn red_spreads_drops_uniformly() {
+        // w_q = 1 and one departure per millisecond topped up by offers at the same instant: every
+        // offer finds 10 packets, so p_b = 0.1 · 5 / 10 = 0.05 throughout. With the count
+        // correction the number of offers from one drop to the next is uniform on 1..=20 (mean
+        // 10.5), where independent drops would give a geometric gap of mean 20 and a long tail.
+        let red = RedParams {
+            w_q: 1.0,
+            gentle: false,
+            ..RedParams::default()
+        };
+        let mut l = red_link(red, 8_000_000, QueueLimit::Packets(100));
+        let mut r = rng();
+        while l.queue_len(0) < 11 {
+            l.offer(0, 1000, &mut r);
+        }
+        let mut offers = 0u64;
+        let mut gaps = Vec::new();
+        let mut last_drop = None;
+        for ms in 1..=20_000u64 {
+            let t = ms * 1_000_000;
+            loop {
+                assert_eq!(l.queue_len(t), 10);
+                offers += 1;
+                match l.offer(t, 1000, &mut r) {
+                    Fate::Drop(cause) => {
+                        assert_eq!(cause, DropCause::Red);
+                        if let Some(prev) = last_drop {
+                            gaps.push(offers - prev);
+                        }
+                        last_drop = Some(offers);
+                    }
+                    Fate::Deliver { .. } => break,
+                }
+            }
+        }
+        assert!(gaps.len() > 1000, "{}", gaps.len());
+        assert!(gaps.iter().all(|g| (1..=20).contains(g)));
+        let mean = gaps.iter().sum::<u64>() as f64 / gaps.len() as f64;
+        assert!((10.0..11.0).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn red_byte_mode_drops_large_packets_more() {
+        let mut l = red_link(
+            RedParams::bytes_mode(1000),
+            8_000_000,
+            QueueLimit::Bytes(1_000_000),
+        );
+        let mut r = rng();
+        // Alternating 500- and 1500-byte packets, mean 1000 bytes, 5 % overload.
+        let (mut small, mut large) = (0, 0);
+        for i in 0..200_000u64 {
+            let size = if i % 2 == 0 { 500 } else { 1500 };
+            if l.offer(i * 952_381, size, &mut r) == Fate::Drop(DropCause::Red) {
+                if size == 500 {
+                    small += 1;
+                } else {
+                    large += 1;
+                }
+            }
+        }
+        assert!(small > 0 && large > 2 * small, "{small} {large}");
+        assert_eq!(l.stats().red_forced, 0);
+        let avg = l.red_average().unwrap();
+        assert!((5_000.0..15_000.0).contains(&avg), "{avg}");
+    }
+
+    #[test]
+    fn red_forced_drops_and_gentle_region() {
+        // w_q = 1: the average is the instantaneous queue. Nothing departs at 1 kb/s.
+        for gentle in [false, true] {
+            let red = RedParams {
+                min_th: 5.0,
+                max_th: 10.0,
+                w_q: 1.0,
+                gentle,
+                ..RedParams::default()
+            };
+            let mut l = red_link(red, 1_000, QueueLimit::Packets(100));
+            let mut r = rng();
+            let mut accepted_above_max = 0;
+            for _ in 0..3000 {
+                let q = l.queue_len(0);
+                let fate = l.offer(0, 1000, &mut r);
+                if q < 5 {
+                    assert!(matches!(fate, Fate::Deliver { .. }), "below min_th");
+                }
+                let ceiling = if gentle { 20 } else { 10 };
+                if q >= ceiling {
+                    assert_eq!(fate, Fate::Drop(DropCause::Queue), "forced");
+                }
+                if q >= 10 && matches!(fate, Fate::Deliver { .. }) {
+                    accepted_above_max += 1;
+                }
+            }
+            let s = l.stats().clone();
+            assert!(s.red_forced > 0, "{gentle} {s:?}");
+            assert_eq!(
+                s.dropped_queue, s.red_forced,
+                "no overflow of the hard limit"
+            );
+            if gentle {
+                assert!(
+                    s.dropped_red > 0,
+                    "probabilistic between max_th and 2·max_th"
+                );
+                assert_eq!(accepted_above_max, 10);
+                assert_eq!(l.queue_len(0), 20);
+            } else {
+                assert_eq!(accepted_above_max, 0);
+                assert_eq!(l.queue_len(0), 10);
+            }
+        }
+    }
+
+    #[test]
+    fn red_keeps_the_hard_limit() {
+        // The slow average lags a burst: the hard limit drops, RED does not.
+        let mut l = red_link(RedParams::default(), 8_000_000, QueueLimit::Packets(8));
+        let mut r = rng();
+        let fates = overload(&mut l, 20, 0, &mut r);
+        assert!(fates[..8].iter().all(|f| matches!(f, Fate::Deliver { .. })));
+        assert!(fates[8..]
+            .iter()
+            .all(|f| *f == Fate::Drop(DropCause::Queue)));
+        assert_eq!(l.stats().red_forced, 0);
+        assert_eq!(l.stats().dropped_red, 0);
+    }
+
+    #[test]
+    fn red_is_deterministic() {
+        let run = |seed: u64| {
+            let mut l = red_link(RedParams::default(), 8_000_000, QueueLimit::Packets(100));
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            let fates = overload(&mut l, 20_000, 900_000, &mut r);
+            (fates, l.stats().clone(), l.red_average())
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1).0, run(2).0);
+    }
+
+    #[test]
+    fn invalid_red_params_name_the_field() {
+        let check = |red: RedParams, limit: QueueLimit, field: &str| {
+            let mut cfg = LinkConfig::simple(1_000_000, 0, 1);
+            cfg.queue = limit;
+            cfg.discipline = Discipline::Red(red);
+            assert_eq!(Link::new(cfg).unwrap_err().field, field, "{red:?}");
+        };
+        let d = RedParams::default();
+        let pk = QueueLimit::Packets(100);
+        check(RedParams { min_th: -1.0, ..d }, pk, "red.min_th");
+        check(
+            RedParams {
+                min_th: f64::NAN,
+                ..d
+            },
+            pk,
+            "red.min_th",
+        );
+        check(RedParams { max_th: 5.0, ..d }, pk, "red.max_th");
+        check(
+            RedParams {
+                max_th: f64::INFINITY,
+                ..d
+            },
+            pk,
+            "red.max_th",
+        );
+        check(RedParams { max_p: 0.0, ..d }, pk, "red.max_p");
+        check(RedParams { max_p: 1.5, ..d }, pk, "red.max_p");
+        check(RedParams { w_q: 0.0, ..d }, pk, "red.w_q");
+        check(RedParams { w_q: f64::NAN, ..d }, pk, "red.w_q");
+        check(
+            RedParams {
+                mean_packet_bytes: 0,
+                ..d
+            },
+            pk,
+            "red.mean_packet_bytes",
+        );
+        check(d, QueueLimit::Packets(5), "red.min_th");
+        check(d, QueueLimit::Bytes(100_000), "red.max_th");
+        check(
+            RedParams::bytes_mode(1000),
+            QueueLimit::Bytes(5_000),
+            "red.min_th",
+        );
+        let mut ok = LinkConfig::simple(1_000_000, 0, 100);
+        ok.discipline = Discipline::Red(d);
+        assert!(ok.validate().is_ok());
+        ok.queue = QueueLimit::Bytes(100_000);
+        ok.discipline = Discipline::Red(RedParams::bytes_mode(1000));
+        assert!(ok.validate().is_ok());
     }
 }

@@ -4,15 +4,22 @@
 //! the seeds study, and uses the same `linkmodel` as the real-time emulator, so its results are
 //! results about the shipped code. Same scenario and seed give identical results.
 
+pub mod gateway;
 pub mod metrics;
 pub mod packet;
+pub mod pcap;
 pub mod reproduce;
 pub mod scenario;
 pub mod sim;
 pub mod stp_agent;
 pub mod tcp;
 pub mod units;
+pub mod web;
 
 pub use metrics::{mean_ci95, FlowMetrics, Metrics};
 pub use packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};
 pub use sim::{Agent, AgentId, Ctx, Sim, SimError, Time, MS, SEC};
+pub use tcp::{
+    IncreasePolicy, InitialWindow, TcpAgent, TcpConfig, TcpConfigError, TcpConnection, TcpSegment,
+    TcpStats, Variant,
+};

@@ -73,6 +73,12 @@ impl Metrics {
                 m.dropped_queue += 1;
                 return;
             }
+            // RED early drops are queue-management drops: counted with the queue's (the link
+            // model's own stats keep them apart).
+            Fate::Drop(DropCause::Red) => {
+                m.dropped_queue += 1;
+                return;
+            }
             Fate::Drop(DropCause::Outage) => {
                 m.dropped_outage += 1;
                 return;

@@ -160,9 +160,16 @@ fn bad(what: String) -> ScenarioError {
 }
 
 fn substitute(template: &str, vars: &BTreeMap<String, String>) -> Result<String, ScenarioError> {
+    // Values may themselves contain placeholders: substitute until nothing changes (bounded).
     let mut s = template.to_string();
-    for (k, v) in vars {
-        s = s.replace(&format!("{{{k}}}"), v);
+    for _ in 0..8 {
+        let before = s.clone();
+        for (k, v) in vars {
+            s = s.replace(&format!("{{{k}}}"), v);
+        }
+        if s == before {
+            break;
+        }
     }
     if let Some(i) = s.find('{') {
         let rest = &s[i..];

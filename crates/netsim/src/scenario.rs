@@ -2,12 +2,15 @@
 //! duration and replications (`docs/scenarios.md` documents the format), turned into a `Sim`,
 //! run (replications in parallel, each deterministic per seed) and summarised per flow.
 
+use crate::gateway::{GatewaySpec, Hop, SplitGateway};
 use crate::metrics::{mean_ci95, Metrics};
 use crate::packet::{Addr, Direction, FlowId, LinkId};
 use crate::sim::{Sim, SimError, Time, SEC};
 use crate::stp_agent::{StpAgent, StpRole};
+use crate::tcp::{IncreasePolicy, InitialWindow as TcpInitialWindow, TcpAgent, TcpConfig, Variant};
 use crate::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
-use linkmodel::{Delay, LinkConfig, Loss, Outage, QueueLimit};
+use crate::web::{WebClient, WebServer};
+use linkmodel::{Delay, Discipline, LinkConfig, Loss, Outage, QueueLimit, RedParams};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use stp::{CongestionMode, EndpointConfig, InitialWindow};
@@ -33,6 +36,22 @@ pub struct Scenario {
     pub links: Vec<LinkSpec>,
     #[serde(rename = "flow", default)]
     pub flows: Vec<FlowSpec>,
+    #[serde(rename = "web", default)]
+    pub web: Vec<WebSpec>,
+}
+
+/// Web-like background traffic between a server and a client (`web` module).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSpec {
+    pub name: String,
+    pub server: String,
+    pub client: String,
+    /// Mean offered load of responses, e.g. "150kbps".
+    pub load: String,
+    pub start: Option<String>,
+    #[serde(default)]
+    pub tcp: Option<TcpSpec>,
 }
 
 fn default_runs() -> u32 {
@@ -73,6 +92,21 @@ pub struct LinkParams {
     pub gilbert_elliott: Option<[f64; 4]>,
     /// Outages: [["10s", "2s"], ...] as (start, duration).
     pub outages: Option<Vec<[String; 2]>>,
+    /// Random Early Detection instead of drop-tail (the queue limit stays the hard limit).
+    pub red: Option<RedSpec>,
+}
+
+/// RED parameters; any omitted take the link model's defaults (min_th 5, max_th 15 packets,
+/// max_p 0.1, w_q 0.002, gentle).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedSpec {
+    pub min_th: Option<f64>,
+    pub max_th: Option<f64>,
+    pub max_p: Option<f64>,
+    pub w_q: Option<f64>,
+    pub gentle: Option<bool>,
+    pub mean_packet_bytes: Option<u32>,
 }
 
 /// A duplex link between `a` and `b`: `a→b` uses the top-level parameters, `b→a` the same
@@ -112,6 +146,34 @@ pub struct StpSpec {
     pub pacing_granularity: Option<String>,
 }
 
+/// TCP options of a flow (all optional; defaults are the model's).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpSpec {
+    /// "reno", "newreno", "sack-reno" or "sack-newreno".
+    pub variant: Option<String>,
+    /// Data bytes per segment.
+    pub mss: Option<u32>,
+    /// "1", "2", "4kss" or "10".
+    pub initial_window: Option<String>,
+    pub delayed_ack: Option<bool>,
+    /// Acknowledge every k-th full segment.
+    pub ack_every: Option<u32>,
+    /// Receive buffer (offered window), e.g. "240KB".
+    pub rcv_window: Option<String>,
+    pub window_scaling: Option<bool>,
+    pub sack: Option<bool>,
+    /// RTO clock granularity, e.g. "500ms".
+    pub rto_granularity: Option<String>,
+    pub min_rto: Option<String>,
+    /// "standard", "constant-rate" (with `increase_param` c) or "increase-by-k" (with K).
+    pub increase: Option<String>,
+    pub increase_param: Option<f64>,
+    pub byte_counting: Option<bool>,
+    /// Send data on the SYN (T/TCP style).
+    pub syn_data: Option<bool>,
+}
+
 /// A flow between two nodes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +197,18 @@ pub struct FlowSpec {
     pub trace: bool,
     #[serde(default)]
     pub stp: Option<StpSpec>,
+    /// TCP options (protocol "tcp", and the source side of a "split" flow).
+    #[serde(default)]
+    pub tcp: Option<TcpSpec>,
+    /// Node where a "split" flow is terminated and relayed.
+    pub split_at: Option<String>,
+    /// Transport between `split_at` and `to`: "stp" or "tcp".
+    pub hop: Option<String>,
+    /// TCP options of a TCP hop (default: as `tcp`).
+    #[serde(default)]
+    pub hop_tcp: Option<TcpSpec>,
+    /// Relay buffer at the gateway, e.g. "300KB" (default 256 KB).
+    pub relay_buffer: Option<String>,
 }
 
 /// A scenario error, naming what is wrong.
@@ -267,6 +341,31 @@ impl Scenario {
                 });
             }
         }
+        if let Some(r) = &p.red {
+            let mut params = match c.queue {
+                QueueLimit::Bytes(_) => RedParams::bytes_mode(r.mean_packet_bytes.unwrap_or(500)),
+                QueueLimit::Packets(_) => RedParams::default(),
+            };
+            if let Some(v) = r.min_th {
+                params.min_th = v;
+            }
+            if let Some(v) = r.max_th {
+                params.max_th = v;
+            }
+            if let Some(v) = r.max_p {
+                params.max_p = v;
+            }
+            if let Some(v) = r.w_q {
+                params.w_q = v;
+            }
+            if let Some(v) = r.gentle {
+                params.gentle = v;
+            }
+            if let Some(v) = r.mean_packet_bytes {
+                params.mean_packet_bytes = v;
+            }
+            c.discipline = Discipline::Red(params);
+        }
         c.validate()
             .map_err(|e| field(format!("{name}.{}", e.field), e.reason))?;
         Ok(c)
@@ -344,6 +443,95 @@ impl Scenario {
         }
         cfg.validate().map_err(|e| field(f(e.field), e.reason))?;
         Ok(cfg)
+    }
+
+    fn tcp_config(
+        &self,
+        flow: &FlowSpec,
+        spec: Option<&TcpSpec>,
+        what: &str,
+    ) -> Result<TcpConfig, ScenarioError> {
+        let mut c = TcpConfig::default();
+        let Some(t) = spec else { return Ok(c) };
+        let f = |k: &str| format!("flow {}.{what}.{k}", flow.name);
+        if let Some(v) = &t.variant {
+            c.variant = match v.to_ascii_lowercase().as_str() {
+                "reno" => Variant::Reno,
+                "newreno" => Variant::NewReno,
+                "sack-reno" => Variant::SackReno,
+                "sack-newreno" | "sack" => Variant::SackNewReno,
+                other => {
+                    return Err(field(
+                        f("variant"),
+                        format!("'{other}' is not reno, newreno, sack-reno or sack-newreno"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = t.mss {
+            c.mss_bytes = v;
+        }
+        if let Some(v) = &t.initial_window {
+            c.initial_window = match v.to_ascii_lowercase().as_str() {
+                "1" => TcpInitialWindow::One,
+                "2" => TcpInitialWindow::Two,
+                "4kss" => TcpInitialWindow::FourKss,
+                "10" => TcpInitialWindow::Ten,
+                other => {
+                    return Err(field(
+                        f("initial_window"),
+                        format!("'{other}' is not 1, 2, 4kss or 10"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = t.delayed_ack {
+            c.delayed_ack = v;
+        }
+        if let Some(v) = t.ack_every {
+            c.ack_every_segments = v;
+        }
+        if let Some(v) = &t.rcv_window {
+            c.recv_buffer_bytes = unit(&f("rcv_window"), parse_bytes(v))?;
+        }
+        if let Some(v) = t.window_scaling {
+            c.window_scaling = v;
+        }
+        if let Some(v) = t.sack {
+            c.sack_permitted = v;
+        }
+        if let Some(v) = &t.rto_granularity {
+            c.clock_granularity_ns = unit(&f("rto_granularity"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = &t.min_rto {
+            c.min_rto_ns = unit(&f("min_rto"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = &t.increase {
+            let p = t.increase_param;
+            c.increase = match v.to_ascii_lowercase().as_str() {
+                "standard" => IncreasePolicy::Standard,
+                "constant-rate" => IncreasePolicy::ConstantRate {
+                    c: p.ok_or_else(|| field(f("increase_param"), "required with constant-rate"))?,
+                },
+                "increase-by-k" => IncreasePolicy::IncreaseByK {
+                    k: p.ok_or_else(|| field(f("increase_param"), "required with increase-by-k"))?,
+                },
+                other => {
+                    return Err(field(
+                        f("increase"),
+                        format!("'{other}' is not standard, constant-rate or increase-by-k"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = t.byte_counting {
+            c.byte_counting = v;
+        }
+        if let Some(v) = t.syn_data {
+            c.data_on_syn = v;
+        }
+        c.validate().map_err(|e| field(f(e.field), e.reason))?;
+        Ok(c)
     }
 
     /// Builds the simulation for one replication.
@@ -436,10 +624,102 @@ impl Scenario {
                     sim.add_agent(from, src_port, start, Box::new(sender))?;
                     sim.add_agent(to, dst_port, start, Box::new(sink))?;
                 }
+                "tcp" => {
+                    let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
+                    let peer = Addr {
+                        node: to,
+                        port: dst_port,
+                    };
+                    let sender = TcpAgent::bulk_sender(id, src_port, peer, bytes, cfg.clone())
+                        .map_err(|e| field(format!("flow {}.tcp.{}", f.name, e.field), e.reason))?;
+                    let sink = TcpAgent::sink(dst_port, cfg)
+                        .map_err(|e| field(format!("flow {}.tcp.{}", f.name, e.field), e.reason))?;
+                    sim.add_agent(from, src_port, start, Box::new(sender))?;
+                    sim.add_agent(to, dst_port, start, Box::new(sink))?;
+                }
+                "split" => {
+                    let name = |k: &str| format!("flow {}.{k}", f.name);
+                    let at_name = f.split_at.as_deref().ok_or_else(|| {
+                        field(name("split_at"), "required for protocol \"split\"")
+                    })?;
+                    let at = node(&sim, at_name, &name("split_at"))?;
+                    if at == from || at == to {
+                        return Err(field(
+                            name("split_at"),
+                            "must be a node between from and to",
+                        ));
+                    }
+                    sim.check_route(from, at)?;
+                    sim.check_route(at, to)?;
+                    let relay = match &f.relay_buffer {
+                        Some(b) => unit(&name("relay_buffer"), parse_bytes(b))?,
+                        None => 256 * 1024,
+                    };
+                    let in_cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
+                    let (gw_in, gw_out) = (20_000 + i as u16 * 2, 20_001 + i as u16 * 2);
+                    let sink_addr = Addr {
+                        node: to,
+                        port: dst_port,
+                    };
+                    let gw_seed = seed ^ (u64::from(id.0) << 22) ^ 0xa5a5;
+                    let hop = match f.hop.as_deref() {
+                        Some("stp") => {
+                            let cfg = self.stp_config(f)?;
+                            let sink = StpAgent::new(
+                                dst_port,
+                                id,
+                                StpRole::Sink,
+                                cfg.clone(),
+                                seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
+                            )
+                            .map_err(|e| field(name("stp"), e.to_string()))?;
+                            sim.add_agent(to, dst_port, start, Box::new(sink))?;
+                            Hop::Stp(cfg)
+                        }
+                        Some("tcp") => {
+                            let spec = f.hop_tcp.as_ref().or(f.tcp.as_ref());
+                            let cfg = self.tcp_config(f, spec, "hop_tcp")?;
+                            let sink = TcpAgent::sink(dst_port, cfg.clone()).map_err(|e| {
+                                field(name(&format!("hop_tcp.{}", e.field)), e.reason)
+                            })?;
+                            sim.add_agent(to, dst_port, start, Box::new(sink))?;
+                            Hop::Tcp(cfg)
+                        }
+                        other => {
+                            return Err(field(
+                                name("hop"),
+                                format!("{other:?} is not \"stp\" or \"tcp\""),
+                            ))
+                        }
+                    };
+                    let gw = SplitGateway::new(GatewaySpec {
+                        flow: id,
+                        in_port: gw_in,
+                        out_port: gw_out,
+                        sink: sink_addr,
+                        in_config: in_cfg.clone(),
+                        hop,
+                        relay_buffer: relay,
+                        seed: gw_seed,
+                    });
+                    sim.add_agent(at, gw_in, start, Box::new(gw))?;
+                    let sender = TcpAgent::bulk_sender(
+                        id,
+                        src_port,
+                        Addr {
+                            node: at,
+                            port: gw_in,
+                        },
+                        bytes,
+                        in_cfg,
+                    )
+                    .map_err(|e| field(name(&format!("tcp.{}", e.field)), e.reason))?;
+                    sim.add_agent(from, src_port, start, Box::new(sender))?;
+                }
                 other => {
                     return Err(field(
                         format!("flow {}.protocol", f.name),
-                        format!("unknown protocol '{other}'"),
+                        format!("unknown protocol '{other}' (use stp, tcp or split)"),
                     ))
                 }
             }
@@ -449,6 +729,78 @@ impl Scenario {
                 protocol: f.protocol.clone(),
                 start,
                 bytes,
+                bottleneck,
+            });
+        }
+        for (j, w) in self.web.iter().enumerate() {
+            let wname = |k: &str| format!("web {}.{k}", w.name);
+            if names.insert(w.name.clone(), ()).is_some() {
+                return Err(field(
+                    format!("web {}", w.name),
+                    "a flow or web source of that name exists",
+                ));
+            }
+            let id = FlowId(10_000 + j as u32);
+            let server = node(&sim, &w.server, &wname("server"))?;
+            let client = node(&sim, &w.client, &wname("client"))?;
+            sim.check_route(server, client)?;
+            sim.check_route(client, server)?;
+            let load = unit(&wname("load"), parse_rate_bps(&w.load))?;
+            let start = match &w.start {
+                Some(s) => unit(&wname("start"), parse_duration_ns(s))?,
+                None => 0,
+            };
+            let spec = FlowSpec {
+                name: w.name.clone(),
+                protocol: "web".into(),
+                from: w.server.clone(),
+                to: w.client.clone(),
+                bytes: None,
+                start: None,
+                bottleneck: None,
+                trace: false,
+                stp: None,
+                tcp: w.tcp.clone(),
+                split_at: None,
+                hop: None,
+                hop_tcp: None,
+                relay_buffer: None,
+            };
+            let cfg = self.tcp_config(&spec, w.tcp.as_ref(), "tcp")?;
+            let port = 30_000 + j as u16;
+            let first_client_port = 40_000 + j as u16 * 1000;
+            sim.add_agent(
+                server,
+                port,
+                start,
+                Box::new(WebServer::new(port, id, cfg.clone())),
+            )?;
+            let client_agent = WebClient::new(
+                Addr { node: server, port },
+                id,
+                cfg,
+                load,
+                first_client_port,
+                1000,
+            );
+            sim.add_agent(
+                client,
+                first_client_port.wrapping_sub(1).max(1),
+                start,
+                Box::new(client_agent),
+            )?;
+            let bottleneck = slowest_on_path(&sim, server, client).ok_or_else(|| {
+                field(
+                    format!("web {}", w.name),
+                    "server and client are the same node",
+                )
+            })?;
+            flows.push(BuiltFlow {
+                id,
+                name: w.name.clone(),
+                protocol: "web".into(),
+                start,
+                bytes: None,
                 bottleneck,
             });
         }
@@ -573,6 +925,9 @@ pub struct Summary {
     pub events: u64,
 }
 
+/// One replication's figures per flow, its event count and its flows.
+type RunOutcome = Result<(Vec<FlowRun>, u64, Vec<BuiltFlow>), ScenarioError>;
+
 /// Runs every replication (in parallel over `threads`) and summarises. `progress` is called
 /// after each finished replication with (done, total).
 pub fn run(
@@ -582,14 +937,26 @@ pub fn run(
     threads: usize,
     progress: &(dyn Fn(u32, u32) + Sync),
 ) -> Result<Summary, ScenarioError> {
+    run_with_pcap(scenario, runs, seed, threads, progress, None)
+}
+
+/// As `run`, and with `pcap_dir`, writes every link's packets of the first replication to
+/// `DIR/LINK.pcap` (LINK with "->" written as "_to_").
+pub fn run_with_pcap(
+    scenario: &Scenario,
+    runs: u32,
+    seed: u64,
+    threads: usize,
+    progress: &(dyn Fn(u32, u32) + Sync),
+    pcap_dir: Option<&std::path::Path>,
+) -> Result<Summary, ScenarioError> {
     let end = scenario.duration_ns()?;
     let runs = runs.max(1);
-    let results: Vec<Result<(Vec<FlowRun>, u64, Vec<BuiltFlow>), ScenarioError>> = {
+    let results: Vec<RunOutcome> = {
         let next = std::sync::atomic::AtomicU32::new(0);
         let done = std::sync::atomic::AtomicU32::new(0);
-        let slots: Vec<
-            std::sync::Mutex<Option<Result<(Vec<FlowRun>, u64, Vec<BuiltFlow>), ScenarioError>>>,
-        > = (0..runs).map(|_| std::sync::Mutex::new(None)).collect();
+        let slots: Vec<std::sync::Mutex<Option<RunOutcome>>> =
+            (0..runs).map(|_| std::sync::Mutex::new(None)).collect();
         std::thread::scope(|s| {
             for _ in 0..threads.clamp(1, runs as usize) {
                 s.spawn(|| loop {
@@ -597,7 +964,8 @@ pub fn run(
                     if i >= runs {
                         break;
                     }
-                    let r = run_one(scenario, seed.wrapping_add(u64::from(i)), end);
+                    let pcap = if i == 0 { pcap_dir } else { None };
+                    let r = run_one(scenario, seed.wrapping_add(u64::from(i)), end, pcap);
                     if let Ok(mut slot) = slots[i as usize].lock() {
                         *slot = Some(r);
                     }
@@ -662,8 +1030,17 @@ fn run_one(
     scenario: &Scenario,
     seed: u64,
     end: Time,
-) -> Result<(Vec<FlowRun>, u64, Vec<BuiltFlow>), ScenarioError> {
+    pcap_dir: Option<&std::path::Path>,
+) -> RunOutcome {
     let Built { mut sim, flows } = scenario.build(seed)?;
+    if let Some(dir) = pcap_dir {
+        for i in 0..sim.links().len() {
+            let name = sim.links()[i].name.replace("->", "_to_");
+            let path = dir.join(format!("{name}.pcap"));
+            crate::pcap::attach(&mut sim, LinkId(i as u32), &path)
+                .map_err(|e| field("pcap", format!("cannot write {}: {e}", path.display())))?;
+        }
+    }
     sim.run_until(end);
     sim.finish();
     let figs = flows

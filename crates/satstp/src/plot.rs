@@ -161,8 +161,17 @@ impl Chart {
                         let v = f64::from(m) * 10f64.powi(exp);
                         if v >= xlo * 0.9999 && v <= xhi * 1.0001 {
                             let x = xmap(v);
-                            let label = if (-2..=4).contains(&exp) { fmt_num(v) } else { format!("{m}e{exp}") };
-                            let _ = write!(s, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"##, TOP + ph, TOP + ph + 18.0);
+                            let label = if (-2..=4).contains(&exp) {
+                                fmt_num(v)
+                            } else {
+                                format!("{m}e{exp}")
+                            };
+                            let _ = write!(
+                                s,
+                                r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"##,
+                                TOP + ph,
+                                TOP + ph + 18.0
+                            );
                         }
                     }
                     exp += 1;

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use netsim::scenario::{run, Scenario, Summary};
+use netsim::scenario::{run_with_pcap, Scenario, Summary};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -19,6 +19,9 @@ pub struct SimArgs {
     /// Also write the results as JSON to this path.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write every link's packets of the first replication to DIR/LINK.pcap (Wireshark, tshark).
+    #[arg(long)]
+    pcap: Option<PathBuf>,
 }
 
 pub fn run_sim(args: &SimArgs) -> Result<()> {
@@ -42,7 +45,17 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
             }
         }
     };
-    let summary = run(&scenario, runs, seed, threads, &progress)?;
+    if let Some(dir) = &args.pcap {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let summary = run_with_pcap(
+        &scenario,
+        runs,
+        seed,
+        threads,
+        &progress,
+        args.pcap.as_deref(),
+    )?;
     print_table(&summary);
     println!(
         "  {} replications, seed {}..{}, {:.1} s simulated each; {} events in {:.2} s wall time",

@@ -1,0 +1,312 @@
+//! The split-connection gateway node: terminates the source's TCP connection and relays its bytes
+//! into a second transport towards the sink (TCP with its own options, or STP), through a bounded
+//! relay buffer; end of stream passes through once every byte has been relayed.
+//!
+//! Data content is not modelled on the TCP side (byte counts), so the STP side carries zeros.
+
+use crate::packet::{Addr, Direction, FlowId, Packet, Payload, IP_HEADER, UDP_HEADER};
+use crate::sim::{Agent, Ctx, Time};
+use crate::stp_agent::{addr_of, socket_of};
+use crate::tcp::{TcpConfig, TcpConnection};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::any::Any;
+use std::collections::BTreeSet;
+use stp::{ConnectionHandle, Endpoint, EndpointConfig, Instant};
+
+/// The transport on the gateway's far side.
+pub enum Hop {
+    Tcp(TcpConfig),
+    Stp(EndpointConfig),
+}
+
+enum HopConn {
+    Tcp(Box<TcpConnection>),
+    Stp {
+        ep: Box<Endpoint>,
+        conn: ConnectionHandle,
+    },
+}
+
+/// What a gateway relays, and how.
+pub struct GatewaySpec {
+    pub flow: FlowId,
+    /// Port the source's TCP connects to.
+    pub in_port: u16,
+    /// Port the hop sends from.
+    pub out_port: u16,
+    /// The sink the hop connects to.
+    pub sink: Addr,
+    /// TCP options of the source-side connection.
+    pub in_config: TcpConfig,
+    pub hop: Hop,
+    /// Most bytes held at the gateway (written into the hop, not yet acknowledged).
+    pub relay_buffer: u64,
+    /// Seed of the hop's random stream.
+    pub seed: u64,
+}
+
+/// A split-connection gateway for one flow.
+pub struct SplitGateway {
+    flow: FlowId,
+    /// Port the source connects to (TCP).
+    in_port: u16,
+    /// Port the hop uses towards the sink.
+    out_port: u16,
+    sink: Addr,
+    in_config: TcpConfig,
+    hop_kind: Hop,
+    relay_buffer: u64,
+    seed: u64,
+    incoming: Option<(Addr, TcpConnection)>,
+    hop: Option<HopConn>,
+    hop_closed: bool,
+    relayed: u64,
+    stp_retransmissions: u64,
+    wakeups: BTreeSet<Time>,
+    zeros: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+const ZEROS: usize = 64 * 1024;
+
+impl SplitGateway {
+    /// A gateway as `spec` describes.
+    pub fn new(spec: GatewaySpec) -> Self {
+        SplitGateway {
+            flow: spec.flow,
+            in_port: spec.in_port,
+            out_port: spec.out_port,
+            sink: spec.sink,
+            in_config: spec.in_config,
+            hop_kind: spec.hop,
+            relay_buffer: spec.relay_buffer.max(1),
+            seed: spec.seed,
+            incoming: None,
+            hop: None,
+            hop_closed: false,
+            relayed: 0,
+            stp_retransmissions: 0,
+            wakeups: BTreeSet::new(),
+            zeros: vec![0u8; ZEROS],
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    /// Bytes relayed from the incoming connection into the hop.
+    pub fn relayed(&self) -> u64 {
+        self.relayed
+    }
+
+    fn open_hop(&mut self, now: Time) {
+        if self.hop.is_some() {
+            return;
+        }
+        self.hop = match &self.hop_kind {
+            Hop::Tcp(cfg) => Some(HopConn::Tcp(Box::new(TcpConnection::new_active(
+                now,
+                cfg.clone(),
+            )))),
+            Hop::Stp(cfg) => {
+                let mut cfg = cfg.clone();
+                // The relay buffer is the STP send buffer (written, not yet acknowledged).
+                cfg.connection.send_buffer_bytes = self.relay_buffer.clamp(4096, 1 << 30) as u32;
+                let Ok(mut ep) = Endpoint::new(cfg, Box::new(ChaCha8Rng::seed_from_u64(self.seed)))
+                else {
+                    return;
+                };
+                let Ok(conn) = ep.connect(Instant::from_nanos(now), socket_of(self.sink)) else {
+                    return;
+                };
+                Some(HopConn::Stp {
+                    ep: Box::new(ep),
+                    conn,
+                })
+            }
+        };
+    }
+
+    /// Moves bytes from the incoming connection into the hop, as far as the relay buffer allows.
+    fn relay(&mut self) {
+        let (Some((_, inc)), Some(hop)) = (self.incoming.as_mut(), self.hop.as_mut()) else {
+            return;
+        };
+        loop {
+            let space = match hop {
+                HopConn::Tcp(t) => self.relay_buffer.saturating_sub(t.unacked_bytes()),
+                HopConn::Stp { ep, conn } => ep.connection(*conn).map_or(0, |c| c.send_space()),
+            };
+            let n = inc.readable().min(space).min(ZEROS as u64);
+            if n == 0 {
+                break;
+            }
+            let taken = match hop {
+                HopConn::Tcp(t) => t.write(n),
+                HopConn::Stp { ep, conn } => match ep.connection(*conn) {
+                    Some(c) => c.write(&self.zeros[..n as usize]).unwrap_or(0) as u64,
+                    None => 0,
+                },
+            };
+            if taken == 0 {
+                break;
+            }
+            inc.read(taken);
+            self.relayed += taken;
+        }
+        if inc.peer_finished() && inc.readable() == 0 && !self.hop_closed {
+            self.hop_closed = true;
+            match hop {
+                HopConn::Tcp(t) => t.close(),
+                HopConn::Stp { ep, conn } => {
+                    if let Some(c) = ep.connection(*conn) {
+                        c.shutdown();
+                    }
+                }
+            }
+            // The source's connection is done too: close our side of it.
+            inc.close();
+        }
+    }
+
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        self.relay();
+        let mut next: Option<Time> = None;
+        if let Some((peer, inc)) = self.incoming.as_mut() {
+            while let Some(seg) = inc.poll_segment(now) {
+                let size = seg.wire_size();
+                ctx.send(
+                    self.in_port,
+                    *peer,
+                    self.flow,
+                    Direction::Reverse,
+                    size,
+                    Payload::Tcp(seg),
+                );
+            }
+            next = inc.poll_timeout();
+        }
+        match self.hop.as_mut() {
+            Some(HopConn::Tcp(t)) => {
+                while let Some(seg) = t.poll_segment(now) {
+                    let size = seg.wire_size();
+                    ctx.send(
+                        self.out_port,
+                        self.sink,
+                        self.flow,
+                        Direction::Forward,
+                        size,
+                        Payload::Tcp(seg),
+                    );
+                }
+                next = min_opt(next, t.poll_timeout());
+                ctx.metrics
+                    .sample(self.flow, now, t.cwnd(), t.highest_data_sent());
+            }
+            Some(HopConn::Stp { ep, conn }) => {
+                let t = Instant::from_nanos(now);
+                while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
+                    let size = tx.size as u32 + IP_HEADER + UDP_HEADER;
+                    ctx.send(
+                        self.out_port,
+                        addr_of(tx.destination),
+                        self.flow,
+                        Direction::Forward,
+                        size,
+                        Payload::Stp(self.buf[..tx.size].to_vec()),
+                    );
+                }
+                while ep.poll_event().is_some() {}
+                if let Some(c) = ep.connection(*conn) {
+                    self.stp_retransmissions = c.stats().retransmitted_packets;
+                }
+                next = min_opt(next, ep.poll_timeout(t).map(|x| x.as_nanos()));
+            }
+            None => {}
+        }
+        if let Some(at) = next {
+            let at = at.max(now);
+            if self.wakeups.first().is_none_or(|&w| at < w) && self.wakeups.len() < 64 {
+                self.wakeups.insert(at);
+                ctx.timer_at(at, at);
+            }
+        }
+    }
+}
+
+fn min_opt(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+impl Agent for SplitGateway {
+    fn start(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.bind(self.out_port);
+    }
+
+    fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
+        let now = ctx.now;
+        if pkt.dst.port == self.in_port {
+            if let Payload::Tcp(seg) = &pkt.payload {
+                if self.incoming.is_none() && seg.syn && !seg.ack_flag {
+                    self.incoming = Some((
+                        pkt.src,
+                        TcpConnection::new_passive(now, self.in_config.clone()),
+                    ));
+                    // Open the hop at once, so it starts while the source's handshake finishes.
+                    self.open_hop(now);
+                }
+                if let Some((peer, inc)) = self.incoming.as_mut() {
+                    if *peer == pkt.src {
+                        inc.on_segment(now, seg);
+                    }
+                }
+            }
+        } else if pkt.dst.port == self.out_port {
+            match (&pkt.payload, self.hop.as_mut()) {
+                (Payload::Tcp(seg), Some(HopConn::Tcp(t))) => t.on_segment(now, seg),
+                (Payload::Stp(bytes), Some(HopConn::Stp { ep, .. })) => {
+                    ep.handle_datagram(Instant::from_nanos(now), socket_of(pkt.src), bytes);
+                }
+                _ => {}
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        if !self.wakeups.remove(&token) {
+            return;
+        }
+        let now = ctx.now;
+        if let Some((_, inc)) = self.incoming.as_mut() {
+            if inc.poll_timeout().is_some_and(|t| t <= now) {
+                inc.on_timeout(now);
+            }
+        }
+        match self.hop.as_mut() {
+            Some(HopConn::Tcp(t)) if t.poll_timeout().is_some_and(|x| x <= now) => {
+                t.on_timeout(now)
+            }
+            Some(HopConn::Stp { ep, .. }) => ep.handle_timeout(Instant::from_nanos(now)),
+            _ => {}
+        }
+        self.pump(ctx);
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_>) {
+        let retx = match &self.hop {
+            Some(HopConn::Tcp(t)) => t.stats().retransmitted_segments,
+            Some(HopConn::Stp { .. }) => self.stp_retransmissions,
+            None => 0,
+        };
+        ctx.metrics.retransmitted(self.flow, retx);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

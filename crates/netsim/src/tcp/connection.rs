@@ -1,0 +1,977 @@
+//! One TCP connection in the sans-IO style: segments and the current time go in
+//! (`on_segment`, `on_timeout`), segments and the next deadline come out (`poll_segment`,
+//! `poll_timeout`), application bytes are counted through `write`/`close`/`read`. It holds the
+//! handshake, the sender (slow start, congestion avoidance policies, byte counting, Reno /
+//! NewReno / SACK-Reno / SACK-NewReno loss recovery, RFC 6298 timer) and the receiver (reassembly,
+//! delayed ACKs, SACK blocks, offered window).
+//!
+//! Sequence numbers are 64-bit and never wrap; both ends use an initial sequence number of 0, so
+//! data byte `i` of a stream has sequence number `i + 1`.
+
+use super::config::{IncreasePolicy, TcpConfig, MAX_WINDOW_BYTES, UNSCALED_WINDOW_BYTES};
+use super::ranges::RangeSet;
+use super::receiver::Receiver;
+use super::rto::RtoEstimator;
+use super::TcpSegment;
+use crate::sim::{Time, SEC};
+use std::collections::VecDeque;
+
+/// Most SACKed ranges the sender remembers (more would need a window of > 1024 holes).
+const MAX_SCOREBOARD_RANGES: usize = 1024;
+/// Most retransmissions waiting to be sent; at most one is queued per ACK and `poll_segment`
+/// drains them, so this is never reached in practice.
+const MAX_PENDING_RETRANSMISSIONS: usize = 64;
+
+/// Where the connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpState {
+    /// Passive, waiting for a SYN.
+    Listen,
+    /// Active, SYN sent, waiting for the SYN-ACK.
+    SynSent,
+    /// Passive, SYN-ACK sent, waiting for its acknowledgement.
+    SynReceived,
+    /// Data may flow both ways (FINs are tracked separately).
+    Established,
+    /// Reset by the peer or the handshake failed after `max_syn_retries` retransmissions.
+    Closed,
+}
+
+/// The sender's loss-recovery phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryState {
+    /// No loss being repaired.
+    #[default]
+    Open,
+    /// Fast retransmit / fast recovery after duplicate ACKs.
+    FastRecovery,
+    /// After a retransmission timeout, until everything outstanding at the timeout is acked.
+    Loss,
+}
+
+/// Counters and the current congestion state of one connection.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TcpStats {
+    /// Segments sent, of any kind.
+    pub segments_sent: u64,
+    /// Bytes on the wire: IP and TCP headers, options and data.
+    pub wire_bytes_sent: u64,
+    /// Segments carrying data.
+    pub data_segments_sent: u64,
+    /// Data bytes sent, retransmissions included.
+    pub data_bytes_sent: u64,
+    /// ACKs without data, SYN or FIN.
+    pub pure_acks_sent: u64,
+    /// Segments sent again (data, SYN or FIN), whatever the reason.
+    pub retransmitted_segments: u64,
+    /// Data bytes sent again.
+    pub retransmitted_bytes: u64,
+    /// Retransmission timeouts of data or FIN (not SYN, not zero-window probes).
+    pub timeouts: u64,
+    /// SYN or SYN-ACK retransmissions.
+    pub syn_retransmissions: u64,
+    /// Fast retransmits (entries into fast recovery).
+    pub fast_retransmits: u64,
+    pub segments_received: u64,
+    pub dupacks_received: u64,
+    /// Data bytes of this side acknowledged by the peer.
+    pub data_bytes_acked: u64,
+    /// Data bytes received in order from the peer.
+    pub data_bytes_received: u64,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Slow-start threshold, bytes.
+    pub ssthresh_bytes: u64,
+    /// Smoothed RTT as the (coarse) retransmission clock measures it.
+    pub srtt_ns: Option<Time>,
+    /// Smoothed RTT from exact clock readings (what a timestamp option would give).
+    pub exact_srtt_ns: Option<Time>,
+    /// Current retransmission timeout, backoff included.
+    pub rto_ns: Time,
+    pub recovery: RecoveryState,
+}
+
+/// Delayed-ACK bookkeeping of the receiving side.
+#[derive(Debug, Clone, Default)]
+struct AckState {
+    /// An ACK must go out with the next segment, or alone.
+    now: bool,
+    /// In-order data segments not yet acknowledged.
+    unacked_segments: u32,
+    /// When the delayed ACK is due.
+    deadline: Option<Time>,
+}
+
+/// One end of a TCP connection.
+#[derive(Debug, Clone)]
+pub struct TcpConnection {
+    config: TcpConfig,
+    mss: u64,
+    state: TcpState,
+    iss: u64,
+
+    // Handshake.
+    /// A SYN (active) or SYN-ACK (passive) must be sent.
+    syn_pending: bool,
+    syn_retries: u32,
+    peer_sack: bool,
+    peer_window_scaling: bool,
+
+    // Send sequence space.
+    snd_una: u64,
+    snd_nxt: u64,
+    snd_max: u64,
+    snd_wnd: u64,
+    max_sndwnd: u64,
+    /// Sequence number one past the last byte the application wrote.
+    write_end: u64,
+    /// `close` was called: a FIN follows the data, at `write_end`.
+    closing: bool,
+
+    // Congestion control and loss recovery.
+    cwnd: u64,
+    cwnd_frac: f64,
+    ssthresh: u64,
+    dupacks: u32,
+    recovery: RecoveryState,
+    /// Appendix A rule 1: `snd_max` when the current recovery began.
+    snd_recover: u64,
+    /// `snd_max` at the last timeout (end of the Loss phase).
+    loss_recover: u64,
+    /// `snd_una` at the last timeout, to hold ssthresh on repeated timeouts of one segment.
+    timeout_una: Option<u64>,
+    /// Everything below this was already retransmitted (SACK recovery).
+    rexmit_hwm: u64,
+    /// Sender's SACK scoreboard.
+    scoreboard: RangeSet,
+    /// Starts of retransmissions decided at ACK time, sent by `poll_segment`.
+    rexmit_queue: VecDeque<u64>,
+    rto: RtoEstimator,
+    /// The segment being timed: (sequence number, time sent).
+    timing: Option<(u64, Time)>,
+    rtx_deadline: Option<Time>,
+    /// The next data segment is a one-byte zero-window probe.
+    force_probe: bool,
+    /// A zero-window probe is outstanding.
+    probing: bool,
+
+    // Receive side.
+    rcv: Option<Receiver>,
+    ack: AckState,
+    last_window_sent: u64,
+
+    stats: TcpStats,
+}
+
+impl TcpConnection {
+    fn new(config: TcpConfig, state: TcpState) -> Self {
+        let mss = config.mss();
+        let rto = RtoEstimator::new(
+            config.clock_granularity_ns,
+            config.min_rto_ns.max(1),
+            config.max_rto_ns,
+            config.initial_rto_ns.max(1),
+        );
+        let iss = 0;
+        TcpConnection {
+            mss,
+            state,
+            iss,
+            syn_pending: state == TcpState::SynSent,
+            syn_retries: 0,
+            peer_sack: false,
+            peer_window_scaling: false,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_sndwnd: 0,
+            write_end: iss + 1,
+            closing: false,
+            cwnd: config.initial_window.bytes(mss),
+            cwnd_frac: 0.0,
+            ssthresh: config.initial_ssthresh_bytes.max(2 * mss),
+            dupacks: 0,
+            recovery: RecoveryState::Open,
+            snd_recover: iss,
+            loss_recover: iss,
+            timeout_una: None,
+            rexmit_hwm: iss,
+            scoreboard: RangeSet::new(MAX_SCOREBOARD_RANGES),
+            rexmit_queue: VecDeque::new(),
+            rto,
+            timing: None,
+            rtx_deadline: None,
+            force_probe: false,
+            probing: false,
+            rcv: None,
+            ack: AckState::default(),
+            last_window_sent: 0,
+            stats: TcpStats::default(),
+            config,
+        }
+    }
+
+    /// An active opener: the first `poll_segment` returns its SYN. The configuration should have
+    /// passed `validate` (out-of-range values are clamped, never a panic).
+    pub fn new_active(_now: Time, config: TcpConfig) -> Self {
+        TcpConnection::new(config, TcpState::SynSent)
+    }
+
+    /// A passive opener waiting for a SYN.
+    pub fn new_passive(_now: Time, config: TcpConfig) -> Self {
+        TcpConnection::new(config, TcpState::Listen)
+    }
+
+    // ----- application interface -----
+
+    /// Offers `bytes` more application bytes; returns how many the send buffer accepted (none
+    /// after `close`).
+    pub fn write(&mut self, bytes: u64) -> u64 {
+        if self.closing || self.state == TcpState::Closed {
+            return 0;
+        }
+        let unacked = self.write_end - self.snd_una.max(self.iss + 1);
+        let space = self.config.send_buffer_bytes.saturating_sub(unacked);
+        // Keep sequence numbers far from overflow whatever the caller asks for.
+        let room = (u64::MAX / 4).saturating_sub(self.write_end);
+        let n = bytes.min(space).min(room);
+        self.write_end += n;
+        n
+    }
+
+    /// Sends a FIN after all data written so far; later writes are refused.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Takes up to `max` bytes delivered in order; returns how many.
+    pub fn read(&mut self, max: u64) -> u64 {
+        let Some(rcv) = self.rcv.as_mut() else {
+            return 0;
+        };
+        let n = rcv.read(max);
+        // Tell the peer when the window opened a lot since it last heard.
+        let w = rcv.window();
+        let threshold = (2 * self.mss).min(self.config.recv_buffer_bytes / 2).max(1);
+        if n > 0 && w >= self.last_window_sent.saturating_add(threshold) {
+            self.ack.now = true;
+        }
+        n
+    }
+
+    /// In-order bytes waiting to be read.
+    pub fn readable(&self) -> u64 {
+        self.rcv.as_ref().map_or(0, Receiver::readable)
+    }
+
+    /// The peer's FIN arrived (in order), whether or not everything before it was read.
+    pub fn peer_fin_received(&self) -> bool {
+        self.rcv.as_ref().is_some_and(Receiver::fin_received)
+    }
+
+    /// The peer's FIN arrived and everything before it was read.
+    pub fn peer_finished(&self) -> bool {
+        self.rcv.as_ref().is_some_and(Receiver::finished)
+    }
+
+    /// The handshake completed (and the connection was not reset).
+    pub fn is_established(&self) -> bool {
+        self.state == TcpState::Established
+    }
+
+    /// `close` was called and the peer acknowledged every byte and the FIN.
+    pub fn is_send_complete(&self) -> bool {
+        self.closing && self.snd_una > self.write_end
+    }
+
+    pub fn state(&self) -> TcpState {
+        self.state
+    }
+
+    /// Bytes written but not yet acknowledged by the peer.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.write_end - self.snd_una.max(self.iss + 1).min(self.write_end)
+    }
+
+    // ----- inspection -----
+
+    /// Counters and current congestion state.
+    pub fn stats(&self) -> TcpStats {
+        TcpStats {
+            cwnd_bytes: self.cwnd,
+            ssthresh_bytes: self.ssthresh,
+            srtt_ns: self.rto.srtt(),
+            exact_srtt_ns: self.rto.exact_srtt(),
+            rto_ns: self.rto.rto(),
+            recovery: self.recovery,
+            data_bytes_acked: self.data_acked(),
+            data_bytes_received: self.rcv.as_ref().map_or(0, Receiver::data_received),
+            ..self.stats.clone()
+        }
+    }
+
+    pub fn cwnd(&self) -> u64 {
+        self.cwnd
+    }
+
+    pub fn ssthresh(&self) -> u64 {
+        self.ssthresh
+    }
+
+    pub fn recovery(&self) -> RecoveryState {
+        self.recovery
+    }
+
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Data bytes of this side the peer acknowledged.
+    pub fn data_acked(&self) -> u64 {
+        self.snd_una
+            .saturating_sub(self.iss + 1)
+            .min(self.write_end - (self.iss + 1))
+    }
+
+    /// Highest data offset sent so far (one past the last byte).
+    pub fn highest_data_sent(&self) -> u64 {
+        self.snd_max
+            .saturating_sub(self.iss + 1)
+            .min(self.write_end - (self.iss + 1))
+    }
+
+    /// Sequence numbers sent and not yet acknowledged.
+    pub fn flight_size(&self) -> u64 {
+        self.snd_max - self.snd_una
+    }
+
+    /// The receive window this side offers now.
+    pub fn offered_window(&self) -> u64 {
+        self.local_window()
+    }
+
+    // ----- driver interface -----
+
+    /// When `on_timeout` must next be called, if a timer runs.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.rtx_deadline, self.ack.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fires the timers due at `now`.
+    pub fn on_timeout(&mut self, now: Time) {
+        if self.ack.deadline.is_some_and(|d| d <= now) {
+            self.ack.deadline = None;
+            self.ack.now = true;
+        }
+        if self.rtx_deadline.is_some_and(|d| d <= now) {
+            self.rtx_deadline = None;
+            self.retransmission_timeout();
+        }
+    }
+
+    /// The next segment to send now, or `None`. Call until `None` after every input.
+    pub fn poll_segment(&mut self, now: Time) -> Option<TcpSegment> {
+        match self.state {
+            TcpState::Listen | TcpState::Closed => return None,
+            TcpState::SynSent => {
+                if self.syn_pending {
+                    return Some(self.emit_syn(now));
+                }
+                if self.config.data_on_syn {
+                    return self.next_data(now);
+                }
+                return None;
+            }
+            TcpState::SynReceived => {
+                if self.syn_pending {
+                    return Some(self.emit_syn(now));
+                }
+            }
+            TcpState::Established => {}
+        }
+        while let Some(start) = self.rexmit_queue.pop_front() {
+            if let Some(seg) = self.retransmit(now, start) {
+                return Some(seg);
+            }
+        }
+        if self.state == TcpState::Established {
+            if let Some(seg) = self.next_data(now) {
+                return Some(seg);
+            }
+            self.arm_persist(now);
+        }
+        if self.ack.now || self.ack.deadline.is_some_and(|d| d <= now) {
+            let seq = self.snd_nxt.max(self.iss + 1);
+            return Some(self.emit(now, seq, 0, false, false, false));
+        }
+        None
+    }
+
+    /// Processes an arriving segment.
+    pub fn on_segment(&mut self, now: Time, seg: &TcpSegment) {
+        self.stats.segments_received += 1;
+        if seg.rst {
+            if self.state != TcpState::Listen {
+                self.state = TcpState::Closed;
+                self.rtx_deadline = None;
+                self.ack.deadline = None;
+            }
+            return;
+        }
+        match self.state {
+            TcpState::Closed => {}
+            TcpState::Listen => {
+                if seg.syn && !seg.ack_flag {
+                    self.accept_syn(seg);
+                    self.state = TcpState::SynReceived;
+                    self.syn_pending = true;
+                    self.snd_wnd = seg.window;
+                    self.max_sndwnd = seg.window;
+                    self.receive(now, seg.seq.saturating_add(1), seg);
+                    // The SYN-ACK acknowledges whatever came with the SYN.
+                    self.ack.now = false;
+                }
+            }
+            TcpState::SynSent => {
+                let acceptable = seg.ack > self.iss && seg.ack <= self.snd_max;
+                if seg.syn && seg.ack_flag && acceptable {
+                    self.accept_syn(seg);
+                    self.state = TcpState::Established;
+                    if self.syn_retries > 0 {
+                        // RFC 3390: after a lost SYN the initial window is one segment.
+                        self.cwnd = self.cwnd.min(self.mss);
+                    }
+                    self.process_ack(now, seg, false);
+                    self.receive(now, seg.seq.saturating_add(1), seg);
+                    self.ack.now = true;
+                }
+            }
+            TcpState::SynReceived => {
+                if seg.syn && !seg.ack_flag {
+                    // Our SYN-ACK was lost: the peer sent its SYN again.
+                    self.syn_pending = true;
+                    return;
+                }
+                if seg.ack_flag {
+                    if seg.ack <= self.iss || seg.ack > self.snd_max {
+                        return;
+                    }
+                    self.state = TcpState::Established;
+                    self.process_ack(now, seg, false);
+                }
+                // T/TCP data may come before the handshake completes.
+                self.receive(now, seg.seq, seg);
+            }
+            TcpState::Established => {
+                if seg.syn {
+                    // A retransmitted SYN or SYN-ACK: our acknowledgement was lost.
+                    self.ack.now = true;
+                    return;
+                }
+                if seg.ack_flag {
+                    self.process_ack(now, seg, true);
+                }
+                self.receive(now, seg.seq, seg);
+            }
+        }
+    }
+
+    // ----- handshake -----
+
+    fn accept_syn(&mut self, seg: &TcpSegment) {
+        self.peer_sack = seg.sack_permitted;
+        self.peer_window_scaling = seg.window_scaling;
+        let cap = if self.config.window_scaling && seg.window_scaling {
+            MAX_WINDOW_BYTES
+        } else {
+            UNSCALED_WINDOW_BYTES
+        };
+        self.rcv = Some(Receiver::new(
+            seg.seq.saturating_add(1),
+            self.config.recv_buffer_bytes,
+            cap,
+        ));
+    }
+
+    fn emit_syn(&mut self, now: Time) -> TcpSegment {
+        self.syn_pending = false;
+        let mut len = 0;
+        let mut fin = false;
+        if self.state == TcpState::SynSent && self.config.data_on_syn {
+            let start = self.iss + 1;
+            len = self
+                .mss
+                .min(self.write_end - start)
+                .min(self.cwnd.max(self.mss));
+            fin = self.closing && start + len == self.write_end;
+        }
+        self.emit(now, self.iss, len, true, fin, true)
+    }
+
+    // ----- receiving -----
+
+    fn sack_ok(&self) -> bool {
+        self.config.sack_permitted && self.peer_sack
+    }
+
+    fn sack_in_use(&self) -> bool {
+        self.sack_ok() && self.config.variant.uses_sack()
+    }
+
+    /// Data and FIN of `seg`, whose data starts at `data_seq`.
+    fn receive(&mut self, now: Time, data_seq: u64, seg: &TcpSegment) {
+        if seg.len == 0 && !seg.fin {
+            return;
+        }
+        let Some(rcv) = self.rcv.as_mut() else {
+            return;
+        };
+        let a = rcv.on_data(data_seq, u64::from(seg.len), seg.fin);
+        let immediate =
+            a.out_of_order || a.filled_hole || a.duplicate || a.fin || !self.config.delayed_ack;
+        if immediate {
+            self.ack.now = true;
+            return;
+        }
+        if a.in_order_bytes > 0 {
+            self.ack.unacked_segments += 1;
+            if self.ack.unacked_segments >= self.config.ack_every_segments {
+                self.ack.now = true;
+            } else if self.ack.deadline.is_none() {
+                let t = self.config.delayed_ack_timeout_ns.max(1);
+                self.ack.deadline = Some(if self.config.delayed_ack_on_ticks {
+                    (now / t + 1).saturating_mul(t)
+                } else {
+                    now.saturating_add(t)
+                });
+            }
+        }
+    }
+
+    fn local_window(&self) -> u64 {
+        match &self.rcv {
+            Some(r) => r.window(),
+            // SYN windows are never scaled.
+            None => self.config.recv_buffer_bytes.min(UNSCALED_WINDOW_BYTES),
+        }
+    }
+
+    // ----- acknowledgements -----
+
+    fn process_ack(&mut self, now: Time, seg: &TcpSegment, grow: bool) {
+        let ack = seg.ack;
+        if ack > self.snd_max {
+            // Acknowledges something never sent.
+            self.ack.now = true;
+            return;
+        }
+        if ack < self.snd_una {
+            return;
+        }
+        if self.sack_in_use() {
+            for &(s, e) in seg.sack.iter().take(4) {
+                let s = s.max(ack);
+                if s < e && e <= self.snd_max {
+                    self.scoreboard.insert(s, e);
+                }
+            }
+        }
+        let window_changed = seg.window != self.snd_wnd;
+        self.snd_wnd = seg.window;
+        self.max_sndwnd = self.max_sndwnd.max(seg.window);
+        if self.probing && seg.window > 0 {
+            // The window opened: resend from the first unacknowledged byte (the probe).
+            self.probing = false;
+            self.snd_nxt = self.snd_una;
+        }
+        if ack == self.snd_una {
+            let dup = seg.len == 0
+                && !seg.fin
+                && !seg.syn
+                && self.snd_max > self.snd_una
+                && !window_changed
+                && seg.window > 0;
+            if dup {
+                self.on_dupack(now);
+            }
+            return;
+        }
+        self.on_new_ack(now, ack, grow);
+    }
+
+    fn on_dupack(&mut self, now: Time) {
+        self.stats.dupacks_received += 1;
+        self.dupacks = self.dupacks.saturating_add(1);
+        match self.recovery {
+            RecoveryState::FastRecovery => {
+                // Rule 6: an eligible retransmission, else inflate by one segment.
+                let eligible = if self.sack_in_use() {
+                    self.next_eligible()
+                } else {
+                    None
+                };
+                match eligible {
+                    Some(s) => self.queue_retransmission(s),
+                    None => self.cwnd = (self.cwnd + self.mss).min(MAX_WINDOW_BYTES),
+                }
+            }
+            RecoveryState::Open | RecoveryState::Loss => {
+                if self.dupacks == self.config.dupack_threshold.max(1) {
+                    // Rule 2: no new recovery for data sent before the last one (or timeout).
+                    if self.config.variant.newreno_recovery() && self.snd_una < self.snd_recover {
+                        return;
+                    }
+                    self.enter_fast_recovery(now);
+                }
+            }
+        }
+    }
+
+    fn enter_fast_recovery(&mut self, now: Time) {
+        let flight = self.snd_max - self.snd_una;
+        self.ssthresh = (flight / 2).max(2 * self.mss);
+        self.cwnd = self.ssthresh + u64::from(self.config.dupack_threshold) * self.mss;
+        self.cwnd_frac = 0.0;
+        self.snd_recover = self.snd_max;
+        self.recovery = RecoveryState::FastRecovery;
+        self.stats.fast_retransmits += 1;
+        self.timing = None;
+        self.queue_retransmission(self.snd_una);
+        // As BSD does: the retransmission restarts the timer.
+        self.rtx_deadline = Some(self.rto.deadline(now));
+    }
+
+    fn on_new_ack(&mut self, now: Time, ack: u64, grow: bool) {
+        let acked = ack - self.snd_una;
+        self.snd_una = ack;
+        self.snd_nxt = self.snd_nxt.max(ack);
+        self.rexmit_hwm = self.rexmit_hwm.max(ack);
+        self.scoreboard.remove_below(ack);
+        if let Some((seq, sent)) = self.timing {
+            if ack > seq {
+                self.rto.sample(sent, now);
+                self.timing = None;
+            }
+        }
+        self.rtx_deadline = if self.snd_una >= self.snd_max {
+            None
+        } else {
+            Some(self.rto.deadline(now))
+        };
+        match self.recovery {
+            RecoveryState::FastRecovery => {
+                if !self.config.variant.newreno_recovery() || ack >= self.snd_recover {
+                    // Reno: the first new ACK ends recovery. NewReno rule 3: so does one that
+                    // covers snd_recover, with cwnd no larger than the flight plus one segment.
+                    self.cwnd = if self.config.variant.newreno_recovery() {
+                        self.ssthresh.min(self.snd_max - self.snd_una + self.mss)
+                    } else {
+                        self.ssthresh
+                    };
+                    self.recovery = RecoveryState::Open;
+                    self.dupacks = 0;
+                } else {
+                    // Rule 4: partial ACK. Without SACK retransmit the next unacknowledged
+                    // segment; always deflate by the data acknowledged and add one segment.
+                    self.dupacks = 0;
+                    self.cwnd = self.cwnd.saturating_sub(acked) + self.mss;
+                    if self.sack_in_use() {
+                        if let Some(s) = self.next_eligible() {
+                            self.queue_retransmission(s);
+                        }
+                    } else {
+                        self.queue_retransmission(self.snd_una);
+                    }
+                }
+            }
+            RecoveryState::Loss | RecoveryState::Open => {
+                if self.recovery == RecoveryState::Loss && ack >= self.loss_recover {
+                    self.recovery = RecoveryState::Open;
+                }
+                self.dupacks = 0;
+                if grow {
+                    self.grow_cwnd(acked);
+                }
+            }
+        }
+    }
+
+    /// Window growth on an ACK of `acked` new bytes outside fast recovery.
+    fn grow_cwnd(&mut self, acked: u64) {
+        let mss = self.mss;
+        let units = if self.config.byte_counting {
+            acked.min(u64::from(self.config.byte_counting_limit_segments) * mss)
+        } else {
+            acked.min(mss)
+        };
+        if self.cwnd < self.ssthresh {
+            self.cwnd += units;
+        } else {
+            let factor = match self.config.increase {
+                IncreasePolicy::Standard => 1.0,
+                IncreasePolicy::IncreaseByK { k } => k,
+                IncreasePolicy::ConstantRate { c } => match self.rto.exact_srtt() {
+                    Some(rtt) => {
+                        let rtt = rtt as f64 / SEC as f64;
+                        c * rtt * rtt
+                    }
+                    None => 1.0,
+                },
+            };
+            let (mss_f, units_f) = (mss as f64, units as f64);
+            let inc = (factor * mss_f * units_f / self.cwnd.max(1) as f64).min(units_f);
+            self.cwnd_frac += inc;
+            let whole = self.cwnd_frac.floor();
+            self.cwnd_frac -= whole;
+            self.cwnd += whole as u64;
+        }
+        self.cwnd = self.cwnd.min(MAX_WINDOW_BYTES);
+    }
+
+    // ----- retransmission -----
+
+    /// End of the retransmission starting at `s`: one segment, not into SACKed data, not past
+    /// what was sent.
+    fn retransmission_end(&self, s: u64) -> u64 {
+        let mut end = s.saturating_add(self.mss).min(self.snd_max);
+        if let Some(n) = self.scoreboard.next_start_after(s) {
+            end = end.min(n);
+        }
+        end
+    }
+
+    /// Appendix A rule 5: the lowest segment not yet retransmitted that is eligible — three
+    /// duplicate ACKs for the segment before it, or SACKed data at least three segments beyond.
+    fn next_eligible(&self) -> Option<u64> {
+        let mut s = self.snd_una.max(self.rexmit_hwm);
+        while let Some((_, e)) = self.scoreboard.containing(s) {
+            s = e;
+        }
+        if s >= self.snd_max {
+            return None;
+        }
+        let end = self.retransmission_end(s);
+        let thresh = u64::from(self.config.dupack_threshold.max(1));
+        let by_dupacks = s == self.snd_una && u64::from(self.dupacks) >= thresh;
+        let by_sack = self
+            .scoreboard
+            .max_end()
+            .is_some_and(|fack| fack >= end.saturating_add(thresh * self.mss));
+        (by_dupacks || by_sack).then_some(s)
+    }
+
+    fn queue_retransmission(&mut self, s: u64) {
+        if self.rexmit_queue.len() < MAX_PENDING_RETRANSMISSIONS && !self.rexmit_queue.contains(&s)
+        {
+            self.rexmit_queue.push_back(s);
+        }
+        self.rexmit_hwm = self.rexmit_hwm.max(self.retransmission_end(s));
+    }
+
+    /// Builds the queued retransmission starting at `start`, unless it became unnecessary.
+    fn retransmit(&mut self, now: Time, start: u64) -> Option<TcpSegment> {
+        let start = start.max(self.snd_una);
+        if start >= self.snd_max || self.scoreboard.containing(start).is_some() {
+            return None;
+        }
+        let end = self.retransmission_end(start);
+        let len = end.min(self.write_end).saturating_sub(start);
+        let fin = self.closing && end > self.write_end;
+        if len == 0 && !fin {
+            return None;
+        }
+        Some(self.emit(now, start, len, false, fin, false))
+    }
+
+    fn retransmission_timeout(&mut self) {
+        match self.state {
+            TcpState::SynSent | TcpState::SynReceived => {
+                self.syn_retries += 1;
+                if self.syn_retries > self.config.max_syn_retries {
+                    self.state = TcpState::Closed;
+                    self.ack.deadline = None;
+                    return;
+                }
+                self.rto.back_off();
+                self.syn_pending = true;
+                self.timing = None;
+                if self.state == TcpState::SynSent {
+                    self.snd_nxt = self.iss;
+                    self.cwnd = self.cwnd.min(self.mss);
+                }
+            }
+            TcpState::Established => {
+                if self.snd_wnd == 0 && self.write_end > self.snd_una {
+                    // Zero-window probe.
+                    self.snd_nxt = self.snd_una;
+                    self.force_probe = true;
+                    self.rto.back_off();
+                    return;
+                }
+                if self.snd_una >= self.snd_max {
+                    return;
+                }
+                self.stats.timeouts += 1;
+                if self.timeout_una != Some(self.snd_una) {
+                    // RFC 5681: ssthresh is not lowered again for the same segment.
+                    self.ssthresh = ((self.snd_max - self.snd_una) / 2).max(2 * self.mss);
+                    self.timeout_una = Some(self.snd_una);
+                }
+                self.cwnd = self.mss;
+                self.cwnd_frac = 0.0;
+                self.recovery = RecoveryState::Loss;
+                self.loss_recover = self.snd_max;
+                if self.config.variant.newreno_recovery() {
+                    self.snd_recover = self.snd_max;
+                }
+                self.dupacks = 0;
+                self.snd_nxt = self.snd_una;
+                // Rule 7 uses only SACK information that arrives after the timeout.
+                self.scoreboard.clear();
+                self.rexmit_hwm = self.snd_una;
+                self.rexmit_queue.clear();
+                self.timing = None;
+                self.rto.back_off();
+            }
+            TcpState::Listen | TcpState::Closed => {}
+        }
+    }
+
+    /// Starts the persist timer when a zero window blocks waiting data and nothing is in flight.
+    fn arm_persist(&mut self, now: Time) {
+        if self.snd_wnd == 0
+            && self.snd_una == self.snd_max
+            && self.write_end > self.snd_max
+            && self.rtx_deadline.is_none()
+        {
+            self.rtx_deadline = Some(self.rto.deadline(now));
+        }
+    }
+
+    // ----- sending -----
+
+    /// The next new (or, after a timeout, go-back-N) data segment the windows allow.
+    fn next_data(&mut self, now: Time) -> Option<TcpSegment> {
+        let data_end = self.write_end;
+        let limit = if self.state == TcpState::SynSent {
+            (self.iss + 1).saturating_add(self.cwnd)
+        } else {
+            self.snd_una.saturating_add(self.cwnd.min(self.snd_wnd))
+        };
+        let mut start = self.snd_nxt.max(self.snd_una);
+        if self.sack_in_use() {
+            // Rule 7: do not resend what the receiver reports holding.
+            while start < self.snd_max {
+                match self.scoreboard.containing(start) {
+                    Some((_, e)) => start = e,
+                    None => break,
+                }
+            }
+            self.snd_nxt = start;
+        }
+        let rexmit = start < self.snd_max;
+        let mut len = self
+            .mss
+            .min(data_end.saturating_sub(start))
+            .min(limit.saturating_sub(start));
+        if self.force_probe && len == 0 && start < data_end {
+            len = 1;
+        }
+        if rexmit {
+            if let Some(n) = self.scoreboard.next_start_after(start) {
+                len = len.min(n - start);
+            }
+        }
+        let fin = self.closing && start + len == data_end && self.snd_una <= data_end;
+        if len == 0 && !fin {
+            return None;
+        }
+        if len > 0 && len < self.mss {
+            let ends_data = start + len == data_end;
+            if !ends_data {
+                // Sender silly-window avoidance.
+                if !(rexmit || self.force_probe || len >= self.max_sndwnd / 2) {
+                    return None;
+                }
+            } else if self.config.nagle && !self.closing && !rexmit && self.snd_max > self.snd_una {
+                return None;
+            }
+        }
+        if self.force_probe {
+            self.force_probe = false;
+            self.probing = true;
+        }
+        Some(self.emit(now, start, len, false, fin, true))
+    }
+
+    /// Builds a segment `[seq, seq + len)` (plus SYN/FIN) with the current ACK, window and SACK
+    /// information, and does the bookkeeping of sending it.
+    fn emit(
+        &mut self,
+        now: Time,
+        seq: u64,
+        len: u64,
+        syn: bool,
+        fin: bool,
+        advance: bool,
+    ) -> TcpSegment {
+        let end = seq + len + u64::from(syn) + u64::from(fin);
+        let occupies = len > 0 || syn || fin;
+        let retransmission = seq < self.snd_max;
+        if advance {
+            self.snd_nxt = end;
+        }
+        self.snd_max = self.snd_max.max(end);
+        if occupies {
+            if retransmission {
+                self.stats.retransmitted_segments += 1;
+                self.stats.retransmitted_bytes += len;
+                if syn {
+                    self.stats.syn_retransmissions += 1;
+                }
+                self.timing = None;
+            } else if self.timing.is_none() && self.recovery != RecoveryState::FastRecovery {
+                self.timing = Some((seq, now));
+            }
+            if self.rtx_deadline.is_none() {
+                self.rtx_deadline = Some(self.rto.deadline(now));
+            }
+        }
+        let mut seg = TcpSegment {
+            seq,
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+            syn,
+            fin,
+            window: self.local_window(),
+            ..TcpSegment::default()
+        };
+        if let Some(rcv) = &self.rcv {
+            seg.ack_flag = true;
+            seg.ack = rcv.rcv_nxt();
+            if self.sack_ok() && rcv.has_out_of_order() {
+                seg.sack = rcv.sack_blocks(usize::from(self.config.max_sack_blocks));
+            }
+            self.ack = AckState::default();
+        }
+        if syn {
+            let passive = self.state == TcpState::SynReceived;
+            seg.sack_permitted = self.config.sack_permitted && (!passive || self.peer_sack);
+            seg.window_scaling =
+                self.config.window_scaling && (!passive || self.peer_window_scaling);
+        }
+        self.last_window_sent = seg.window;
+        self.stats.segments_sent += 1;
+        self.stats.wire_bytes_sent += u64::from(seg.wire_size());
+        if len > 0 {
+            self.stats.data_segments_sent += 1;
+            self.stats.data_bytes_sent += len;
+        } else if !occupies {
+            self.stats.pure_acks_sent += 1;
+        }
+        seg
+    }
+}

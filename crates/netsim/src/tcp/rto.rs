@@ -1,0 +1,177 @@
+//! The retransmission timer of RFC 6298 on a clock of configurable granularity: RTT samples read
+//! in whole ticks, `RTO = srtt + max(G, 4·rttvar)` bounded below and above, exponential backoff,
+//! and Karn's rule (the backed-off value stays until a sample from a segment sent only once).
+
+use crate::sim::Time;
+
+/// Most doublings of the RTO (2^16 is far beyond any sensible maximum RTO anyway).
+const MAX_BACKOFF: u32 = 16;
+
+/// Round-trip estimate and retransmission timeout of one connection.
+#[derive(Debug, Clone)]
+pub struct RtoEstimator {
+    granularity: Time,
+    min_rto: Time,
+    max_rto: Time,
+    initial_rto: Time,
+    srtt: Option<Time>,
+    rttvar: Time,
+    /// Smoothed RTT of exact readings, for window policies that need the true RTT.
+    exact_srtt: Option<Time>,
+    backoff: u32,
+}
+
+impl RtoEstimator {
+    /// An estimator with clock granularity `granularity` (0 for an exact clock).
+    pub fn new(granularity: Time, min_rto: Time, max_rto: Time, initial_rto: Time) -> Self {
+        RtoEstimator {
+            granularity,
+            min_rto,
+            max_rto: max_rto.max(min_rto),
+            initial_rto,
+            srtt: None,
+            rttvar: 0,
+            exact_srtt: None,
+            backoff: 0,
+        }
+    }
+
+    /// The clock reading at `t`, in ns: `t` rounded down to a whole tick.
+    pub fn clock(&self, t: Time) -> Time {
+        t.checked_div(self.granularity)
+            .map_or(t, |ticks| ticks * self.granularity)
+    }
+
+    /// The first clock tick at or after `t` (when a timer due at `t` is noticed).
+    pub fn next_tick(&self, t: Time) -> Time {
+        if self.granularity == 0 {
+            t
+        } else {
+            t.div_ceil(self.granularity)
+                .saturating_mul(self.granularity)
+        }
+    }
+
+    /// Takes an RTT sample for a segment sent at `sent` and acknowledged at `now`, as the clock
+    /// reads them, and ends any backoff (Karn: callers only pass segments sent once).
+    pub fn sample(&mut self, sent: Time, now: Time) {
+        let exact = now.saturating_sub(sent);
+        self.exact_srtt = Some(match self.exact_srtt {
+            None => exact,
+            Some(s) => (7 * s + exact) / 8,
+        });
+        let r = self.clock(now).saturating_sub(self.clock(sent));
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                self.rttvar = (3 * self.rttvar + srtt.abs_diff(r)) / 4;
+                self.srtt = Some((7 * srtt + r) / 8);
+            }
+        }
+        self.backoff = 0;
+    }
+
+    /// Doubles the timeout after a retransmission timeout.
+    pub fn back_off(&mut self) {
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+    }
+
+    /// The timeout before backoff.
+    pub fn base_rto(&self) -> Time {
+        match self.srtt {
+            None => self.initial_rto,
+            Some(srtt) => srtt
+                .saturating_add(self.granularity.max(self.rttvar.saturating_mul(4)))
+                .clamp(self.min_rto, self.max_rto),
+        }
+    }
+
+    /// The current timeout, backoff included.
+    pub fn rto(&self) -> Time {
+        self.base_rto()
+            .saturating_mul(1 << self.backoff)
+            .min(self.max_rto)
+    }
+
+    /// When a timer started at `now` expires: one RTO later, on the next clock tick.
+    pub fn deadline(&self, now: Time) -> Time {
+        self.next_tick(now.saturating_add(self.rto()))
+    }
+
+    /// The smoothed RTT, once sampled.
+    pub fn srtt(&self) -> Option<Time> {
+        self.srtt
+    }
+
+    /// The smoothed RTT of exact clock readings (what RTT timestamps would measure).
+    pub fn exact_srtt(&self) -> Option<Time> {
+        self.exact_srtt
+    }
+
+    /// The RTT variation.
+    pub fn rttvar(&self) -> Time {
+        self.rttvar
+    }
+
+    /// How many times the timeout has been doubled since the last valid sample.
+    pub fn backoff(&self) -> u32 {
+        self.backoff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{MS, SEC};
+
+    #[test]
+    fn exact_clock_follows_rfc6298() {
+        let mut r = RtoEstimator::new(0, SEC, 60 * SEC, SEC);
+        assert_eq!(r.rto(), SEC);
+        r.sample(0, 600 * MS);
+        assert_eq!(r.srtt(), Some(600 * MS));
+        assert_eq!(r.rttvar(), 300 * MS);
+        // 600 + 4·300 ms
+        assert_eq!(r.rto(), 1800 * MS);
+        r.sample(SEC, SEC + 200 * MS);
+        // rttvar = (3·300 + 400)/4 = 325, srtt = (7·600 + 200)/8 = 550
+        assert_eq!(r.rttvar(), 325 * MS);
+        assert_eq!(r.srtt(), Some(550 * MS));
+        assert_eq!(r.rto(), 1850 * MS);
+    }
+
+    #[test]
+    fn coarse_clock_reads_ticks() {
+        let mut r = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC);
+        // 100 ms that crosses a tick reads 500 ms; the same 100 ms inside a tick reads 0.
+        r.sample(450 * MS, 550 * MS);
+        assert_eq!(r.srtt(), Some(500 * MS));
+        let mut q = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC);
+        q.sample(100 * MS, 200 * MS);
+        assert_eq!(q.srtt(), Some(0));
+        // srtt 0, rttvar 0: max(G, 0) = 500 ms, raised to the 1 s minimum.
+        assert_eq!(q.rto(), SEC);
+        // Timers fire on tick boundaries.
+        assert_eq!(q.deadline(1_100 * MS), 2_500 * MS);
+        assert_eq!(q.deadline(1_000 * MS), 2_000 * MS);
+    }
+
+    #[test]
+    fn backoff_doubles_until_a_sample() {
+        let mut r = RtoEstimator::new(0, SEC, 10 * SEC, SEC);
+        r.back_off();
+        assert_eq!(r.rto(), 2 * SEC);
+        r.back_off();
+        r.back_off();
+        assert_eq!(r.rto(), 8 * SEC);
+        r.back_off();
+        assert_eq!(r.rto(), 10 * SEC, "capped at max_rto");
+        assert_eq!(r.backoff(), 4);
+        r.sample(0, 100 * MS);
+        assert_eq!(r.backoff(), 0);
+        assert_eq!(r.rto(), SEC);
+    }
+}
