@@ -124,6 +124,11 @@ impl Metrics {
         self.flow(flow).trace = true;
     }
 
+    /// Whether `flow` records time series.
+    pub fn tracing(&self, flow: FlowId) -> bool {
+        self.flows.get(&flow).is_some_and(|f| f.trace)
+    }
+
     /// Samples the congestion window and highest sequence sent, if tracing `flow`.
     pub fn sample(&mut self, flow: FlowId, now: Time, cwnd: u64, seq: u64) {
         let f = self.flow(flow);

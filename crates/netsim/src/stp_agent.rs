@@ -107,7 +107,11 @@ impl StpAgent {
                 self.conn = Some(h);
             }
         }
+        // Statistics are copied when something happens to the connection (and at finish), not on
+        // every packet: the copy is the costliest thing this agent would do.
+        let mut snapshot = false;
         while let Some((_, ev)) = self.ep.poll_event() {
+            snapshot = true;
             if let Event::Failed(e) = ev {
                 self.failures.push(e.to_string());
             }
@@ -154,13 +158,14 @@ impl StpAgent {
                 Err(_) => break,
             }
         }
-        self.stats = Some(c.stats());
-        if let StpRole::Sender { .. } = self.role {
-            let s = self
-                .stats
-                .as_ref()
-                .map_or((0, 0), |s| (s.cwnd_bytes, s.payload_bytes_sent));
-            ctx.metrics.sample(self.flow, now, s.0, s.1);
+        let tracing = ctx.metrics.tracing(self.flow);
+        if snapshot || tracing || self.stats.is_none() {
+            self.stats = Some(c.stats());
+        }
+        if let (StpRole::Sender { .. }, true) = (self.role, tracing) {
+            let s = c.stats();
+            ctx.metrics
+                .sample(self.flow, now, s.cwnd_bytes, s.payload_bytes_sent);
         }
     }
 
@@ -225,6 +230,9 @@ impl Agent for StpAgent {
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(c) = self.conn.and_then(|h| self.ep.connection(h)) {
+            self.stats = Some(c.stats());
+        }
         if let (StpRole::Sender { .. }, Some(s)) = (self.role, &self.stats) {
             ctx.metrics
                 .retransmitted(self.flow, s.retransmitted_packets);

@@ -4,7 +4,7 @@
 //! payloads) on one thread, with the real clock as the driver's `now`, and reports payload
 //! throughput and packets per second: the cost of the protocol engine itself.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use netsim::units::parse_bytes;
 use rand_chacha::ChaCha8Rng;
@@ -16,6 +16,18 @@ use stp::{Config, Endpoint, EndpointConfig, Instant};
 pub enum BenchCommand {
     /// Throughput of the STP engine between two in-memory endpoints (one core).
     Engine(EngineArgs),
+    /// Speed of the packet simulator: simulated events per second on one core.
+    Sim(SimBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimBenchArgs {
+    /// Simulated seconds per case.
+    #[arg(long, default_value_t = 600)]
+    seconds: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -38,6 +50,7 @@ pub struct EngineArgs {
 pub fn run(cmd: &BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Engine(a) => engine(a),
+        BenchCommand::Sim(a) => sim_bench(a),
     }
 }
 
@@ -209,4 +222,60 @@ fn exchange(
             return;
         }
     }
+}
+
+/// Runs the GEO experiment of table5.1 (one-way, with web background) for each protocol on one
+/// thread and reports simulated events per second.
+fn sim_bench(args: &SimBenchArgs) -> Result<()> {
+    if !(1..=86_400).contains(&args.seconds) {
+        bail!(
+            "--seconds must be between 1 and 86400, got {}",
+            args.seconds
+        );
+    }
+    let all = crate::reproduce::all()?;
+    let Some((repro, template)) = all.iter().find(|(r, _)| r.name == "table5.1-geo") else {
+        bail!("the table5.1-geo reproduction is missing from this build");
+    };
+    let point = repro
+        .points
+        .iter()
+        .find(|p| p.label == "one-way")
+        .context("no one-way point")?;
+    let mut cases = Vec::new();
+    let (mut events, mut wall) = (0u64, 0f64);
+    for series in &repro.series {
+        let mut sc = repro.scenario(template, series, point, false)?;
+        sc.duration = format!("{}s", args.seconds);
+        let built = sc.build(sc.seed)?;
+        let mut sim = built.sim;
+        let t0 = std::time::Instant::now();
+        let n = sim.run_until(sc.duration_ns()?);
+        let dt = t0.elapsed().as_secs_f64();
+        events += n;
+        wall += dt;
+        cases.push((series.name.clone(), n, dt));
+    }
+    let rate = events as f64 / wall;
+    if args.json {
+        let v = serde_json::json!({
+            "benchmark": "sim",
+            "simulated_seconds_per_case": args.seconds,
+            "events": events,
+            "wall_seconds": wall,
+            "events_per_second": rate,
+            "cases": cases.iter().map(|(n, e, t)| serde_json::json!({"case": n, "events": e, "wall_seconds": t})).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        println!("satstp bench sim: table5.1-geo one-way (with web background), {} s simulated per case, one thread", args.seconds);
+        for (n, e, t) in &cases {
+            println!(
+                "  {n:<10} {e:>10} events in {t:>6.3} s = {:>10.0} events/s",
+                *e as f64 / t
+            );
+        }
+        println!("  total      {events:>10} events in {wall:>6.3} s = {rate:>10.0} events/s");
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! Sender state: the bounded send buffer, the SDs sent and not yet acknowledged (each with its last
 //! send stamp), and the retransmission queue fed only by the receiver's STAT/USTAT reports.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
 
 /// Memory charged for one SD, so that tiny SDs cannot exhaust a receiver (spec §6.3).
@@ -41,7 +41,11 @@ pub struct Marked {
 #[derive(Debug)]
 pub struct SendBuffer {
     capacity: u64,
-    pending: BytesMut,
+    /// Written, not yet packetized: chunks as the application wrote them. SDs are sliced out of
+    /// them without copying (only an SD spanning two chunks is assembled), so a small write into
+    /// a large buffer never moves the buffered data.
+    pending: VecDeque<Bytes>,
+    pending_len: usize,
     sent: VecDeque<SentSd>,
     /// Extended sequence number of `sent[0]`: every SD below it is acknowledged.
     una: u64,
@@ -57,7 +61,8 @@ impl SendBuffer {
     pub fn new(isn: u64, capacity: u64) -> Self {
         SendBuffer {
             capacity,
-            pending: BytesMut::new(),
+            pending: VecDeque::new(),
+            pending_len: 0,
             sent: VecDeque::new(),
             una: isn,
             outstanding_charge: 0,
@@ -69,7 +74,7 @@ impl SendBuffer {
     /// Bytes the application may still write.
     pub fn free_space(&self) -> u64 {
         self.capacity
-            .saturating_sub(self.pending.len() as u64 + self.unacked_payload())
+            .saturating_sub(self.pending_len as u64 + self.unacked_payload())
     }
 
     fn unacked_payload(&self) -> u64 {
@@ -82,13 +87,42 @@ impl SendBuffer {
         let n = data
             .len()
             .min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
-        self.pending.extend_from_slice(&data[..n]);
+        if n > 0 {
+            self.pending.push_back(Bytes::copy_from_slice(&data[..n]));
+            self.pending_len += n;
+        }
         n
     }
 
     /// Bytes written but not yet packetized.
     pub fn unsent(&self) -> usize {
-        self.pending.len()
+        self.pending_len
+    }
+
+    /// Takes the first `n` (≤ `pending_len`) unsent bytes.
+    fn take_pending(&mut self, n: usize) -> Bytes {
+        self.pending_len -= n;
+        if let Some(front) = self.pending.front_mut() {
+            if front.len() > n {
+                return front.split_to(n);
+            }
+            if front.len() == n {
+                return self.pending.pop_front().unwrap_or_default();
+            }
+        }
+        let mut out = BytesMut::with_capacity(n);
+        while out.len() < n {
+            let Some(front) = self.pending.front_mut() else {
+                break;
+            };
+            let k = (n - out.len()).min(front.len());
+            out.extend_from_slice(&front[..k]);
+            front.advance(k);
+            if front.is_empty() {
+                self.pending.pop_front();
+            }
+        }
+        out.freeze()
     }
 
     /// The next new sequence number.
@@ -124,11 +158,11 @@ impl SendBuffer {
     /// Takes up to `max` bytes of new data as the next SD, stamped `stamp`; returns its sequence
     /// number and payload.
     pub fn packetize(&mut self, max: usize, stamp: u32) -> Option<(u64, Bytes)> {
-        if self.pending.is_empty() || max == 0 {
+        if self.pending_len == 0 || max == 0 {
             return None;
         }
-        let n = self.pending.len().min(max);
-        let payload = self.pending.split_to(n).freeze();
+        let n = self.pending_len.min(max);
+        let payload = self.take_pending(n);
         let seq = self.next_seq();
         self.outstanding_charge += sd_charge(n);
         self.in_flight += n as u64;
@@ -143,7 +177,7 @@ impl SendBuffer {
 
     /// Length of the next new SD if `max` bytes fit in a datagram.
     pub fn next_new_len(&self, max: usize) -> usize {
-        self.pending.len().min(max)
+        self.pending_len.min(max)
     }
 
     /// The SD at extended sequence `seq`, if still unacknowledged.
@@ -279,6 +313,23 @@ mod tests {
         assert!(!s.has_outstanding());
         assert_eq!(s.in_flight(), 0);
         assert_eq!(s.outstanding_charge(), 0);
+    }
+
+    #[test]
+    fn sds_span_write_boundaries_exactly() {
+        let mut s = SendBuffer::new(0, 10_000);
+        s.write(b"abc");
+        s.write(b"defgh");
+        s.write(b"i");
+        let (_, a) = s.packetize(4, 0).unwrap();
+        let (_, b) = s.packetize(4, 0).unwrap();
+        let (_, c) = s.packetize(4, 0).unwrap();
+        assert_eq!(
+            (&a[..], &b[..], &c[..]),
+            (&b"abcd"[..], &b"efgh"[..], &b"i"[..])
+        );
+        assert_eq!(s.unsent(), 0);
+        assert!(s.packetize(4, 0).is_none());
     }
 
     #[test]
