@@ -921,12 +921,38 @@ pub struct Summary {
     pub seed: u64,
     pub duration_s: f64,
     pub flows: Vec<FlowSummary>,
+    /// Jain's fairness index of the flows' goodputs (web sources excluded), when there are at
+    /// least two flows.
+    pub fairness: Option<Stat>,
+    pub links: Vec<LinkSummary>,
+    /// Time series of traced flows (first replication): flow name → [[t_s, cwnd_bytes, seq]].
+    pub series: BTreeMap<String, Vec<[f64; 3]>>,
     /// Simulated events processed over all replications.
     pub events: u64,
 }
 
-/// One replication's figures per flow, its event count and its flows.
-type RunOutcome = Result<(Vec<FlowRun>, u64, Vec<BuiltFlow>), ScenarioError>;
+/// One simplex link over all replications.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkSummary {
+    pub name: String,
+    /// Transmitted bits ÷ (rate × duration).
+    pub utilization: Stat,
+    pub drops_queue: Stat,
+    pub drops_error: Stat,
+    pub drops_outage: Stat,
+}
+
+/// One replication's results.
+struct RunResult {
+    figs: Vec<FlowRun>,
+    events: u64,
+    flows: Vec<BuiltFlow>,
+    /// (name, utilization, queue drops, error drops, outage drops) per link.
+    links: Vec<(String, f64, f64, f64, f64)>,
+    series: BTreeMap<String, Vec<[f64; 3]>>,
+}
+
+type RunOutcome = Result<RunResult, ScenarioError>;
 
 /// Runs every replication (in parallel over `threads`) and summarises. `progress` is called
 /// after each finished replication with (done, total).
@@ -985,17 +1011,39 @@ pub fn run_with_pcap(
             .collect()
     };
     let mut per_flow: Vec<Vec<FlowRun>> = Vec::new();
+    let mut per_link: Vec<Vec<(String, f64, f64, f64, f64)>> = Vec::new();
+    let mut fairness = Vec::new();
     let mut flows_meta = Vec::new();
+    let mut series = BTreeMap::new();
     let mut events = 0;
-    for r in results {
-        let (figs, ev, meta) = r?;
-        events += ev;
-        if per_flow.is_empty() {
-            per_flow = vec![Vec::new(); figs.len()];
-            flows_meta = meta;
+    for (k, r) in results.into_iter().enumerate() {
+        let r = r?;
+        events += r.events;
+        if k == 0 {
+            per_flow = vec![Vec::new(); r.figs.len()];
+            per_link = vec![Vec::new(); r.links.len()];
+            flows_meta = r.flows.clone();
+            series = r.series;
         }
-        for (i, f) in figs.into_iter().enumerate() {
-            per_flow[i].push(f);
+        let goodputs: Vec<f64> = r
+            .figs
+            .iter()
+            .zip(&r.flows)
+            .filter(|(_, m)| m.protocol != "web")
+            .map(|(f, _)| f.goodput_bps)
+            .collect();
+        if goodputs.len() >= 2 {
+            fairness.push(crate::metrics::jain_index(&goodputs));
+        }
+        for (i, f) in r.figs.into_iter().enumerate() {
+            if let Some(v) = per_flow.get_mut(i) {
+                v.push(f);
+            }
+        }
+        for (i, l) in r.links.into_iter().enumerate() {
+            if let Some(v) = per_link.get_mut(i) {
+                v.push(l);
+            }
         }
     }
     let flows = flows_meta
@@ -1016,12 +1064,31 @@ pub fn run_with_pcap(
             }
         })
         .collect();
+    let links = per_link
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let col = |g: fn(&(String, f64, f64, f64, f64)) -> f64| {
+                Stat::of(&v.iter().map(g).collect::<Vec<_>>())
+            };
+            LinkSummary {
+                name: v[0].0.clone(),
+                utilization: col(|l| l.1),
+                drops_queue: col(|l| l.2),
+                drops_error: col(|l| l.3),
+                drops_outage: col(|l| l.4),
+            }
+        })
+        .collect();
     Ok(Summary {
         scenario: scenario.name.clone(),
         runs,
         seed,
         duration_s: end as f64 / SEC as f64,
         flows,
+        fairness: (!fairness.is_empty()).then(|| Stat::of(&fairness)),
+        links,
+        series,
         events,
     })
 }
@@ -1047,5 +1114,48 @@ fn run_one(
         .iter()
         .map(|f| flow_figures(&sim, &sim.metrics, f, end))
         .collect();
-    Ok((figs, sim.events_processed, flows))
+    let secs = end.max(1) as f64 / 1e9;
+    let links = sim
+        .links()
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let m = sim
+                .metrics
+                .links
+                .get(&LinkId(i as u32))
+                .cloned()
+                .unwrap_or_default();
+            let util = m.transmitted.bytes as f64 * 8.0 / (l.model.config().rate_bps as f64 * secs);
+            (
+                l.name.clone(),
+                util,
+                m.dropped_queue as f64,
+                m.dropped_error as f64,
+                m.dropped_outage as f64,
+            )
+        })
+        .collect();
+    let series = flows
+        .iter()
+        .filter_map(|f| {
+            let m = sim.metrics.flows.get(&f.id)?;
+            m.trace.then(|| {
+                let pts = m
+                    .cwnd_series
+                    .iter()
+                    .zip(&m.seq_series)
+                    .map(|(&(t, c), &(_, q))| [t as f64 / 1e9, c as f64, q as f64])
+                    .collect();
+                (f.name.clone(), pts)
+            })
+        })
+        .collect();
+    Ok(RunResult {
+        figs,
+        events: sim.events_processed,
+        flows,
+        links,
+        series,
+    })
 }

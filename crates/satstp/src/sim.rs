@@ -104,4 +104,24 @@ fn print_table(s: &Summary) {
             completion
         );
     }
+    if let Some(j) = s.fairness {
+        println!(
+            "  Jain's fairness index over the flows: {:.3} ± {:.3}",
+            j.mean, j.ci95
+        );
+    }
+    println!(
+        "  {:<24} {:>18} {:>14} {:>14} {:>14}",
+        "link", "utilization", "queue drops", "error drops", "outage drops"
+    );
+    for l in &s.links {
+        println!(
+            "  {:<24} {:>18} {:>14.1} {:>14.1} {:>14.1}",
+            l.name,
+            format!("{:.3} ± {:.3}", l.utilization.mean, l.utilization.ci95),
+            l.drops_queue.mean,
+            l.drops_error.mean,
+            l.drops_outage.mean
+        );
+    }
 }

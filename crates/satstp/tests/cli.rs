@@ -1,0 +1,132 @@
+//! The `satstp` binary end to end: reproductions write everything they promise; bad input gets a
+//! clear error and a failing exit status.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn satstp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_satstp"))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("satstp-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
+    let out = temp_dir("reproduce");
+    let list = satstp().args(["reproduce", "--list"]).output().unwrap();
+    assert!(list.status.success());
+    let names: Vec<String> = String::from_utf8(list.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    for want in [
+        "table5.1-geo",
+        "table5.2-leo",
+        "fig3-tcp-variants",
+        "fig4-competing",
+        "fig7-split-tcp",
+        "fig9-split-stp",
+        "fig5.7-ber",
+        "asym-return",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from --list: {names:?}"
+        );
+    }
+    let run = satstp()
+        .args(["reproduce", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for n in &names {
+        for ext in ["json", "csv", "svg", "png"] {
+            let p = out.join(format!("{n}.{ext}"));
+            assert!(
+                p.exists() && std::fs::metadata(&p).unwrap().len() > 0,
+                "{} missing",
+                p.display()
+            );
+        }
+        assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap())
+                .unwrap();
+        let flows = v["flows"].as_array().unwrap();
+        assert!(!flows.is_empty());
+        for f in flows {
+            for k in ["goodput_bps", "fwd_efficiency", "reverse_bps"] {
+                assert!(
+                    f[k]["mean"].is_number() && f[k]["ci95"].is_number(),
+                    "{n}: {k} in {f}"
+                );
+            }
+            assert!(f["name"].is_string() && f["protocol"].is_string());
+        }
+        assert!(v["conclusion_holds"].is_boolean());
+    }
+    // Where the seeds give a figure, it sits beside ours.
+    let t51: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("table5.1-geo.json")).unwrap())
+            .unwrap();
+    let stp = t51["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "STP @ one-way")
+        .unwrap();
+    assert_eq!(stp["seed"]["goodput_bps"], 672300.0);
+    // Running one name again replaces its section and keeps the others.
+    let again = satstp()
+        .args(["reproduce", "fig5.7-ber", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    let report2 = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(report2.matches("## fig5.7-ber — ").count(), 1);
+    assert!(report2.contains("## table5.1-geo — "));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_input_is_reported_clearly() {
+    let dir = temp_dir("bad");
+    let f = dir.join("bad.toml");
+    std::fs::write(&f, "name = \"x\"\nduration = \"10 fortnights\"\n[[node]]\nname = \"a\"\n[[link]]\na = \"a\"\nb = \"a\"\nrate = \"1Mbps\"\n").unwrap();
+    let o = satstp().arg("sim").arg(&f).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("fortnights") || err.contains("duration"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let o = satstp()
+        .args(["reproduce", "no-such-experiment"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown reproduction"));
+    let o = satstp().args(["demo", "--loss", "2"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--loss"));
+    let o = satstp()
+        .args(["bench", "engine", "--payload", "10"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
