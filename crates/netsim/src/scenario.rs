@@ -942,13 +942,22 @@ pub struct LinkSummary {
     pub drops_outage: Stat,
 }
 
+/// One link in one replication.
+#[derive(Debug, Clone)]
+struct LinkRun {
+    name: String,
+    utilization: f64,
+    drops_queue: f64,
+    drops_error: f64,
+    drops_outage: f64,
+}
+
 /// One replication's results.
 struct RunResult {
     figs: Vec<FlowRun>,
     events: u64,
     flows: Vec<BuiltFlow>,
-    /// (name, utilization, queue drops, error drops, outage drops) per link.
-    links: Vec<(String, f64, f64, f64, f64)>,
+    links: Vec<LinkRun>,
     series: BTreeMap<String, Vec<[f64; 3]>>,
 }
 
@@ -1011,7 +1020,7 @@ pub fn run_with_pcap(
             .collect()
     };
     let mut per_flow: Vec<Vec<FlowRun>> = Vec::new();
-    let mut per_link: Vec<Vec<(String, f64, f64, f64, f64)>> = Vec::new();
+    let mut per_link: Vec<Vec<LinkRun>> = Vec::new();
     let mut fairness = Vec::new();
     let mut flows_meta = Vec::new();
     let mut series = BTreeMap::new();
@@ -1068,15 +1077,13 @@ pub fn run_with_pcap(
         .iter()
         .filter(|v| !v.is_empty())
         .map(|v| {
-            let col = |g: fn(&(String, f64, f64, f64, f64)) -> f64| {
-                Stat::of(&v.iter().map(g).collect::<Vec<_>>())
-            };
+            let col = |g: fn(&LinkRun) -> f64| Stat::of(&v.iter().map(g).collect::<Vec<_>>());
             LinkSummary {
-                name: v[0].0.clone(),
-                utilization: col(|l| l.1),
-                drops_queue: col(|l| l.2),
-                drops_error: col(|l| l.3),
-                drops_outage: col(|l| l.4),
+                name: v[0].name.clone(),
+                utilization: col(|l| l.utilization),
+                drops_queue: col(|l| l.drops_queue),
+                drops_error: col(|l| l.drops_error),
+                drops_outage: col(|l| l.drops_outage),
             }
         })
         .collect();
@@ -1127,13 +1134,13 @@ fn run_one(
                 .cloned()
                 .unwrap_or_default();
             let util = m.transmitted.bytes as f64 * 8.0 / (l.model.config().rate_bps as f64 * secs);
-            (
-                l.name.clone(),
-                util,
-                m.dropped_queue as f64,
-                m.dropped_error as f64,
-                m.dropped_outage as f64,
-            )
+            LinkRun {
+                name: l.name.clone(),
+                utilization: util,
+                drops_queue: m.dropped_queue as f64,
+                drops_error: m.dropped_error as f64,
+                drops_outage: m.dropped_outage as f64,
+            }
         })
         .collect();
     let series = flows
