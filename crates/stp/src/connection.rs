@@ -342,8 +342,7 @@ impl Connection {
             self.mss = peer_mss;
             // No acknowledgement has reached the controller yet: start it afresh for this MSS.
             self.controller = make_controller(&self.config, self.mss as u64);
-            let rate = self.controller.pacing_rate(self.pacing_rtt());
-            self.pacer.set_rate(self.created, rate);
+            self.update_pacing(self.created);
         }
     }
 
@@ -838,7 +837,9 @@ impl Connection {
     fn after_ack(&mut self, now: Instant, acked: u64) {
         // With data waiting, the sender was held back by the window or the pacer, not by the
         // application (after a loss shrinks the window, no SD may have left since the last ack).
-        let data_waiting = self.send.unsent() > 0 || self.send.has_retx();
+        // Data held back only by the peer's receive window does not count: the window, not cwnd,
+        // limits the sender then, and growing cwnd would only build a burst.
+        let data_waiting = (self.send.unsent() > 0 && !self.rwnd_blocked()) || self.send.has_retx();
         let app_limited = !(self.was_cwnd_limited || data_waiting);
         self.controller.on_ack(acked, app_limited);
         if acked > 0 {
@@ -1109,15 +1110,20 @@ impl Connection {
     // ------------------------------------------------------------------ transmitting
 
     /// What the next SD would be and whether the window lets it go: (is_retransmission, length).
-    fn sd_candidate(&mut self) -> Option<(bool, usize)> {
+    fn sd_candidate(&mut self) -> Option<(Option<u64>, usize)> {
         let cwnd = self.controller.window();
-        if let Some(len) = self.send.next_retx_len() {
-            let ok = self.send.in_flight() == 0 || self.send.in_flight() + len as u64 <= cwnd;
-            // A receiver whose window shrank below what is outstanding would drop the copy;
-            // only the SD at its cumulative point (which it always takes if it can) goes then.
-            let room = self.send.outstanding_charge() <= self.peer_rwnd
-                || self.send.next_retx_seq() == Some(self.send.una());
-            return (ok && room).then_some((true, len));
+        if let (Some(len), Some(head)) = (self.send.next_retx_len(), self.send.next_retx_seq()) {
+            let fits_cwnd =
+                |len: usize, inflight: u64| inflight == 0 || inflight + len as u64 <= cwnd;
+            if self.send.outstanding_charge() <= self.peer_rwnd {
+                return fits_cwnd(len, self.send.in_flight()).then_some((Some(head), len));
+            }
+            // A receiver whose window shrank below what is outstanding would drop copies; only
+            // the SD at its cumulative point (which it always takes if its reader has room) goes
+            // then, wherever it waits in the queue.
+            let una = self.send.una();
+            let len = self.send.lost_len(una)?;
+            return fits_cwnd(len, self.send.in_flight()).then_some((Some(una), len));
         }
         if !matches!(self.send_end, SendEnd::Open | SendEnd::Requested) {
             return None;
@@ -1129,7 +1135,7 @@ impl Connection {
         let window_ok = self.send.in_flight() == 0 || self.send.in_flight() + len as u64 <= cwnd;
         let rwnd_ok = self.send.outstanding_charge() + sd_charge(len) <= self.peer_rwnd;
         let span_ok = self.send.outstanding_count() < MAX_SEQ_SPAN;
-        (window_ok && rwnd_ok && span_ok).then_some((false, len))
+        (window_ok && rwnd_ok && span_ok).then_some((None, len))
     }
 
     /// When the next SD may leave if the window allows one now (pacing), else `None`.
@@ -1264,19 +1270,23 @@ impl Connection {
             // A retransmission keeps its original size: an SD cut before the peer's limit was
             // known (fast start) may exceed it, and the responder accepts datagrams up to the
             // size the initiator announced in its BGN.
-            let limit = if retx { max.max(len + SD_RESERVE) } else { max };
+            let limit = if retx.is_some() {
+                max.max(len + SD_RESERVE)
+            } else {
+                max
+            };
             if used + len + POLL_LEN + END_LEN <= limit
                 && self.pacer.can_send(now, len + HEADER_LEN)
             {
                 let stamp = self.next_sd_stamp(now);
-                let taken = if retx {
-                    self.send.pop_retx(stamp)
+                let taken = if let Some(seq) = retx {
+                    self.send.pop_retx(seq, stamp)
                 } else {
                     self.send.packetize(len, stamp)
                 };
                 if let Some((seq, payload)) = taken {
                     self.pacer.on_sent(payload.len() + HEADER_LEN);
-                    if retx {
+                    if retx.is_some() {
                         self.stats.retransmitted_packets += 1;
                         self.stats.retransmitted_bytes += payload.len() as u64;
                     } else {

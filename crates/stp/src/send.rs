@@ -4,6 +4,9 @@
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
 
+/// Writes are merged into the previous chunk while both fit in this many bytes.
+const SMALL_CHUNK: usize = 4096;
+
 /// Memory charged for one SD, so that tiny SDs cannot exhaust a receiver (spec §6.3).
 pub fn sd_charge(payload_len: usize) -> u64 {
     payload_len.max(64) as u64
@@ -87,10 +90,21 @@ impl SendBuffer {
         let n = data
             .len()
             .min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
-        if n > 0 {
-            self.pending.push_back(Bytes::copy_from_slice(&data[..n]));
-            self.pending_len += n;
+        if n == 0 {
+            return 0;
         }
+        // Small writes join a small last chunk (a bounded copy), so tiny writes cannot pile up
+        // one chunk each.
+        match self.pending.back_mut() {
+            Some(last) if last.len() + n <= SMALL_CHUNK => {
+                let mut joined = BytesMut::with_capacity(last.len() + n);
+                joined.extend_from_slice(last);
+                joined.extend_from_slice(&data[..n]);
+                *last = joined.freeze();
+            }
+            _ => self.pending.push_back(Bytes::copy_from_slice(&data[..n])),
+        }
+        self.pending_len += n;
         n
     }
 
@@ -211,10 +225,22 @@ impl SendBuffer {
         self.retx.front().copied()
     }
 
-    /// Takes the next SD to retransmit, restamping it.
-    pub fn pop_retx(&mut self, stamp: u32) -> Option<(u64, Bytes)> {
-        self.next_retx_len()?;
-        let seq = self.retx.pop_front()?;
+    /// Payload length of the SD at `seq` if it is lost (queued for retransmission).
+    pub fn lost_len(&self, seq: u64) -> Option<usize> {
+        self.get(seq)
+            .filter(|sd| sd.state == SdState::Lost)
+            .map(|sd| sd.payload.len())
+    }
+
+    /// Takes the lost SD `seq` out of the retransmission queue (usually its head) for sending,
+    /// restamping it.
+    pub fn pop_retx(&mut self, seq: u64, stamp: u32) -> Option<(u64, Bytes)> {
+        self.lost_len(seq)?;
+        if self.retx.front() == Some(&seq) {
+            self.retx.pop_front();
+        } else if let Some(i) = self.retx.iter().position(|&q| q == seq) {
+            self.retx.remove(i);
+        }
         let sd = self.get_mut(seq)?;
         sd.state = SdState::InFlight;
         sd.last_stamp = stamp;
@@ -307,7 +333,7 @@ mod tests {
         assert_eq!(s.mark_lost(101, |_| true), None, "already queued");
         assert_eq!(s.in_flight(), 1500);
         assert_eq!(s.mark_received(102, 103).acked_bytes, 500);
-        assert_eq!(s.pop_retx(9).map(|(q, _)| q), Some(101));
+        assert_eq!(s.pop_retx(101, 9).map(|(q, _)| q), Some(101));
         assert_eq!(s.get(101).unwrap().transmissions, 2);
         assert_eq!(s.ack_cumulative(103).acked_bytes, 2000);
         assert!(!s.has_outstanding());

@@ -641,3 +641,42 @@ fn a_lost_endak_is_answered_again() {
     .run();
     assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
 }
+
+#[test]
+fn a_lost_sd_at_the_cumulative_point_is_resent_even_behind_others_in_a_short_window() {
+    // A receive buffer of two SDs, overrun by fast start; the second SD and its first copy are
+    // lost. The SD at the cumulative point must still be resent when the queue holds others
+    // ahead of it and the window is short.
+    let small = Config {
+        recv_buffer_bytes: 2824,
+        ..Config::default()
+    };
+    let mut net = Net::new(EndpointConfig::default(), cfg(small), geo(), geo(), 36);
+    let mut seqs: Vec<u32> = Vec::new();
+    let mut dropped = 0;
+    net.drop_filter = Some(Box::new(move |a_to_b, _, d| {
+        let Ok(p) = Packet::parse(d) else {
+            return false;
+        };
+        if !a_to_b || p.payload.is_empty() {
+            return false;
+        }
+        let seq = p.header.seq;
+        if !seqs.contains(&seq) {
+            seqs.push(seq);
+        }
+        if seqs.len() >= 2 && seq == seqs[1] && dropped < 2 {
+            dropped += 1;
+            return true;
+        }
+        false
+    }));
+    let r = Bulk {
+        net,
+        a_to_b: 28_240,
+        b_to_a: 0,
+        limit_ns: 60_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+}
