@@ -34,8 +34,9 @@ pub struct Volume {
 /// What happened on one simplex link.
 #[derive(Debug, Clone, Default)]
 pub struct LinkMetrics {
-    /// Bytes each flow transmitted on the link, by direction (packets dropped at the queue or in
-    /// an outage were never transmitted and do not count; packets lost to bit errors do).
+    /// Bytes each flow transmitted on the link, by direction: packets that crossed the link by the
+    /// end of the run, and packets lost to bit errors (counted when offered). Packets dropped at
+    /// the queue or in an outage, or still queued at the end, do not count.
     pub by_flow: BTreeMap<(FlowId, bool), Volume>,
     /// Everything transmitted.
     pub transmitted: Volume,
@@ -65,27 +66,27 @@ impl Metrics {
         self.flows.entry(f).or_default()
     }
 
-    /// Records a packet offered to a link and its fate.
+    /// Records a packet offered to a link and its fate (drops; a packet lost to bit errors was
+    /// transmitted, so it is counted here; delivered packets are counted on arrival).
     pub fn on_link(&mut self, link: LinkId, pkt: &Packet, fate: &Fate, _now: Time) {
         let m = self.links.entry(link).or_default();
         match fate {
-            Fate::Drop(DropCause::Queue) => {
-                m.dropped_queue += 1;
-                return;
-            }
+            Fate::Drop(DropCause::Queue) => m.dropped_queue += 1,
             // RED early drops are queue-management drops: counted with the queue's (the link
             // model's own stats keep them apart).
-            Fate::Drop(DropCause::Red) => {
-                m.dropped_queue += 1;
-                return;
+            Fate::Drop(DropCause::Red) => m.dropped_queue += 1,
+            Fate::Drop(DropCause::Outage) => m.dropped_outage += 1,
+            Fate::Drop(DropCause::Error) => {
+                m.dropped_error += 1;
+                self.on_transmitted(link, pkt);
             }
-            Fate::Drop(DropCause::Outage) => {
-                m.dropped_outage += 1;
-                return;
-            }
-            Fate::Drop(DropCause::Error) => m.dropped_error += 1,
             Fate::Deliver { .. } => {}
         }
+    }
+
+    /// Records a packet that crossed (or was transmitted on) a link.
+    pub fn on_transmitted(&mut self, link: LinkId, pkt: &Packet) {
+        let m = self.links.entry(link).or_default();
         let v = m
             .by_flow
             .entry((pkt.flow, pkt.direction == Direction::Forward))

@@ -95,10 +95,11 @@ impl Ctx<'_> {
 
 #[derive(Debug)]
 enum EventKind {
-    /// A packet reaches the far end of a link (or, with `link == None`, its own node).
+    /// A packet reaches `node`, over `via` (None: handed to its own node).
     Arrive {
         node: NodeId,
         pkt: Packet,
+        via: Option<LinkId>,
     },
     Timer {
         agent: AgentId,
@@ -424,7 +425,14 @@ impl Sim {
             self.now = ev.at;
             n += 1;
             match ev.kind {
-                EventKind::Arrive { node, pkt } => self.arrive(node, pkt),
+                EventKind::Arrive { node, pkt, via } => {
+                    if let Some(link) = via {
+                        // Counted when it has crossed the link, so packets still queued when
+                        // the run ends are not.
+                        self.metrics.on_transmitted(link, &pkt);
+                    }
+                    self.arrive(node, pkt)
+                }
                 EventKind::Timer { agent, token } => {
                     self.with_agent(agent, |a, ctx| a.on_timer(ctx, token))
                 }
@@ -491,7 +499,14 @@ impl Sim {
 
     fn forward(&mut self, node: NodeId, pkt: Packet) {
         if pkt.dst.node == node {
-            self.schedule(self.now, EventKind::Arrive { node, pkt });
+            self.schedule(
+                self.now,
+                EventKind::Arrive {
+                    node,
+                    pkt,
+                    via: None,
+                },
+            );
             return;
         }
         let Some(&link_id) = self.nodes[node.0 as usize].routes.get(&pkt.dst.node) else {
@@ -526,15 +541,24 @@ impl Sim {
                 }
             }
             if let Some(d) = duplicate_at_ns {
+                // The duplicate is an artefact of the link, not a second transmission.
                 self.schedule(
                     d,
                     EventKind::Arrive {
                         node: to,
                         pkt: pkt.clone(),
+                        via: None,
                     },
                 );
             }
-            self.schedule(at_ns, EventKind::Arrive { node: to, pkt });
+            self.schedule(
+                at_ns,
+                EventKind::Arrive {
+                    node: to,
+                    pkt,
+                    via: Some(link_id),
+                },
+            );
         }
     }
 

@@ -1109,7 +1109,8 @@ impl Connection {
 
     // ------------------------------------------------------------------ transmitting
 
-    /// What the next SD would be and whether the window lets it go: (is_retransmission, length).
+    /// The next SD the windows let go, as (the sequence number of a retransmission, or None for new
+    /// data; payload length).
     fn sd_candidate(&mut self) -> Option<(Option<u64>, usize)> {
         let cwnd = self.controller.window();
         if let (Some(len), Some(head)) = (self.send.next_retx_len(), self.send.next_retx_seq()) {
@@ -1311,7 +1312,9 @@ impl Connection {
         let mut forced = false;
         let mut early_timer = false;
         if sd.is_some() {
-            if self.send.unsent() > 0 || self.send.has_retx() {
+            // Held back by the window or the pacer (not by the application, nor by the peer's
+            // receive window alone).
+            if (self.send.unsent() > 0 && !self.rwnd_blocked()) || self.send.has_retx() {
                 self.was_cwnd_limited = true;
             }
             let window_end = self.sd_candidate().is_none();
