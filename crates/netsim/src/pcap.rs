@@ -51,9 +51,9 @@ pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
 /// Largest IPv4 packet.
 pub const MAX_IP_PACKET: u32 = 65_535;
 
-const IP_HDR: usize = 20;
-const UDP_HDR: usize = 8;
-const TCP_HDR: usize = 20;
+const IP_HDR: usize = crate::packet::IP_HEADER as usize;
+const UDP_HDR: usize = crate::packet::UDP_HEADER as usize;
+const TCP_HDR: usize = crate::packet::TCP_HEADER as usize;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
 /// SACK blocks that fit in the TCP option space (2 NOPs + 2 + 8·4 = 36 of 40 bytes).
