@@ -2,6 +2,8 @@
 
 mod bench;
 mod demo;
+mod emulate;
+mod keygen;
 mod plot;
 mod reproduce;
 mod sim;
@@ -31,6 +33,11 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Real-time link emulators on the shared link model.
+    #[command(subcommand)]
+    Emulate(emulate::EmulateCommand),
+    /// Make a static key pair for the encrypted satellite hop (terminal or gateway).
+    Keygen(keygen::KeygenArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -39,6 +46,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => sim::run_sim(&args),
         Command::Reproduce(args) => reproduce::run(&args),
         Command::Bench(cmd) => bench::run(&cmd),
+        Command::Emulate(cmd) => emulate::run(&cmd),
+        Command::Keygen(args) => keygen::run(&args),
     }
 }
 

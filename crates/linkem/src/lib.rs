@@ -1,0 +1,20 @@
+//! Real-time link emulation on the shared link model ([`linkmodel`]).
+//!
+//! [`UdpEmulator`] is an in-process UDP relay, needing no privileges, that sits between a
+//! terminal and a gateway and impairs each direction with its own [`linkmodel::Link`]: rate,
+//! one-way delay (fixed or traced), queue limit and discipline, loss, outages, duplication and
+//! corruption, all decided by the same model the simulator uses, with the wall clock as time.
+//! [`Profile`] names typical satellite paths.
+
+mod profile;
+mod relay;
+mod schedule;
+
+pub use profile::{
+    direction, queue_bytes_for, Profile, UnknownProfile, MIN_QUEUE_BYTES, UDP_IPV4_OVERHEAD_BYTES,
+};
+pub use relay::{
+    Direction, DirectionStats, EmulatorConfig, EmulatorError, EmulatorHandle, EmulatorStats,
+    UdpEmulator, MAX_DATAGRAM_BYTES,
+};
+pub use schedule::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};

@@ -1,0 +1,7 @@
+//! `pep`: the split-connection gateway of satstp. For now it holds the security layer of the
+//! satellite hop: [`tunnel`] (Noise IK handshake, encrypted datagrams with replay protection,
+//! sessions for many terminals on one socket) and [`keys`] (static key pairs and key files).
+//! Both are sans-IO: no sockets, threads or clock; the driver passes datagrams and `now` in.
+
+pub mod keys;
+pub mod tunnel;

@@ -1,0 +1,200 @@
+//! The security layer of the satellite hop, sans-IO: it sits between the UDP socket and the STP
+//! endpoint. Outbound, `seal(stp_datagram) -> udp_payload`; inbound,
+//! `open(udp_payload) -> stp_datagram | handshake reply | error`. Full description with the
+//! reasoning: `docs/tunnel.md`.
+//!
+//! # Cryptography
+//!
+//! All of it is `snow`'s implementation of the Noise protocol `Noise_IK_25519_ChaChaPoly_BLAKE2s`
+//! (the handshake WireGuard builds on). A terminal ([`Initiator`]) knows the gateway's static
+//! public key in advance; the gateway ([`Responder`]) learns the terminal's static key, encrypted,
+//! from the first message and serves it only if it is on its allow-list. The prologue
+//! `"satstp-tunnel-v1"` followed by the initiator's 4-byte index is mixed into the handshake, so the
+//! initiation's header is authenticated too.
+//!
+//! # Wire format (big-endian; see [`wire`])
+//!
+//! ```text
+//! initiation: 0x01 | sender index u32   | Noise msg 1: e, s, es, ss + payload timestamp u64 (104) = 109 B
+//! response:   0x02 | receiver index u32 | Noise msg 2: e, ee, se + payload responder index u32 (52) = 57 B
+//! data:       0x03 | receiver index u32 | nonce u64 | ChaCha20-Poly1305(stp datagram) + tag 16
+//! ```
+//!
+//! A data datagram adds [`DATA_OVERHEAD`] = 29 bytes to the STP datagram (on top of STP's 12-byte
+//! header, UDP's 8 and IP's 20). Each side picks the 4-byte index the other writes in datagrams
+//! to it, so the gateway finds a session by a map lookup, without trial decryption, and any
+//! number of terminals share one gateway socket.
+//!
+//! # Datagrams, loss and reordering
+//!
+//! Sessions use `snow`'s *stateless* transport: every data datagram carries its 64-bit nonce
+//! (a per-direction counter from 0) explicitly, so datagrams decrypt independently of loss and
+//! order. The receiver keeps a [`replay::WINDOW`] = 2048-nonce sliding window: a nonce is accepted
+//! once and only if it is less than 2048 below the highest accepted one; the window moves only
+//! after the AEAD tag verified. A session refuses to send or accept nonces from
+//! [`REJECT_AFTER_MESSAGES`] (2^60) on; a new handshake is then needed.
+//!
+//! # Handshake, retransmission, replays of initiations
+//!
+//! The initiation carries a timestamp chosen by the driver that must grow from one handshake of a
+//! terminal to the next (for example wall-clock nanoseconds, as WireGuard's TAI64N). The gateway
+//! remembers the largest per allowed key and rejects older or equal ones (counted as replays), so
+//! a recorded initiation cannot replace a live session. Retransmitting is the driver's job and is
+//! safe: an [`Initiator`]'s initiation bytes never change, and the gateway answers a byte-identical
+//! copy of the last initiation it accepted from a key with the same cached response, without new
+//! state or Diffie–Hellman work. To re-handshake (after a gateway restart, nonce exhaustion or
+//! a long silence) the driver makes a new `Initiator` with a larger timestamp.
+//!
+//! # Limits (all state is bounded)
+//!
+//! [`ResponderConfig`]: at most `max_sessions` sessions in total and `max_sessions_per_key` per
+//! terminal key (the newest replace the oldest of that key, so re-handshakes cannot pile up);
+//! handshakes that need Diffie–Hellman work are rate-limited by a token bucket
+//! (`handshakes_per_second`, `handshake_burst`) driven by the `now` the driver passes in. The
+//! allow-list bounds the per-key records. Idle sessions are removed by
+//! [`Responder::expire_idle`].
+//!
+//! # Failures
+//!
+//! Every rejected datagram returns a typed [`Error`] and increments one field of [`Counters`];
+//! a datagram that fails authentication, replays, names an unknown session or key, or is
+//! malformed creates and changes no session state (the handshake token bucket is the one thing a
+//! failed handshake consumes).
+//!
+//! # Not done (see docs/tunnel.md)
+//!
+//! No automatic rekeying within a session, no cookie (proof-of-address) reply under load, no
+//! hiding of the fact that this is satstp traffic, and no protection of traffic volume and timing.
+
+mod initiator;
+pub mod replay;
+mod responder;
+mod session;
+pub mod wire;
+
+pub use initiator::Initiator;
+pub use responder::{Responder, ResponderConfig};
+pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
+
+use thiserror::Error;
+
+/// The Noise protocol name.
+pub const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
+/// Mixed into every handshake (followed by the initiator's index).
+pub const PROLOGUE: &[u8] = b"satstp-tunnel-v1";
+/// Nonces from this value on are neither sent nor accepted.
+pub const REJECT_AFTER_MESSAGES: u64 = 1 << 60;
+
+pub(crate) fn noise_params() -> Result<snow::params::NoiseParams, Error> {
+    NOISE_PATTERN
+        .parse()
+        .map_err(|e: snow::Error| Error::Noise(e.to_string()))
+}
+
+pub(crate) fn prologue(initiator_index: u32) -> [u8; 20] {
+    let mut p = [0u8; 20];
+    p[..16].copy_from_slice(PROLOGUE);
+    p[16..].copy_from_slice(&initiator_index.to_be_bytes());
+    p
+}
+
+/// Why a datagram was rejected or a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Error {
+    /// Unknown type, wrong length for its type, or an authenticated message with a bad payload.
+    #[error("malformed tunnel datagram")]
+    Malformed,
+    /// No session (or pending handshake) has the receiver index the datagram names.
+    #[error("no session with index {0:#010x}")]
+    UnknownSession(u32),
+    /// The AEAD tag or the Noise handshake message did not verify.
+    #[error("authentication failed")]
+    AuthFailed,
+    /// A data nonce already seen or too far behind the window, or an initiation whose timestamp
+    /// is not newer than the last accepted from that key.
+    #[error("replayed or too old (nonce or timestamp {0})")]
+    Replay(u64),
+    /// A well-formed initiation from a static key not on the allow-list.
+    #[error("terminal key not on the allow-list")]
+    UnknownKey,
+    /// The handshake token bucket is empty.
+    #[error("handshake rate limit reached")]
+    RateLimited,
+    /// `max_sessions` reached.
+    #[error("session limit reached")]
+    SessionLimit,
+    /// `seal` before the handshake completed, or to a session or address the responder lacks.
+    #[error("no established session")]
+    NotEstablished,
+    /// The session has used all its nonces; a new handshake is needed.
+    #[error("session nonces exhausted; start a new handshake")]
+    NonceExhausted,
+    /// The STP datagram is larger than a tunnel datagram can carry.
+    #[error("datagram of {0} bytes too large for the tunnel (max {MAX_PAYLOAD})")]
+    TooLarge(usize),
+    /// A `ResponderConfig` value is invalid; the message names the field.
+    #[error("invalid tunnel configuration: {0}")]
+    Config(String),
+    /// `snow` refused a configuration (bad key, unsupported pattern).
+    #[error("noise: {0}")]
+    Noise(String),
+    /// An invariant of this module failed; never expected.
+    #[error("internal tunnel error")]
+    Internal,
+}
+
+/// What the tunnel rejected and did, per side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub auth_failures: u64,
+    pub replays: u64,
+    pub unknown_session: u64,
+    pub malformed: u64,
+    pub unknown_key: u64,
+    pub rate_limited: u64,
+    pub session_limit: u64,
+    /// Handshakes completed (initiator: responses accepted; responder: sessions created).
+    pub handshakes: u64,
+    /// Byte-identical initiations answered from the cache.
+    pub duplicate_initiations: u64,
+    pub data_sealed: u64,
+    pub data_opened: u64,
+}
+
+impl Counters {
+    /// Counts a rejected datagram under its reason.
+    pub(crate) fn count(&mut self, e: &Error) {
+        let c = match e {
+            Error::Malformed => &mut self.malformed,
+            Error::UnknownSession(_) => &mut self.unknown_session,
+            Error::AuthFailed => &mut self.auth_failures,
+            Error::Replay(_) => &mut self.replays,
+            Error::UnknownKey => &mut self.unknown_key,
+            Error::RateLimited => &mut self.rate_limited,
+            Error::SessionLimit => &mut self.session_limit,
+            _ => return,
+        };
+        *c += 1;
+    }
+}
+
+/// What an accepted inbound datagram was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// A data datagram: the output buffer holds the STP datagram; `session` is the local index
+    /// of the session it arrived on.
+    Data { session: u32 },
+    /// (Responder) an initiation was accepted or was a retransmission of the last accepted one:
+    /// the output buffer holds the response to send back to the datagram's source.
+    Reply { session: u32 },
+    /// (Initiator) the response arrived: the session is established and `seal` may be used.
+    Established,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pattern_parses() {
+        assert!(super::noise_params().is_ok());
+    }
+}

@@ -1,0 +1,402 @@
+//! The gateway's side of the tunnel: answers initiations from allowed terminal keys and holds
+//! the sessions of many terminals behind one socket, found by index.
+
+use super::session::Session;
+use super::wire::{emit_header, Packet, RESPONSE_LEN, TYPE_RESPONSE};
+use super::{noise_params, prologue, Counters, Error, Opened};
+use crate::keys::{PrivateKey, PublicKey};
+use rand_core::RngCore;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use stp::Instant;
+
+/// The responder's limits. Defaults in the field docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponderConfig {
+    /// Sessions in total (default 4096). Initiations beyond it are rejected and counted.
+    pub max_sessions: usize,
+    /// Sessions per terminal key (default 2: the current one and the one before, so datagrams
+    /// in flight across a re-handshake still open). A new handshake beyond it drops that key's
+    /// oldest session.
+    pub max_sessions_per_key: usize,
+    /// Sustained rate of handshakes given Diffie–Hellman work, per second (default 200).
+    pub handshakes_per_second: u32,
+    /// Handshakes allowed in a burst above that rate (default 100).
+    pub handshake_burst: u32,
+}
+
+impl Default for ResponderConfig {
+    fn default() -> Self {
+        ResponderConfig {
+            max_sessions: 4096,
+            max_sessions_per_key: 2,
+            handshakes_per_second: 200,
+            handshake_burst: 100,
+        }
+    }
+}
+
+impl ResponderConfig {
+    /// Rejects values that would make the responder useless, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_sessions == 0 {
+            return Err("max_sessions must be at least 1".into());
+        }
+        if self.max_sessions_per_key == 0 {
+            return Err("max_sessions_per_key must be at least 1".into());
+        }
+        if self.handshake_burst == 0 {
+            return Err("handshake_burst must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the responder remembers about an allowed terminal key.
+#[derive(Default)]
+struct Peer {
+    /// Largest initiation timestamp accepted from this key.
+    last_timestamp: Option<u64>,
+    /// The last accepted initiation, its response and session: answers retransmissions.
+    last_initiation: Option<(Vec<u8>, Vec<u8>, u32)>,
+    /// This key's sessions by local index, oldest first.
+    sessions: VecDeque<u32>,
+}
+
+struct Entry {
+    session: Session,
+    peer: PublicKey,
+    /// Where the last authenticated datagram of this session came from.
+    addr: SocketAddr,
+    last_rx: Instant,
+}
+
+/// Token bucket in milli-tokens, refilled from the driver's `now`.
+struct Bucket {
+    milli_tokens: u64,
+    last: Option<Instant>,
+}
+
+/// The gateway's tunnel endpoint. See the module documentation.
+pub struct Responder {
+    local: PrivateKey,
+    config: ResponderConfig,
+    peers: HashMap<PublicKey, Peer>,
+    sessions: HashMap<u32, Entry>,
+    by_addr: HashMap<SocketAddr, u32>,
+    /// Ephemeral key of each peer's last accepted initiation -> that peer (at most one per peer).
+    initiations: HashMap<[u8; 32], PublicKey>,
+    bucket: Bucket,
+    rng: Box<dyn RngCore + Send>,
+    counters: Counters,
+}
+
+impl Responder {
+    /// A responder with static key `local`, serving only the terminal keys in `allowed`.
+    /// `rng` picks session indices.
+    pub fn new(
+        local: PrivateKey,
+        allowed: impl IntoIterator<Item = PublicKey>,
+        config: ResponderConfig,
+        rng: Box<dyn RngCore + Send>,
+    ) -> Result<Self, Error> {
+        config.validate().map_err(Error::Config)?;
+        let burst = u64::from(config.handshake_burst) * 1000;
+        Ok(Responder {
+            local,
+            peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
+            sessions: HashMap::new(),
+            by_addr: HashMap::new(),
+            initiations: HashMap::new(),
+            bucket: Bucket {
+                milli_tokens: burst,
+                last: None,
+            },
+            config,
+            rng,
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The terminal key a session belongs to.
+    pub fn session_peer(&self, session: u32) -> Option<&PublicKey> {
+        self.sessions.get(&session).map(|e| &e.peer)
+    }
+
+    /// The address a session's last authenticated datagram came from.
+    pub fn session_addr(&self, session: u32) -> Option<SocketAddr> {
+        self.sessions.get(&session).map(|e| e.addr)
+    }
+
+    /// The session whose last authenticated datagram came from `addr`, if any.
+    pub fn session_for_addr(&self, addr: SocketAddr) -> Option<u32> {
+        self.by_addr.get(&addr).copied()
+    }
+
+    /// Seals an STP datagram for a session into `out` (cleared first).
+    pub fn seal(
+        &mut self,
+        session: u32,
+        stp_datagram: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let entry = self
+            .sessions
+            .get_mut(&session)
+            .ok_or(Error::NotEstablished)?;
+        entry.session.seal(stp_datagram, out)?;
+        self.counters.data_sealed += 1;
+        Ok(())
+    }
+
+    /// Seals an STP datagram for the session last heard from `addr` (the destination
+    /// `stp::Endpoint::poll_transmit` names when the driver hands it the UDP source addresses).
+    pub fn seal_to(
+        &mut self,
+        addr: SocketAddr,
+        stp_datagram: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let session = self.session_for_addr(addr).ok_or(Error::NotEstablished)?;
+        self.seal(session, stp_datagram, out)
+    }
+
+    /// Removes a session (and its address mapping).
+    pub fn remove_session(&mut self, session: u32) {
+        if let Some(e) = self.sessions.remove(&session) {
+            if self.by_addr.get(&e.addr) == Some(&session) {
+                self.by_addr.remove(&e.addr);
+            }
+            if let Some(p) = self.peers.get_mut(&e.peer) {
+                p.sessions.retain(|&s| s != session);
+                if p.last_initiation
+                    .as_ref()
+                    .is_some_and(|(_, _, s)| *s == session)
+                {
+                    if let Some((init, _, _)) = p.last_initiation.take() {
+                        if let Some(e) = ephemeral_of(&init) {
+                            self.initiations.remove(&e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes sessions that have received nothing for `idle_ms`; returns how many.
+    pub fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
+        let idle = std::time::Duration::from_millis(idle_ms);
+        let stale: Vec<u32> = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| now.saturating_duration_since(e.last_rx) >= idle)
+            .map(|(&i, _)| i)
+            .collect();
+        for &i in &stale {
+            self.remove_session(i);
+        }
+        stale.len()
+    }
+
+    /// Handles one datagram from `from`. `Opened::Reply`: send `out` back to `from`.
+    /// `Opened::Data`: `out` holds the STP datagram. Errors are counted; a rejected datagram
+    /// creates and changes no session state.
+    pub fn open(
+        &mut self,
+        now: Instant,
+        udp_payload: &[u8],
+        from: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<Opened, Error> {
+        out.clear();
+        let r = match Packet::parse(udp_payload) {
+            None | Some(Packet::Response { .. }) => Err(Error::Malformed),
+            Some(Packet::Initiation { sender, noise }) => {
+                self.initiation(now, udp_payload, sender, noise, from, out)
+            }
+            Some(Packet::Data {
+                receiver,
+                nonce,
+                ciphertext,
+            }) => self.data(now, receiver, nonce, ciphertext, from, out),
+        };
+        if let Err(e) = &r {
+            out.clear();
+            self.counters.count(e);
+        }
+        r
+    }
+
+    fn data(
+        &mut self,
+        now: Instant,
+        receiver: u32,
+        nonce: u64,
+        ciphertext: &[u8],
+        from: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<Opened, Error> {
+        let entry = self
+            .sessions
+            .get_mut(&receiver)
+            .ok_or(Error::UnknownSession(receiver))?;
+        entry.session.open(nonce, ciphertext, out)?;
+        entry.last_rx = now;
+        if entry.addr != from {
+            let old = entry.addr;
+            entry.addr = from;
+            if self.by_addr.get(&old) == Some(&receiver) {
+                self.by_addr.remove(&old);
+            }
+        }
+        self.by_addr.insert(from, receiver);
+        self.counters.data_opened += 1;
+        Ok(Opened::Data { session: receiver })
+    }
+
+    fn take_token(&mut self, now: Instant) -> bool {
+        let cap = u64::from(self.config.handshake_burst) * 1000;
+        if let Some(last) = self.bucket.last {
+            let ms = now.saturating_duration_since(last).as_millis();
+            let add = ms.saturating_mul(u128::from(self.config.handshakes_per_second));
+            let add = u64::try_from(add).unwrap_or(u64::MAX);
+            self.bucket.milli_tokens = self.bucket.milli_tokens.saturating_add(add).min(cap);
+        }
+        if self.bucket.last.is_none_or(|l| now > l) {
+            self.bucket.last = Some(now);
+        }
+        if self.bucket.milli_tokens >= 1000 {
+            self.bucket.milli_tokens -= 1000;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn initiation(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        sender: u32,
+        noise: &[u8],
+        from: SocketAddr,
+        out: &mut Vec<u8>,
+    ) -> Result<Opened, Error> {
+        // A retransmission of an accepted initiation: same answer, no new state, no DH work.
+        // The ephemeral key (first 32 bytes of the Noise message) identifies it.
+        let ephemeral = ephemeral_of(datagram).ok_or(Error::Malformed)?;
+        if let Some(p) = self
+            .initiations
+            .get(&ephemeral)
+            .and_then(|k| self.peers.get(k))
+        {
+            if let Some((init, resp, session)) = &p.last_initiation {
+                if init.as_slice() == datagram {
+                    out.extend_from_slice(resp);
+                    self.counters.duplicate_initiations += 1;
+                    return Ok(Opened::Reply { session: *session });
+                }
+            }
+        }
+        if !self.take_token(now) {
+            return Err(Error::RateLimited);
+        }
+        let noise_err = |e: snow::Error| Error::Noise(e.to_string());
+        let prologue = prologue(sender);
+        let mut hs = snow::Builder::new(noise_params()?)
+            .local_private_key(self.local.as_bytes())
+            .map_err(noise_err)?
+            .prologue(&prologue)
+            .map_err(noise_err)?
+            .build_responder()
+            .map_err(noise_err)?;
+        let mut payload = [0u8; 64];
+        let n = hs
+            .read_message(noise, &mut payload)
+            .map_err(|_| Error::AuthFailed)?;
+        let key = hs
+            .get_remote_static()
+            .and_then(|k| PublicKey::from_slice(k).ok())
+            .ok_or(Error::Internal)?;
+        let timestamp = match payload.get(..n) {
+            Some(&[a, b, c, d, e, f, g, h]) => u64::from_be_bytes([a, b, c, d, e, f, g, h]),
+            _ => return Err(Error::Malformed),
+        };
+        let peer = self.peers.get(&key).ok_or(Error::UnknownKey)?;
+        if peer.last_timestamp.is_some_and(|t| timestamp <= t) {
+            return Err(Error::Replay(timestamp));
+        }
+        let replaces_own = peer.sessions.len() >= self.config.max_sessions_per_key;
+        if !replaces_own && self.sessions.len() >= self.config.max_sessions {
+            return Err(Error::SessionLimit);
+        }
+        // A fresh local index: random, distinct from every live one.
+        let mut index = None;
+        for _ in 0..64 {
+            let candidate = self.rng.next_u32();
+            if !self.sessions.contains_key(&candidate) {
+                index = Some(candidate);
+                break;
+            }
+        }
+        let index = index.ok_or(Error::SessionLimit)?;
+        let mut response = Vec::with_capacity(RESPONSE_LEN);
+        emit_header(&mut response, TYPE_RESPONSE, sender);
+        response.resize(RESPONSE_LEN, 0);
+        let body = response.get_mut(5..).ok_or(Error::Internal)?;
+        let written = hs
+            .write_message(&index.to_be_bytes(), body)
+            .map_err(noise_err)?;
+        if written + 5 != RESPONSE_LEN {
+            return Err(Error::Internal);
+        }
+        let transport = hs.into_stateless_transport_mode().map_err(noise_err)?;
+
+        // Everything checked: now create state.
+        if replaces_own {
+            let oldest = self
+                .peers
+                .get(&key)
+                .and_then(|p| p.sessions.front().copied());
+            if let Some(oldest) = oldest {
+                self.remove_session(oldest);
+            }
+        }
+        self.sessions.insert(
+            index,
+            Entry {
+                session: Session::new(transport, sender),
+                peer: key,
+                addr: from,
+                last_rx: now,
+            },
+        );
+        self.by_addr.insert(from, index);
+        let peer = self.peers.get_mut(&key).ok_or(Error::Internal)?;
+        peer.last_timestamp = Some(timestamp);
+        peer.sessions.push_back(index);
+        if let Some((old, _, _)) = peer.last_initiation.take() {
+            if let Some(e) = ephemeral_of(&old) {
+                self.initiations.remove(&e);
+            }
+        }
+        peer.last_initiation = Some((datagram.to_vec(), response.clone(), index));
+        self.initiations.insert(ephemeral, key);
+        out.extend_from_slice(&response);
+        self.counters.handshakes += 1;
+        Ok(Opened::Reply { session: index })
+    }
+}
+
+/// The initiator's ephemeral public key: bytes 5..37 of an initiation datagram.
+fn ephemeral_of(initiation: &[u8]) -> Option<[u8; 32]> {
+    initiation.get(5..37)?.try_into().ok()
+}

@@ -1,0 +1,116 @@
+//! The tunnel's datagram layouts (all integers big-endian):
+//!
+//! ```text
+//! initiation: type=1 | sender index (4)   | Noise IK message 1 (104)      = 109 bytes
+//! response:   type=2 | receiver index (4) | Noise IK message 2 (52)       =  57 bytes
+//! data:       type=3 | receiver index (4) | nonce (8) | ciphertext+tag (n+16) = n + 29 bytes
+//! ```
+//!
+//! Parsing only splits bytes; it never panics and never allocates.
+
+pub const TYPE_INITIATION: u8 = 1;
+pub const TYPE_RESPONSE: u8 = 2;
+pub const TYPE_DATA: u8 = 3;
+
+/// Noise IK message 1: ephemeral (32) + encrypted static (32 + 16) + encrypted 8-byte timestamp (8 + 16).
+pub const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
+/// Noise IK message 2: ephemeral (32) + encrypted 4-byte responder index (4 + 16).
+pub const RESPONSE_NOISE_LEN: usize = 32 + 4 + 16;
+pub const INITIATION_LEN: usize = 1 + 4 + INITIATION_NOISE_LEN;
+pub const RESPONSE_LEN: usize = 1 + 4 + RESPONSE_NOISE_LEN;
+pub const DATA_HEADER_LEN: usize = 1 + 4 + 8;
+/// AEAD tag length (ChaCha20-Poly1305).
+pub const TAG_LEN: usize = 16;
+/// Bytes a data datagram adds to the STP datagram it carries.
+pub const DATA_OVERHEAD: usize = DATA_HEADER_LEN + TAG_LEN;
+/// Largest STP datagram a data datagram can carry (Noise's 65535-byte message limit).
+pub const MAX_PAYLOAD: usize = 65535 - TAG_LEN;
+
+/// A tunnel datagram split into its fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packet<'a> {
+    Initiation {
+        sender: u32,
+        noise: &'a [u8],
+    },
+    Response {
+        receiver: u32,
+        noise: &'a [u8],
+    },
+    Data {
+        receiver: u32,
+        nonce: u64,
+        ciphertext: &'a [u8],
+    },
+}
+
+fn be32(b: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(..4)?.try_into().ok()?))
+}
+
+fn be64(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.get(..8)?.try_into().ok()?))
+}
+
+impl<'a> Packet<'a> {
+    /// Splits a datagram; `None` if its type is unknown or its length wrong for its type.
+    pub fn parse(d: &'a [u8]) -> Option<Packet<'a>> {
+        let (&ty, rest) = d.split_first()?;
+        let index = be32(rest)?;
+        let body = rest.get(4..)?;
+        match ty {
+            TYPE_INITIATION if body.len() == INITIATION_NOISE_LEN => Some(Packet::Initiation {
+                sender: index,
+                noise: body,
+            }),
+            TYPE_RESPONSE if body.len() == RESPONSE_NOISE_LEN => Some(Packet::Response {
+                receiver: index,
+                noise: body,
+            }),
+            TYPE_DATA if body.len() >= 8 + TAG_LEN && body.len() <= 8 + MAX_PAYLOAD + TAG_LEN => {
+                Some(Packet::Data {
+                    receiver: index,
+                    nonce: be64(body)?,
+                    ciphertext: body.get(8..)?,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes a type and an index: the first five bytes of every datagram.
+pub fn emit_header(out: &mut Vec<u8>, ty: u8, index: u32) {
+    out.push(ty);
+    out.extend_from_slice(&index.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_are_checked() {
+        assert_eq!(Packet::parse(&[]), None);
+        assert_eq!(Packet::parse(&[TYPE_DATA, 0, 0, 0]), None);
+        let mut d = vec![TYPE_DATA, 0, 0, 0, 7];
+        d.extend_from_slice(&9u64.to_be_bytes());
+        d.extend_from_slice(&[0; TAG_LEN - 1]);
+        assert_eq!(Packet::parse(&d), None);
+        d.push(0);
+        assert!(matches!(
+            Packet::parse(&d),
+            Some(Packet::Data { receiver: 7, nonce: 9, ciphertext }) if ciphertext.len() == TAG_LEN
+        ));
+        let mut i = vec![TYPE_INITIATION, 0, 0, 0, 1];
+        i.resize(INITIATION_LEN - 1, 0);
+        assert_eq!(Packet::parse(&i), None);
+        i.push(0);
+        assert!(matches!(
+            Packet::parse(&i),
+            Some(Packet::Initiation { sender: 1, .. })
+        ));
+        i[0] = 9;
+        assert_eq!(Packet::parse(&i), None);
+    }
+}

@@ -1,0 +1,466 @@
+//! The tunnel end to end, sans-IO: handshakes, data both ways, loss/reordering/duplication,
+//! tampering, unknown keys, wrong gateway keys, many terminals, limits, and hostile bytes.
+
+use pep::keys::{generate_keypair, PrivateKey, PublicKey};
+use pep::tunnel::{Counters, Error, Initiator, Opened, Responder, ResponderConfig, DATA_OVERHEAD};
+use proptest::prelude::*;
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use stp::Instant;
+
+fn addr(i: u16) -> SocketAddr {
+    SocketAddr::from(([192, 0, 2, 1], 40000 + i))
+}
+
+fn rng() -> Box<rand_chacha::ChaCha8Rng> {
+    Box::new(rand_chacha::ChaCha8Rng::seed_from_u64(7))
+}
+
+struct Setup {
+    gw_pub: PublicKey,
+    gw: Responder,
+    terminals: Vec<(PrivateKey, PublicKey)>,
+}
+
+fn setup(n: usize, config: ResponderConfig) -> Setup {
+    let (gw_priv, gw_pub) = generate_keypair().unwrap();
+    let terminals: Vec<_> = (0..n).map(|_| generate_keypair().unwrap()).collect();
+    let gw = Responder::new(gw_priv, terminals.iter().map(|t| t.1), config, rng()).unwrap();
+    Setup {
+        gw_pub,
+        gw,
+        terminals,
+    }
+}
+
+/// Runs a handshake for terminal `t`; returns the initiator and the gateway's session index.
+fn connect(s: &mut Setup, t: usize, ts: u64) -> (Initiator, u32) {
+    let mut ini = Initiator::new(&s.terminals[t].0, &s.gw_pub, 1000 + t as u32, ts).unwrap();
+    let mut out = Vec::new();
+    let session = match s
+        .gw
+        .open(Instant::ZERO, ini.initiation(), addr(t as u16), &mut out)
+    {
+        Ok(Opened::Reply { session }) => session,
+        other => panic!("initiation not answered: {other:?}"),
+    };
+    let mut empty = Vec::new();
+    assert_eq!(ini.open(&out, &mut empty), Ok(Opened::Established));
+    (ini, session)
+}
+
+#[test]
+fn handshake_and_data_both_ways() {
+    let mut s = setup(1, ResponderConfig::default());
+    let (mut ini, session) = connect(&mut s, 0, 1);
+    assert!(ini.is_established());
+    assert_eq!(s.gw.session_peer(session), Some(&s.terminals[0].1));
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    for i in 0..100u32 {
+        let msg = format!("terminal to gateway {i}").into_bytes();
+        ini.seal(&msg, &mut wire).unwrap();
+        assert_eq!(wire.len(), msg.len() + DATA_OVERHEAD);
+        assert!(
+            !wire.windows(msg.len()).any(|w| w == msg.as_slice()),
+            "plaintext visible"
+        );
+        assert_eq!(
+            s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+            Ok(Opened::Data { session })
+        );
+        assert_eq!(plain, msg);
+
+        let back = format!("gateway to terminal {i}").into_bytes();
+        s.gw.seal_to(addr(0), &back, &mut wire).unwrap();
+        assert_eq!(
+            ini.open(&wire, &mut plain),
+            Ok(Opened::Data { session: 1000 })
+        );
+        assert_eq!(plain, back);
+    }
+    // Empty STP datagrams are carried too.
+    ini.seal(&[], &mut wire).unwrap();
+    assert!(s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain).is_ok());
+    assert!(plain.is_empty());
+    assert_eq!(s.gw.counters().data_opened, 101);
+    assert_eq!(ini.counters().data_opened, 100);
+    assert_eq!(s.gw.counters().auth_failures, 0);
+}
+
+#[test]
+fn seal_before_handshake_fails() {
+    let s = setup(1, ResponderConfig::default());
+    let mut ini = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1, 1).unwrap();
+    assert_eq!(ini.seal(b"x", &mut Vec::new()), Err(Error::NotEstablished));
+}
+
+#[test]
+fn reordered_accepted_duplicates_and_too_old_rejected() {
+    let mut s = setup(1, ResponderConfig::default());
+    let (mut ini, _) = connect(&mut s, 0, 1);
+    let sealed: Vec<Vec<u8>> = (0..3000u32)
+        .map(|i| {
+            let mut w = Vec::new();
+            ini.seal(&i.to_be_bytes(), &mut w).unwrap();
+            w
+        })
+        .collect();
+    let mut plain = Vec::new();
+    // Deliver 2999 first, then the rest in reverse order: those within 2048 are accepted.
+    let mut order: Vec<usize> = (0..3000).rev().collect();
+    order.insert(0, 2999);
+    let (mut ok, mut replays) = (0, 0);
+    for &i in &order {
+        match s.gw.open(Instant::ZERO, &sealed[i], addr(0), &mut plain) {
+            Ok(_) => {
+                assert_eq!(plain, (i as u32).to_be_bytes());
+                ok += 1;
+            }
+            Err(Error::Replay(n)) => {
+                assert!(n == 2999 || n <= 2999 - 2048, "nonce {n}");
+                replays += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(ok, 2048);
+    assert_eq!(replays, 1 + (3000 - 2048));
+    assert_eq!(s.gw.counters().replays, replays as u64);
+    // Every accepted datagram replayed is rejected again.
+    for w in &sealed[2999 - 100..] {
+        assert!(matches!(
+            s.gw.open(Instant::ZERO, w, addr(0), &mut plain),
+            Err(Error::Replay(_))
+        ));
+    }
+}
+
+#[test]
+fn tampered_data_is_rejected_counted_and_changes_nothing() {
+    let mut s = setup(1, ResponderConfig::default());
+    let (mut ini, session) = connect(&mut s, 0, 1);
+    let mut wire = Vec::new();
+    ini.seal(b"an STP datagram of some length", &mut wire)
+        .unwrap();
+    let mut plain = Vec::new();
+    let before = *s.gw.counters();
+    for i in 0..wire.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut t = wire.clone();
+            t[i] ^= bit;
+            let r = s.gw.open(Instant::ZERO, &t, addr(9), &mut plain);
+            assert!(r.is_err(), "byte {i} bit {bit:#x} accepted");
+            assert!(plain.is_empty());
+        }
+    }
+    let after = *s.gw.counters();
+    let rejected = (after.auth_failures + after.unknown_session + after.malformed + after.replays)
+        - (before.auth_failures + before.unknown_session + before.malformed + before.replays);
+    assert_eq!(rejected, 2 * wire.len() as u64);
+    assert!(after.auth_failures > 0 && after.unknown_session > 0 && after.malformed > 0);
+    assert_eq!(s.gw.session_count(), 1);
+    assert_eq!(
+        s.gw.session_for_addr(addr(9)),
+        None,
+        "forged source address learned"
+    );
+    // The genuine datagram still opens: the window did not move for the forgeries.
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session })
+    );
+    // Tampering towards the terminal too.
+    s.gw.seal(session, b"reply", &mut wire).unwrap();
+    for i in 0..wire.len() {
+        let mut t = wire.clone();
+        t[i] ^= 0x10;
+        assert!(ini.open(&t, &mut plain).is_err());
+    }
+    assert!(ini.open(&wire, &mut plain).is_ok());
+    assert_eq!(plain, b"reply");
+}
+
+#[test]
+fn tampered_initiation_and_response_are_rejected() {
+    // Each forged initiation costs a handshake token; allow more than the 109 forgeries.
+    let config = ResponderConfig {
+        handshake_burst: 1000,
+        ..ResponderConfig::default()
+    };
+    let mut s = setup(1, config);
+    let ini = Initiator::new(&s.terminals[0].0, &s.gw_pub, 5, 1).unwrap();
+    let mut out = Vec::new();
+    for i in 0..ini.initiation().len() {
+        let mut t = ini.initiation().to_vec();
+        t[i] ^= 0x04;
+        assert!(
+            s.gw.open(Instant::ZERO, &t, addr(0), &mut out).is_err(),
+            "byte {i}"
+        );
+    }
+    assert_eq!(s.gw.session_count(), 0);
+    let mut ini = ini;
+    assert!(matches!(
+        s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut out),
+        Ok(Opened::Reply { .. })
+    ));
+    for i in 0..out.len() {
+        let mut t = out.clone();
+        t[i] ^= 0x04;
+        assert!(ini.open(&t, &mut Vec::new()).is_err(), "byte {i}");
+        assert!(!ini.is_established());
+    }
+    assert_eq!(ini.open(&out, &mut Vec::new()), Ok(Opened::Established));
+    // A duplicated response afterwards is a counted replay.
+    assert_eq!(ini.open(&out, &mut Vec::new()), Err(Error::Replay(0)));
+}
+
+#[test]
+fn unknown_terminal_key_is_rejected_counted_and_creates_no_state() {
+    let mut s = setup(1, ResponderConfig::default());
+    let (stranger, _) = generate_keypair().unwrap();
+    let ini = Initiator::new(&stranger, &s.gw_pub, 1, 1).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        assert_eq!(
+            s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut out),
+            Err(Error::UnknownKey)
+        );
+        assert!(out.is_empty());
+    }
+    assert_eq!(s.gw.counters().unknown_key, 3);
+    assert_eq!(s.gw.session_count(), 0);
+    assert_eq!(s.gw.session_for_addr(addr(0)), None);
+}
+
+#[test]
+fn wrong_gateway_key_fails() {
+    let mut s = setup(1, ResponderConfig::default());
+    let (_, not_the_gateway) = generate_keypair().unwrap();
+    let mut ini = Initiator::new(&s.terminals[0].0, &not_the_gateway, 1, 1).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut out),
+        Err(Error::AuthFailed)
+    );
+    assert_eq!(s.gw.counters().auth_failures, 1);
+    assert_eq!(s.gw.session_count(), 0);
+    // And an impostor gateway holding some other key cannot answer a terminal that expects the
+    // real gateway: it cannot even read the initiation.
+    let (imp_priv, _) = generate_keypair().unwrap();
+    let mut impostor = Responder::new(
+        imp_priv,
+        [s.terminals[0].1],
+        ResponderConfig::default(),
+        rng(),
+    )
+    .unwrap();
+    let good = Initiator::new(&s.terminals[0].0, &s.gw_pub, 2, 1).unwrap();
+    assert_eq!(
+        impostor.open(Instant::ZERO, good.initiation(), addr(0), &mut out),
+        Err(Error::AuthFailed)
+    );
+    // A response from the real gateway to some other handshake does not establish this one.
+    let mut other = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1, 2).unwrap();
+    s.gw.open(Instant::ZERO, other.initiation(), addr(0), &mut out)
+        .unwrap();
+    assert_eq!(ini.open(&out, &mut Vec::new()), Err(Error::AuthFailed));
+    assert!(!ini.is_established());
+    assert_eq!(other.open(&out, &mut Vec::new()), Ok(Opened::Established));
+}
+
+#[test]
+fn retransmitted_initiation_is_idempotent_and_old_ones_are_replays() {
+    let mut s = setup(1, ResponderConfig::default());
+    let mut ini = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1, 10).unwrap();
+    let mut first = Vec::new();
+    let Ok(Opened::Reply { session }) =
+        s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut first)
+    else {
+        panic!()
+    };
+    for _ in 0..100 {
+        let mut again = Vec::new();
+        assert_eq!(
+            s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut again),
+            Ok(Opened::Reply { session })
+        );
+        assert_eq!(again, first);
+    }
+    assert_eq!(s.gw.session_count(), 1);
+    assert_eq!(s.gw.counters().duplicate_initiations, 100);
+    assert_eq!(ini.open(&first, &mut Vec::new()), Ok(Opened::Established));
+
+    // A new handshake with a newer timestamp is accepted; the old initiation, now superseded,
+    // is a replay (its timestamp is not newer), as is a new one with an old timestamp.
+    let (_ini2, _) = connect(&mut s, 0, 11);
+    let mut out = Vec::new();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut out),
+        Err(Error::Replay(10))
+    );
+    let stale = Initiator::new(&s.terminals[0].0, &s.gw_pub, 3, 11).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, stale.initiation(), addr(0), &mut out),
+        Err(Error::Replay(11))
+    );
+    assert_eq!(s.gw.session_count(), 2);
+}
+
+#[test]
+fn fifty_terminals_have_distinct_sessions_on_one_responder() {
+    let mut s = setup(50, ResponderConfig::default());
+    let mut tunnels: Vec<(Initiator, u32)> = (0..50).map(|t| connect(&mut s, t, 1)).collect();
+    assert_eq!(s.gw.session_count(), 50);
+    let mut sessions: Vec<u32> = tunnels.iter().map(|t| t.1).collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    assert_eq!(sessions.len(), 50);
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    for round in 0..3u8 {
+        for (t, (ini, session)) in tunnels.iter_mut().enumerate() {
+            let msg = [t as u8, round];
+            ini.seal(&msg, &mut wire).unwrap();
+            assert_eq!(
+                s.gw.open(Instant::ZERO, &wire, addr(t as u16), &mut plain),
+                Ok(Opened::Data { session: *session })
+            );
+            assert_eq!(plain, msg);
+            assert_eq!(s.gw.session_peer(*session), Some(&s.terminals[t].1));
+            s.gw.seal_to(addr(t as u16), &msg, &mut wire).unwrap();
+            assert!(ini.open(&wire, &mut plain).is_ok());
+            assert_eq!(plain, msg);
+        }
+    }
+    // A datagram sealed for one terminal's session opens on no other: the index routes it, and
+    // readdressed to another session it fails authentication.
+    let mut w0 = Vec::new();
+    s.gw.seal(tunnels[0].1, b"for terminal 0", &mut w0).unwrap();
+    assert!(tunnels[1].0.open(&w0, &mut plain).is_err());
+}
+
+#[test]
+fn session_limits_are_respected() {
+    let config = ResponderConfig {
+        max_sessions: 5,
+        max_sessions_per_key: 2,
+        ..ResponderConfig::default()
+    };
+    let mut s = setup(8, config);
+    // One terminal re-handshaking many times keeps at most two sessions.
+    let mut last = None;
+    for ts in 1..=20 {
+        last = Some(connect(&mut s, 0, ts));
+        assert!(s.gw.session_count() <= 2);
+    }
+    assert_eq!(s.gw.session_count(), 2);
+    // The newest session works.
+    let (mut ini, session) = last.unwrap();
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    ini.seal(b"x", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session })
+    );
+    // Other terminals fill up to the total cap; the next is refused and counted.
+    for t in 1..=3 {
+        connect(&mut s, t, 1);
+    }
+    assert_eq!(s.gw.session_count(), 5);
+    let refused = Initiator::new(&s.terminals[4].0, &s.gw_pub, 9, 1).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, refused.initiation(), addr(4), &mut out),
+        Err(Error::SessionLimit)
+    );
+    assert_eq!(s.gw.counters().session_limit, 1);
+    assert_eq!(s.gw.session_count(), 5);
+    // A terminal at its own cap may still re-handshake (it replaces its oldest session).
+    connect(&mut s, 0, 100);
+    assert_eq!(s.gw.session_count(), 5);
+    // Idle sessions expire.
+    assert_eq!(
+        s.gw.expire_idle(Instant::from_nanos(61_000_000_000), 60_000),
+        5
+    );
+    assert_eq!(s.gw.session_count(), 0);
+    connect(&mut s, 4, 1);
+}
+
+#[test]
+fn handshakes_are_rate_limited() {
+    let config = ResponderConfig {
+        handshakes_per_second: 10,
+        handshake_burst: 5,
+        ..ResponderConfig::default()
+    };
+    let mut s = setup(1, config);
+    let (stranger, _) = generate_keypair().unwrap();
+    let mut out = Vec::new();
+    let mut results = Vec::new();
+    for ts in 0..8 {
+        let ini = Initiator::new(&stranger, &s.gw_pub, 1, ts).unwrap();
+        results.push(s.gw.open(Instant::ZERO, ini.initiation(), addr(0), &mut out));
+    }
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| **r == Err(Error::UnknownKey))
+            .count(),
+        5
+    );
+    assert_eq!(s.gw.counters().rate_limited, 3);
+    // 100 ms later one more token is there.
+    let ini = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1, 1).unwrap();
+    assert!(s
+        .gw
+        .open(
+            Instant::from_nanos(100_000_000),
+            ini.initiation(),
+            addr(0),
+            &mut out
+        )
+        .is_ok());
+}
+
+#[test]
+fn invalid_config_names_the_field() {
+    let (k, _) = generate_keypair().unwrap();
+    let config = ResponderConfig {
+        max_sessions: 0,
+        ..ResponderConfig::default()
+    };
+    let e = Responder::new(k, [], config, rng()).err().unwrap();
+    assert!(e.to_string().contains("max_sessions"), "{e}");
+}
+
+#[test]
+fn counters_start_at_zero() {
+    let s = setup(1, ResponderConfig::default());
+    assert_eq!(*s.gw.counters(), Counters::default());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes, and arbitrary bytes behind each valid type byte and a live index, never
+    /// panic either side, are always rejected and create no session.
+    #[test]
+    fn garbage_never_panics_or_creates_state(
+        data in proptest::collection::vec(any::<u8>(), 0..300),
+        ty in 0u8..5,
+    ) {
+        let mut s = setup(1, ResponderConfig::default());
+        let (mut ini, session) = connect(&mut s, 0, 1);
+        let mut out = Vec::new();
+        let mut framed = vec![ty];
+        framed.extend_from_slice(&session.to_be_bytes());
+        framed.extend_from_slice(&data);
+        for d in [&data, &framed] {
+            prop_assert!(s.gw.open(Instant::ZERO, d, addr(1), &mut out).is_err());
+            prop_assert!(ini.open(d, &mut out).is_err());
+        }
+        prop_assert_eq!(s.gw.session_count(), 1);
+        prop_assert_eq!(s.gw.session_for_addr(addr(1)), None);
+    }
+}

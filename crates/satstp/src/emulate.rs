@@ -1,0 +1,268 @@
+//! `satstp emulate …`: real-time link emulators. `emulate udp` relays UDP between a terminal and
+//! a gateway through two directions of the shared link model (see the `linkem` crate), until
+//! Ctrl-C or `--duration`, then prints (and with `--json` writes) per-direction counters.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use linkem::{
+    queue_bytes_for, DirectionStats, EmulatorConfig, EmulatorStats, Profile, UdpEmulator,
+};
+use linkmodel::{Delay, LinkConfig, Loss, QueueLimit};
+use netsim::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum EmulateCommand {
+    /// Relay UDP between a terminal and a gateway through an emulated satellite link, in real
+    /// time (no privileges needed).
+    Udp(UdpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UdpArgs {
+    /// Address the terminal sends to (port 0 picks a free port, printed at start).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// The gateway's address: terminal datagrams go there, its replies go back to the terminal.
+    #[arg(long)]
+    to: SocketAddr,
+    /// A named path: geo, geo-1998, direcpc or leo. Without it, --down-rate, --up-rate and
+    /// --delay are required.
+    #[arg(long)]
+    profile: Option<Profile>,
+    /// Gateway → terminal rate (e.g. 50Mbps).
+    #[arg(long, value_parser = parse_rate_bps)]
+    down_rate: Option<u64>,
+    /// Terminal → gateway rate (e.g. 5Mbps).
+    #[arg(long, value_parser = parse_rate_bps)]
+    up_rate: Option<u64>,
+    /// One-way delay of each direction (e.g. 300ms).
+    #[arg(long, value_parser = parse_duration_ns)]
+    delay: Option<u64>,
+    /// Queue limit of each direction in bytes, headers included (default: one bandwidth-delay
+    /// product of that direction, at least 24000 bytes).
+    #[arg(long, value_parser = parse_bytes)]
+    queue: Option<u64>,
+    /// Random packet loss of each direction, as a fraction from 0 to 1.
+    #[arg(long, conflicts_with = "ber")]
+    loss: Option<f64>,
+    /// Bit-error rate of each direction, from 0 to 1.
+    #[arg(long)]
+    ber: Option<f64>,
+    /// Seed of the links' random generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop after this long (e.g. 30s) instead of waiting for Ctrl-C.
+    #[arg(long, value_parser = parse_duration_ns)]
+    duration: Option<u64>,
+    /// Write the counters as JSON to this file at exit.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(cmd: &EmulateCommand) -> Result<()> {
+    match cmd {
+        EmulateCommand::Udp(args) => udp(args),
+    }
+}
+
+/// The `(up, down)` links the flags describe: the profile's, with explicit flags overriding.
+fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
+    let (mut up, mut down) = match args.profile {
+        Some(p) => p.links(),
+        None => {
+            let missing: Vec<&str> = [
+                ("--down-rate", args.down_rate.is_none()),
+                ("--up-rate", args.up_rate.is_none()),
+                ("--delay", args.delay.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, absent)| absent.then_some(flag))
+            .collect();
+            match (args.up_rate, args.down_rate, args.delay) {
+                (Some(u), Some(d), Some(delay)) => {
+                    (linkem::direction(u, delay), linkem::direction(d, delay))
+                }
+                _ => bail!(
+                    "without --profile, {} must be given (profiles: geo, geo-1998, direcpc, leo)",
+                    missing.join(", ")
+                ),
+            }
+        }
+    };
+    if let Some(r) = args.up_rate {
+        up.rate_bps = r;
+    }
+    if let Some(r) = args.down_rate {
+        down.rate_bps = r;
+    }
+    if let Some(d) = args.delay {
+        up.delay = Delay::Fixed(d);
+        down.delay = Delay::Fixed(d);
+    }
+    let fixed = |l: &LinkConfig| match l.delay {
+        Delay::Fixed(d) => d,
+        Delay::Trace { .. } => 0,
+    };
+    let rtt_ns = fixed(&up).saturating_add(fixed(&down));
+    match args.queue {
+        Some(0) => bail!("--queue must be at least 1 byte"),
+        Some(q) => {
+            up.queue = QueueLimit::Bytes(q);
+            down.queue = QueueLimit::Bytes(q);
+        }
+        None => {
+            up.queue = QueueLimit::Bytes(queue_bytes_for(up.rate_bps, rtt_ns));
+            down.queue = QueueLimit::Bytes(queue_bytes_for(down.rate_bps, rtt_ns));
+        }
+    }
+    if let Some(p) = args.loss {
+        if !(0.0..=1.0).contains(&p) {
+            bail!("--loss must be between 0 and 1, got {p}");
+        }
+        up.loss = Loss::Random { p };
+        down.loss = Loss::Random { p };
+    }
+    if let Some(ber) = args.ber {
+        if !(0.0..=1.0).contains(&ber) {
+            bail!("--ber must be between 0 and 1, got {ber}");
+        }
+        up.loss = Loss::Ber { ber };
+        down.loss = Loss::Ber { ber };
+    }
+    Ok((up, down))
+}
+
+fn udp(args: &UdpArgs) -> Result<()> {
+    let (up, down) = links(args)?;
+    let describe = |l: &LinkConfig| {
+        let delay_ms = match l.delay {
+            Delay::Fixed(d) => format!("{:.1} ms", d as f64 / 1e6),
+            Delay::Trace { .. } => "traced".to_string(),
+        };
+        let queue = match l.queue {
+            QueueLimit::Bytes(b) => format!("{b} B"),
+            QueueLimit::Packets(p) => format!("{p} packets"),
+        };
+        format!(
+            "{:.3} Mb/s, one-way {delay_ms}, queue {queue}",
+            l.rate_bps as f64 / 1e6
+        )
+    };
+    let (up_text, down_text) = (describe(&up), describe(&down));
+    let config = EmulatorConfig {
+        listen: args.listen,
+        to: args.to,
+        up: up.clone(),
+        down: down.clone(),
+        seed: args.seed,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (stats, seconds) = runtime.block_on(async {
+        let emu = UdpEmulator::start(config).await?;
+        println!(
+            "relaying terminal side {} <-> gateway {} (from {})",
+            emu.local_addr(),
+            args.to,
+            emu.gateway_side_addr()
+        );
+        println!("  up   {up_text}");
+        println!("  down {down_text}");
+        let start = std::time::Instant::now();
+        match args.duration {
+            Some(ns) => tokio::select! {
+                _ = tokio::time::sleep(Duration::from_nanos(ns)) => {}
+                r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            },
+            None => tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?,
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        anyhow::Ok((emu.shutdown().await, seconds))
+    })?;
+    print_stats(&stats, seconds);
+    if let Some(path) = &args.json {
+        let value = json!({
+            "seconds": seconds,
+            "up": direction_json(&stats.up, &up),
+            "down": direction_json(&stats.down, &down),
+        });
+        let text = serde_json::to_string_pretty(&value)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_stats(stats: &EmulatorStats, seconds: f64) {
+    println!("after {seconds:.1} s:");
+    for (name, s) in [("up", &stats.up), ("down", &stats.down)] {
+        let l = &s.link;
+        println!(
+            "  {name:<4} received {} pkts / {} B, sent {} pkts / {} B; dropped {} (queue {}, red {}, \
+             error {}, outage {}, schedule {}, no terminal {}); duplicated {}, corrupted {}, \
+             ignored {}, still in flight {}",
+            s.received_packets,
+            s.received_bytes,
+            s.sent_packets,
+            s.sent_bytes,
+            s.dropped(),
+            l.dropped_queue,
+            l.dropped_red,
+            l.dropped_error,
+            l.dropped_outage,
+            s.dropped_schedule,
+            s.dropped_no_peer,
+            l.duplicated,
+            l.corrupted,
+            s.ignored_foreign,
+            s.in_flight,
+        );
+    }
+}
+
+fn direction_json(s: &DirectionStats, link: &LinkConfig) -> Value {
+    let l = &s.link;
+    let delay_ns = match link.delay {
+        Delay::Fixed(d) => Some(d),
+        Delay::Trace { .. } => None,
+    };
+    let queue_bytes = match link.queue {
+        QueueLimit::Bytes(b) => Some(b),
+        QueueLimit::Packets(_) => None,
+    };
+    json!({
+        "rate_bps": link.rate_bps,
+        "delay_ns": delay_ns,
+        "queue_bytes": queue_bytes,
+        "received_packets": s.received_packets,
+        "received_bytes": s.received_bytes,
+        "sent_packets": s.sent_packets,
+        "sent_bytes": s.sent_bytes,
+        "offered_packets": l.offered_packets,
+        "offered_bytes": l.offered_bytes,
+        "delivered_packets": l.delivered_packets,
+        "delivered_bytes": l.delivered_bytes,
+        "dropped_packets": s.dropped(),
+        "dropped_queue": l.dropped_queue,
+        "dropped_red": l.dropped_red,
+        "dropped_error": l.dropped_error,
+        "dropped_outage": l.dropped_outage,
+        "dropped_schedule": s.dropped_schedule,
+        "dropped_no_terminal": s.dropped_no_peer,
+        "duplicated": l.duplicated,
+        "corrupted": l.corrupted,
+        "ignored_foreign": s.ignored_foreign,
+        "send_errors": s.send_errors,
+        "recv_errors": s.recv_errors,
+        "in_flight": s.in_flight,
+    })
+}
