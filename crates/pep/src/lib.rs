@@ -3,5 +3,15 @@
 //! sessions for many terminals on one socket) and [`keys`] (static key pairs and key files).
 //! Both are sans-IO: no sockets, threads or clock; the driver passes datagrams and `now` in.
 
+pub mod config;
+pub mod hop;
+pub mod http_connect;
+pub mod http_endpoint;
 pub mod keys;
+pub mod metrics;
+pub mod policy;
+pub mod relay;
+pub mod socks;
 pub mod tunnel;
+
+pub use socks::Target;

@@ -1,0 +1,1309 @@
+//! TOML configuration of the two sides of the split-connection gateway: the terminal (client
+//! side of the satellite hop) and the gateway (Internet side). Every value has a documented
+//! default and its unit in its name; [`TerminalConfig::validate`] and
+//! [`GatewayConfig::validate`] reject bad values with a message naming the field by its TOML
+//! path (`terminal.gateway: ...`). `deploy/terminal.toml` and `deploy/gateway.toml` are
+//! commented examples.
+//!
+//! A terminal file holds one `[terminal]` table, a gateway file one `[gateway]` table, so the
+//! field names in error messages are exactly the paths a user edits. Unknown keys are errors.
+//! Loading does no other I/O: key files and the allowed-terminals file are read by the caller
+//! (see [`GatewayConfig::allowed_terminal_keys`]), so they can be re-read without a restart.
+
+use crate::keys::PublicKey;
+use serde::Deserialize;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Largest configuration or allowed-terminals file read (1 MiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Most keys an allowed-terminals list may hold, inline and from its file together.
+pub const MAX_ALLOWED_TERMINALS: usize = 100_000;
+/// Bounds of a computed relay buffer: 64 KiB and 64 MiB.
+pub const RELAY_BUFFER_MIN_BYTES: u64 = 64 << 10;
+pub const RELAY_BUFFER_MAX_BYTES: u64 = 64 << 20;
+/// Relay buffer used when the hop's rate or RTT is not configured (4 MiB).
+pub const RELAY_BUFFER_DEFAULT_BYTES: u64 = 4 << 20;
+
+/// Why a configuration could not be loaded or is invalid.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// A value out of range; `field` is its TOML path (`gateway.limits.max_connections`).
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    /// The text is not valid TOML for this shape (unknown or missing key, wrong type); the
+    /// message from the TOML parser names the key and its line.
+    #[error("{0}")]
+    Parse(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any of the above, found in a file.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// The TOML path of the offending field, when the error is about one value.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { field, .. } => Some(field),
+            ConfigError::InFile { source, .. } => source.field(),
+            _ => None,
+        }
+    }
+
+    fn prefixed(self, prefix: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { field, reason } => ConfigError::Invalid {
+                field: format!("{prefix}.{field}"),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    fn in_file(self, path: &Path) -> ConfigError {
+        match self {
+            e @ ConfigError::Io { .. } => e,
+            e => ConfigError::InFile {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
+fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal
+
+/// One SOCKS5 user (RFC 1929 username/password authentication).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocksUser {
+    /// 1..=255 bytes.
+    pub user: String,
+    /// 1..=255 bytes.
+    pub password: String,
+}
+
+/// The terminal: accepts client TCP and carries it over STP to the gateway.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalConfig {
+    /// SOCKS5 listener (default none). At least one of the three listeners must be set.
+    #[serde(default)]
+    pub socks_listen: Option<SocketAddr>,
+    /// SOCKS5 users; empty means no authentication (default empty).
+    #[serde(default)]
+    pub socks_users: Vec<SocksUser>,
+    /// HTTP CONNECT proxy listener (default none).
+    #[serde(default)]
+    pub http_connect_listen: Option<SocketAddr>,
+    /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
+    #[serde(default)]
+    pub tproxy_listen: Option<SocketAddr>,
+    /// The gateway's UDP address, `host:port` (`[v6addr]:port` for an IPv6 literal). Required.
+    pub gateway: String,
+    /// The gateway's static public key, 64 hex digits. Required.
+    pub gateway_public_key: String,
+    /// This terminal's private key file (written by `satstp keygen`). Required.
+    pub private_key_file: PathBuf,
+    /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
+    #[serde(default)]
+    pub up_rate_bps: Option<u64>,
+    /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
+    #[serde(default)]
+    pub down_rate_bps: Option<u64>,
+    /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
+    #[serde(default)]
+    pub rtt_ms: Option<u32>,
+    /// HTTP listener for `/metrics` and `/status` (default none).
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// STP parameters for the hop (default: the engine's defaults).
+    #[serde(default)]
+    pub stp: StpOptions,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Close a relayed connection idle in both directions for this long, s (default 300).
+    #[serde(default = "default_idle_timeout_s")]
+    pub idle_timeout_s: u32,
+    /// Give up opening a connection through the gateway after this long, s (default 30).
+    #[serde(default = "default_connect_timeout_s")]
+    pub connect_timeout_s: u32,
+}
+
+fn default_idle_timeout_s() -> u32 {
+    300
+}
+fn default_connect_timeout_s() -> u32 {
+    30
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TerminalFile {
+    terminal: TerminalConfig,
+}
+
+impl TerminalConfig {
+    /// Checks every field; the error names the first bad one (`terminal.<field>`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_inner().map_err(|e| e.prefixed("terminal"))
+    }
+
+    fn validate_inner(&self) -> Result<(), ConfigError> {
+        if self.socks_listen.is_none()
+            && self.http_connect_listen.is_none()
+            && self.tproxy_listen.is_none()
+        {
+            return Err(bad(
+                "socks_listen",
+                "no listener configured: set socks_listen, http_connect_listen or tproxy_listen",
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, u) in self.socks_users.iter().enumerate() {
+            if u.user.is_empty() || u.user.len() > 255 {
+                return Err(bad(
+                    format!("socks_users[{i}].user"),
+                    "must be 1..=255 bytes",
+                ));
+            }
+            if u.password.is_empty() || u.password.len() > 255 {
+                return Err(bad(
+                    format!("socks_users[{i}].password"),
+                    "must be 1..=255 bytes",
+                ));
+            }
+            if !seen.insert(u.user.as_str()) {
+                return Err(bad(
+                    format!("socks_users[{i}].user"),
+                    format!("duplicate user {:?}", u.user),
+                ));
+            }
+        }
+        if !self.socks_users.is_empty() && self.socks_listen.is_none() {
+            return Err(bad("socks_users", "set without socks_listen"));
+        }
+        check_host_port(&self.gateway).map_err(|r| bad("gateway", r))?;
+        PublicKey::from_hex(&self.gateway_public_key)
+            .map_err(|e| bad("gateway_public_key", e.to_string()))?;
+        check_path(&self.private_key_file, "private_key_file")?;
+        check_common(
+            self.up_rate_bps,
+            self.down_rate_bps,
+            self.rtt_ms,
+            self.idle_timeout_s,
+            self.connect_timeout_s,
+        )?;
+        self.limits.validate().map_err(|e| e.prefixed("limits"))?;
+        self.stp.apply(stp::Config::default())?;
+        Ok(())
+    }
+
+    /// The gateway's public key (validated by [`Self::validate`]).
+    pub fn gateway_public_key(&self) -> Result<PublicKey, ConfigError> {
+        PublicKey::from_hex(&self.gateway_public_key)
+            .map_err(|e| bad("terminal.gateway_public_key", e.to_string()))
+    }
+
+    /// The STP connection parameters: the engine's defaults with `[terminal.stp]` applied.
+    pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
+        self.stp
+            .apply(stp::Config::default())
+            .map_err(|e| e.prefixed("terminal"))
+    }
+
+    /// Per-connection relay buffer for this hop, sized on the faster of its two directions
+    /// (see [`Limits::relay_buffer`]).
+    pub fn relay_buffer_bytes(&self) -> u64 {
+        let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
+        self.limits.relay_buffer(rate, self.rtt_ms)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway
+
+/// Which destinations the gateway connects to.
+///
+/// A rule is an IP address (`192.0.2.7`), a CIDR prefix (`10.0.0.0/8`, `2001:db8::/32`), a host
+/// name (`example.com`, matching only that name) or a domain wildcard (`*.example.com`,
+/// matching every name below it but not the name itself). `deny` is checked first; then, if
+/// `allow` is non-empty, the destination must match one of its rules. Private, loopback,
+/// link-local, unspecified and multicast addresses are refused unless `allow_private` is set —
+/// resolved addresses of host names included, so a name cannot smuggle a private address past
+/// the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Default empty: every public destination not denied.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Default empty.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Default false.
+    #[serde(default)]
+    pub allow_private: bool,
+}
+
+/// One parsed policy rule (see [`Policy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyRule {
+    /// An address prefix; a single address has the full prefix length.
+    Net { addr: IpAddr, prefix_len: u8 },
+    /// A host name, lower case; `wildcard` means "strictly below this name".
+    Name { name: String, wildcard: bool },
+}
+
+impl PolicyRule {
+    pub fn parse(s: &str) -> Result<PolicyRule, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("empty rule".into());
+        }
+        if let Some((addr, len)) = s.split_once('/') {
+            let addr: IpAddr = addr
+                .parse()
+                .map_err(|_| format!("{s:?}: not an address prefix"))?;
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            let prefix_len: u8 = len
+                .parse()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?;
+            return Ok(PolicyRule::Net { addr, prefix_len });
+        }
+        if let Ok(addr) = s.parse::<IpAddr>() {
+            let prefix_len = if addr.is_ipv4() { 32 } else { 128 };
+            return Ok(PolicyRule::Net { addr, prefix_len });
+        }
+        let (name, wildcard) = match s.strip_prefix("*.") {
+            Some(rest) => (rest, true),
+            None => (s, false),
+        };
+        check_hostname(name).map_err(|r| format!("{s:?}: {r}"))?;
+        Ok(PolicyRule::Name {
+            name: name.to_ascii_lowercase(),
+            wildcard,
+        })
+    }
+
+    /// Whether an address falls in this rule (names never match an address).
+    pub fn matches_ip(&self, ip: IpAddr) -> bool {
+        let PolicyRule::Net { addr, prefix_len } = self else {
+            return false;
+        };
+        match (addr, ip) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                prefix_eq(&a.octets(), &b.octets(), usize::from(*prefix_len))
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => {
+                prefix_eq(&a.octets(), &b.octets(), usize::from(*prefix_len))
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a host name matches this rule (case-insensitive; a trailing dot is ignored).
+    pub fn matches_name(&self, host: &str) -> bool {
+        let PolicyRule::Name { name, wildcard } = self else {
+            return false;
+        };
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        if *wildcard {
+            host.len() > name.len() + 1
+                && host.ends_with(name.as_str())
+                && host.as_bytes().get(host.len() - name.len() - 1) == Some(&b'.')
+        } else {
+            host == *name
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: usize) -> bool {
+    let full = bits / 8;
+    if a.get(..full) != b.get(..full) {
+        return false;
+    }
+    let rest = bits % 8;
+    if rest == 0 {
+        return true;
+    }
+    let mask = 0xffu8 << (8 - rest);
+    match (a.get(full), b.get(full)) {
+        (Some(x), Some(y)) => x & mask == y & mask,
+        _ => false,
+    }
+}
+
+impl Policy {
+    /// The parsed `allow` and `deny` rules; errors name `policy.allow[i]` / `policy.deny[i]`.
+    pub fn rules(&self) -> Result<(Vec<PolicyRule>, Vec<PolicyRule>), ConfigError> {
+        let parse = |list: &[String], key: &str| -> Result<Vec<PolicyRule>, ConfigError> {
+            list.iter()
+                .enumerate()
+                .map(|(i, s)| PolicyRule::parse(s).map_err(|r| bad(format!("{key}[{i}]"), r)))
+                .collect()
+        };
+        Ok((parse(&self.allow, "allow")?, parse(&self.deny, "deny")?))
+    }
+}
+
+/// Socket options of the gateway's outbound TCP connections.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpOptions {
+    /// Linux congestion control (`TCP_CONGESTION`), e.g. "cubic", "bbr" (default: the
+    /// system's). It must be available in the kernel, which is checked at connect time.
+    #[serde(default)]
+    pub congestion: Option<String>,
+    /// `SO_SNDBUF`, bytes (default: the kernel's autotuning).
+    #[serde(default)]
+    pub send_buffer_bytes: Option<u32>,
+    /// `SO_RCVBUF`, bytes (default: the kernel's autotuning).
+    #[serde(default)]
+    pub recv_buffer_bytes: Option<u32>,
+    /// `TCP_NODELAY` (default true: the relay already coalesces what it writes).
+    #[serde(default = "default_true")]
+    pub nodelay: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions {
+            congestion: None,
+            send_buffer_bytes: None,
+            recv_buffer_bytes: None,
+            nodelay: true,
+        }
+    }
+}
+
+impl TcpOptions {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(cc) = &self.congestion {
+            // The kernel's TCP_CA_NAME_MAX is 16 including the terminating NUL.
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(bad(
+                    "congestion",
+                    "must be a kernel congestion control name (1..=15 of [A-Za-z0-9_])",
+                ));
+            }
+        }
+        for (v, name) in [
+            (self.send_buffer_bytes, "send_buffer_bytes"),
+            (self.recv_buffer_bytes, "recv_buffer_bytes"),
+        ] {
+            if matches!(v, Some(b) if !(4096..=1 << 30).contains(&b)) {
+                return Err(bad(name, "must be 4096..=1073741824"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The gateway: accepts terminals on one UDP socket and connects to destinations over TCP.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// UDP address terminals reach. Required.
+    pub listen: SocketAddr,
+    /// The gateway's private key file (written by `satstp keygen`). Required.
+    pub private_key_file: PathBuf,
+    /// Public keys (64 hex digits) of the terminals allowed in (default empty).
+    #[serde(default)]
+    pub allowed_terminals: Vec<String>,
+    /// A file of further allowed keys, one per line, `#` starts a comment (default none). At
+    /// least one of `allowed_terminals` and `allowed_terminals_file` must be set.
+    #[serde(default)]
+    pub allowed_terminals_file: Option<PathBuf>,
+    /// Destination policy.
+    #[serde(default)]
+    pub policy: Policy,
+    /// Outbound TCP socket options.
+    #[serde(default)]
+    pub tcp: TcpOptions,
+    /// Connect to destinations from the client's own address (IP_TRANSPARENT; needs
+    /// CAP_NET_ADMIN and routing set up for the return traffic) (default false).
+    #[serde(default)]
+    pub source_transparent: bool,
+    /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
+    #[serde(default)]
+    pub up_rate_bps: Option<u64>,
+    /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
+    #[serde(default)]
+    pub down_rate_bps: Option<u64>,
+    /// The hop's base round-trip time, ms, for buffer sizing (default unknown).
+    #[serde(default)]
+    pub rtt_ms: Option<u32>,
+    /// HTTP listener for `/metrics` and `/status` (default none).
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// STP parameters for the hop (default: the engine's defaults).
+    #[serde(default)]
+    pub stp: StpOptions,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Close a relayed connection idle in both directions for this long, s (default 300).
+    #[serde(default = "default_idle_timeout_s")]
+    pub idle_timeout_s: u32,
+    /// Give up connecting to a destination after this long, s (default 30).
+    #[serde(default = "default_connect_timeout_s")]
+    pub connect_timeout_s: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewayFile {
+    gateway: GatewayConfig,
+}
+
+impl GatewayConfig {
+    /// Checks every field; the error names the first bad one (`gateway.<field>`). The
+    /// allowed-terminals file is not read here (see [`Self::allowed_terminal_keys`]).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_inner().map_err(|e| e.prefixed("gateway"))
+    }
+
+    fn validate_inner(&self) -> Result<(), ConfigError> {
+        if self.listen.port() == 0 {
+            return Err(bad("listen", "port must not be 0"));
+        }
+        check_path(&self.private_key_file, "private_key_file")?;
+        if self.allowed_terminals.is_empty() && self.allowed_terminals_file.is_none() {
+            return Err(bad(
+                "allowed_terminals",
+                "empty and no allowed_terminals_file: no terminal could connect",
+            ));
+        }
+        if self.allowed_terminals.len() > MAX_ALLOWED_TERMINALS {
+            return Err(bad(
+                "allowed_terminals",
+                format!("more than {MAX_ALLOWED_TERMINALS} keys"),
+            ));
+        }
+        for (i, k) in self.allowed_terminals.iter().enumerate() {
+            PublicKey::from_hex(k)
+                .map_err(|e| bad(format!("allowed_terminals[{i}]"), e.to_string()))?;
+        }
+        if let Some(p) = &self.allowed_terminals_file {
+            check_path(p, "allowed_terminals_file")?;
+        }
+        self.policy.rules().map_err(|e| e.prefixed("policy"))?;
+        self.tcp.validate().map_err(|e| e.prefixed("tcp"))?;
+        check_common(
+            self.up_rate_bps,
+            self.down_rate_bps,
+            self.rtt_ms,
+            self.idle_timeout_s,
+            self.connect_timeout_s,
+        )?;
+        self.limits.validate().map_err(|e| e.prefixed("limits"))?;
+        self.stp.apply(stp::Config::default())?;
+        Ok(())
+    }
+
+    /// Every allowed terminal key: the inline list, then the file's (read now), duplicates
+    /// removed. Errors name the field, or the file and line.
+    pub fn allowed_terminal_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
+        let mut keys = Vec::new();
+        for (i, k) in self.allowed_terminals.iter().enumerate() {
+            keys.push(
+                PublicKey::from_hex(k)
+                    .map_err(|e| bad(format!("gateway.allowed_terminals[{i}]"), e.to_string()))?,
+            );
+        }
+        if let Some(path) = &self.allowed_terminals_file {
+            keys.extend(load_allowed_terminals_file(path)?);
+        }
+        keys.sort();
+        keys.dedup();
+        if keys.len() > MAX_ALLOWED_TERMINALS {
+            return Err(bad(
+                "gateway.allowed_terminals",
+                format!("more than {MAX_ALLOWED_TERMINALS} keys in all"),
+            ));
+        }
+        Ok(keys)
+    }
+
+    /// The STP connection parameters: the engine's defaults with `[gateway.stp]` applied.
+    pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
+        self.stp
+            .apply(stp::Config::default())
+            .map_err(|e| e.prefixed("gateway"))
+    }
+
+    /// Per-connection relay buffer, sized on the faster hop direction.
+    pub fn relay_buffer_bytes(&self) -> u64 {
+        let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
+        self.limits.relay_buffer(rate, self.rtt_ms)
+    }
+}
+
+/// Parses an allowed-terminals list: one hex key per line; blank lines and everything after
+/// `#` are ignored. Errors give the 1-based line.
+pub fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError> {
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let content = line.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        if keys.len() >= MAX_ALLOWED_TERMINALS {
+            return Err(bad(
+                format!("line {}", i + 1),
+                format!("more than {MAX_ALLOWED_TERMINALS} keys"),
+            ));
+        }
+        keys.push(
+            PublicKey::from_hex(content)
+                .map_err(|e| bad(format!("line {}", i + 1), e.to_string()))?,
+        );
+    }
+    Ok(keys)
+}
+
+/// Reads and parses an allowed-terminals file; errors name the file and line.
+pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
+    let text = read_bounded(path)?;
+    parse_allowed_terminals(&text).map_err(|e| e.in_file(path))
+}
+
+// ---------------------------------------------------------------------------------------------
+// STP options and limits
+
+/// Congestion controller names accepted in `stp.congestion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StpCongestion {
+    /// TCP-equivalent window control.
+    Window,
+    /// A fixed rate, `stp.rate_bps`.
+    Rate,
+}
+
+/// `stp.initial_window`: a number of packets, or the string "4kss" (RFC 3390).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum InitialWindowOption {
+    Packets(u32),
+    Named(String),
+}
+
+/// Overrides of [`stp::Config`]; every field left out keeps the engine's default (listed in
+/// `docs/stp-spec.md` §8 and on `stp::Config`). Field names and units are the engine's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StpOptions {
+    /// "window" (default) or "rate".
+    pub congestion: Option<StpCongestion>,
+    /// Sending rate for `congestion = "rate"`, bit/s of datagram bytes; required with it.
+    pub rate_bps: Option<u64>,
+    /// Packets (default 10), or "4kss".
+    pub initial_window: Option<InitialWindowOption>,
+    pub polls_per_rtt: Option<u32>,
+    pub poll_every_sds: Option<u32>,
+    pub max_datagram_bytes: Option<u16>,
+    pub send_buffer_bytes: Option<u32>,
+    pub recv_buffer_bytes: Option<u32>,
+    pub min_rate_bps: Option<u64>,
+    pub max_rate_bps: Option<u64>,
+    /// Budget for feedback without data on the return channel, bit/s.
+    pub reverse_rate_bps: Option<u64>,
+    pub pacing_granularity_us: Option<u32>,
+    pub min_poll_interval_ms: Option<u32>,
+    pub max_poll_interval_ms: Option<u32>,
+    pub poll_miss_threshold: Option<u32>,
+    pub small_window_packets: Option<u32>,
+    pub reorder_threshold: Option<u32>,
+    pub max_pending_gaps: Option<u32>,
+    pub initial_rtt_ms: Option<u32>,
+    pub handshake_timeout_ms: Option<u32>,
+    pub keepalive_interval_ms: Option<u32>,
+    pub dead_timeout_ms: Option<u32>,
+}
+
+impl StpOptions {
+    /// `base` with every set option applied, then validated by the engine; errors name the
+    /// field as `stp.<field>`.
+    pub fn apply(&self, base: stp::Config) -> Result<stp::Config, ConfigError> {
+        let mut c = base;
+        match (self.congestion, self.rate_bps) {
+            (Some(StpCongestion::Window), Some(_)) => {
+                return Err(bad(
+                    "stp.rate_bps",
+                    "only meaningful with congestion = \"rate\"",
+                ));
+            }
+            (Some(StpCongestion::Window), None) => c.congestion = stp::CongestionMode::Window,
+            (Some(StpCongestion::Rate), Some(rate_bps)) | (None, Some(rate_bps)) => {
+                if self.congestion.is_none()
+                    && !matches!(c.congestion, stp::CongestionMode::Rate { .. })
+                {
+                    return Err(bad("stp.rate_bps", "set without congestion = \"rate\""));
+                }
+                c.congestion = stp::CongestionMode::Rate { rate_bps };
+            }
+            (Some(StpCongestion::Rate), None) => {
+                if !matches!(c.congestion, stp::CongestionMode::Rate { .. }) {
+                    return Err(bad("stp.rate_bps", "required with congestion = \"rate\""));
+                }
+            }
+            (None, None) => {}
+        }
+        match &self.initial_window {
+            Some(InitialWindowOption::Packets(n)) => {
+                c.initial_window = stp::InitialWindow::Packets(*n)
+            }
+            Some(InitialWindowOption::Named(s)) if s.eq_ignore_ascii_case("4kss") => {
+                c.initial_window = stp::InitialWindow::FourKss
+            }
+            Some(InitialWindowOption::Named(s)) => {
+                return Err(bad(
+                    "stp.initial_window",
+                    format!("{s:?}: must be a number of packets or \"4kss\""),
+                ));
+            }
+            None => {}
+        }
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
+        }
+        macro_rules! set_opt {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = Some(v); } )* };
+        }
+        set!(
+            polls_per_rtt,
+            poll_every_sds,
+            max_datagram_bytes,
+            send_buffer_bytes,
+            recv_buffer_bytes,
+            pacing_granularity_us,
+            min_poll_interval_ms,
+            max_poll_interval_ms,
+            poll_miss_threshold,
+            small_window_packets,
+            reorder_threshold,
+            max_pending_gaps,
+            initial_rtt_ms,
+            handshake_timeout_ms,
+            keepalive_interval_ms,
+            dead_timeout_ms
+        );
+        set_opt!(min_rate_bps, max_rate_bps, reverse_rate_bps);
+        c.validate().map_err(|e| {
+            // The engine names the rate of its rate controller `congestion.rate_bps`.
+            let field = if e.field == "congestion.rate_bps" {
+                "rate_bps"
+            } else {
+                e.field
+            };
+            bad(format!("stp.{field}"), e.reason)
+        })?;
+        Ok(c)
+    }
+}
+
+/// Resource limits of one side.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Most relayed connections of one terminal at once (default 1024). On a terminal it
+    /// bounds the terminal's own connections.
+    #[serde(default = "default_max_connections_per_terminal")]
+    pub max_connections_per_terminal: u32,
+    /// Most relayed connections at once, all terminals together (default 10000).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// Most bytes held in relay buffers at once; new connections are refused past it
+    /// (default 512 MiB).
+    #[serde(default = "default_memory_cap_bytes")]
+    pub memory_cap_bytes: u64,
+    /// Per-connection, per-direction relay buffer, bytes (default: computed by
+    /// [`Limits::relay_buffer`] from the hop's rate and RTT).
+    #[serde(default)]
+    pub relay_buffer_bytes: Option<u64>,
+}
+
+fn default_max_connections_per_terminal() -> u32 {
+    1024
+}
+fn default_max_connections() -> u32 {
+    10_000
+}
+fn default_memory_cap_bytes() -> u64 {
+    512 << 20
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections_per_terminal: default_max_connections_per_terminal(),
+            max_connections: default_max_connections(),
+            memory_cap_bytes: default_memory_cap_bytes(),
+            relay_buffer_bytes: None,
+        }
+    }
+}
+
+impl Limits {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_connections == 0 {
+            return Err(bad("max_connections", "must be positive"));
+        }
+        if self.max_connections_per_terminal == 0 {
+            return Err(bad("max_connections_per_terminal", "must be positive"));
+        }
+        if self.max_connections_per_terminal > self.max_connections {
+            return Err(bad(
+                "max_connections_per_terminal",
+                "must not exceed max_connections",
+            ));
+        }
+        if self.memory_cap_bytes < 1 << 20 {
+            return Err(bad("memory_cap_bytes", "must be at least 1 MiB"));
+        }
+        if let Some(b) = self.relay_buffer_bytes {
+            if !(4096..=1 << 30).contains(&b) {
+                return Err(bad("relay_buffer_bytes", "must be 4096..=1073741824"));
+            }
+            if b > self.memory_cap_bytes {
+                return Err(bad(
+                    "relay_buffer_bytes",
+                    "must not exceed memory_cap_bytes",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Relay buffer per connection and direction, bytes: `relay_buffer_bytes` when set;
+    /// otherwise 2.5 × the hop's bandwidth-delay product (`rate_bps` × `rtt_ms`), clamped to
+    /// 64 KiB..=64 MiB; 4 MiB when the rate or RTT is unknown.
+    ///
+    /// Why more than one BDP: a single connection fills the hop only if the relay holds a full
+    /// BDP in flight, and the seeds find buffering "on the order of bandwidth-delay products"
+    /// necessary for full utilization. After a loss, STP keeps the lost data and everything
+    /// sent after it until the STAT/USTAT round trip completes, and the fast TCP side keeps
+    /// filling the buffer meanwhile, so one more BDP is needed to keep the pipe full through
+    /// recovery; the extra half absorbs the rate mismatch between the TCP side and the hop.
+    /// Past about 3 × BDP extra buffering only adds queueing delay, which the seeds warn can
+    /// reach the propagation delay itself — hence 2–3 × BDP, and the 64 MiB ceiling.
+    pub fn relay_buffer(&self, rate_bps: Option<u64>, rtt_ms: Option<u32>) -> u64 {
+        if let Some(b) = self.relay_buffer_bytes {
+            return b;
+        }
+        match (rate_bps, rtt_ms) {
+            (Some(rate), Some(rtt)) if rate > 0 && rtt > 0 => {
+                let bdp = u128::from(rate) * u128::from(rtt) / 8000;
+                let buf = bdp * 5 / 2;
+                let clamped = buf.clamp(
+                    u128::from(RELAY_BUFFER_MIN_BYTES),
+                    u128::from(RELAY_BUFFER_MAX_BYTES),
+                );
+                u64::try_from(clamped).unwrap_or(RELAY_BUFFER_MAX_BYTES)
+            }
+            _ => RELAY_BUFFER_DEFAULT_BYTES,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading and shared checks
+
+/// Parses the text of a terminal file (`[terminal]` table) and validates it.
+pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
+    let f: TerminalFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    f.terminal.validate()?;
+    Ok(f.terminal)
+}
+
+/// Parses the text of a gateway file (`[gateway]` table) and validates it.
+pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
+    let f: GatewayFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    f.gateway.validate()?;
+    Ok(f.gateway)
+}
+
+/// Reads, parses and validates a terminal file; errors name the file and the field.
+pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
+    let text = read_bounded(path)?;
+    parse_terminal(&text).map_err(|e| e.in_file(path))
+}
+
+/// Reads, parses and validates a gateway file; errors name the file and the field.
+pub fn load_gateway(path: &Path) -> Result<GatewayConfig, ConfigError> {
+    let text = read_bounded(path)?;
+    parse_gateway(&text).map_err(|e| e.in_file(path))
+}
+
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let io = |source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(ConfigError::Parse(format!(
+                "larger than {MAX_FILE_BYTES} bytes"
+            ))),
+        });
+    }
+    Ok(text)
+}
+
+fn check_common(
+    up_rate_bps: Option<u64>,
+    down_rate_bps: Option<u64>,
+    rtt_ms: Option<u32>,
+    idle_timeout_s: u32,
+    connect_timeout_s: u32,
+) -> Result<(), ConfigError> {
+    for (v, name) in [
+        (up_rate_bps, "up_rate_bps"),
+        (down_rate_bps, "down_rate_bps"),
+    ] {
+        if matches!(v, Some(r) if r < 1000) {
+            return Err(bad(name, "must be at least 1000 bit/s"));
+        }
+    }
+    if matches!(rtt_ms, Some(r) if r == 0 || r > 60_000) {
+        return Err(bad("rtt_ms", "must be 1..=60000"));
+    }
+    if idle_timeout_s == 0 {
+        return Err(bad("idle_timeout_s", "must be positive"));
+    }
+    if connect_timeout_s == 0 || connect_timeout_s > 3600 {
+        return Err(bad("connect_timeout_s", "must be 1..=3600"));
+    }
+    Ok(())
+}
+
+fn check_path(p: &Path, field: &str) -> Result<(), ConfigError> {
+    if p.as_os_str().is_empty() {
+        return Err(bad(field, "must not be empty"));
+    }
+    Ok(())
+}
+
+/// Checks `host:port` or `[v6addr]:port`; the port must be non-zero.
+fn check_host_port(s: &str) -> Result<(), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?}: expected host:port"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("{s:?}: port must be 1..=65535")),
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        let v6 = inner
+            .strip_suffix(']')
+            .ok_or_else(|| format!("{s:?}: unclosed '['"))?;
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("{s:?}: not an IPv6 address in brackets"));
+    }
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Ok(());
+    }
+    if host.contains(':') {
+        return Err(format!(
+            "{s:?}: write an IPv6 address in brackets, [addr]:port"
+        ));
+    }
+    check_hostname(host).map_err(|r| format!("{s:?}: {r}"))
+}
+
+fn check_hostname(h: &str) -> Result<(), String> {
+    let h = h.strip_suffix('.').unwrap_or(h);
+    if h.is_empty() || h.len() > 253 {
+        return Err("host name must be 1..=253 characters".into());
+    }
+    for label in h.split('.') {
+        if label.is_empty()
+            || label.len() > 63
+            || label.starts_with('-')
+            || label.ends_with('-')
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!("{label:?} is not a valid host name label"));
+        }
+    }
+    Ok(())
+}
+
+fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY_A: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const KEY_B: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+
+    fn terminal_text(extra: &str) -> String {
+        format!(
+            "[terminal]\nsocks_listen = \"127.0.0.1:1080\"\ngateway = \"gw.example.net:4433\"\n\
+             gateway_public_key = \"{KEY_A}\"\nprivate_key_file = \"/etc/satstp/terminal.key\"\n{extra}"
+        )
+    }
+
+    fn gateway_text(extra: &str) -> String {
+        format!(
+            "[gateway]\nlisten = \"0.0.0.0:4433\"\nprivate_key_file = \"/etc/satstp/gw.key\"\n\
+             allowed_terminals = [\"{KEY_B}\"]\n{extra}"
+        )
+    }
+
+    fn field_of(r: Result<impl std::fmt::Debug, ConfigError>) -> String {
+        match r {
+            Err(e) => e
+                .field()
+                .map(str::to_owned)
+                .unwrap_or_else(|| e.to_string()),
+            Ok(v) => panic!("accepted: {v:?}"),
+        }
+    }
+
+    #[test]
+    fn example_files_parse() {
+        let t = parse_terminal(include_str!("../../../deploy/terminal.toml"));
+        let t = match t {
+            Ok(t) => t,
+            Err(e) => panic!("deploy/terminal.toml: {e}"),
+        };
+        assert!(t.socks_listen.is_some());
+        t.stp_config().unwrap();
+        let g = parse_gateway(include_str!("../../../deploy/gateway.toml"));
+        let g = match g {
+            Ok(g) => g,
+            Err(e) => panic!("deploy/gateway.toml: {e}"),
+        };
+        assert!(!g.allowed_terminals.is_empty() || g.allowed_terminals_file.is_some());
+        g.stp_config().unwrap();
+    }
+
+    #[test]
+    fn minimal_files_get_documented_defaults() {
+        let t = parse_terminal(&terminal_text("")).unwrap();
+        assert_eq!(t.idle_timeout_s, 300);
+        assert_eq!(t.connect_timeout_s, 30);
+        assert_eq!(t.limits, Limits::default());
+        assert_eq!(t.limits.max_connections_per_terminal, 1024);
+        assert_eq!(t.limits.max_connections, 10_000);
+        assert_eq!(t.limits.memory_cap_bytes, 512 << 20);
+        assert_eq!(t.stp_config().unwrap(), stp::Config::default());
+        assert_eq!(t.gateway_public_key().unwrap().to_hex(), KEY_A);
+        let g = parse_gateway(&gateway_text("")).unwrap();
+        assert!(!g.source_transparent);
+        assert!(g.tcp.nodelay);
+        assert!(!g.policy.allow_private);
+        assert_eq!(g.allowed_terminal_keys().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let e = parse_terminal(&terminal_text("socks_listn = \"127.0.0.1:1\"")).unwrap_err();
+        assert!(e.to_string().contains("socks_listn"), "{e}");
+        let e = parse_gateway(&gateway_text("[gateway.limits]\nmax_conns = 3")).unwrap_err();
+        assert!(e.to_string().contains("max_conns"), "{e}");
+        let e = parse_gateway(&gateway_text("[gateway.stp]\npolls = 3")).unwrap_err();
+        assert!(e.to_string().contains("polls"), "{e}");
+    }
+
+    #[test]
+    fn missing_required_field_is_named() {
+        let e = parse_terminal("[terminal]\nsocks_listen = \"127.0.0.1:1080\"\n").unwrap_err();
+        assert!(e.to_string().contains("gateway"), "{e}");
+        let e = parse_gateway("[gateway]\nprivate_key_file = \"k\"\n").unwrap_err();
+        assert!(e.to_string().contains("listen"), "{e}");
+    }
+
+    #[test]
+    fn bad_hex_key_is_named() {
+        let text = terminal_text("").replace(KEY_A, "abcd");
+        assert_eq!(
+            field_of(parse_terminal(&text)),
+            "terminal.gateway_public_key"
+        );
+        let text = terminal_text("").replace(KEY_A, &KEY_A.replace('0', "g"));
+        let e = parse_terminal(&text).unwrap_err();
+        assert!(
+            e.to_string().starts_with("terminal.gateway_public_key:"),
+            "{e}"
+        );
+        let text = gateway_text("").replace(KEY_B, "xyz");
+        assert_eq!(
+            field_of(parse_gateway(&text)),
+            "gateway.allowed_terminals[0]"
+        );
+    }
+
+    #[test]
+    fn zero_rates_are_named() {
+        assert_eq!(
+            field_of(parse_terminal(&terminal_text("up_rate_bps = 0"))),
+            "terminal.up_rate_bps"
+        );
+        assert_eq!(
+            field_of(parse_gateway(&gateway_text("down_rate_bps = 0"))),
+            "gateway.down_rate_bps"
+        );
+        assert_eq!(
+            field_of(parse_gateway(&gateway_text("rtt_ms = 0"))),
+            "gateway.rtt_ms"
+        );
+        assert_eq!(
+            field_of(parse_terminal(&terminal_text(
+                "[terminal.stp]\ncongestion = \"rate\"\nrate_bps = 0"
+            ))),
+            "terminal.stp.rate_bps"
+        );
+        assert_eq!(
+            field_of(parse_terminal(&terminal_text(
+                "[terminal.stp]\nreverse_rate_bps = 0"
+            ))),
+            "terminal.stp.reverse_rate_bps"
+        );
+    }
+
+    #[test]
+    fn other_errors_are_named() {
+        let cases: &[(&str, &str)] = &[
+            ("idle_timeout_s = 0", "terminal.idle_timeout_s"),
+            ("connect_timeout_s = 0", "terminal.connect_timeout_s"),
+            (
+                "[terminal.limits]\nmax_connections = 0",
+                "terminal.limits.max_connections",
+            ),
+            (
+                "[terminal.limits]\nmax_connections = 10\nmax_connections_per_terminal = 11",
+                "terminal.limits.max_connections_per_terminal",
+            ),
+            (
+                "[terminal.limits]\nrelay_buffer_bytes = 1",
+                "terminal.limits.relay_buffer_bytes",
+            ),
+            (
+                "[terminal.stp]\npolls_per_rtt = 0",
+                "terminal.stp.polls_per_rtt",
+            ),
+            (
+                "[terminal.stp]\ninitial_window = \"huge\"",
+                "terminal.stp.initial_window",
+            ),
+            (
+                "[terminal.stp]\ncongestion = \"rate\"",
+                "terminal.stp.rate_bps",
+            ),
+            (
+                "[[terminal.socks_users]]\nuser = \"\"\npassword = \"p\"",
+                "terminal.socks_users[0].user",
+            ),
+        ];
+        for (extra, field) in cases {
+            assert_eq!(
+                &field_of(parse_terminal(&terminal_text(extra))),
+                field,
+                "{extra}"
+            );
+        }
+        let text = terminal_text("").replace("gw.example.net:4433", "gw.example.net");
+        assert_eq!(field_of(parse_terminal(&text)), "terminal.gateway");
+        let text = terminal_text("").replace("socks_listen = \"127.0.0.1:1080\"\n", "");
+        assert_eq!(field_of(parse_terminal(&text)), "terminal.socks_listen");
+
+        let gcases: &[(&str, &str)] = &[
+            (
+                "[gateway.policy]\ndeny = [\"10.0.0.0/33\"]",
+                "gateway.policy.deny[0]",
+            ),
+            (
+                "[gateway.policy]\nallow = [\"bad name!\"]",
+                "gateway.policy.allow[0]",
+            ),
+            (
+                "[gateway.tcp]\ncongestion = \"no such thing\"",
+                "gateway.tcp.congestion",
+            ),
+            (
+                "[gateway.tcp]\nsend_buffer_bytes = 10",
+                "gateway.tcp.send_buffer_bytes",
+            ),
+        ];
+        for (extra, field) in gcases {
+            assert_eq!(
+                &field_of(parse_gateway(&gateway_text(extra))),
+                field,
+                "{extra}"
+            );
+        }
+        let text = gateway_text("").replace(&format!("allowed_terminals = [\"{KEY_B}\"]"), "");
+        assert_eq!(field_of(parse_gateway(&text)), "gateway.allowed_terminals");
+    }
+
+    #[test]
+    fn stp_options_apply() {
+        let o = StpOptions {
+            congestion: Some(StpCongestion::Rate),
+            rate_bps: Some(1_500_000),
+            initial_window: Some(InitialWindowOption::Named("4KSS".into())),
+            polls_per_rtt: Some(5),
+            reverse_rate_bps: Some(64_000),
+            max_datagram_bytes: Some(1200),
+            ..StpOptions::default()
+        };
+        let c = o.apply(stp::Config::default()).unwrap();
+        assert_eq!(
+            c.congestion,
+            stp::CongestionMode::Rate {
+                rate_bps: 1_500_000
+            }
+        );
+        assert_eq!(c.initial_window, stp::InitialWindow::FourKss);
+        assert_eq!(c.polls_per_rtt, 5);
+        assert_eq!(c.reverse_rate_bps, Some(64_000));
+        assert_eq!(c.max_datagram_bytes, 1200);
+        assert_eq!(
+            c.recv_buffer_bytes,
+            stp::Config::default().recv_buffer_bytes
+        );
+        let e = StpOptions {
+            max_datagram_bytes: Some(10),
+            ..StpOptions::default()
+        }
+        .apply(stp::Config::default())
+        .unwrap_err();
+        assert_eq!(e.field(), Some("stp.max_datagram_bytes"));
+    }
+
+    #[test]
+    fn relay_buffer_math() {
+        let l = Limits::default();
+        // 1.5 Mb/s × 532 ms = 99 750 bytes; × 2.5 = 249 375.
+        assert_eq!(l.relay_buffer(Some(1_500_000), Some(532)), 249_375);
+        // 100 Mb/s × 600 ms = 7.5 MB; × 2.5 = 18.75 MB.
+        assert_eq!(l.relay_buffer(Some(100_000_000), Some(600)), 18_750_000);
+        // Tiny BDP: clamped up to 64 KiB.
+        assert_eq!(l.relay_buffer(Some(64_000), Some(20)), 64 << 10);
+        // Huge BDP: clamped down to 64 MiB.
+        assert_eq!(l.relay_buffer(Some(10_000_000_000), Some(600)), 64 << 20);
+        assert_eq!(l.relay_buffer(Some(u64::MAX), Some(u32::MAX)), 64 << 20);
+        // Unknown rate or RTT: 4 MiB.
+        assert_eq!(l.relay_buffer(None, Some(600)), 4 << 20);
+        assert_eq!(l.relay_buffer(Some(1_000_000), None), 4 << 20);
+        // Explicit value wins.
+        let l = Limits {
+            relay_buffer_bytes: Some(123_456),
+            ..Limits::default()
+        };
+        assert_eq!(l.relay_buffer(Some(1_500_000), Some(532)), 123_456);
+        // The terminal sizes on its faster direction.
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = 256000\ndown_rate_bps = 8000000\nrtt_ms = 600",
+        ))
+        .unwrap();
+        assert_eq!(t.relay_buffer_bytes(), 8_000_000 * 600 / 8000 * 5 / 2);
+    }
+
+    #[test]
+    fn allowed_terminals_file_format() {
+        let text = format!("# terminals\n\n{KEY_A}  # office\n  {KEY_B}\n{KEY_A}\n");
+        let keys = parse_allowed_terminals(&text).unwrap();
+        assert_eq!(keys.len(), 3);
+        let e = parse_allowed_terminals(&format!("{KEY_A}\nnot-a-key\n")).unwrap_err();
+        assert_eq!(e.field(), Some("line 2"));
+
+        let dir = std::env::temp_dir().join(format!("pep-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("allowed");
+        std::fs::write(&path, &text).unwrap();
+        let g = GatewayConfig {
+            allowed_terminals_file: Some(path.clone()),
+            ..parse_gateway(&gateway_text("")).unwrap()
+        };
+        assert_eq!(g.allowed_terminal_keys().unwrap().len(), 2);
+        std::fs::write(&path, "zz\n").unwrap();
+        let e = g.allowed_terminal_keys().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("allowed") && msg.contains("line 1"), "{msg}");
+        let gw = dir.join("gateway.toml");
+        std::fs::write(&gw, gateway_text("rtt_ms = 0")).unwrap();
+        let msg = load_gateway(&gw).unwrap_err().to_string();
+        assert!(
+            msg.contains("gateway.toml") && msg.contains("gateway.rtt_ms"),
+            "{msg}"
+        );
+        let msg = load_terminal(&dir.join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("missing.toml"), "{msg}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn policy_rules_match() {
+        let r = PolicyRule::parse("10.0.0.0/8").unwrap();
+        assert!(r.matches_ip("10.200.1.1".parse().unwrap()));
+        assert!(!r.matches_ip("11.0.0.1".parse().unwrap()));
+        let r = PolicyRule::parse("192.168.1.0/23").unwrap();
+        assert!(r.matches_ip("192.168.0.9".parse().unwrap()));
+        assert!(!r.matches_ip("192.168.2.1".parse().unwrap()));
+        let r = PolicyRule::parse("2001:db8::/32").unwrap();
+        assert!(r.matches_ip("2001:db8:1::1".parse().unwrap()));
+        assert!(!r.matches_ip("10.0.0.1".parse().unwrap()));
+        let r = PolicyRule::parse("*.Example.com").unwrap();
+        assert!(r.matches_name("www.example.com."));
+        assert!(!r.matches_name("example.com"));
+        assert!(!r.matches_name("badexample.com"));
+        let r = PolicyRule::parse("example.com").unwrap();
+        assert!(r.matches_name("EXAMPLE.com"));
+        assert!(!r.matches_name("www.example.com"));
+        assert!(PolicyRule::parse("1.2.3.4/x").is_err());
+    }
+}

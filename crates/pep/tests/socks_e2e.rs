@@ -1,0 +1,227 @@
+//! SOCKS5 client → terminal → (emulated link) → gateway → local origin server, on loopback.
+
+use linkem::{EmulatorConfig, Profile, UdpEmulator};
+use pep::hop::{Hop, HopConfig, Security};
+use pep::keys::generate_keypair;
+use pep::policy::{Policy, PolicyConfig};
+use pep::socks::SocksAuth;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stp::EndpointConfig;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+fn pattern(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect()
+}
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Origin server: "D n\n" → n pattern bytes then close; "U n\n" → reads n bytes, answers the
+/// 8-byte FNV hash, closes.
+async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let mut parts = line.split_whitespace();
+                let (Some(cmd), Some(n)) = (
+                    parts.next(),
+                    parts.next().and_then(|n| n.parse::<usize>().ok()),
+                ) else {
+                    return;
+                };
+                if cmd == "D" {
+                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
+                    let _ = r.get_mut().shutdown().await;
+                } else {
+                    let mut got = vec![0u8; n];
+                    if r.read_exact(&mut got).await.is_ok() {
+                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+struct Setup {
+    socks: SocketAddr,
+    emu: Option<linkem::EmulatorHandle>,
+}
+
+async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
+    let hop_cfg = |seed| HopConfig {
+        endpoint: EndpointConfig::default(),
+        relay_buffer_bytes: 4 << 20,
+        seed,
+    };
+    let gw = Hop::start(
+        gsock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        hop_cfg(2),
+    )
+    .unwrap();
+    let gw_addr = gw.local_addr();
+    let policy = Arc::new(
+        Policy::new(PolicyConfig {
+            allow,
+            deny: vec![],
+            allow_private: false,
+            own_addresses: vec![],
+        })
+        .unwrap(),
+    );
+    tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
+    let emu = match profile {
+        Some(p) => {
+            let (up, down) = p.links();
+            Some(
+                UdpEmulator::start(EmulatorConfig {
+                    listen: "127.0.0.1:0".parse().unwrap(),
+                    to: gw_addr,
+                    up,
+                    down,
+                    seed: 4,
+                })
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
+    let to = emu.as_ref().map_or(gw_addr, |e| e.local_addr());
+    let tsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let term = Arc::new(
+        Hop::start(
+            tsock,
+            Security::Terminal {
+                local: tk,
+                gateway_key: gp,
+                gateway: to,
+            },
+            hop_cfg(1),
+        )
+        .unwrap(),
+    );
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socks = l.local_addr().unwrap();
+    tokio::spawn(pep::relay::serve_socks(l, term, Arc::new(SocksAuth::None)));
+    Setup { socks, emu }
+}
+
+/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
+async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.unwrap();
+    assert_eq!(m, [5, 0]);
+    let SocketAddr::V4(v4) = dest else {
+        panic!("ipv4 only here")
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await.unwrap();
+    (s, rep[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_and_upload_through_socks_over_emulated_geo() {
+    let origin = origin().await;
+    let st = setup(Some(Profile::Geo), vec!["127.0.0.0/8".into()]).await;
+    let down = 8 << 20;
+    let (mut s, code) = socks_connect(st.socks, origin).await;
+    assert_eq!(code, 0);
+    let t0 = Instant::now();
+    s.write_all(format!("D {down}\n").as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(120), s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(got.len(), down);
+    assert!(got == pattern(7, down), "download corrupted");
+    eprintln!(
+        "8 MB download over emulated GEO: {:.2} s = {:.1} Mb/s",
+        secs,
+        down as f64 * 8.0 / secs / 1e6
+    );
+    let up = 2 << 20;
+    let data = pattern(9, up);
+    let (mut s, code) = socks_connect(st.socks, origin).await;
+    assert_eq!(code, 0);
+    s.write_all(format!("U {up}\n").as_bytes()).await.unwrap();
+    s.write_all(&data).await.unwrap();
+    let mut h = [0u8; 8];
+    tokio::time::timeout(Duration::from_secs(120), s.read_exact(&mut h))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(u64::from_be_bytes(h), fnv(&data), "upload corrupted");
+    let stats = st.emu.unwrap().shutdown().await;
+    eprintln!(
+        "emulated link bytes: up {} down {}",
+        stats.up.sent_bytes, stats.down.sent_bytes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_and_denied_destinations_get_socks_errors() {
+    let st = setup(None, vec!["127.0.0.0/8".into()]).await;
+    // A closed port: connection refused (0x05).
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let (_, code) = socks_connect(st.socks, closed).await;
+    assert_eq!(code, 5);
+    // Outside the allow-list: not allowed (0x02).
+    let (_, code) = socks_connect(st.socks, "192.0.2.1:80".parse().unwrap()).await;
+    assert_eq!(code, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_is_denied_by_default() {
+    let origin = origin().await;
+    let st = setup(None, vec![]).await;
+    let (_, code) = socks_connect(st.socks, origin).await;
+    assert_eq!(
+        code, 2,
+        "the gateway must not be an open proxy to its own loopback"
+    );
+}
