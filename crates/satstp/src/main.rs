@@ -1,6 +1,8 @@
 //! `satstp`: the command-line entry point to the satstp tools.
 
 mod bench;
+mod bench_gateway;
+mod daemon;
 mod demo;
 mod emulate;
 mod keygen;
@@ -26,6 +28,12 @@ enum Command {
     /// Run STP over an emulated GEO satellite path (in virtual time) and report what it achieved
     /// and what it cost on the return channel.
     Demo(demo::DemoArgs),
+    /// The split-connection gateway's terminal side (user side): SOCKS5 / HTTP CONNECT listeners
+    /// relayed over STP on the encrypted satellite hop.
+    Terminal(daemon::DaemonArgs),
+    /// The split-connection gateway's ground side: serves authorized terminals and connects to
+    /// destinations over TCP.
+    Gateway(daemon::DaemonArgs),
     /// Run a scenario file (TOML) in the packet simulator and print mean ± 95% CI per flow.
     Sim(sim::SimArgs),
     /// Reproduce the seeds' experiments: JSON, CSV, plots and a report with seeds' figures beside ours.
@@ -44,6 +52,8 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Sim(args) => sim::run_sim(&args),
+        Command::Terminal(args) => daemon::terminal(&args),
+        Command::Gateway(args) => daemon::gateway(&args),
         Command::Reproduce(args) => reproduce::run(&args),
         Command::Bench(cmd) => bench::run(&cmd),
         Command::Emulate(cmd) => emulate::run(&cmd),

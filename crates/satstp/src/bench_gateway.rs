@@ -1,0 +1,434 @@
+//! `satstp bench gateway`: the split-connection gateway on real sockets, on loopback.
+//!
+//! One process holds everything: a SOCKS5 client, the terminal (SOCKS listener and its STP hop),
+//! the gateway (STP hop and relay, destination policy allowing 127.0.0.0/8), and an origin TCP
+//! server. The satellite hop is encrypted (Noise IK) and has no emulated impairment. Measured:
+//! throughput of one bulk download, of N parallel downloads, CPU seconds per GB (getrusage of
+//! the whole process around the single-flow run) and resident memory per idle connection (VmRSS
+//! growth while N idle connections are held open, divided by N).
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use netsim::units::parse_bytes;
+use pep::hop::{Hop, HopConfig, Security};
+use pep::keys::generate_keypair;
+use pep::policy::{Policy, PolicyConfig};
+use pep::socks::SocksAuth;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stp::{Config, EndpointConfig};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// Whole benchmark must finish within this.
+const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// STP receive and send buffers per connection (allocated as data arrives, not up front).
+const STP_BUFFER: u32 = 32 << 20;
+/// Bytes a relay stream may hand to the hop before STP accepts them.
+const RELAY_BUFFER: u32 = 8 << 20;
+/// Origin's reusable send buffer and the client's read buffer.
+const IO_BUF: usize = 256 * 1024;
+/// Idle connections opened concurrently at most.
+const OPEN_CONCURRENCY: usize = 32;
+
+#[derive(Debug, Args)]
+pub struct GatewayBenchArgs {
+    /// Bytes for the single-flow download; the parallel run moves the same total split evenly
+    /// (units such as 1GB accepted).
+    #[arg(long, default_value = "1GB", value_parser = parse_bytes)]
+    bytes: u64,
+    /// Parallel connections in the second run.
+    #[arg(long, default_value_t = 100)]
+    parallel: u32,
+    /// Idle connections held open for the memory measurement.
+    #[arg(long, default_value_t = 1000)]
+    idle: u32,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Figures {
+    single_secs: f64,
+    single_gbps: f64,
+    parallel_secs: f64,
+    parallel_bytes: u64,
+    parallel_gbps: f64,
+    cpu_secs: f64,
+    cpu_s_per_gb: f64,
+    rss_before_kib: u64,
+    rss_after_kib: u64,
+    idle_conn_kib: f64,
+}
+
+pub fn run(args: &GatewayBenchArgs) -> Result<()> {
+    if args.bytes == 0 || args.bytes > 1 << 40 {
+        bail!(
+            "--bytes must be between 1 byte and 1 TiB, got {}",
+            args.bytes
+        );
+    }
+    if !(1..=1000).contains(&args.parallel) {
+        bail!(
+            "--parallel must be between 1 and 1000, got {}",
+            args.parallel
+        );
+    }
+    if u64::from(args.parallel) > args.bytes {
+        bail!("--bytes must be at least --parallel (one byte per connection)");
+    }
+    if !(1..=5000).contains(&args.idle) {
+        bail!("--idle must be between 1 and 5000, got {}", args.idle);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let res = rt.block_on(async {
+        match tokio::time::timeout(OVERALL_TIMEOUT, bench(args)).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!(
+                "gateway benchmark did not finish within {} s",
+                OVERALL_TIMEOUT.as_secs()
+            )),
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    let f = res?;
+    let mib = STP_BUFFER >> 20;
+    if args.json {
+        let v = serde_json::json!({
+            "benchmark": "gateway",
+            "encryption": "noise-ik chacha20-poly1305",
+            "stp_buffer_bytes": STP_BUFFER,
+            "relay_buffer_bytes": RELAY_BUFFER,
+            "max_datagram_bytes": Config::default().max_datagram_bytes,
+            "bytes": args.bytes,
+            "single_flow_seconds": f.single_secs,
+            "single_flow_gbps": f.single_gbps,
+            "parallel_connections": args.parallel,
+            "parallel_bytes": f.parallel_bytes,
+            "parallel_seconds": f.parallel_secs,
+            "parallel_gbps": f.parallel_gbps,
+            "cpu_seconds": f.cpu_secs,
+            "cpu_s_per_gb": f.cpu_s_per_gb,
+            "idle_connections": args.idle,
+            "rss_before_kib": f.rss_before_kib,
+            "rss_after_kib": f.rss_after_kib,
+            "idle_conn_kib": f.idle_conn_kib,
+        });
+        println!("{v}");
+    } else {
+        println!("satstp bench gateway: SOCKS client → terminal → encrypted STP hop → gateway → origin, all on loopback, no impairment");
+        println!(
+            "  STP config          recv/send buffers {mib} MiB, max datagram {} bytes, min POLL interval 1 ms; relay buffer {} MiB",
+            Config::default().max_datagram_bytes,
+            RELAY_BUFFER >> 20
+        );
+        println!(
+            "  single flow         {} bytes in {:.3} s = {:.2} Gbit/s  (target ≥ 2)",
+            args.bytes, f.single_secs, f.single_gbps
+        );
+        println!(
+            "  {} parallel        {} bytes in {:.3} s = {:.2} Gbit/s",
+            args.parallel, f.parallel_bytes, f.parallel_secs, f.parallel_gbps
+        );
+        println!(
+            "  CPU                 {:.3} s user+system for the single flow = {:.2} CPU s/GB (whole process: client, terminal, gateway, origin)",
+            f.cpu_secs, f.cpu_s_per_gb
+        );
+        println!(
+            "  idle connections    {}: VmRSS {} → {} KiB = {:.1} KiB per connection  (target ≤ 64; both hops, relay tasks, client and origin)",
+            args.idle, f.rss_before_kib, f.rss_after_kib, f.idle_conn_kib
+        );
+    }
+    Ok(())
+}
+
+async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
+    let origin = Origin::start().await?;
+    let socks = setup(args.idle + args.parallel + 64).await?;
+
+    // Idle connections first, before bulk transfers leave freed memory in the heap: established
+    // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
+    download(socks, origin.addr, 1000)
+        .await
+        .context("warm-up download")?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before_kib = rss_kib()?;
+    let held_before = origin.held.load(Ordering::SeqCst);
+    let idle = args.idle as usize;
+    let mut conns = Vec::with_capacity(idle);
+    let mut set = tokio::task::JoinSet::new();
+    let mut opened = 0usize;
+    while conns.len() < idle {
+        while opened < idle && set.len() < OPEN_CONCURRENCY {
+            let addr = origin.addr;
+            set.spawn(async move { socks_connect(socks, addr).await });
+            opened += 1;
+        }
+        match set.join_next().await {
+            Some(r) => conns.push(
+                r.context("idle connection task")?
+                    .context("opening an idle connection")?,
+            ),
+            None => bail!("idle connection tasks ended early"),
+        }
+    }
+    // Every SOCKS success means the gateway connected; wait for the origin to have them all.
+    let wait = Instant::now();
+    while origin.held.load(Ordering::SeqCst) < held_before + idle {
+        if wait.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "the origin holds {} of {idle} idle connections after 30 s",
+                origin.held.load(Ordering::SeqCst) - held_before
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_after_kib = rss_kib()?;
+    drop(conns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Single flow, with the process's CPU time around it.
+    let cpu0 = cpu_seconds()?;
+    let t0 = Instant::now();
+    download(socks, origin.addr, args.bytes)
+        .await
+        .context("single-flow download")?;
+    let single_secs = t0.elapsed().as_secs_f64();
+    let cpu_secs = cpu_seconds()? - cpu0;
+
+    // Parallel flows: the same total split evenly.
+    let n = u64::from(args.parallel);
+    let each = args.bytes / n;
+    let t0 = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let addr = origin.addr;
+        set.spawn(async move { download(socks, addr, each).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.context("parallel download task")?
+            .context("parallel download")?;
+    }
+    let parallel_secs = t0.elapsed().as_secs_f64();
+    let parallel_bytes = each * n;
+
+    let gb = args.bytes as f64 / 1e9;
+    Ok(Figures {
+        single_secs,
+        single_gbps: args.bytes as f64 * 8.0 / single_secs / 1e9,
+        parallel_secs,
+        parallel_bytes,
+        parallel_gbps: parallel_bytes as f64 * 8.0 / parallel_secs / 1e9,
+        cpu_secs,
+        cpu_s_per_gb: cpu_secs / gb,
+        rss_before_kib,
+        rss_after_kib,
+        idle_conn_kib: rss_after_kib.saturating_sub(rss_before_kib) as f64 / idle as f64,
+    })
+}
+
+/// Starts the gateway (hop and relay) and the terminal (hop and SOCKS listener); returns the
+/// SOCKS address.
+async fn setup(max_connections: u32) -> Result<SocketAddr> {
+    let (tk, tp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
+    let (gk, gp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng)
+        .map_err(|e| anyhow!("creating the gateway's responder: {e}"))?;
+    let endpoint = EndpointConfig {
+        max_connections,
+        max_accept_queue: max_connections,
+        connection: Config {
+            recv_buffer_bytes: STP_BUFFER,
+            send_buffer_bytes: STP_BUFFER,
+            min_poll_interval_ms: 1,
+            ..Config::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let hop_cfg = |seed| HopConfig {
+        endpoint: endpoint.clone(),
+        relay_buffer_bytes: RELAY_BUFFER,
+        seed,
+    };
+    let gsock = UdpSocket::bind("127.0.0.1:0")
+        .await
+        .context("binding the gateway's UDP socket")?;
+    let gw = Hop::start(
+        gsock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        hop_cfg(2),
+    )
+    .map_err(|e| anyhow!("starting the gateway hop: {e}"))?;
+    let gw_addr = gw.local_addr();
+    let policy = Policy::new(PolicyConfig {
+        allow: vec!["127.0.0.0/8".into()],
+        deny: vec![],
+        allow_private: false,
+        own_addresses: vec![],
+    })
+    .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
+    tokio::spawn(pep::relay::serve(
+        gw,
+        Arc::new(policy),
+        Duration::from_secs(5),
+    ));
+    let tsock = UdpSocket::bind("127.0.0.1:0")
+        .await
+        .context("binding the terminal's UDP socket")?;
+    let term = Hop::start(
+        tsock,
+        Security::Terminal {
+            local: tk,
+            gateway_key: gp,
+            gateway: gw_addr,
+        },
+        hop_cfg(1),
+    )
+    .map_err(|e| anyhow!("starting the terminal hop: {e}"))?;
+    let l = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the SOCKS listener")?;
+    let socks = l.local_addr()?;
+    tokio::spawn(pep::relay::serve_socks(
+        l,
+        Arc::new(term),
+        Arc::new(SocksAuth::None),
+    ));
+    Ok(socks)
+}
+
+/// Origin server: per connection, reads "D <n>\n" and sends n bytes, then closes. Connections
+/// that send nothing are held (and counted in `held`) until the peer closes them.
+struct Origin {
+    addr: SocketAddr,
+    held: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    async fn start() -> Result<Origin> {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the origin server")?;
+        let addr = l.local_addr()?;
+        let held = Arc::new(AtomicUsize::new(0));
+        let data: Arc<[u8]> = vec![0x5au8; IO_BUF].into();
+        let counter = Arc::clone(&held);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let data = Arc::clone(&data);
+                tokio::spawn(async move {
+                    let _ = serve_origin(s, &data).await;
+                });
+            }
+        });
+        Ok(Origin { addr, held })
+    }
+}
+
+async fn serve_origin(s: TcpStream, data: &[u8]) -> std::io::Result<()> {
+    let mut r = BufReader::with_capacity(64, s);
+    let mut line = String::new();
+    // Bounded: the request line is short; an idle connection just waits here.
+    let n = (&mut r).take(64).read_line(&mut line).await?;
+    if n == 0 {
+        return Ok(());
+    }
+    let mut parts = line.split_whitespace();
+    let (Some("D"), Some(Ok(mut left))) = (parts.next(), parts.next().map(str::parse::<u64>))
+    else {
+        return Ok(());
+    };
+    let s = r.get_mut();
+    while left > 0 {
+        let k = left.min(data.len() as u64) as usize;
+        s.write_all(&data[..k]).await?;
+        left -= k as u64;
+    }
+    s.shutdown().await
+}
+
+/// SOCKS5 handshake (no authentication) and CONNECT to `dest`; fails unless the reply is success.
+async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream> {
+    let SocketAddr::V4(v4) = dest else {
+        bail!("the origin must have an IPv4 address");
+    };
+    let mut s = TcpStream::connect(proxy)
+        .await
+        .context("connecting to the SOCKS listener")?;
+    s.set_nodelay(true)?;
+    s.write_all(&[5, 1, 0]).await?;
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.context("SOCKS method reply")?;
+    if m != [5, 0] {
+        bail!("SOCKS method reply {m:?}, expected [5, 0]");
+    }
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    s.write_all(&req).await?;
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep)
+        .await
+        .context("SOCKS CONNECT reply")?;
+    if rep[1] != 0 {
+        bail!("SOCKS CONNECT failed with reply code {}", rep[1]);
+    }
+    Ok(s)
+}
+
+/// Downloads `n` bytes from the origin through SOCKS; checks the count.
+async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<()> {
+    let mut s = socks_connect(proxy, origin).await?;
+    s.write_all(format!("D {n}\n").as_bytes()).await?;
+    let mut buf = vec![0u8; IO_BUF];
+    let mut got = 0u64;
+    loop {
+        let k = s.read(&mut buf).await.context("reading the download")?;
+        if k == 0 {
+            break;
+        }
+        got += k as u64;
+        if got > n {
+            bail!("received more than the {n} bytes asked for");
+        }
+    }
+    if got != n {
+        bail!("download ended after {got} of {n} bytes");
+    }
+    Ok(())
+}
+
+/// User plus system CPU time of this process so far, in seconds.
+fn cpu_seconds() -> Result<f64> {
+    // SAFETY: getrusage only writes the struct we pass it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        bail!("getrusage failed: {}", std::io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
+/// Resident set size of this process, KiB (VmRSS of /proc/self/status).
+fn rss_kib() -> Result<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("no VmRSS line in /proc/self/status")
+}
