@@ -59,19 +59,51 @@ enum Command {
 
 /// One connection across the hop.
 pub struct HopStream {
-    id: u64,
-    budget: Arc<Semaphore>,
-    budget_bytes: u32,
-    tx: mpsc::Sender<Command>,
-    rx: mpsc::Receiver<StreamEvent>,
+    writer: HopWriter,
+    reader: HopReader,
 }
 
 impl HopStream {
     /// The stream's id within its hop.
     pub fn id(&self) -> u64 {
-        self.id
+        self.writer.id
     }
 
+    /// Sends bytes; waits while the relay buffer is full.
+    pub async fn write(&self, data: &[u8]) -> Result<(), String> {
+        self.writer.write(data).await
+    }
+
+    /// Half-close: the peer sees end-of-stream after every byte written so far.
+    pub async fn shutdown(&self) {
+        self.writer.shutdown().await
+    }
+
+    /// Resets the connection.
+    pub async fn abort(&self, code: u16) {
+        self.writer.abort(code).await
+    }
+
+    /// The next event from the peer (`None` once the hop is gone).
+    pub async fn recv(&mut self) -> Option<StreamEvent> {
+        self.reader.recv().await
+    }
+
+    /// Splits into a writer and a reader that can be used from different tasks.
+    pub fn split(self) -> (HopWriter, HopReader) {
+        (self.writer, self.reader)
+    }
+}
+
+/// The sending half of a [`HopStream`].
+pub struct HopWriter {
+    id: u64,
+    budget: Arc<Semaphore>,
+    budget_bytes: u32,
+    tx: mpsc::Sender<Command>,
+}
+
+impl HopWriter {
     /// Sends bytes; waits while the relay buffer is full.
     pub async fn write(&self, data: &[u8]) -> Result<(), String> {
         for piece in data.chunks(CHUNK.min(self.budget_bytes as usize).max(1)) {
@@ -90,7 +122,6 @@ impl HopStream {
         }
         Ok(())
     }
-
     /// Half-close: the peer sees end-of-stream after every byte written so far.
     pub async fn shutdown(&self) {
         let _ = self
@@ -98,69 +129,7 @@ impl HopStream {
             .send(Command::Stream(StreamCmd::Shutdown(self.id)))
             .await;
     }
-
     /// Resets the connection.
-    pub async fn abort(&self, code: u16) {
-        let _ = self
-            .tx
-            .send(Command::Stream(StreamCmd::Abort(self.id, code)))
-            .await;
-    }
-
-    /// The next event from the peer (`None` once the hop is gone).
-    pub async fn recv(&mut self) -> Option<StreamEvent> {
-        self.rx.recv().await
-    }
-
-    /// Splits into a writer and a reader that can be used from different tasks.
-    pub fn split(self) -> (HopWriter, HopReader) {
-        (
-            HopWriter {
-                id: self.id,
-                budget: self.budget,
-                budget_bytes: self.budget_bytes,
-                tx: self.tx,
-            },
-            HopReader { rx: self.rx },
-        )
-    }
-}
-
-/// The sending half of a [`HopStream`].
-pub struct HopWriter {
-    id: u64,
-    budget: Arc<Semaphore>,
-    budget_bytes: u32,
-    tx: mpsc::Sender<Command>,
-}
-
-impl HopWriter {
-    /// See [`HopStream::write`].
-    pub async fn write(&self, data: &[u8]) -> Result<(), String> {
-        for piece in data.chunks(CHUNK.min(self.budget_bytes as usize).max(1)) {
-            let permit = Arc::clone(&self.budget)
-                .acquire_many_owned(piece.len() as u32)
-                .await
-                .map_err(|_| "hop closed".to_string())?;
-            self.tx
-                .send(Command::Stream(StreamCmd::Data(
-                    self.id,
-                    Bytes::copy_from_slice(piece),
-                    permit,
-                )))
-                .await
-                .map_err(|_| "hop closed".to_string())?;
-        }
-        Ok(())
-    }
-    /// See [`HopStream::shutdown`].
-    pub async fn shutdown(&self) {
-        let _ = self
-            .tx
-            .send(Command::Stream(StreamCmd::Shutdown(self.id)))
-            .await;
-    }
-    /// See [`HopStream::abort`].
     pub async fn abort(&self, code: u16) {
         let _ = self
             .tx
@@ -175,7 +144,7 @@ pub struct HopReader {
 }
 
 impl HopReader {
-    /// See [`HopStream::recv`].
+    /// The next event from the peer (`None` once the hop is gone).
     pub async fn recv(&mut self) -> Option<StreamEvent> {
         self.rx.recv().await
     }
@@ -338,11 +307,13 @@ impl HopTask {
         );
         self.by_handle.insert(handle, id);
         HopStream {
-            id,
-            budget: Arc::new(Semaphore::new(self.relay_buffer as usize)),
-            budget_bytes: self.relay_buffer,
-            tx: self.self_tx.clone(),
-            rx: ev_rx,
+            writer: HopWriter {
+                id,
+                budget: Arc::new(Semaphore::new(self.relay_buffer as usize)),
+                budget_bytes: self.relay_buffer,
+                tx: self.self_tx.clone(),
+            },
+            reader: HopReader { rx: ev_rx },
         }
     }
 
