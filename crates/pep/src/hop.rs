@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 use tokio::net::UdpSocket;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Largest chunk a stream hands over at once.
 const CHUNK: usize = 64 * 1024;
@@ -30,8 +30,12 @@ const CHUNK: usize = 64 * 1024;
 const READ_CHUNKS: usize = 16;
 /// How often a handshake initiation is resent until answered.
 const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
-/// While a stream's reader is full, how often the hop looks again.
-const READ_RETRY: Duration = Duration::from_millis(2);
+/// Most datagrams taken from the socket in one go.
+const MAX_BATCH: usize = 256;
+/// Socket buffer size asked of the kernel (it may grant less).
+const SOCKET_BUFFER: usize = 8 << 20;
+/// While a stream's reader is full, how often the hop looks again if no reader wakes it.
+const READ_RETRY: Duration = Duration::from_millis(50);
 
 /// What the hop tells a stream's reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,12 +145,16 @@ impl HopWriter {
 /// The receiving half of a [`HopStream`].
 pub struct HopReader {
     rx: mpsc::Receiver<StreamEvent>,
+    /// Wakes the hop task when this reader makes room (it may be holding data for us).
+    room: Arc<Notify>,
 }
 
 impl HopReader {
     /// The next event from the peer (`None` once the hop is gone).
     pub async fn recv(&mut self) -> Option<StreamEvent> {
-        self.rx.recv().await
+        let ev = self.rx.recv().await;
+        self.room.notify_one();
+        ev
     }
 }
 
@@ -183,6 +191,10 @@ impl Hop {
     pub fn start(socket: UdpSocket, security: Security, config: HopConfig) -> Result<Hop, String> {
         use rand_core::SeedableRng;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
+        // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
+        let sref = socket2::SockRef::from(&socket);
+        let _ = sref.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sref.set_send_buffer_size(SOCKET_BUFFER);
         let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed));
         let endpoint = Endpoint::new(config.endpoint.clone(), rng).map_err(|e| e.to_string())?;
         let (tx, rx) = mpsc::channel(1024);
@@ -218,6 +230,7 @@ impl Hop {
             self_tx: tx.clone(),
             relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
             start: tokio::time::Instant::now(),
+            room: Arc::new(Notify::new()),
         };
         tokio::spawn(task.run());
         Ok(Hop {
@@ -276,6 +289,8 @@ struct HopTask {
     self_tx: mpsc::Sender<Command>,
     relay_buffer: u32,
     start: tokio::time::Instant,
+    /// Notified by readers as they take events.
+    room: Arc<Notify>,
 }
 
 impl HopTask {
@@ -313,7 +328,10 @@ impl HopTask {
                 budget_bytes: self.relay_buffer,
                 tx: self.self_tx.clone(),
             },
-            reader: HopReader { rx: ev_rx },
+            reader: HopReader {
+                rx: ev_rx,
+                room: Arc::clone(&self.room),
+            },
         }
     }
 
@@ -332,13 +350,24 @@ impl HopTask {
             if !self.established() {
                 wake = wake.min(next_handshake);
             }
-            if self.streams.values().any(|s| s.held.is_some()) {
+            let holding = self.streams.values().any(|s| s.held.is_some());
+            if holding {
+                // A backstop: readers notify as they make room.
                 wake = wake.min(tokio::time::Instant::now() + READ_RETRY);
             }
+            let room = Arc::clone(&self.room);
             tokio::select! {
-                r = self.socket.recv_from(&mut buf) => {
+                                r = self.socket.recv_from(&mut buf) => {
                     if let Ok((n, from)) = r {
                         self.on_datagram(&buf[..n], from, &mut plain).await;
+                        // Take everything already queued before pumping, so a burst cannot
+                        // overflow the socket's receive buffer while we work per datagram.
+                        for _ in 0..MAX_BATCH {
+                            match self.socket.try_recv_from(&mut buf) {
+                                Ok((n, from)) => self.on_datagram(&buf[..n], from, &mut plain).await,
+                                Err(_) => break,
+                            }
+                        }
                     }
                 }
                 cmd = self.commands.recv() => {
@@ -349,6 +378,7 @@ impl HopTask {
                         }
                     }
                 }
+                                _ = room.notified(), if holding => {}
                 _ = tokio::time::sleep_until(wake) => {
                     let now = self.now();
                     self.endpoint.handle_timeout(now);
