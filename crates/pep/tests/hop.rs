@@ -1,27 +1,18 @@
 //! The hop driver end to end on loopback: a terminal and a gateway hop, with and without the
 //! emulated GEO link between them; bytes arrive exactly, both ways, and half-close passes.
 
-use linkem::{EmulatorConfig, Profile, UdpEmulator};
+mod common;
+
+use common::{hop_config, link_to, pattern, terminal_hop};
+
+use linkem::Profile;
 use pep::hop::{Hop, HopConfig, HopStream, Security, StreamEvent};
 use pep::keys::generate_keypair;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
 use std::time::Duration;
-use stp::EndpointConfig;
 use tokio::net::UdpSocket;
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
 
 async fn read_all(s: &mut HopStream) -> Result<Vec<u8>, String> {
     let mut got = Vec::new();
@@ -36,11 +27,7 @@ async fn read_all(s: &mut HopStream) -> Result<Vec<u8>, String> {
 }
 
 fn cfg(seed: u64) -> HopConfig {
-    HopConfig {
-        endpoint: EndpointConfig::default(),
-        relay_buffer_bytes: 1 << 20,
-        seed,
-    }
+    hop_config(seed, 1 << 20)
 }
 
 /// Starts a gateway hop; returns it and its address.
@@ -72,35 +59,8 @@ async fn exchange(
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let (mut gw, gw_addr) = gateway(tp, gk).await;
-    let emu = match via {
-        Some(p) => {
-            let (upl, downl) = p.links();
-            Some(
-                UdpEmulator::start(EmulatorConfig {
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    to: gw_addr,
-                    up: upl,
-                    down: downl,
-                    seed: 5,
-                })
-                .await
-                .unwrap(),
-            )
-        }
-        None => None,
-    };
-    let target = emu.as_ref().map_or(gw_addr, |e| e.local_addr());
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let term = Hop::start(
-        sock,
-        Security::Terminal {
-            local: tk,
-            gateway_key: gp,
-            gateway: target,
-        },
-        cfg(1),
-    )
-    .unwrap();
+    let (emu, target) = link_to(gw_addr, via, 5).await;
+    let term = terminal_hop(tk, gp, target, cfg(1)).await;
     let up_data = pattern(1, up);
     let down_data = pattern(2, down);
     let server = {

@@ -1,7 +1,11 @@
 //! SOCKS5 client → terminal → (emulated link) → gateway → local origin server, on loopback.
 
-use linkem::{EmulatorConfig, Profile, UdpEmulator};
-use pep::hop::{Hop, HopConfig, Security};
+mod common;
+
+use common::{hop_config, link_to, pattern, terminal_hop};
+
+use linkem::Profile;
+use pep::hop::{Hop, Security};
 use pep::keys::generate_keypair;
 use pep::policy::{Policy, PolicyConfig};
 use pep::socks::SocksAuth;
@@ -10,21 +14,8 @@ use rand_core::SeedableRng;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stp::EndpointConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
 
 fn fnv(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
@@ -79,11 +70,7 @@ async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
     let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
     let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
-    let hop_cfg = |seed| HopConfig {
-        endpoint: EndpointConfig::default(),
-        relay_buffer_bytes: 4 << 20,
-        seed,
-    };
+    let hop_cfg = |seed| hop_config(seed, 4 << 20);
     let gw = Hop::start(
         gsock,
         Security::Gateway {
@@ -103,37 +90,8 @@ async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
         .unwrap(),
     );
     tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
-    let emu = match profile {
-        Some(p) => {
-            let (up, down) = p.links();
-            Some(
-                UdpEmulator::start(EmulatorConfig {
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    to: gw_addr,
-                    up,
-                    down,
-                    seed: 4,
-                })
-                .await
-                .unwrap(),
-            )
-        }
-        None => None,
-    };
-    let to = emu.as_ref().map_or(gw_addr, |e| e.local_addr());
-    let tsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let term = Arc::new(
-        Hop::start(
-            tsock,
-            Security::Terminal {
-                local: tk,
-                gateway_key: gp,
-                gateway: to,
-            },
-            hop_cfg(1),
-        )
-        .unwrap(),
-    );
+    let (emu, to) = link_to(gw_addr, profile, 4).await;
+    let term = Arc::new(terminal_hop(tk, gp, to, hop_cfg(1)).await);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
     tokio::spawn(pep::relay::serve_socks(l, term, Arc::new(SocksAuth::None)));
