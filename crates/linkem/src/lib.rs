@@ -5,13 +5,20 @@
 //! one-way delay (fixed or traced), queue limit and discipline, loss, outages, duplication and
 //! corruption, all decided by the same model the simulator uses, with the wall clock as time.
 //! [`Profile`] names typical satellite paths.
+//!
+//! [`NetEmulator`] (Linux, root) is the IP-level emulator: two network namespaces, the terminal
+//! side and the gateway side, each with a TUN device, joined only through a forwarder applying
+//! the same link model to every IP packet (see the [`net`] module).
 
+pub mod net;
 mod profile;
 mod relay;
 mod schedule;
 
+pub use net::{NetConfig, NetDirectionStats, NetEmulator, NetError, NetStats, Side};
 pub use profile::{
-    direction, queue_bytes_for, Profile, UnknownProfile, MIN_QUEUE_BYTES, UDP_IPV4_OVERHEAD_BYTES,
+    direction, leo_delay_trace, queue_bytes_for, Profile, UnknownProfile, LEO_RECONFIGURATION_NS,
+    LEO_SLOT_DELAYS_MS, MIN_QUEUE_BYTES, UDP_IPV4_OVERHEAD_BYTES,
 };
 pub use relay::{
     Direction, DirectionStats, EmulatorConfig, EmulatorError, EmulatorHandle, EmulatorStats,

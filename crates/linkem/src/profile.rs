@@ -7,7 +7,7 @@
 //! that direction (rate × round trip), but never less than [`MIN_QUEUE_BYTES`] (16 packets of
 //! 1500 bytes), and counts [`UDP_IPV4_OVERHEAD_BYTES`] of headers per datagram on the medium.
 
-use linkmodel::{LinkConfig, QueueLimit};
+use linkmodel::{Delay, LinkConfig, QueueLimit};
 use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
@@ -84,6 +84,45 @@ impl Profile {
     }
 }
 
+/// How often a LEO constellation reassigns terminals to satellites (Starlink reconfigures its
+/// paths every 15 seconds), nanoseconds.
+pub const LEO_RECONFIGURATION_NS: u64 = 15_000_000_000;
+
+/// One-way delays of successive 15-second slots of [`leo_delay_trace`], milliseconds: the path
+/// length changes with each satellite assignment; the mean is the `leo` profile's 20 ms.
+pub const LEO_SLOT_DELAYS_MS: [u64; 8] = [16, 19, 24, 18, 22, 25, 20, 16];
+
+/// The one-way delay of a LEO path under reconfiguration: constant within each
+/// [`LEO_RECONFIGURATION_NS`] slot, stepping to the next of [`LEO_SLOT_DELAYS_MS`] at each slot
+/// boundary, and repeating after the eight slots (2 minutes).
+pub fn leo_delay_trace() -> Delay {
+    let points = LEO_SLOT_DELAYS_MS
+        .iter()
+        .zip(0u64..)
+        .map(|(&d, i)| (i * LEO_RECONFIGURATION_NS, d * 1_000_000))
+        .collect();
+    Delay::Trace {
+        points,
+        period_ns: Some(LEO_SLOT_DELAYS_MS.len() as u64 * LEO_RECONFIGURATION_NS),
+    }
+}
+
+impl Profile {
+    /// The links `(up, down)` for the IP-level emulator: as [`Profile::links`], but the packets
+    /// are whole IP packets, so no overhead is added on the medium, and `leo`'s delay follows
+    /// [`leo_delay_trace`] (mean 20 ms one way) instead of staying fixed.
+    pub fn ip_links(self) -> (LinkConfig, LinkConfig) {
+        let (mut up, mut down) = self.links();
+        for l in [&mut up, &mut down] {
+            l.overhead_bytes = 0;
+            if self == Profile::Leo {
+                l.delay = leo_delay_trace();
+            }
+        }
+        (up, down)
+    }
+}
+
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -146,5 +185,26 @@ mod tests {
             assert!(up.validate().is_ok() && down.validate().is_ok(), "{p}");
             assert_eq!(up.overhead_bytes, UDP_IPV4_OVERHEAD_BYTES);
         }
+    }
+
+    #[test]
+    fn ip_links_have_no_overhead_and_leo_steps_every_15_s() {
+        for p in Profile::ALL {
+            let (up, down) = p.ip_links();
+            let (uup, udown) = p.links();
+            assert_eq!((up.overhead_bytes, down.overhead_bytes), (0, 0));
+            assert_eq!((up.rate_bps, down.queue), (uup.rate_bps, udown.queue));
+            assert!(up.validate().is_ok() && down.validate().is_ok(), "{p}");
+        }
+        let (up, _) = Profile::Leo.ip_links();
+        let link = linkmodel::Link::new(up).unwrap();
+        let s = 1_000_000_000;
+        assert_eq!(link.delay_at(0), 16_000_000);
+        assert_eq!(link.delay_at(15 * s - 1), 16_000_000);
+        assert_eq!(link.delay_at(15 * s), 19_000_000);
+        assert_eq!(link.delay_at(120 * s + 31 * s), 24_000_000, "repeats");
+        let mean = LEO_SLOT_DELAYS_MS.iter().sum::<u64>() / LEO_SLOT_DELAYS_MS.len() as u64;
+        assert_eq!(mean, 20);
+        assert_eq!(Profile::Geo.ip_links().0.delay, Delay::Fixed(300_000_000));
     }
 }

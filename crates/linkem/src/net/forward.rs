@@ -1,0 +1,195 @@
+//! The forwarder of one direction: a thread that reads IP packets from one namespace's TUN
+//! device, offers each to the direction's link, and writes what the link delivers into the other
+//! namespace's TUN device at the model's arrival time.
+//!
+//! Timing: the thread sleeps in `ppoll(2)` on the input device and a stop descriptor, with the
+//! timeout set to the absolute deadline of the earliest waiting packet (recomputed from the
+//! clock after every wake-up, so oversleeping never accumulates), and with the thread's timer
+//! slack lowered to 1 ns (the default 50 µs would let the kernel defer every wake-up). Every
+//! wake-up writes all packets that are due, reads every packet that is waiting (up to
+//! [`READ_BATCH`]) stamped with the clock at the read, and reports counters once. How late each
+//! write is against its model time is measured and reported.
+
+use super::link::NetLink;
+use super::tun::Tun;
+use super::NetDirectionStats;
+use crate::schedule::{Schedule, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};
+use linkmodel::Fate;
+use rand_chacha::ChaCha8Rng;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Largest packet read from a TUN device (its MTU is 1500, but an MTU can be raised).
+const MAX_PACKET_BYTES: usize = 65_535;
+/// Packets read per wake-up before due packets are written again.
+pub const READ_BATCH: usize = 256;
+
+/// Everything one direction's thread owns.
+pub struct Forwarder {
+    pub input: Arc<Tun>,
+    pub output: Arc<Tun>,
+    pub link: NetLink,
+    pub rng: ChaCha8Rng,
+    pub epoch: Instant,
+    pub stop: Arc<OwnedFd>,
+    pub stats: Arc<Mutex<NetDirectionStats>>,
+}
+
+fn now_ns(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Forwarder {
+    /// Runs until the stop descriptor becomes readable.
+    pub fn run(mut self) {
+        // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument and affects only the
+        // calling thread.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+        }
+        let mut schedule = Schedule::new(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES);
+        let mut local = NetDirectionStats::default();
+        let mut buf = vec![0u8; MAX_PACKET_BYTES + 1];
+        loop {
+            // Write everything due.
+            let now = now_ns(self.epoch);
+            while let Some(due) = schedule.pop_due(now) {
+                match self.output.write(&due.data) {
+                    Ok(n) => {
+                        local.written_packets += 1;
+                        local.written_bytes = local.written_bytes.saturating_add(n as u64);
+                        let late = now_ns(self.epoch).saturating_sub(due.at_ns);
+                        local.late_max_ns = local.late_max_ns.max(late);
+                        local.late_total_ns = local.late_total_ns.saturating_add(late);
+                    }
+                    Err(_) => local.write_errors += 1,
+                }
+            }
+            local.link = self.link.stats();
+            local.in_flight = schedule.len() as u64;
+            local.in_flight_bytes = schedule.bytes() as u64;
+            if let Ok(mut shared) = self.stats.lock() {
+                *shared = local.clone();
+            }
+            // Sleep until the next deadline, a packet to read, or the stop signal.
+            let timeout = schedule
+                .next_at()
+                .map(|at| at.saturating_sub(now_ns(self.epoch)));
+            match wait(&self.input, &self.stop, timeout) {
+                Ok(Wake { stop: true, .. }) => break,
+                Ok(Wake { readable: true, .. }) => {}
+                Ok(_) => continue,
+                Err(_) => {
+                    local.read_errors += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+            }
+            for _ in 0..READ_BATCH {
+                match self.input.read(&mut buf) {
+                    Ok(n) => {
+                        let t = now_ns(self.epoch);
+                        let packet = buf.get(..n.min(MAX_PACKET_BYTES)).unwrap_or(&[]);
+                        local.read_packets += 1;
+                        local.read_bytes = local.read_bytes.saturating_add(packet.len() as u64);
+                        self.offer(t, packet, &mut schedule, &mut local);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        // E.g. the device went away: count it, without spinning if it repeats.
+                        local.read_errors += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        break;
+                    }
+                }
+            }
+        }
+        local.link = self.link.stats();
+        local.in_flight = schedule.len() as u64;
+        local.in_flight_bytes = schedule.bytes() as u64;
+        if let Ok(mut shared) = self.stats.lock() {
+            *shared = local;
+        }
+    }
+
+    fn offer(
+        &mut self,
+        now: u64,
+        packet: &[u8],
+        schedule: &mut Schedule,
+        local: &mut NetDirectionStats,
+    ) {
+        let Fate::Deliver {
+            at_ns,
+            corrupt_bit,
+            duplicate_at_ns,
+        } = self.link.offer(now, packet.len(), &mut self.rng)
+        else {
+            return;
+        };
+        let mut copy = packet.to_vec();
+        if let Some(bit) = corrupt_bit {
+            if let Some(byte) = copy.get_mut(bit / 8) {
+                *byte ^= 1 << (bit % 8);
+            }
+        }
+        if let Some(at) = duplicate_at_ns {
+            if schedule.push(at, copy.clone()).is_err() {
+                local.dropped_schedule += 1;
+            }
+        }
+        if schedule.push(at_ns, copy).is_err() {
+            local.dropped_schedule += 1;
+        }
+    }
+}
+
+struct Wake {
+    readable: bool,
+    stop: bool,
+}
+
+/// `ppoll` on the input device and the stop descriptor, for at most `timeout_ns` (for ever
+/// without it).
+fn wait(input: &Tun, stop: &OwnedFd, timeout_ns: Option<u64>) -> io::Result<Wake> {
+    let mut fds = [
+        libc::pollfd {
+            fd: input.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a valid array of two pollfd; `ts_ptr` is null or points to a timespec
+    // that outlives the call; no signal mask is passed.
+    let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, ts_ptr, std::ptr::null()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(Wake {
+                readable: false,
+                stop: false,
+            });
+        }
+        return Err(e);
+    }
+    let [input, stop] = fds;
+    Ok(Wake {
+        readable: input.revents & libc::POLLIN != 0,
+        stop: stop.revents & libc::POLLIN != 0,
+    })
+}
