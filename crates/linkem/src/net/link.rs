@@ -27,7 +27,10 @@ pub struct NetLink {
 }
 
 impl NetLink {
-    pub fn new(config: LinkConfig, rate_trace: Option<DeliveryTrace>) -> Result<Self, LinkConfigError> {
+    pub fn new(
+        config: LinkConfig,
+        rate_trace: Option<DeliveryTrace>,
+    ) -> Result<Self, LinkConfigError> {
         let keep_order = config.reorder_p == 0.0;
         let Some(trace) = rate_trace else {
             return Ok(NetLink {
@@ -151,10 +154,18 @@ mod tests {
         assert_eq!(at(l.offer(0, 1500, &mut r)), 11 * MS + 1);
         assert_eq!(at(l.offer(0, 1500, &mut r)), 12 * MS + 1);
         assert_eq!(l.offer(0, 1500, &mut r), Fate::Drop(DropCause::Queue));
-        assert_eq!(l.offer(105 * MS, 100, &mut r), Fate::Drop(DropCause::Outage));
+        assert_eq!(
+            l.offer(105 * MS, 100, &mut r),
+            Fate::Drop(DropCause::Outage)
+        );
         let s = l.stats();
         assert_eq!(
-            (s.offered_packets, s.delivered_packets, s.dropped_queue, s.dropped_outage),
+            (
+                s.offered_packets,
+                s.delivered_packets,
+                s.dropped_queue,
+                s.dropped_outage
+            ),
             (4, 2, 1, 1)
         );
         let mut red = LinkConfig::simple(1_000_000, 0, 100);

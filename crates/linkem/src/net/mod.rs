@@ -30,8 +30,7 @@ mod tun;
 
 pub use netns::{clean_stale, list_ours, LOCK_DIR, NAME_PREFIX, NETNS_DIR};
 pub use trace::{
-    parse_delay_trace, read_delay_trace, DeliveryTrace, TraceError, TracedQueue,
-    OPPORTUNITY_BYTES,
+    parse_delay_trace, read_delay_trace, DeliveryTrace, TraceError, TracedQueue, OPPORTUNITY_BYTES,
 };
 
 use crate::relay::Direction;
@@ -268,7 +267,7 @@ fn side_setup(side: Side) -> String {
          addr add {v6}/64 dev {TUN_NAME} nodad\n\
          link set {TUN_NAME} up\n\
          route add default dev {TUN_NAME}\n\
-         -6 route add default dev {TUN_NAME}\n",
+         route add ::/0 dev {TUN_NAME}\n",
         v4 = side.ipv4(),
         v6 = side.ipv6(),
     )
@@ -279,18 +278,16 @@ impl NetEmulator {
     /// namespaces with their TUN devices and addresses, and starts forwarding. The model's clock
     /// starts when forwarding starts.
     pub fn start(config: NetConfig) -> Result<NetEmulator, NetError> {
-        let up_link = NetLink::new(config.up, config.up_rate_trace).map_err(|source| {
-            NetError::Link {
+        let up_link =
+            NetLink::new(config.up, config.up_rate_trace).map_err(|source| NetError::Link {
                 direction: Direction::Up,
                 source,
-            }
-        })?;
-        let down_link = NetLink::new(config.down, config.down_rate_trace).map_err(|source| {
-            NetError::Link {
+            })?;
+        let down_link =
+            NetLink::new(config.down, config.down_rate_trace).map_err(|source| NetError::Link {
                 direction: Direction::Down,
                 source,
-            }
-        })?;
+            })?;
         check_support()?;
         clean_stale()?;
         let ns = NsPair::create(config.tag.as_deref())?;
@@ -372,7 +369,8 @@ impl NetEmulator {
     /// and spawn it as any [`Command`].
     pub fn command(&self, side: Side, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(netns::ip_binary());
-        cmd.args(["netns", "exec", self.namespace(side)]).arg(program);
+        cmd.args(["netns", "exec", self.namespace(side)])
+            .arg(program);
         cmd
     }
 

@@ -326,11 +326,8 @@ mod tests {
 
     #[test]
     fn delay_trace_parses_with_comments_and_period() {
-        let d = parse_delay_trace(
-            "# leo\n0 20\n\n15000\t27.5 # step\nperiod 30000\n",
-            "t",
-        )
-        .unwrap();
+        let d =
+            parse_delay_trace("# leo\n0 20\n\n15000\t27.5 # step\nperiod 30000\n", "t").unwrap();
         assert_eq!(
             d,
             Delay::Trace {
@@ -361,10 +358,15 @@ mod tests {
             ("0 NaN\n", 1, "non-negative"),
         ] {
             let e = parse_delay_trace(text, "f.txt").unwrap_err().to_string();
-            assert!(e.starts_with(&format!("f.txt line {line}:")), "{text:?}: {e}");
+            assert!(
+                e.starts_with(&format!("f.txt line {line}:")),
+                "{text:?}: {e}"
+            );
             assert!(e.contains(needle), "{text:?}: {e}");
         }
-        let e = parse_delay_trace("# only\n", "f.txt").unwrap_err().to_string();
+        let e = parse_delay_trace("# only\n", "f.txt")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no entries"), "{e}");
         let e = read_delay_trace(Path::new("/nonexistent/x")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/x"), "{e}");
@@ -383,7 +385,9 @@ mod tests {
             ("", "no delivery opportunities"),
             ("0\n0\n", "must be positive"),
         ] {
-            let e = DeliveryTrace::parse(text, "m.trace").unwrap_err().to_string();
+            let e = DeliveryTrace::parse(text, "m.trace")
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("m.trace") && e.contains(needle), "{text:?}: {e}");
         }
         assert_eq!(DeliveryTrace::constant(4, 10).mean_rate_bps(), 48_000_000);
@@ -404,7 +408,11 @@ mod tests {
         let mut q = TracedQueue::new(t, QueueLimit::Bytes(100_000));
         assert_eq!(q.offer(0, 700), Some(MS));
         assert_eq!(q.offer(0, 700), Some(MS));
-        assert_eq!(q.offer(0, 700), Some(2 * MS), "100 bytes at 1 ms, 600 at 2 ms");
+        assert_eq!(
+            q.offer(0, 700),
+            Some(2 * MS),
+            "100 bytes at 1 ms, 600 at 2 ms"
+        );
         assert_eq!(q.offer(0, 2000), Some(3 * MS), "900 at 2 ms, 1100 at 3 ms");
         // Idle opportunities are lost: a packet at 10.5 ms waits for 11 ms.
         assert_eq!(q.offer(10 * MS + MS / 2, 100), Some(11 * MS));
