@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod policy;
 pub mod relay;
 pub mod socks;
+pub mod tproxy;
 pub mod tunnel;
 
 pub use socks::Target;

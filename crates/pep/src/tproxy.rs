@@ -1,0 +1,179 @@
+//! Transparent interception at the terminal with Linux TPROXY (IPv4 and IPv6).
+//!
+//! A packet filter rule (`deploy/nftables-tproxy.nft`) hands TCP connections passing through
+//! the terminal host to a listening socket that has `IP_TRANSPARENT` / `IPV6_TRANSPARENT` set;
+//! the kernel then accepts them on that socket as if this host were the destination, so the
+//! accepted socket's local address is the address the client wanted to reach. [`serve_tproxy`]
+//! carries each such connection across the hop exactly like a SOCKS5 CONNECT to that address
+//! ([`relay::open`], then [`relay::splice`]); when the gateway reports a failure (refused,
+//! unreachable, denied by its policy) the client's connection is reset, which is what the
+//! client would have seen from the server itself.
+//!
+//! The client already believes itself connected when the terminal asks the gateway, so its
+//! first bytes (a request, for the many protocols where the client speaks first) are collected
+//! for up to [`EARLY_DATA_WAIT`] and ride on the stream's BGN with the header.
+//!
+//! Setting the transparent options needs `CAP_NET_ADMIN`. A dual-stack listener (`[::]:port`)
+//! serves both families; IPv4 destinations then appear as IPv4-mapped IPv6 addresses and are
+//! turned back into IPv4.
+
+use crate::hop::Hop;
+use crate::relay;
+use crate::socks::Target;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long the terminal waits for a client's first bytes before opening the stream without
+/// them. Short against a satellite round trip; protocols where the server speaks first (SSH,
+/// SMTP) pay it once per connection.
+pub const EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
+/// Most client bytes carried with the header.
+const MAX_EARLY: usize = 4096;
+/// Pause after a failed accept (e.g. out of file descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Connections waiting to be accepted.
+const BACKLOG: i32 = 1024;
+
+/// Why a transparent listener could not be set up.
+#[derive(Debug, Error)]
+pub enum TproxyError {
+    #[error("cannot create a TCP socket: {0}")]
+    Socket(io::Error),
+    #[error("cannot set IP_TRANSPARENT on {addr} (needs CAP_NET_ADMIN): {source}")]
+    Transparent { addr: SocketAddr, source: io::Error },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: io::Error },
+}
+
+/// Sets `IP_TRANSPARENT` (IPv4 socket) or `IPV6_TRANSPARENT` (IPv6 socket, also covering
+/// IPv4-mapped traffic of a dual-stack socket) on `sock`.
+pub fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let r = if ipv6 {
+            sock.set_ip_transparent_v6(true)
+        } else {
+            sock.set_ip_transparent_v4(true)
+        };
+        r.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("IP_TRANSPARENT refused (needs CAP_NET_ADMIN): {e}"),
+            )
+        })
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (sock, ipv6);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "IP_TRANSPARENT exists only on Linux",
+        ))
+    }
+}
+
+/// Checks that this process may use transparent sockets (for a daemon to fail at start rather
+/// than on every connection).
+pub fn check_transparent_allowed() -> io::Result<()> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    set_transparent(&SockRef::from(&s), false)
+}
+
+/// A non-blocking listening socket on `addr` with the transparent option set, ready for
+/// `tokio::net::TcpListener::from_std`. An unspecified IPv6 address listens on both families.
+pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, TproxyError> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(TproxyError::Socket)?;
+    set_transparent(&SockRef::from(&s), addr.is_ipv6())
+        .map_err(|source| TproxyError::Transparent { addr, source })?;
+    let bind = |e| TproxyError::Bind { addr, source: e };
+    if addr.is_ipv6() {
+        s.set_only_v6(false).map_err(bind)?;
+    }
+    s.set_reuse_address(true).map_err(bind)?;
+    s.bind(&addr.into()).map_err(bind)?;
+    s.listen(BACKLOG).map_err(bind)?;
+    s.set_nonblocking(true).map_err(bind)?;
+    Ok(s.into())
+}
+
+/// The address the client of a transparently accepted connection wanted to reach.
+pub fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
+    tcp.local_addr().map(relay::canonical_addr)
+}
+
+/// Ends `tcp` with a reset (RST) instead of a FIN: linger time zero, then close.
+pub fn reset(tcp: TcpStream) {
+    let _ = SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+    drop(tcp);
+}
+
+/// Terminal: serves transparently intercepted connections on `listener` (made by
+/// [`bind_transparent`]), each relayed across `hop` to its original destination.
+pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>) {
+    let own = listener.local_addr().ok().map(relay::canonical_addr);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors or memory, or a connection that died while queued: the
+                // listener itself is still good.
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let hop = Arc::clone(&hop);
+        tokio::spawn(async move {
+            let _ = relay_one(tcp, relay::canonical_addr(peer), own, &hop).await;
+        });
+    }
+}
+
+/// Relays one intercepted connection; resets it if the gateway cannot connect.
+async fn relay_one(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    own: Option<SocketAddr>,
+    hop: &Hop,
+) -> io::Result<(u64, u64)> {
+    let dest = original_destination(&tcp)?;
+    if Some(dest) == own {
+        // Someone connected to the listener's own address, not through the TPROXY rule: there
+        // is no original destination to reach.
+        reset(tcp);
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{peer} connected to the transparent listener {dest} directly"),
+        ));
+    }
+    let _ = tcp.set_nodelay(true);
+    let mut early = vec![0u8; MAX_EARLY];
+    let n = match tokio::time::timeout(EARLY_DATA_WAIT, tcp.read(&mut early)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => 0,
+    };
+    early.truncate(n);
+    // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
+    // carried: splice reads the EOF again.
+    match relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await {
+        Ok((stream, pre)) => relay::splice(tcp, stream, pre).await,
+        Err(code) => {
+            reset(tcp);
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("{peer} → {dest}: gateway answered {code:?}"),
+            ))
+        }
+    }
+}

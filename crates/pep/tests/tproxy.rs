@@ -1,0 +1,584 @@
+//! TPROXY interception and source-address transparency, for real, in network namespaces.
+//!
+//! Topology (four namespaces with names unique to the run, removed by a guard on drop):
+//!
+//! ```text
+//!  client ──veth── terminal ──veth── gateway ──veth── server
+//!  192.0.2.2       192.0.2.1  10.77.0.1  10.77.0.2  203.0.113.1   203.0.113.2
+//!  2001:db8:c::2   2001:db8:c::1                    2001:db8:5::1  2001:db8:5::2
+//! ```
+//!
+//! The client's default route points at the terminal, which has no route to the server's
+//! network and does not forward: the only way a client's connection to the server's real
+//! address can succeed is the terminal's TPROXY rule handing it to `pep::tproxy::serve_tproxy`,
+//! which carries it over the encrypted STP hop to the gateway, which connects to the server.
+//! The terminal namespace loads `deploy/nftables-tproxy.nft` as shipped (only `LAN_IF` is
+//! replaced, by the veth's name) and runs the routing commands written in its comments; the
+//! gateway namespace does the same with `deploy/nftables-gateway-transparent.nft` for the
+//! source-transparency test. The server answers, so the test checks bytes both ways and which
+//! address the server saw.
+//!
+//! How pieces run in a namespace: a thread enters it with setns(2) on `/var/run/netns/NAME`
+//! (which affects only that thread) and builds its own tokio runtime there, so every socket the
+//! piece creates, including the gateway's outgoing connections, belongs to that namespace. The
+//! client is a plain blocking thread in its namespace.
+//!
+//! Needs root, `ip` (iproute2), `nft` (nftables; `scripts/install-deps.sh` installs it) and a
+//! kernel with network namespaces, veth, nftables' tproxy and socket expressions and policy
+//! routing. Where one is missing the tests print why and pass without running.
+
+mod common;
+
+use common::{hop_config, pattern};
+use pep::hop::{Hop, Security};
+use pep::keys::generate_keypair;
+use pep::policy::{Policy, PolicyConfig};
+use pep::relay::ConnectOptions;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const SERVER_PORT: u16 = 7000;
+/// A port on the server where nothing listens.
+const CLOSED_PORT: u16 = 7001;
+const SERVER4: &str = "203.0.113.2";
+const SERVER6: &str = "2001:db8:5::2";
+const CLIENT4: &str = "192.0.2.2";
+const CLIENT6: &str = "2001:db8:c::2";
+const GATEWAY4: &str = "203.0.113.1";
+const GATEWAY6: &str = "2001:db8:5::1";
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn deploy_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(name)
+}
+
+/// Runs a command; its stderr on failure.
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Why these tests cannot run here, if they cannot.
+fn missing_prerequisite() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (network namespaces and nftables need it)".into());
+    }
+    if run("ip", &["-V"]).is_err() {
+        return Some("`ip` (iproute2) is not installed".into());
+    }
+    if run("nft", &["--version"]).is_err() {
+        return Some("`nft` (nftables) is not installed; run scripts/install-deps.sh".into());
+    }
+    None
+}
+
+/// Did nft fail because the kernel lacks a feature (rather than because the rules are wrong)?
+fn kernel_lacks_support(err: &str) -> bool {
+    err.contains("Operation not supported") || err.contains("Protocol not supported")
+}
+
+/// The four namespaces of one test; removed (with their veths) on drop.
+struct Topology {
+    client: String,
+    terminal: String,
+    gateway: String,
+    server: String,
+}
+
+impl Topology {
+    fn create() -> Result<Topology, String> {
+        static RUN: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "satstp-tp{}-{}",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let t = Topology {
+            client: format!("{tag}-c"),
+            terminal: format!("{tag}-t"),
+            gateway: format!("{tag}-g"),
+            server: format!("{tag}-s"),
+        };
+        for ns in t.all() {
+            run("ip", &["netns", "add", ns])?;
+        }
+        // From here on, Drop cleans up whatever was made.
+        for ns in t.all() {
+            t.ip(ns, "link set lo up")?;
+        }
+        let link = |a: &str, an: &str, b: &str, bn: &str| {
+            run(
+                "ip",
+                &[
+                    "-n", a, "link", "add", an, "type", "veth", "peer", "name", bn, "netns", b,
+                ],
+            )
+        };
+        link(&t.client, "c0", &t.terminal, "t0")?;
+        link(&t.terminal, "t1", &t.gateway, "g0")?;
+        link(&t.gateway, "g1", &t.server, "s0")?;
+        for (ns, dev, addrs) in [
+            (&t.client, "c0", &["192.0.2.2/24", "2001:db8:c::2/64"][..]),
+            (&t.terminal, "t0", &["192.0.2.1/24", "2001:db8:c::1/64"][..]),
+            (&t.terminal, "t1", &["10.77.0.1/24"][..]),
+            (&t.gateway, "g0", &["10.77.0.2/24"][..]),
+            (
+                &t.gateway,
+                "g1",
+                &["203.0.113.1/24", "2001:db8:5::1/64"][..],
+            ),
+            (&t.server, "s0", &["203.0.113.2/24", "2001:db8:5::2/64"][..]),
+        ] {
+            for a in addrs {
+                // nodad: IPv6 addresses usable at once, not after duplicate detection.
+                let extra = if a.contains(':') { " nodad" } else { "" };
+                t.ip(ns, &format!("addr add {a} dev {dev}{extra}"))?;
+            }
+            t.ip(ns, &format!("link set {dev} up"))?;
+        }
+        t.ip(&t.client, "route add default via 192.0.2.1")?;
+        t.ip(&t.client, "-6 route add default via 2001:db8:c::1")?;
+        // The server sends everything, replies to the client's own address included, to the
+        // gateway (a gateway with source transparency must be on the return path).
+        t.ip(&t.server, "route add default via 203.0.113.1")?;
+        t.ip(&t.server, "-6 route add default via 2001:db8:5::1")?;
+        Ok(t)
+    }
+
+    fn all(&self) -> [&String; 4] {
+        [&self.client, &self.terminal, &self.gateway, &self.server]
+    }
+
+    /// `ip -n NS <args>`.
+    fn ip(&self, ns: &str, args: &str) -> Result<(), String> {
+        let mut v = vec!["-n", ns];
+        v.extend(args.split_whitespace());
+        run("ip", &v)
+    }
+
+    /// Loads a shipped nftables file into `ns` (with `define LAN_IF` set to `lan_if` when
+    /// given) and runs the `ip -4/-6 rule|route` commands its comments give. Returns the value of
+    /// its `TPROXY_PORT` define, if any.
+    fn load_rules(
+        &self,
+        ns: &str,
+        file: &str,
+        lan_if: Option<&str>,
+    ) -> Result<Option<u16>, String> {
+        let path = deploy_file(file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut port = None;
+        let mut rules = String::new();
+        let mut routing = Vec::new();
+        for line in text.lines() {
+            let t = line.trim();
+            if let Some(v) = t.strip_prefix("define TPROXY_PORT = ") {
+                port = Some(
+                    v.trim()
+                        .parse::<u16>()
+                        .map_err(|_| format!("{file}: TPROXY_PORT {v:?} is not a port"))?,
+                );
+            }
+            if let (Some(lan), true) = (lan_if, t.starts_with("define LAN_IF = ")) {
+                rules.push_str(&format!("define LAN_IF = \"{lan}\"\n"));
+                continue;
+            }
+            let cmd = t.trim_start_matches('#').trim();
+            if cmd.starts_with("ip -4 ") || cmd.starts_with("ip -6 ") {
+                routing.push(cmd.trim_start_matches("ip ").to_string());
+            }
+            rules.push_str(line);
+            rules.push('\n');
+        }
+        if lan_if.is_some() && !text.contains("define LAN_IF = ") {
+            return Err(format!("{file} has no `define LAN_IF` line to set"));
+        }
+        if routing.is_empty() {
+            return Err(format!("{file} gives no `ip -4/-6 rule|route` commands"));
+        }
+        let tmp = std::env::temp_dir().join(format!("{ns}-{file}"));
+        std::fs::write(&tmp, rules).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let loaded = run(
+            "ip",
+            &["netns", "exec", ns, "nft", "-f", &tmp.to_string_lossy()],
+        );
+        let _ = std::fs::remove_file(&tmp);
+        loaded?;
+        for r in &routing {
+            self.ip(ns, r)?;
+        }
+        Ok(port)
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in self.all() {
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+    }
+}
+
+/// Moves the calling thread into network namespace `ns`.
+fn enter_netns(ns: &str) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
+    // SAFETY: setns on a valid descriptor of a namespace file; it changes only this thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A piece running on its own thread and runtime inside a namespace; stopped on drop.
+struct Piece {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts `start` in namespace `ns`; it sets the piece up and returns a value (an address) or
+/// an error; the piece then runs until dropped.
+fn spawn_in<T, F, Fut>(ns: &str, start: F) -> Result<(Piece, T), String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let ns = ns.to_string();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        if let Err(e) = enter_netns(&ns) {
+            let _ = ready_tx.send(Err(format!("cannot enter namespace {ns}: {e}")));
+            return;
+        }
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready_tx.send(Err(format!("runtime: {e}")));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let r = start().await;
+            let ok = r.is_ok();
+            let _ = ready_tx.send(r);
+            if ok {
+                let _ = stop_rx.await;
+            }
+        });
+    });
+    let value = ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "a piece did not start within 10 s".to_string())??;
+    Ok((
+        Piece {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        },
+        value,
+    ))
+}
+
+/// Runs blocking `f` on a thread inside namespace `ns`.
+fn blocking_in<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter_netns(&ns)?;
+        f()
+    })
+    .join()
+    .map_err(|_| io::Error::other("client thread panicked"))?
+}
+
+/// Origin server on `[::]:SERVER_PORT` (both families): "D n\n" → n pattern bytes, then close;
+/// "U n\n" → reads n bytes, answers their 8-byte FNV hash, closes. Records each peer address.
+async fn server(seen: Arc<Mutex<Vec<SocketAddr>>>) -> Result<(), String> {
+    let l = tokio::net::TcpListener::bind(("::", SERVER_PORT))
+        .await
+        .map_err(|e| format!("server bind: {e}"))?;
+    tokio::spawn(async move {
+        while let Ok((s, peer)) = l.accept().await {
+            if let Ok(mut v) = seen.lock() {
+                v.push(pep::relay::canonical_addr(peer));
+            }
+            tokio::spawn(async move {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let mut parts = line.split_whitespace();
+                let (Some(cmd), Some(n)) = (
+                    parts.next(),
+                    parts.next().and_then(|n| n.parse::<usize>().ok()),
+                ) else {
+                    return;
+                };
+                if cmd == "D" {
+                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
+                    let _ = r.get_mut().shutdown().await;
+                } else {
+                    let mut got = vec![0u8; n];
+                    if r.read_exact(&mut got).await.is_ok() {
+                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Everything running: the client side is left to the test.
+struct Running {
+    // Field order is drop order: pieces stop before their namespaces go.
+    _pieces: Vec<Piece>,
+    seen: Arc<Mutex<Vec<SocketAddr>>>,
+    topo: Topology,
+}
+
+/// Sets up the topology, rules and pieces; `Ok(None)` (after printing why) where the kernel or
+/// the machine cannot run the test.
+fn start(source_transparent: bool) -> Result<Option<Running>, String> {
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("skipping TPROXY namespace test: {why}");
+        return Ok(None);
+    }
+    let topo = Topology::create()?;
+    let port = match topo.load_rules(&topo.terminal, "nftables-tproxy.nft", Some("t0")) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Err("nftables-tproxy.nft has no TPROXY_PORT define".into()),
+        Err(e) if kernel_lacks_support(&e) => {
+            eprintln!("skipping TPROXY namespace test: the kernel lacks nftables TPROXY: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    if source_transparent {
+        topo.load_rules(&topo.gateway, "nftables-gateway-transparent.nft", None)?;
+    }
+
+    let mut pieces = Vec::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    pieces.push(spawn_in(&topo.server, move || server(s))?.0);
+
+    let (tk, tp) = generate_keypair().map_err(|e| e.to_string())?;
+    let (gk, gp) = generate_keypair().map_err(|e| e.to_string())?;
+    let (gw_piece, gw_addr) = spawn_in(&topo.gateway, move || async move {
+        let sock = tokio::net::UdpSocket::bind("10.77.0.2:0")
+            .await
+            .map_err(|e| format!("gateway hop bind: {e}"))?;
+        let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+        let responder =
+            Responder::new(gk, [tp], ResponderConfig::default(), rng).map_err(|e| e.to_string())?;
+        let hop = Hop::start(
+            sock,
+            Security::Gateway {
+                responder: Box::new(responder),
+            },
+            hop_config(2, 1 << 20),
+        )?;
+        let addr = hop.local_addr();
+        let policy = Policy::new(PolicyConfig {
+            allow: vec!["203.0.113.0/24".into(), "2001:db8:5::/64".into()],
+            deny: vec![],
+            allow_private: false,
+            own_addresses: vec![],
+        })
+        .map_err(|e| e.to_string())?;
+        let options = ConnectOptions {
+            connect_timeout: Duration::from_secs(5),
+            source_transparent,
+        };
+        tokio::spawn(pep::relay::serve_with(hop, Arc::new(policy), options));
+        Ok(addr)
+    })?;
+    pieces.push(gw_piece);
+
+    let (term_piece, ()) = spawn_in(&topo.terminal, move || async move {
+        let sock = tokio::net::UdpSocket::bind("10.77.0.1:0")
+            .await
+            .map_err(|e| format!("terminal hop bind: {e}"))?;
+        let hop = Hop::start(
+            sock,
+            Security::Terminal {
+                local: tk,
+                gateway_key: gp,
+                gateway: gw_addr,
+            },
+            hop_config(1, 1 << 20),
+        )?;
+        // One dual-stack listener for both families, as deploy/README.md suggests.
+        let listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        let l = pep::tproxy::bind_transparent(listen).map_err(|e| e.to_string())?;
+        let l = tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?;
+        tokio::spawn(pep::tproxy::serve_tproxy(l, Arc::new(hop)));
+        Ok(())
+    })?;
+    pieces.push(term_piece);
+    Ok(Some(Running {
+        _pieces: pieces,
+        seen,
+        topo,
+    }))
+}
+
+fn connect(dest: SocketAddr) -> io::Result<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect_timeout(&dest, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(s)
+}
+
+/// From the client namespace: downloads `n` bytes from `dest`.
+fn download(r: &Running, dest: SocketAddr, n: usize) -> io::Result<Vec<u8>> {
+    blocking_in(&r.topo.client, move || {
+        let mut s = connect(dest)?;
+        s.write_all(format!("D {n}\n").as_bytes())?;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)?;
+        Ok(got)
+    })
+}
+
+/// From the client namespace: uploads `data` to `dest`; returns the hash the server computed.
+fn upload(r: &Running, dest: SocketAddr, data: Vec<u8>) -> io::Result<u64> {
+    blocking_in(&r.topo.client, move || {
+        let mut s = connect(dest)?;
+        s.write_all(format!("U {}\n", data.len()).as_bytes())?;
+        s.write_all(&data)?;
+        let mut h = [0u8; 8];
+        s.read_exact(&mut h)?;
+        Ok(u64::from_be_bytes(h))
+    })
+}
+
+fn peers_seen(r: &Running) -> Vec<IpAddr> {
+    r.seen
+        .lock()
+        .map(|v| v.iter().map(|a| a.ip()).collect())
+        .unwrap_or_default()
+}
+
+fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+/// Transfers both ways to the server over each family; returns the peers the server saw.
+fn transfer_both_families(r: &Running) -> Vec<IpAddr> {
+    for server in [SERVER4, SERVER6] {
+        let dest = addr(server, SERVER_PORT);
+        let down = 3 << 20;
+        let got = download(r, dest, down).unwrap_or_else(|e| panic!("download from {dest}: {e}"));
+        assert_eq!(got.len(), down, "download from {dest}: length");
+        assert!(got == pattern(7, down), "download from {dest} corrupted");
+        let data = pattern(11, 2 << 20);
+        let h = upload(r, dest, data.clone()).unwrap_or_else(|e| panic!("upload to {dest}: {e}"));
+        assert_eq!(h, fnv(&data), "upload to {dest} corrupted");
+    }
+    peers_seen(r)
+}
+
+#[test]
+fn tproxy_carries_ipv4_and_ipv6_byte_exact_and_resets_failed_connects() {
+    let r = match start(false) {
+        Ok(Some(r)) => r,
+        Ok(None) => return,
+        Err(e) => panic!("setting up the namespaces: {e}"),
+    };
+    let peers = transfer_both_families(&r);
+    // Four connections reached the server, from the gateway's own addresses: they went
+    // client → terminal (TPROXY) → hop → gateway → server, the only path there is.
+    let gw: Vec<IpAddr> = [GATEWAY4, GATEWAY4, GATEWAY6, GATEWAY6]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(peers, gw);
+
+    // A destination port where nothing listens: the terminal has already accepted the client
+    // (TPROXY), so the gateway's "refused" must reach the client as a reset.
+    for server in [SERVER4, SERVER6] {
+        let dest = addr(server, CLOSED_PORT);
+        let e = blocking_in(&r.topo.client, move || {
+            let mut s = connect(dest)?;
+            let mut b = [0u8; 1];
+            s.read(&mut b).map(|n| n as u64)
+        });
+        match e {
+            Err(e) => assert_eq!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset,
+                "{dest}: expected a reset, got {e}"
+            ),
+            Ok(n) => panic!("{dest}: expected a reset, read returned {n}"),
+        }
+    }
+}
+
+#[test]
+fn gateway_connects_from_the_clients_address_when_source_transparent() {
+    let r = match start(true) {
+        Ok(Some(r)) => r,
+        Ok(None) => return,
+        Err(e) => panic!("setting up the namespaces: {e}"),
+    };
+    let peers = transfer_both_families(&r);
+    let clients: Vec<IpAddr> = [CLIENT4, CLIENT4, CLIENT6, CLIENT6]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    assert_eq!(
+        peers, clients,
+        "the server must see the client's own address"
+    );
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system tools some tests need, if they are missing and we can install them:
+#   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs).
+# Idempotent: does nothing when every tool is present. Never fails: when a tool cannot be
+# installed (not root, no apt-get, no network) it says why, and the tests that need the tool
+# skip with their own printed reason.
+set -u
+
+need=()
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+
+if [ ${#need[@]} -eq 0 ]; then
+    echo "install-deps: nothing to install (nft present)"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: not root; not installing ${need[*]} (tests that need them will skip)"
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: apt-get not available; not installing ${need[*]} (tests that need them will skip)"
+    exit 0
+fi
+echo "install-deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y --no-install-recommends "${need[@]}"; then
+    # The package lists may be missing or stale (fresh container): refresh once and retry.
+    if ! { apt-get update && apt-get install -y --no-install-recommends "${need[@]}"; }; then
+        echo "install-deps: apt-get could not install ${need[*]} (tests that need them will skip)"
+    fi
+fi
+exit 0
