@@ -1,6 +1,8 @@
 //! `satstp emulate …`: real-time link emulators. `emulate udp` relays UDP between a terminal and
 //! a gateway through two directions of the shared link model (see the `linkem` crate), until
 //! Ctrl-C or `--duration`, then prints (and with `--json` writes) per-direction counters.
+//! `emulate net` (root, Linux) joins two network namespaces through the same model at the IP
+//! level and runs a command on the terminal side, or stays up until Ctrl-C (see `net_emulate`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -14,11 +16,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod net;
+
 #[derive(Debug, Subcommand)]
 pub enum EmulateCommand {
     /// Relay UDP between a terminal and a gateway through an emulated satellite link, in real
     /// time (no privileges needed).
     Udp(UdpArgs),
+    /// IP-level emulator (root, Linux): a terminal-side and a gateway-side network namespace
+    /// joined only through an emulated satellite link; runs CMD on the terminal side, or stays
+    /// up until Ctrl-C.
+    Net(net::NetArgs),
 }
 
 #[derive(Debug, Args)]
@@ -66,25 +74,77 @@ pub struct UdpArgs {
 pub fn run(cmd: &EmulateCommand) -> Result<()> {
     match cmd {
         EmulateCommand::Udp(args) => udp(args),
+        EmulateCommand::Net(args) => net::run(args),
     }
 }
 
-/// The `(up, down)` links the flags describe: the profile's, with explicit flags overriding.
+/// The link flags both emulators share.
+pub struct LinkFlags {
+    pub profile: Option<Profile>,
+    pub down_rate: Option<u64>,
+    pub up_rate: Option<u64>,
+    pub delay: Option<u64>,
+    /// A delay trace for both directions (instead of `delay`).
+    pub delay_trace: Option<Delay>,
+    pub queue: Option<u64>,
+    pub loss: Option<f64>,
+    pub ber: Option<f64>,
+}
+
+/// A delay's typical value for queue sizing: the fixed delay, or the mean of a trace's entries.
+fn nominal_delay_ns(delay: &Delay) -> u64 {
+    match delay {
+        Delay::Fixed(d) => *d,
+        Delay::Trace { points, .. } => {
+            let n = points.len().max(1) as u64;
+            points.iter().map(|&(_, d)| d / n).sum()
+        }
+    }
+}
+
 fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
+    link_configs(
+        &LinkFlags {
+            profile: args.profile,
+            down_rate: args.down_rate,
+            up_rate: args.up_rate,
+            delay: args.delay,
+            delay_trace: None,
+            queue: args.queue,
+            loss: args.loss,
+            ber: args.ber,
+        },
+        false,
+    )
+}
+
+/// The `(up, down)` links the flags describe: the profile's, with explicit flags overriding.
+/// `ip_level` picks the profiles' IP-packet links ([`Profile::ip_links`], no added overhead).
+pub fn link_configs(args: &LinkFlags, ip_level: bool) -> Result<(LinkConfig, LinkConfig)> {
     let (mut up, mut down) = match args.profile {
+        Some(p) if ip_level => p.ip_links(),
         Some(p) => p.links(),
         None => {
             let missing: Vec<&str> = [
                 ("--down-rate", args.down_rate.is_none()),
                 ("--up-rate", args.up_rate.is_none()),
-                ("--delay", args.delay.is_none()),
+                (
+                    "--delay",
+                    args.delay.is_none() && args.delay_trace.is_none(),
+                ),
             ]
             .into_iter()
             .filter_map(|(flag, absent)| absent.then_some(flag))
             .collect();
-            match (args.up_rate, args.down_rate, args.delay) {
+            let delay = args.delay.or(args.delay_trace.as_ref().map(|_| 0));
+            match (args.up_rate, args.down_rate, delay) {
                 (Some(u), Some(d), Some(delay)) => {
-                    (linkem::direction(u, delay), linkem::direction(d, delay))
+                    let mut pair = (linkem::direction(u, delay), linkem::direction(d, delay));
+                    if ip_level {
+                        pair.0.overhead_bytes = 0;
+                        pair.1.overhead_bytes = 0;
+                    }
+                    pair
                 }
                 _ => bail!(
                     "without --profile, {} must be given (profiles: geo, geo-1998, direcpc, leo)",
@@ -103,11 +163,11 @@ fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
         up.delay = Delay::Fixed(d);
         down.delay = Delay::Fixed(d);
     }
-    let fixed = |l: &LinkConfig| match l.delay {
-        Delay::Fixed(d) => d,
-        Delay::Trace { .. } => 0,
-    };
-    let rtt_ns = fixed(&up).saturating_add(fixed(&down));
+    if let Some(trace) = &args.delay_trace {
+        up.delay = trace.clone();
+        down.delay = trace.clone();
+    }
+    let rtt_ns = nominal_delay_ns(&up.delay).saturating_add(nominal_delay_ns(&down.delay));
     match args.queue {
         Some(0) => bail!("--queue must be at least 1 byte"),
         Some(q) => {

@@ -146,20 +146,15 @@ pub enum NetError {
     Unsupported(String),
     #[error("{0}")]
     Config(String),
-    #[error("{direction} link: {source}")]
+    #[error("{direction} link: {error}")]
     Link {
         direction: Direction,
-        #[source]
-        source: LinkConfigError,
+        error: LinkConfigError,
     },
     #[error("'{command}' failed: {detail}")]
     Command { command: String, detail: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{what}: {error}")]
+    Io { what: String, error: io::Error },
 }
 
 /// Counters of one direction. `link` holds the model's decisions; the other fields count what
@@ -257,6 +252,20 @@ fn signal(fd: &OwnedFd) {
     }
 }
 
+/// Runs `f` on a thread that has joined the network namespace `name` (as listed by
+/// `ip netns list`, e.g. [`NetEmulator::namespace`]) and returns its result. Sockets `f` creates
+/// belong to that namespace and can be used from any thread afterwards.
+pub fn in_namespace<T, F>(name: &str, f: F) -> Result<T, NetError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tun::in_netns(&netns::netns_path(name), f).map_err(|error| NetError::Io {
+        what: format!("cannot enter namespace {name}"),
+        error,
+    })
+}
+
 /// The `ip -batch` commands configuring `sat0` on one side.
 fn side_setup(side: Side) -> String {
     format!(
@@ -279,22 +288,22 @@ impl NetEmulator {
     /// starts when forwarding starts.
     pub fn start(config: NetConfig) -> Result<NetEmulator, NetError> {
         let up_link =
-            NetLink::new(config.up, config.up_rate_trace).map_err(|source| NetError::Link {
+            NetLink::new(config.up, config.up_rate_trace).map_err(|error| NetError::Link {
                 direction: Direction::Up,
-                source,
+                error,
             })?;
         let down_link =
-            NetLink::new(config.down, config.down_rate_trace).map_err(|source| NetError::Link {
+            NetLink::new(config.down, config.down_rate_trace).map_err(|error| NetError::Link {
                 direction: Direction::Down,
-                source,
+                error,
             })?;
         check_support()?;
         clean_stale()?;
         let ns = NsPair::create(config.tag.as_deref())?;
         let open = |name: &str| {
-            tun::Tun::open_in(&netns::netns_path(name), TUN_NAME).map_err(|source| NetError::Io {
+            tun::Tun::open_in(&netns::netns_path(name), TUN_NAME).map_err(|error| NetError::Io {
                 what: format!("cannot create TUN device {TUN_NAME} in namespace {name}"),
-                source,
+                error,
             })
         };
         let terminal_tun = Arc::new(open(&ns.terminal)?);
@@ -302,9 +311,9 @@ impl NetEmulator {
         for (side, name) in [(Side::Terminal, &ns.terminal), (Side::Gateway, &ns.gateway)] {
             netns::run_ip(&["-n", name, "-batch", "-"], Some(&side_setup(side)))?;
         }
-        let stop = Arc::new(eventfd().map_err(|source| NetError::Io {
+        let stop = Arc::new(eventfd().map_err(|error| NetError::Io {
             what: "cannot create an eventfd".into(),
-            source,
+            error,
         })?);
         let up = Arc::new(Mutex::new(NetDirectionStats::default()));
         let down = Arc::new(Mutex::new(NetDirectionStats::default()));
@@ -347,9 +356,9 @@ impl NetEmulator {
             let handle = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || fwd.run())
-                .map_err(|source| NetError::Io {
+                .map_err(|error| NetError::Io {
                     what: "cannot start a forwarder thread".into(),
-                    source,
+                    error,
                 })?;
             emu.threads.push(handle);
         }
@@ -382,9 +391,9 @@ impl NetEmulator {
         F: FnOnce() -> T + Send + 'static,
     {
         let name = self.namespace(side).to_string();
-        tun::in_netns(&netns::netns_path(&name), f).map_err(|source| NetError::Io {
+        tun::in_netns(&netns::netns_path(&name), f).map_err(|error| NetError::Io {
             what: format!("cannot enter namespace {name}"),
-            source,
+            error,
         })
     }
 

@@ -48,20 +48,20 @@ pub fn run_ip(args: &[&str], stdin: Option<&str>) -> Result<(), NetError> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| NetError::Io {
+        .map_err(|error| NetError::Io {
             what: format!("cannot run '{}' (is iproute2 installed?)", describe()),
-            source,
+            error,
         })?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())
-            .map_err(|source| NetError::Io {
+            .map_err(|error| NetError::Io {
                 what: format!("cannot feed '{}'", describe()),
-                source,
+                error,
             })?;
     }
-    let out = child.wait_with_output().map_err(|source| NetError::Io {
+    let out = child.wait_with_output().map_err(|error| NetError::Io {
         what: format!("waiting for '{}'", describe()),
-        source,
+        error,
     })?;
     if !out.status.success() {
         return Err(NetError::Command {
@@ -177,9 +177,9 @@ impl NsPair {
                 NEXT_TAG.fetch_add(1, Ordering::Relaxed)
             ),
         };
-        std::fs::create_dir_all(LOCK_DIR).map_err(|source| NetError::Io {
+        std::fs::create_dir_all(LOCK_DIR).map_err(|error| NetError::Io {
             what: format!("cannot create {LOCK_DIR}"),
-            source,
+            error,
         })?;
         let path = lock_path(&tag);
         let file = OpenOptions::new()
@@ -187,9 +187,9 @@ impl NsPair {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|source| NetError::Io {
+            .map_err(|error| NetError::Io {
                 what: format!("cannot open {}", path.display()),
-                source,
+                error,
             })?;
         if !try_lock(&file) {
             return Err(NetError::Config(format!(

@@ -35,12 +35,8 @@ const NS_PER_MS: u64 = 1_000_000;
 /// A trace file that cannot be used; the message names the file and line.
 #[derive(Debug, Error)]
 pub enum TraceError {
-    #[error("cannot read trace file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read trace file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{source_name} line {line}: {reason}")]
     Line {
         source_name: String,
@@ -52,9 +48,9 @@ pub enum TraceError {
 }
 
 fn read(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|source| TraceError::Read {
+    std::fs::read_to_string(path).map_err(|error| TraceError::Read {
         path: path.display().to_string(),
-        source,
+        error,
     })
 }
 
