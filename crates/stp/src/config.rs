@@ -46,6 +46,15 @@ pub enum CongestionMode {
     Window,
     /// A fixed sending rate allocated by the network, in bits per second of datagram bytes.
     Rate { rate_bps: u64 },
+    /// Window control started from a known allocation of `rate_bps` (bits per second of
+    /// datagram bytes): the first window is the allocation's bandwidth-delay product over
+    /// `initial_rtt_ms`, pacing never exceeds the allocation, and the window halves once per
+    /// episode on loss or when an RTT sample exceeds the smallest RTT by more than
+    /// `max_queue_delay_ms` (spec §6.5).
+    Allocated {
+        rate_bps: u64,
+        max_queue_delay_ms: u32,
+    },
 }
 
 /// Parameters of one connection. Both sides of a connection may use different values.
@@ -153,6 +162,18 @@ impl Config {
         if let CongestionMode::Rate { rate_bps } = self.congestion {
             if rate_bps < 1000 {
                 return Err(bad("congestion.rate_bps", "must be at least 1000 bit/s"));
+            }
+        }
+        if let CongestionMode::Allocated {
+            rate_bps,
+            max_queue_delay_ms,
+        } = self.congestion
+        {
+            if rate_bps < 1000 {
+                return Err(bad("congestion.rate_bps", "must be at least 1000 bit/s"));
+            }
+            if max_queue_delay_ms == 0 || max_queue_delay_ms > 60_000 {
+                return Err(bad("congestion.max_queue_delay_ms", "must be 1..=60000"));
             }
         }
         if let InitialWindow::Packets(n) = self.initial_window {

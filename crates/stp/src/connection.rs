@@ -6,7 +6,7 @@
 //! to it, `poll_transmit` until it returns `None`, `poll_timeout`/`handle_timeout` for time.
 
 use crate::config::{Config, CongestionMode};
-use crate::congestion::{Controller, RateController, WindowController};
+use crate::congestion::{AllocationController, Controller, RateController, WindowController};
 use crate::pacing::Pacer;
 use crate::recv::{Arrival, RecvBuffer, MAX_SEQ_SPAN};
 use crate::rtt::RttEstimator;
@@ -137,6 +137,15 @@ fn make_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
             Box::new(WindowController::new(mss, config.initial_window.bytes(mss)))
         }
         CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
+        CongestionMode::Allocated {
+            rate_bps,
+            max_queue_delay_ms,
+        } => Box::new(AllocationController::new(
+            mss,
+            rate_bps,
+            Config::ms(config.initial_rtt_ms),
+            Config::ms(max_queue_delay_ms),
+        )),
     }
 }
 
@@ -254,7 +263,9 @@ impl Connection {
         let granularity = Duration::from_micros(u64::from(config.pacing_granularity_us));
         let initial_burst = match config.congestion {
             CongestionMode::Window => iw + iw / mss64 * HEADER_LEN as u64 + 64,
-            CongestionMode::Rate { .. } => 2 * (mss64 + HEADER_LEN as u64),
+            CongestionMode::Rate { .. } | CongestionMode::Allocated { .. } => {
+                2 * (mss64 + HEADER_LEN as u64)
+            }
         };
         let pacer = Pacer::new(
             now,
@@ -740,6 +751,11 @@ impl Connection {
     fn on_stat(&mut self, now: Instant, stat: &Stat<'_>) {
         if let Some(sample) = wire_elapsed(self.peek_stamp(now), stat.echo_timestamp) {
             self.rtt.update(sample);
+            if let Some(min) = self.rtt.min() {
+                let next = self.peek_stamp(now);
+                self.controller
+                    .on_rtt_sample(sample, min, stat.echo_timestamp, next);
+            }
         }
         self.peer_reporting();
         let Some(cum) = self.reported_cum(stat.cum) else {

@@ -34,8 +34,10 @@ impl Pacer {
     pub fn set_rate(&mut self, now: Instant, rate: f64) {
         self.refill(now);
         self.rate = rate;
+        // Two ticks of credit: a wake-up scheduled on a tick boundary that a busy driver serves
+        // late (by up to a tick) then loses nothing, while a burst stays within two ticks.
         let per_tick = rate * self.granularity.as_secs_f64();
-        self.capacity = per_tick.max(self.min_capacity);
+        self.capacity = (2.0 * per_tick).max(self.min_capacity);
     }
 
     /// Current rate in bytes per second.

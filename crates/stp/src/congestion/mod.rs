@@ -5,9 +5,11 @@
 //! pacing rate. Loss episodes are delimited with the sender's 32-bit send stamps (see
 //! `connection`), so a controller reduces at most once per window of data.
 
+mod allocation;
 mod rate;
 mod window;
 
+pub use allocation::AllocationController;
 pub use rate::RateController;
 pub use window::WindowController;
 
@@ -22,6 +24,17 @@ pub trait Controller: Send + std::fmt::Debug {
     /// next transmission will carry (losses of packets stamped at or before the reduction belong
     /// to the same episode).
     fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32);
+    /// An RTT sample measured on a POLL sent with `sent_stamp`, beside the smallest RTT seen;
+    /// `next_stamp` as for `on_loss`. Loss-based controllers ignore it.
+    fn on_rtt_sample(
+        &mut self,
+        sample: Duration,
+        min_rtt: Duration,
+        sent_stamp: u32,
+        next_stamp: u32,
+    ) {
+        let _ = (sample, min_rtt, sent_stamp, next_stamp);
+    }
     /// Several POLLs in a row went unanswered: collapse to the initial window.
     fn on_unresponsive(&mut self, next_stamp: u32);
     /// Bytes allowed in flight (`u64::MAX` when the controller does not limit by window).
