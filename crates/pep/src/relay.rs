@@ -256,6 +256,27 @@ impl ConnectOptions {
     }
 }
 
+/// Whether a client's address can be the source of a connection to a server: loopback,
+/// unspecified, multicast and link-local addresses cannot (a SOCKS client on the terminal's own
+/// loopback, for one), so the gateway connects from its own address for them.
+fn routable_source(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.is_link_local())
+        }
+        std::net::IpAddr::V6(v6) => {
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || v6.is_unicast_link_local())
+        }
+    }
+}
+
 /// Connects to `dest`, from `source`'s IP address (any port) when given.
 async fn connect_from(dest: SocketAddr, source: Option<SocketAddr>) -> io::Result<TcpStream> {
     let Some(source) = source else {
@@ -312,7 +333,7 @@ pub async fn serve_stream(
         }
     };
     let StreamHeader { target, client } = header;
-    let source = client.filter(|_| options.source_transparent);
+    let source = client.filter(|c| options.source_transparent && routable_source(c.ip()));
     let early = head.split_off(used);
     let addrs: Vec<SocketAddr> = match &target {
         Target::Ip(a) => vec![*a],
@@ -515,6 +536,26 @@ mod tests {
         let b = encoded(&h);
         let (got, _) = StreamHeader::parse(&b).unwrap().unwrap();
         assert_eq!(got.client, Some("192.0.2.2:5555".parse().unwrap()));
+    }
+
+    #[test]
+    fn only_routable_client_addresses_become_sources() {
+        for a in ["192.0.2.2", "10.1.2.3", "2001:db8::2", "fd00::1"] {
+            assert!(routable_source(a.parse().unwrap()), "{a}");
+        }
+        for a in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "169.254.1.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "ff02::1",
+        ] {
+            assert!(!routable_source(a.parse().unwrap()), "{a}");
+        }
     }
 
     #[test]

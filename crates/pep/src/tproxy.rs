@@ -45,10 +45,10 @@ const BACKLOG: i32 = 1024;
 pub enum TproxyError {
     #[error("cannot create a TCP socket: {0}")]
     Socket(io::Error),
-    #[error("cannot set IP_TRANSPARENT on {addr} (needs CAP_NET_ADMIN): {source}")]
-    Transparent { addr: SocketAddr, source: io::Error },
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: io::Error },
+    #[error("{addr}: {error}")]
+    Transparent { addr: SocketAddr, error: io::Error },
+    #[error("cannot listen on {addr}: {error}")]
+    Bind { addr: SocketAddr, error: io::Error },
 }
 
 /// Sets `IP_TRANSPARENT` (IPv4 socket) or `IPV6_TRANSPARENT` (IPv6 socket, also covering
@@ -62,10 +62,12 @@ pub fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> {
             sock.set_ip_transparent_v4(true)
         };
         r.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("IP_TRANSPARENT refused (needs CAP_NET_ADMIN): {e}"),
-            )
+            let why = if e.kind() == io::ErrorKind::PermissionDenied {
+                "IP_TRANSPARENT needs CAP_NET_ADMIN"
+            } else {
+                "cannot set IP_TRANSPARENT"
+            };
+            io::Error::new(e.kind(), format!("{why}: {e}"))
         })
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -95,8 +97,8 @@ pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, Tprox
     };
     let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(TproxyError::Socket)?;
     set_transparent(&SockRef::from(&s), addr.is_ipv6())
-        .map_err(|source| TproxyError::Transparent { addr, source })?;
-    let bind = |e| TproxyError::Bind { addr, source: e };
+        .map_err(|error| TproxyError::Transparent { addr, error })?;
+    let bind = |error| TproxyError::Bind { addr, error };
     if addr.is_ipv6() {
         s.set_only_v6(false).map_err(bind)?;
     }

@@ -50,9 +50,6 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         ..EndpointConfig::default()
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
-    if cfg.tproxy_listen.is_some() {
-        eprintln!("warning: terminal.tproxy_listen is not implemented yet; ignored");
-    }
     if cfg.metrics_listen.is_some() {
         eprintln!("warning: terminal.metrics_listen is not wired to the data path yet; ignored");
     }
@@ -111,8 +108,17 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             tokio::spawn(pep::relay::serve_http_connect(l, Arc::clone(&hop)));
             listening.push(format!("HTTP CONNECT on {a}"));
         }
+        if let Some(a) = cfg.tproxy_listen {
+            let l = pep::tproxy::bind_transparent(a).context("terminal.tproxy_listen")?;
+            let l = tokio::net::TcpListener::from_std(l)
+                .with_context(|| format!("terminal.tproxy_listen: cannot listen on {a}"))?;
+            tokio::spawn(pep::tproxy::serve_tproxy(l, Arc::clone(&hop)));
+            listening.push(format!("TPROXY on {a}"));
+        }
         if listening.is_empty() {
-            bail!("terminal: no usable listener (socks_listen or http_connect_listen)");
+            bail!(
+                "terminal: no usable listener (socks_listen, http_connect_listen or tproxy_listen)"
+            );
         }
         eprintln!(
             "satstp terminal: {}; gateway {gateway}",
@@ -153,7 +159,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     })
     .context("gateway.policy")?;
     if cfg.source_transparent {
-        eprintln!("warning: gateway.source_transparent is not implemented yet; ignored");
+        pep::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
     }
     if cfg.metrics_listen.is_some() {
         eprintln!("warning: gateway.metrics_listen is not wired to the data path yet; ignored");
@@ -184,7 +190,11 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
         eprintln!("satstp gateway: listening on {}", hop.local_addr());
-        tokio::spawn(pep::relay::serve(hop, Arc::new(policy), connect_timeout));
+        let options = pep::relay::ConnectOptions {
+            connect_timeout,
+            source_transparent: cfg.source_transparent,
+        };
+        tokio::spawn(pep::relay::serve_with(hop, Arc::new(policy), options));
         tokio::signal::ctrl_c()
             .await
             .context("cannot wait for Ctrl-C")?;
