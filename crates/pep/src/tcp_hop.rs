@@ -1,0 +1,1084 @@
+//! The split-TCP satellite hop (the seeds' "split TCP"): each relayed connection crosses the hop
+//! as its own kernel TCP connection from the terminal to the gateway, tuned from the
+//! configuration (congestion control, buffers, `TCP_NODELAY`), behind the same [`Hop`] and
+//! [`HopStream`] interface as the STP hop, so the relays cannot tell the two apart. It exists to
+//! compare STP with tuned TCP on the same path. The wire format and its reasoning are in
+//! `docs/gateway.md` ("Split TCP hop").
+//!
+//! # Security
+//!
+//! As on the UDP hop, all of it is `snow`'s `Noise_IK_25519_ChaChaPoly_BLAKE2s`, with the same
+//! static keys and allow-list, and the prologue [`PROLOGUE`] (so a TCP handshake can never be
+//! mistaken for a UDP one). Every TCP connection runs its own handshake:
+//!
+//! ```text
+//! frame:            length u16 (big-endian, 1..=65535) | body
+//! terminal → gw:    frame(Noise IK message 1: e, es, s, ss + payload counter u64 | first bytes)
+//! gw → terminal:    frame(Noise IK message 2: e, ee, se, empty payload)
+//! then both ways:   frame(ChaCha20-Poly1305(kind u8 | body) + tag 16), nonce = frame number
+//!   kind 0 DATA  body = stream bytes (1..=65518)
+//!   kind 1 FIN   no body: the sender sends no more data
+//!   kind 2 ABORT body = code u16: the sender reset the stream
+//! ```
+//!
+//! The terminal's stream header rides encrypted in message 1, so the gateway starts connecting
+//! to the destination after the TCP handshake and one more half round trip: a new connection
+//! costs the TCP handshake plus one round trip before the server's first byte is on its way,
+//! not two. The gateway learns the terminal's static key from message 1 and serves only keys on
+//! its allow-list; any other connection is closed with nothing remembered (counted as
+//! `unknown_key`, or `auth_failures` when message 1 does not even verify).
+//!
+//! Message 1 is not yet bound to a fresh exchange, so a recorded one could be replayed; its
+//! payload therefore starts with a per-terminal counter (nanoseconds since the epoch at hop
+//! start, plus one per stream) that the gateway accepts once per key through the same sliding
+//! window as the UDP tunnel's nonces ([`crate::tunnel::replay`]), tolerating
+//! [`crate::tunnel::replay::WINDOW`] streams opened out of order. The window lives only in
+//! memory: right after a gateway restart a replayed message 1 would be accepted once (the
+//! attacker still learns nothing and cannot continue the stream).
+//!
+//! Transport frames use explicit, implicit-on-the-wire nonces: frame *n* of a direction is
+//! sealed with nonce *n*, so any changed, dropped, reordered or replayed frame fails
+//! authentication. A failure kills that TCP connection only (both its streams' halves fail);
+//! other connections are unaffected. End of stream is authenticated too: a TCP FIN or reset
+//! without a preceding FIN frame ends the stream as failed, never as finished.
+//!
+//! # Backpressure
+//!
+//! A stream's writer budget is returned only once its bytes were written into the hop socket,
+//! so a slow hop (full kernel send buffer) stops the relay reading the client. From the hop,
+//! decrypted frames go into the reader's bounded channel; while it is full this side stops
+//! reading the hop socket and TCP's receive window closes.
+
+use crate::hop::{
+    detached_stream, Command, Hop, HopStatus, HopStream, OtherTransportStatus, StreamCmd,
+    StreamEnds, StreamEvent,
+};
+use crate::keys::{PrivateKey, PublicKey};
+use crate::tunnel::replay::ReplayWindow;
+use crate::tunnel::Counters;
+use bytes::Bytes;
+use snow::StatelessTransportState;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+/// Mixed into every handshake of the TCP hop.
+pub const PROLOGUE: &[u8] = b"satstp-tcp-hop-v1";
+/// Largest frame body, bytes (Noise's message limit).
+pub const MAX_FRAME: usize = 65535;
+/// AEAD tag length.
+const TAG_LEN: usize = 16;
+/// Noise IK message 1 without payload: ephemeral key, encrypted static key, payload tag.
+const MSG1_OVERHEAD: usize = 32 + 32 + TAG_LEN + TAG_LEN;
+/// The replay counter at the start of message 1's payload.
+const COUNTER_LEN: usize = 8;
+/// Most stream bytes message 1 carries; the rest follows in DATA frames.
+pub const MAX_FIRST_BYTES: usize = MAX_FRAME - MSG1_OVERHEAD - COUNTER_LEN;
+/// Most stream bytes in one DATA frame.
+pub const MAX_DATA: usize = MAX_FRAME - TAG_LEN - 1;
+const KIND_DATA: u8 = 0;
+const KIND_FIN: u8 = 1;
+const KIND_ABORT: u8 = 2;
+/// Gateway: how long a new connection may take to deliver message 1.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Gateway: connections that have not completed their handshake, at most; more are closed at
+/// once (counted as `rate_limited`).
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Streams accepted by the gateway and not yet taken by the relay, at most.
+const INCOMING: usize = 256;
+/// The writer gathers up to this many bytes of frames per socket write.
+const WRITE_BATCH: usize = 256 << 10;
+/// Read buffer on the hop socket.
+const READ_BUFFER: usize = 128 << 10;
+
+/// Socket options of the hop's TCP connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpTuning {
+    /// `TCP_CONGESTION`, e.g. "cubic", "bbr", "reno" (`None`: the system's default).
+    pub congestion: Option<String>,
+    /// `SO_SNDBUF`, bytes (`None`: the kernel's autotuning).
+    pub send_buffer_bytes: Option<u32>,
+    /// `SO_RCVBUF`, bytes (`None`: the kernel's autotuning).
+    pub recv_buffer_bytes: Option<u32>,
+    /// `TCP_NODELAY`.
+    pub nodelay: bool,
+}
+
+impl Default for TcpTuning {
+    fn default() -> Self {
+        TcpTuning {
+            congestion: None,
+            send_buffer_bytes: None,
+            recv_buffer_bytes: None,
+            nodelay: true,
+        }
+    }
+}
+
+/// Why a tuning could not be applied; the message starts with the option's field name
+/// (`congestion`, `send_buffer_bytes`, ...), for the caller to prefix with its table.
+#[derive(Debug, Error)]
+pub enum TuningError {
+    #[error("congestion: {name:?} is not available in this kernel (available: {available})")]
+    CongestionUnavailable { name: String, available: String },
+    #[error("congestion: {name:?} is not permitted to this process (allowed without CAP_NET_ADMIN: {allowed})")]
+    CongestionNotPermitted { name: String, allowed: String },
+    #[error("{field}: {source}")]
+    Socket {
+        field: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Buffer sizes the kernel granted (it caps requests at `net.core.wmem_max` / `rmem_max` and
+/// reports twice the usable size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantedBuffers {
+    pub send_buffer_bytes: usize,
+    pub recv_buffer_bytes: usize,
+}
+
+fn proc_list(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+impl TcpTuning {
+    /// Sets the options on a socket (before `connect` or `listen`, so buffer sizes shape the
+    /// window scale).
+    pub fn apply(&self, sock: &socket2::SockRef<'_>) -> Result<(), TuningError> {
+        if let Some(name) = &self.congestion {
+            set_congestion(sock, name)?;
+        }
+        if let Some(b) = self.send_buffer_bytes {
+            sock.set_send_buffer_size(b as usize)
+                .map_err(|source| TuningError::Socket {
+                    field: "send_buffer_bytes",
+                    source,
+                })?;
+        }
+        if let Some(b) = self.recv_buffer_bytes {
+            sock.set_recv_buffer_size(b as usize)
+                .map_err(|source| TuningError::Socket {
+                    field: "recv_buffer_bytes",
+                    source,
+                })?;
+        }
+        sock.set_tcp_nodelay(self.nodelay)
+            .map_err(|source| TuningError::Socket {
+                field: "nodelay",
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Applies the options to a throwaway socket: whether this kernel and process accept them,
+    /// and what buffer sizes it grants.
+    pub fn check(&self) -> Result<GrantedBuffers, TuningError> {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|source| TuningError::Socket {
+                field: "socket",
+                source,
+            })?;
+        self.apply(&socket2::SockRef::from(&sock))?;
+        Ok(GrantedBuffers {
+            send_buffer_bytes: sock.send_buffer_size().unwrap_or(0),
+            recv_buffer_bytes: sock.recv_buffer_size().unwrap_or(0),
+        })
+    }
+}
+
+fn set_congestion(sock: &socket2::SockRef<'_>, name: &str) -> Result<(), TuningError> {
+    match sock.set_tcp_congestion(name.as_bytes()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(TuningError::CongestionUnavailable {
+            name: name.into(),
+            available: proc_list("/proc/sys/net/ipv4/tcp_available_congestion_control"),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            Err(TuningError::CongestionNotPermitted {
+                name: name.into(),
+                allowed: proc_list("/proc/sys/net/ipv4/tcp_allowed_congestion_control"),
+            })
+        }
+        Err(source) => Err(TuningError::Socket {
+            field: "congestion",
+            source,
+        }),
+    }
+}
+
+/// Parameters of a TCP hop.
+#[derive(Debug, Clone)]
+pub struct TcpHopConfig {
+    /// Bytes a stream's writer may have handed over and not yet seen written to the hop socket.
+    pub relay_buffer_bytes: u32,
+    pub tuning: TcpTuning,
+    /// Terminal: how long connecting and the handshake may take.
+    pub handshake_timeout: Duration,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state and status
+
+#[derive(Default)]
+struct StreamBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+struct StreamInfo {
+    peer: SocketAddr,
+    key: Option<PublicKey>,
+    bytes: Arc<StreamBytes>,
+}
+
+/// What every task of one hop counts.
+struct Shared {
+    local: SocketAddr,
+    relay_buffer: u32,
+    tuning: TcpTuning,
+    counters: Mutex<Counters>,
+    frames_sent: AtomicU64,
+    bytes_sent: AtomicU64,
+    frames_received: AtomicU64,
+    bytes_received: AtomicU64,
+    handshakes_started: AtomicU64,
+    next_id: AtomicU64,
+    streams: Mutex<BTreeMap<u64, StreamInfo>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn new(local: SocketAddr, config: &TcpHopConfig) -> Shared {
+        Shared {
+            local,
+            relay_buffer: config.relay_buffer_bytes,
+            tuning: config.tuning.clone(),
+            counters: Mutex::new(Counters::default()),
+            frames_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            frames_received: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            handshakes_started: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            streams: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counters)) {
+        f(&mut lock(&self.counters));
+    }
+
+    fn sent(&self, frames: u64, bytes: usize) {
+        self.frames_sent.fetch_add(frames, Ordering::Relaxed);
+        self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn received(&self, bytes: usize) {
+        self.frames_received.fetch_add(1, Ordering::Relaxed);
+        self.bytes_received
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A new stream, registered for the status.
+    fn new_stream(
+        &self,
+        peer: SocketAddr,
+        key: Option<PublicKey>,
+    ) -> (HopStream, StreamEnds, Arc<StreamBytes>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (stream, ends) = detached_stream(id, peer, key, self.relay_buffer);
+        let bytes = Arc::new(StreamBytes::default());
+        lock(&self.streams).insert(
+            id,
+            StreamInfo {
+                peer,
+                key,
+                bytes: Arc::clone(&bytes),
+            },
+        );
+        (stream, ends, bytes)
+    }
+
+    fn status(&self) -> HopStatus {
+        let streams = lock(&self.streams)
+            .iter()
+            .map(|(&id, s)| {
+                (
+                    id,
+                    s.peer,
+                    s.key,
+                    s.bytes.sent.load(Ordering::Relaxed),
+                    s.bytes.received.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        HopStatus::other_transport(OtherTransportStatus {
+            local: self.local,
+            handshakes_started: self.handshakes_started.load(Ordering::Relaxed),
+            frames_sent: self.frames_sent.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            frames_received: self.frames_received.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            tunnel: *lock(&self.counters),
+            streams,
+        })
+    }
+}
+
+/// Unregisters a stream when its task ends, however it ends.
+struct Registered<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.streams).remove(&self.id);
+    }
+}
+
+fn noise_builder(local: &PrivateKey) -> Result<snow::Builder<'_>, String> {
+    let params = crate::tunnel::NOISE_PATTERN
+        .parse()
+        .map_err(|e: snow::Error| e.to_string())?;
+    snow::Builder::new(params)
+        .local_private_key(local.as_bytes())
+        .and_then(|b| b.prologue(PROLOGUE))
+        .map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal
+
+struct TerminalSide {
+    local: PrivateKey,
+    gateway_key: PublicKey,
+    gateway: SocketAddr,
+    handshake_timeout: Duration,
+    /// The next replay counter.
+    counter: AtomicU64,
+}
+
+/// Starts a terminal's TCP hop to `gateway`, whose static key is `gateway_key`. The tuning is
+/// checked here, so a kernel lacking the congestion control fails the start, not each stream.
+pub fn start_terminal(
+    local: PrivateKey,
+    gateway_key: PublicKey,
+    gateway: SocketAddr,
+    config: TcpHopConfig,
+) -> Result<Hop, String> {
+    config.tuning.check().map_err(|e| e.to_string())?;
+    noise_builder(&local)?;
+    let unspecified: SocketAddr = if gateway.is_ipv6() {
+        ([0u16; 8], 0).into()
+    } else {
+        ([0u8; 4], 0).into()
+    };
+    let shared = Arc::new(Shared::new(unspecified, &config));
+    let start_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let side = Arc::new(TerminalSide {
+        local,
+        gateway_key,
+        gateway,
+        handshake_timeout: config.handshake_timeout,
+        counter: AtomicU64::new(start_ns),
+    });
+    let (tx, rx) = mpsc::channel(1024);
+    // A terminal accepts no streams; the sender is dropped so `incoming` ends at once.
+    let (_, incoming) = mpsc::channel(1);
+    tokio::spawn(terminal_control(rx, shared, side));
+    Ok(Hop::from_parts(tx, incoming, unspecified))
+}
+
+async fn terminal_control(
+    mut rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    side: Arc<TerminalSide>,
+) {
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Open { first, reply } => {
+                let (stream, ends, bytes) = shared.new_stream(side.gateway, Some(side.gateway_key));
+                let id = stream.id();
+                let _ = reply.send(Ok(stream));
+                tokio::spawn(terminal_stream(
+                    Arc::clone(&shared),
+                    Arc::clone(&side),
+                    id,
+                    first,
+                    ends,
+                    bytes,
+                ));
+            }
+            Command::Status(reply) => {
+                let _ = reply.send(shared.status());
+            }
+            // Stream commands go to each stream's own task.
+            Command::Stream(_) => {}
+        }
+    }
+}
+
+async fn terminal_stream(
+    shared: Arc<Shared>,
+    side: Arc<TerminalSide>,
+    id: u64,
+    first: Vec<u8>,
+    ends: StreamEnds,
+    bytes: Arc<StreamBytes>,
+) {
+    let _registered = Registered {
+        shared: &shared,
+        id,
+    };
+    shared.handshakes_started.fetch_add(1, Ordering::Relaxed);
+    let counter = side.counter.fetch_add(1, Ordering::Relaxed);
+    let split = first.len().min(MAX_FIRST_BYTES);
+    let (in_msg1, rest) = first.split_at(split);
+    let handshake = tokio::time::timeout(
+        side.handshake_timeout,
+        terminal_handshake(&shared, &side, counter, in_msg1),
+    )
+    .await
+    .unwrap_or_else(|_| Err("connecting to the gateway timed out".into()));
+    match handshake {
+        Ok((tcp, transport)) => {
+            run_stream(&shared, tcp, &transport, ends, rest.to_vec(), &bytes).await;
+        }
+        Err(e) => {
+            let _ = ends
+                .events
+                .send(StreamEvent::Failed(format!("tcp hop: {e}")))
+                .await;
+        }
+    }
+}
+
+/// Connects, sends message 1 carrying `counter` and `first`, and reads message 2.
+async fn terminal_handshake(
+    shared: &Shared,
+    side: &TerminalSide,
+    counter: u64,
+    first: &[u8],
+) -> Result<(TcpStream, StatelessTransportState), String> {
+    let mut hs = noise_builder(&side.local)?
+        .remote_public_key(side.gateway_key.as_bytes())
+        .and_then(|b| b.build_initiator())
+        .map_err(|e| e.to_string())?;
+    let mut payload = Vec::with_capacity(COUNTER_LEN + first.len());
+    payload.extend_from_slice(&counter.to_be_bytes());
+    payload.extend_from_slice(first);
+    let mut frame = vec![0u8; 2 + MAX_FRAME];
+    let n = hs
+        .write_message(&payload, &mut frame[2..])
+        .map_err(|e| e.to_string())?;
+    let len = u16::try_from(n).map_err(|_| "handshake message too long".to_string())?;
+    frame[..2].copy_from_slice(&len.to_be_bytes());
+    frame.truncate(2 + n);
+
+    let sock = if side.gateway.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| e.to_string())?;
+    shared
+        .tuning
+        .apply(&socket2::SockRef::from(&sock))
+        .map_err(|e| e.to_string())?;
+    let mut tcp = sock
+        .connect(side.gateway)
+        .await
+        .map_err(|e| format!("cannot connect to the gateway {}: {e}", side.gateway))?;
+    tcp.write_all(&frame).await.map_err(|e| e.to_string())?;
+    shared.sent(1, frame.len());
+
+    let mut msg2 = Vec::new();
+    match read_frame(&mut tcp, &mut msg2).await {
+        Ok(Some(n)) => shared.received(n + 2),
+        Ok(None) => return Err("the gateway closed the connection during the handshake".into()),
+        Err(e) => return Err(format!("handshake: {e}")),
+    }
+    let mut none = [0u8; MAX_FRAME];
+    if hs.read_message(&msg2, &mut none).is_err() {
+        shared.count(|c| c.auth_failures += 1);
+        return Err("the gateway's handshake reply failed authentication".into());
+    }
+    let transport = hs
+        .into_stateless_transport_mode()
+        .map_err(|e| e.to_string())?;
+    shared.count(|c| c.handshakes += 1);
+    Ok((tcp, transport))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway
+
+struct GatewaySide {
+    local: PrivateKey,
+    allowed: HashSet<PublicKey>,
+    /// Per allowed key, the replay window over message-1 counters (only allowed keys get one).
+    replay: Mutex<HashMap<PublicKey, ReplayWindow>>,
+    pending: Arc<Semaphore>,
+}
+
+/// Starts a gateway's TCP hop listening on `listen`, serving the terminals whose keys are in
+/// `allowed`. Streams the terminals open arrive on the returned hop's `incoming`.
+pub fn start_gateway(
+    listen: SocketAddr,
+    local: PrivateKey,
+    allowed: impl IntoIterator<Item = PublicKey>,
+    config: TcpHopConfig,
+) -> Result<Hop, String> {
+    noise_builder(&local)?;
+    let sock = if listen.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| e.to_string())?;
+    sock.set_reuseaddr(true).map_err(|e| e.to_string())?;
+    config
+        .tuning
+        .apply(&socket2::SockRef::from(&sock))
+        .map_err(|e| e.to_string())?;
+    sock.bind(listen)
+        .map_err(|e| format!("cannot bind {listen}: {e}"))?;
+    let listener = sock
+        .listen(1024)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared::new(local_addr, &config));
+    let side = Arc::new(GatewaySide {
+        local,
+        allowed: allowed.into_iter().collect(),
+        replay: Mutex::new(HashMap::new()),
+        pending: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
+    });
+    let (tx, rx) = mpsc::channel(64);
+    let (in_tx, in_rx) = mpsc::channel(INCOMING);
+    tokio::spawn(gateway_control(rx, Arc::clone(&shared)));
+    tokio::spawn(gateway_accept(listener, shared, side, in_tx));
+    Ok(Hop::from_parts(tx, in_rx, local_addr))
+}
+
+async fn gateway_control(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Open { reply, .. } => {
+                let _ = reply.send(Err("only a terminal opens streams".into()));
+            }
+            Command::Status(reply) => {
+                let _ = reply.send(shared.status());
+            }
+            Command::Stream(_) => {}
+        }
+    }
+}
+
+async fn gateway_accept(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    side: Arc<GatewaySide>,
+    incoming: mpsc::Sender<HopStream>,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(a) => a,
+                // Out of descriptors and the like: wait a little rather than spin.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            // Nobody takes the streams any more: the hop is gone.
+            _ = incoming.closed() => return,
+        };
+        let Ok(permit) = Arc::clone(&side.pending).try_acquire_owned() else {
+            shared.count(|c| c.rate_limited += 1);
+            continue;
+        };
+        // Congestion control and buffers were set on the listener, which accepted sockets
+        // inherit; nodelay is set again to be sure.
+        let _ = tcp.set_nodelay(shared.tuning.nodelay);
+        let shared = Arc::clone(&shared);
+        let side = Arc::clone(&side);
+        let incoming = incoming.clone();
+        tokio::spawn(async move {
+            let r = tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                gateway_handshake(&shared, &side, tcp, peer),
+            )
+            .await;
+            drop(permit);
+            let Ok(Some((tcp, transport, key, first))) = r else {
+                return;
+            };
+            let (stream, ends, bytes) = shared.new_stream(peer, Some(key));
+            let _registered = Registered {
+                shared: &shared,
+                id: stream.id(),
+            };
+            if !first.is_empty() {
+                bytes
+                    .received
+                    .fetch_add(first.len() as u64, Ordering::Relaxed);
+                let _ = ends.events.try_send(StreamEvent::Data(first));
+            }
+            if incoming.try_send(stream).is_err() {
+                return;
+            }
+            run_stream(&shared, tcp, &transport, ends, Vec::new(), &bytes).await;
+        });
+    }
+}
+
+/// Reads and checks message 1 and answers it. `None` (connection to be closed, nothing kept)
+/// when anything is wrong; the reason is counted.
+async fn gateway_handshake(
+    shared: &Shared,
+    side: &GatewaySide,
+    mut tcp: TcpStream,
+    _peer: SocketAddr,
+) -> Option<(TcpStream, StatelessTransportState, PublicKey, Bytes)> {
+    let mut msg1 = Vec::new();
+    match read_frame(&mut tcp, &mut msg1).await {
+        Ok(Some(n)) if n >= MSG1_OVERHEAD + COUNTER_LEN => shared.received(n + 2),
+        Ok(Some(n)) => {
+            shared.received(n + 2);
+            shared.count(|c| c.malformed += 1);
+            return None;
+        }
+        Ok(None) | Err(_) => {
+            shared.count(|c| c.malformed += 1);
+            return None;
+        }
+    }
+    let mut hs = noise_builder(&side.local)
+        .and_then(|b| b.build_responder().map_err(|e| e.to_string()))
+        .ok()?;
+    let mut payload = vec![0u8; MAX_FRAME];
+    let Ok(n) = hs.read_message(&msg1, &mut payload) else {
+        shared.count(|c| c.auth_failures += 1);
+        return None;
+    };
+    payload.truncate(n);
+    let key = hs
+        .get_remote_static()
+        .and_then(|k| PublicKey::from_slice(k).ok())?;
+    if !side.allowed.contains(&key) {
+        shared.count(|c| c.unknown_key += 1);
+        return None;
+    }
+    let counter = payload
+        .get(..COUNTER_LEN)
+        .and_then(|b| <[u8; COUNTER_LEN]>::try_from(b).ok())
+        .map(u64::from_be_bytes)?;
+    let fresh = lock(&side.replay).entry(key).or_default().update(counter);
+    if !fresh {
+        shared.count(|c| c.replays += 1);
+        return None;
+    }
+    let mut frame = vec![0u8; 2 + MAX_FRAME];
+    let n = hs.write_message(&[], &mut frame[2..]).ok()?;
+    let len = u16::try_from(n).ok()?;
+    frame[..2].copy_from_slice(&len.to_be_bytes());
+    frame.truncate(2 + n);
+    let transport = hs.into_stateless_transport_mode().ok()?;
+    tcp.write_all(&frame).await.ok()?;
+    shared.sent(1, frame.len());
+    shared.count(|c| c.handshakes += 1);
+    let first = Bytes::from(payload).slice(COUNTER_LEN..);
+    Some((tcp, transport, key, first))
+}
+
+// ---------------------------------------------------------------------------------------------
+// One established connection, both sides
+
+/// Reads one frame into `buf`: `Ok(None)` on a clean end of stream before its first byte.
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<usize>> {
+    let mut len = [0u8; 2];
+    match rd.read(&mut len[..1]).await? {
+        0 => return Ok(None),
+        _ => rd.read_exact(&mut len[1..]).await?,
+    };
+    let n = usize::from(u16::from_be_bytes(len));
+    if n == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "empty frame"));
+    }
+    buf.clear();
+    buf.resize(n, 0);
+    rd.read_exact(buf).await?;
+    Ok(Some(n))
+}
+
+/// Seals one transport frame (`kind` and `body`) onto `out`.
+fn seal_frame(
+    transport: &StatelessTransportState,
+    nonce: &mut u64,
+    kind: u8,
+    body: &[u8],
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    plain.clear();
+    plain.push(kind);
+    plain.extend_from_slice(body);
+    let len = plain.len() + TAG_LEN;
+    let len16 = u16::try_from(len).map_err(|_| "frame too long".to_string())?;
+    let start = out.len();
+    out.extend_from_slice(&len16.to_be_bytes());
+    out.resize(start + 2 + len, 0);
+    let sealed = out.get_mut(start + 2..).ok_or("frame buffer")?;
+    match transport.write_message(*nonce, plain, sealed) {
+        Ok(n) if n == len => {
+            *nonce += 1;
+            Ok(())
+        }
+        Ok(_) => Err("sealing a frame: wrong length".into()),
+        Err(e) => Err(format!("sealing a frame: {e}")),
+    }
+}
+
+fn seal_data(
+    transport: &StatelessTransportState,
+    nonce: &mut u64,
+    data: &[u8],
+    plain: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<u64, String> {
+    let mut frames = 0;
+    for piece in data.chunks(MAX_DATA) {
+        seal_frame(transport, nonce, KIND_DATA, piece, plain, out)?;
+        frames += 1;
+    }
+    Ok(frames)
+}
+
+/// Carries one stream over its TCP connection until both directions have ended (or either
+/// failed), then closes the connection. A failure reaches the stream's reader after the
+/// connection is closed, so the peer learns of it at once.
+async fn run_stream(
+    shared: &Shared,
+    mut tcp: TcpStream,
+    transport: &StatelessTransportState,
+    ends: StreamEnds,
+    initial: Vec<u8>,
+    bytes: &StreamBytes,
+) {
+    let StreamEnds { commands, events } = ends;
+    let (dead, _) = watch::channel(false);
+    let failure = {
+        let (rd, wr) = tcp.split();
+        let (failure, ()) = tokio::join!(
+            read_side(shared, rd, transport, &events, &dead, bytes),
+            write_side(shared, wr, transport, commands, initial, &dead, bytes),
+        );
+        failure
+    };
+    drop(tcp);
+    if let Some(reason) = failure {
+        let _ = events.send(StreamEvent::Failed(reason)).await;
+    }
+}
+
+/// Hop → stream reader. Returns the reason when the stream failed on the peer's side (reset,
+/// bad frame, connection lost); `None` after the peer's FIN, or when this side ended it.
+async fn read_side<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    rd: R,
+    transport: &StatelessTransportState,
+    events: &mpsc::Sender<StreamEvent>,
+    dead: &watch::Sender<bool>,
+    bytes: &StreamBytes,
+) -> Option<String> {
+    let mut dead_rx = dead.subscribe();
+    let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
+    let mut frame = Vec::with_capacity(MAX_FRAME);
+    let mut nonce = 0u64;
+    let failure = loop {
+        let r = tokio::select! {
+            r = read_frame(&mut rd, &mut frame) => r,
+            _ = dead_rx.wait_for(|d| *d) => return None,
+        };
+        let n = match r {
+            Ok(Some(n)) => n,
+            Ok(None) => break "the hop connection closed before the end of the stream".to_string(),
+            Err(e) => break format!("hop connection: {e}"),
+        };
+        shared.received(n + 2);
+        let Some(plain_len) = n.checked_sub(TAG_LEN).filter(|&l| l >= 1) else {
+            shared.count(|c| c.malformed += 1);
+            break "malformed frame on the hop".to_string();
+        };
+        let mut plain = vec![0u8; plain_len];
+        match transport.read_message(nonce, &frame, &mut plain) {
+            Ok(m) if m == plain_len => nonce += 1,
+            _ => {
+                shared.count(|c| c.auth_failures += 1);
+                break "a frame on the hop failed authentication".to_string();
+            }
+        }
+        shared.count(|c| c.data_opened += 1);
+        match (plain.first().copied(), plain.get(1..)) {
+            (Some(KIND_DATA), Some(body)) if !body.is_empty() => {
+                bytes
+                    .received
+                    .fetch_add(body.len() as u64, Ordering::Relaxed);
+                let data = Bytes::from(plain).slice(1..);
+                let sent = tokio::select! {
+                    r = events.send(StreamEvent::Data(data)) => r,
+                    _ = dead_rx.wait_for(|d| *d) => return None,
+                };
+                if sent.is_err() {
+                    // The reader is gone: nobody wants the rest.
+                    return None;
+                }
+            }
+            (Some(KIND_FIN), Some([])) => {
+                tokio::select! {
+                    _ = events.send(StreamEvent::Finished) => {}
+                    _ = dead_rx.wait_for(|d| *d) => {}
+                }
+                return None;
+            }
+            (Some(KIND_ABORT), Some(&[a, b])) => {
+                break format!("reset by the peer (code {})", u16::from_be_bytes([a, b]));
+            }
+            _ => {
+                shared.count(|c| c.malformed += 1);
+                break "malformed frame on the hop".to_string();
+            }
+        }
+    };
+    dead.send_replace(true);
+    Some(failure)
+}
+
+/// Stream writer → hop. Frames what the writer queued, a batch per socket write, and returns
+/// the writer's budget once a batch is in the socket. Ends after FIN once the writer is gone,
+/// or after a reset (an ABORT command, or a writer dropped without FIN), which also ends the
+/// reading side.
+async fn write_side<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    mut wr: W,
+    transport: &StatelessTransportState,
+    mut commands: mpsc::Receiver<Command>,
+    initial: Vec<u8>,
+    dead: &watch::Sender<bool>,
+    bytes: &StreamBytes,
+) {
+    let mut dead_rx = dead.subscribe();
+    let mut nonce = 0u64;
+    let mut plain = Vec::with_capacity(MAX_FRAME);
+    let mut out = Vec::with_capacity(WRITE_BATCH + 2 * MAX_FRAME);
+    let mut permits = Vec::new();
+    let mut fin_sent = false;
+    let mut frames = match seal_data(transport, &mut nonce, &initial, &mut plain, &mut out) {
+        Ok(f) => f,
+        Err(_) => {
+            dead.send_replace(true);
+            return;
+        }
+    };
+    let mut payload = initial.len() as u64;
+    let mut ending = false;
+    let mut reset = false;
+    loop {
+        if !out.is_empty() {
+            let r = tokio::select! {
+                r = wr.write_all(&out) => r,
+                _ = dead_rx.wait_for(|d| *d) => return,
+            };
+            if r.is_err() {
+                dead.send_replace(true);
+                return;
+            }
+            shared.sent(frames, out.len());
+            shared.count(|c| c.data_sealed += frames);
+            bytes.sent.fetch_add(payload, Ordering::Relaxed);
+            out.clear();
+            // The bytes are in the socket: give the writer its budget back.
+            permits.clear();
+            frames = 0;
+            payload = 0;
+        }
+        if ending {
+            if reset {
+                dead.send_replace(true);
+            }
+            return;
+        }
+        // Wait for a command, then take whatever else is already queued.
+        let mut cmd = tokio::select! {
+            c = commands.recv() => c,
+            _ = dead_rx.wait_for(|d| *d) => return,
+        };
+        loop {
+            let sealed = match cmd {
+                None => {
+                    ending = true;
+                    if fin_sent {
+                        Ok(())
+                    } else {
+                        // The writer is gone without a FIN: that is a reset.
+                        reset = true;
+                        frames += 1;
+                        let code = 0u16.to_be_bytes();
+                        seal_frame(
+                            transport, &mut nonce, KIND_ABORT, &code, &mut plain, &mut out,
+                        )
+                    }
+                }
+                Some(Command::Stream(StreamCmd::Data(_, data, permit))) if !fin_sent => {
+                    permits.push(permit);
+                    payload += data.len() as u64;
+                    seal_data(transport, &mut nonce, &data, &mut plain, &mut out)
+                        .map(|f| frames += f)
+                }
+                Some(Command::Stream(StreamCmd::Shutdown(_))) if !fin_sent => {
+                    fin_sent = true;
+                    frames += 1;
+                    seal_frame(transport, &mut nonce, KIND_FIN, &[], &mut plain, &mut out)
+                }
+                Some(Command::Stream(StreamCmd::Abort(_, code))) => {
+                    ending = true;
+                    reset = true;
+                    frames += 1;
+                    let code = code.to_be_bytes();
+                    seal_frame(
+                        transport, &mut nonce, KIND_ABORT, &code, &mut plain, &mut out,
+                    )
+                }
+                // Data or FIN after FIN, or a command that is not for a stream: ignored.
+                Some(_) => Ok(()),
+            };
+            if sealed.is_err() {
+                dead.send_replace(true);
+                return;
+            }
+            if ending || out.len() >= WRITE_BATCH {
+                break;
+            }
+            cmd = match commands.try_recv() {
+                Ok(c) => Some(c),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_limits_fit_noise() {
+        assert_eq!(MAX_FIRST_BYTES + COUNTER_LEN + MSG1_OVERHEAD, 65535);
+        assert_eq!(MAX_DATA + 1 + TAG_LEN, 65535);
+    }
+
+    #[test]
+    fn unknown_congestion_control_is_named() {
+        let t = TcpTuning {
+            congestion: Some("nosuchcc".into()),
+            ..TcpTuning::default()
+        };
+        let e = t.check().unwrap_err().to_string();
+        assert!(e.starts_with("congestion:"), "{e}");
+        assert!(e.contains("nosuchcc"), "{e}");
+        // The always-built-in controller works.
+        let t = TcpTuning {
+            congestion: Some("reno".into()),
+            send_buffer_bytes: Some(1 << 20),
+            recv_buffer_bytes: Some(1 << 20),
+            nodelay: true,
+        };
+        let g = t.check().unwrap();
+        assert!(g.send_buffer_bytes > 0 && g.recv_buffer_bytes > 0);
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_tampering_fails() {
+        let (ik, ip) = crate::keys::generate_keypair().unwrap();
+        let (rk, rp) = crate::keys::generate_keypair().unwrap();
+        let _ = ip;
+        let mut init = noise_builder(&ik)
+            .unwrap()
+            .remote_public_key(rp.as_bytes())
+            .unwrap()
+            .build_initiator()
+            .unwrap();
+        let mut resp = noise_builder(&rk).unwrap().build_responder().unwrap();
+        let mut m1 = vec![0u8; MAX_FRAME];
+        let n = init.write_message(b"hello", &mut m1).unwrap();
+        let mut p = vec![0u8; MAX_FRAME];
+        let k = resp.read_message(&m1[..n], &mut p).unwrap();
+        assert_eq!(&p[..k], b"hello");
+        let n = resp.write_message(&[], &mut m1).unwrap();
+        init.read_message(&m1[..n], &mut p).unwrap();
+        let ti = init.into_stateless_transport_mode().unwrap();
+        let tr = resp.into_stateless_transport_mode().unwrap();
+
+        let data = vec![7u8; MAX_DATA + 10];
+        let (mut nonce, mut plain, mut out) = (0u64, Vec::new(), Vec::new());
+        assert_eq!(
+            seal_data(&ti, &mut nonce, &data, &mut plain, &mut out).unwrap(),
+            2
+        );
+        let mut rd = &out[..];
+        let mut frame = Vec::new();
+        let mut got = Vec::new();
+        for rn in 0..2u64 {
+            let n = read_frame(&mut rd, &mut frame).await.unwrap().unwrap();
+            let mut pl = vec![0u8; n - TAG_LEN];
+            tr.read_message(rn, &frame, &mut pl).unwrap();
+            assert_eq!(pl[0], KIND_DATA);
+            got.extend_from_slice(&pl[1..]);
+        }
+        assert_eq!(got, data);
+        assert_eq!(read_frame(&mut rd, &mut frame).await.unwrap(), None);
+        // One flipped bit fails; so does the right frame under the wrong nonce.
+        let mut bad = out.clone();
+        bad[100] ^= 1;
+        let mut rd = &bad[..];
+        let n = read_frame(&mut rd, &mut frame).await.unwrap().unwrap();
+        let mut pl = vec![0u8; n - TAG_LEN];
+        assert!(tr.read_message(0, &frame, &mut pl).is_err());
+        let mut rd = &out[..];
+        let _ = read_frame(&mut rd, &mut frame).await.unwrap().unwrap();
+        assert!(tr.read_message(1, &frame, &mut pl).is_err());
+    }
+
+    #[tokio::test]
+    async fn truncated_and_empty_frames_are_errors() {
+        let mut rd: &[u8] = &[0, 5, 1, 2];
+        let mut f = Vec::new();
+        assert!(read_frame(&mut rd, &mut f).await.is_err());
+        let mut rd: &[u8] = &[0, 0];
+        assert!(read_frame(&mut rd, &mut f).await.is_err());
+        let mut rd: &[u8] = &[0];
+        assert!(read_frame(&mut rd, &mut f).await.is_err());
+    }
+}
