@@ -211,6 +211,19 @@ fn probe(
     receiver.join().unwrap()
 }
 
+/// The delivered rate's time per packet: the least-squares slope of arrival time against packet
+/// index, so that one late wake-up of the receiving program moves it little.
+fn seconds_per_packet(got: &[(u64, u64, u64)]) -> f64 {
+    let n = got.len() as f64;
+    let t0 = got[0].2;
+    let xs = got.iter().map(|g| g.0 as f64);
+    let ys = got.iter().map(|g| (g.2 - t0) as f64 / 1e9);
+    let (mx, my) = (xs.clone().sum::<f64>() / n, ys.clone().sum::<f64>() / n);
+    let sxy: f64 = xs.clone().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.map(|x| (x - mx) * (x - mx)).sum();
+    sxy / sxx
+}
+
 #[test]
 fn rate_and_delay_are_within_2_percent_at_50_mbps() {
     if !supported("rate_and_delay_are_within_2_percent_at_50_mbps") {
@@ -253,10 +266,7 @@ fn rate_and_delay_are_within_2_percent_at_50_mbps() {
     let got = probe(&emu, 7002, n, (ip_bytes - 28) as usize, every);
     assert_eq!(got.len(), n, "no loss with a queue of 10 000 packets");
     assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in order");
-    let first = got[0].2;
-    let last = got[n - 1].2;
-    let bits = (n as u64 - 1) * ip_bytes * 8;
-    let delivered = bits as f64 / ((last - first) as f64 / 1e9);
+    let delivered = (ip_bytes * 8) as f64 / seconds_per_packet(&got);
     let ratio = delivered / rate as f64;
     println!(
         "delivered rate {:.3} Mb/s of {:.3} configured ({:+.3} %)",
@@ -332,4 +342,114 @@ fn kernel_tcp_transfer_is_byte_exact() {
     assert!(stats.down.link.dropped_error > 0, "losses were applied");
     assert!(stats.down.written_bytes >= size as u64, "{:?}", stats.down);
     assert!(stats.up.written_packets > 0);
+}
+
+#[test]
+fn rate_trace_delay_trace_and_outage_shape_the_link() {
+    if !supported("rate_trace_delay_trace_and_outage_shape_the_link") {
+        return;
+    }
+    use linkem::net::DeliveryTrace;
+    use linkmodel::{Delay, Link, Outage};
+    // Up: delay 20 ms stepping to 40 ms at 600 ms, nothing through from 300 to 400 ms.
+    let mut up = link(10_000_000, 0, 1000);
+    up.delay = Delay::Trace {
+        points: vec![(0, 20 * MS), (600 * MS, 40 * MS)],
+        period_ns: None,
+    };
+    up.outages = vec![Outage {
+        start_ns: 300 * MS,
+        duration_ns: 100 * MS,
+    }];
+    let model = Link::new(up.clone()).unwrap();
+    // Down: the rate of a mahimahi trace of 4 opportunities per ms (48 Mb/s).
+    let down = link(1_000_000, 5, 10_000);
+    let mut config = NetConfig::new(up, down);
+    config.down_rate_trace = Some(DeliveryTrace::constant(4, 1000));
+    let emu = NetEmulator::start(config).unwrap();
+
+    let rx = udp_in(&emu, Side::Gateway, SocketAddr::from((GATEWAY_V4, 7100)));
+    let tx = udp_in(&emu, Side::Terminal, SocketAddr::from((TERMINAL_V4, 0)));
+    let base = Instant::now();
+    let base_model = emu.elapsed_ns();
+    let model_ns = move |t: Instant| base_model + (t - base).as_nanos() as u64;
+    let receiver = std::thread::spawn(move || {
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n) = rx.recv(&mut buf) {
+            if n == 100 {
+                let sent = u64::from_be_bytes(buf[..8].try_into().unwrap());
+                got.push((sent, model_ns(Instant::now())));
+            }
+        }
+        got
+    });
+    let mut sent = Vec::new();
+    while emu.elapsed_ns() < 1_000 * MS {
+        let t = emu.elapsed_ns();
+        let mut msg = [0u8; 100];
+        msg[..8].copy_from_slice(&t.to_be_bytes());
+        tx.send_to(&msg, SocketAddr::from((GATEWAY_V4, 7100)))
+            .unwrap();
+        sent.push(t);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = receiver.join().unwrap();
+    // The model, offered the same probes (100 bytes of UDP payload: 128-byte IP packets),
+    // says which are lost (sent during the outage, or in flight when it starts at 300 ms:
+    // from 280 ms) and when the others arrive.
+    let mut model = model;
+    let mut rng = <rand_chacha::ChaCha8Rng as rand_core::SeedableRng>::seed_from_u64(1);
+    let near = |t: u64, edge: u64| t.abs_diff(edge) < 3 * MS;
+    let mut late = Vec::new();
+    let mut lost = 0;
+    for &t in &sent {
+        let fate = model.offer(t, 128, &mut rng);
+        if [280, 300, 400, 600].iter().any(|&e| near(t, e * MS)) {
+            continue;
+        }
+        let arrival = got.iter().find(|&&(s, _)| s == t);
+        let expected = match fate {
+            linkmodel::Fate::Drop(_) => {
+                assert!(arrival.is_none(), "probe sent at {t} ns crossed the outage");
+                lost += 1;
+                continue;
+            }
+            linkmodel::Fate::Deliver { at_ns, .. } => at_ns,
+        };
+        let &(_, at) = arrival.unwrap_or_else(|| panic!("probe sent at {t} ns lost"));
+        // Never early; late by a wake-up at most, with slack for a loaded 2-core machine (the
+        // step being checked is 20 ms).
+        assert!(
+            at >= expected && at < expected + 10 * MS,
+            "sent at {} ms: arrived at {} µs, expected {} µs",
+            t / MS,
+            at / 1000,
+            expected / 1000
+        );
+        late.push(at - expected);
+    }
+    late.sort_unstable();
+    let checked = late.len();
+    let median_late = late[checked / 2];
+    println!(
+        "traced delay: {checked} probes, late by median {} µs, max {} µs; {lost} lost to the outage",
+        median_late / 1000,
+        late[checked - 1] / 1000
+    );
+    assert!(median_late < MS, "median lateness {median_late} ns");
+    assert!(lost >= 15, "{lost}");
+    assert!(checked > 100, "{checked}");
+
+    // Down: 2000 full-size packets offered at 60 Mb/s leave at the trace's 48 Mb/s.
+    let got = probe(&emu, 7101, 2000, 1472, 200_000);
+    assert_eq!(got.len(), 2000);
+    let rate = 1500.0 * 8.0 / seconds_per_packet(&got);
+    println!("rate-trace delivery {:.3} Mb/s of 48", rate / 1e6);
+    assert!((rate / 48e6 - 1.0).abs() < 0.02, "{rate}");
+    let stats = emu.stop().unwrap();
+    assert!(stats.up.link.dropped_outage >= 15, "{:?}", stats.up);
+    assert_eq!(stats.down.dropped(), 0, "{:?}", stats.down);
 }

@@ -8,7 +8,9 @@
 //! slack lowered to 1 ns (the default 50 µs would let the kernel defer every wake-up). Every
 //! wake-up writes all packets that are due, reads every packet that is waiting (up to
 //! [`READ_BATCH`]) stamped with the clock at the read, and reports counters once. How late each
-//! write is against its model time is measured and reported.
+//! write is against its model time is measured and reported. Unless disabled, the thread runs
+//! under SCHED_FIFO at a low real-time priority, so that ordinary processes keeping both cores
+//! busy (compilers, the programs under test) do not delay a wake-up by a scheduler slice.
 
 use super::link::NetLink;
 use super::tun::Tun;
@@ -35,6 +37,22 @@ pub struct Forwarder {
     pub epoch: Instant,
     pub stop: Arc<OwnedFd>,
     pub stats: Arc<Mutex<NetDirectionStats>>,
+    /// Run under SCHED_FIFO (see [`REALTIME_PRIORITY`]).
+    pub realtime: bool,
+}
+
+/// SCHED_FIFO priority of the forwarder threads: low among real-time priorities, above every
+/// ordinary process, so that a busy machine does not hold a due packet back by a scheduler tick.
+/// Each wake-up does bounded work and the kernel's real-time throttling still applies.
+pub const REALTIME_PRIORITY: libc::c_int = 10;
+
+/// Moves the calling thread to SCHED_FIFO; keeps the ordinary policy if that is refused.
+fn set_realtime() -> bool {
+    let param = libc::sched_param {
+        sched_priority: REALTIME_PRIORITY,
+    };
+    // SAFETY: changes the policy of the calling thread only, with a valid sched_param.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
 }
 
 fn now_ns(epoch: Instant) -> u64 {
@@ -48,6 +66,9 @@ impl Forwarder {
         // calling thread.
         unsafe {
             libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+        }
+        if self.realtime {
+            set_realtime();
         }
         let mut schedule = Schedule::new(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES);
         let mut local = NetDirectionStats::default();

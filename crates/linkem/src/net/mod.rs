@@ -117,6 +117,9 @@ pub struct NetConfig {
     pub seed: u64,
     /// Namespace names are `satstp-<tag>-t` and `-g`; `None` picks `<pid>-<n>`, unique.
     pub tag: Option<String>,
+    /// Run the forwarder threads under SCHED_FIFO at a low real-time priority (default true);
+    /// if the kernel refuses, they run as ordinary threads.
+    pub realtime: bool,
 }
 
 impl NetConfig {
@@ -135,6 +138,7 @@ impl NetConfig {
             down_rate_trace: None,
             seed: 1,
             tag: None,
+            realtime: true,
         }
     }
 }
@@ -329,6 +333,7 @@ impl NetEmulator {
                     epoch,
                     stop: stop.clone(),
                     stats: up.clone(),
+                    realtime: config.realtime,
                 },
             ),
             (
@@ -341,6 +346,7 @@ impl NetEmulator {
                     epoch,
                     stop: stop.clone(),
                     stats: down.clone(),
+                    realtime: config.realtime,
                 },
             ),
         ];

@@ -192,6 +192,7 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
         down_rate_trace: down_trace,
         seed: args.seed,
         tag: None,
+        realtime: true,
     })
 }
 
