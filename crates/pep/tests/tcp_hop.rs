@@ -1,0 +1,598 @@
+//! The split-TCP hop end to end on loopback: SOCKS5 client → terminal → TCP hop → gateway →
+//! local origin server. Byte-exact transfers both ways, half-close each way, an unknown terminal
+//! key refused and counted, and a tampered byte on the hop killing only its own connection.
+
+use pep::hop::Hop;
+use pep::keys::{generate_keypair, PrivateKey, PublicKey};
+use pep::policy::{Policy, PolicyConfig};
+use pep::relay::ConnectOptions;
+use pep::socks::SocksAuth;
+use pep::tcp_hop::{start_gateway, start_terminal, TcpHopConfig, TcpTuning};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+const T: Duration = Duration::from_secs(60);
+
+fn pattern(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect()
+}
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Origin server. Per connection, one command line:
+/// - "D n": sends n pattern bytes, then closes;
+/// - "U n": reads n bytes, answers their 8-byte FNV hash, closes;
+/// - "E": reads to end of stream, then answers the hash of what it read and closes (the
+///   client's half-close must arrive while the reply direction stays open);
+/// - "F": sends "bye", half-closes, then reads to end of stream and reports what it read on
+///   the test's channel (the client may still send after the server's half-close).
+///
+/// Counts accepted connections.
+struct Origin {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    after_fin: mpsc::Receiver<Vec<u8>>,
+}
+
+async fn origin() -> Origin {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (tx, after_fin) = mpsc::channel(8);
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let mut parts = line.split_whitespace();
+                let cmd = parts.next().unwrap_or("");
+                let n = parts.next().and_then(|n| n.parse::<usize>().ok());
+                match (cmd, n) {
+                    ("D", Some(n)) => {
+                        let _ = r.get_mut().write_all(&pattern(7, n)).await;
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                    ("U", Some(n)) => {
+                        let mut got = vec![0u8; n];
+                        if r.read_exact(&mut got).await.is_ok() {
+                            let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
+                            let _ = r.get_mut().shutdown().await;
+                        }
+                    }
+                    ("E", None) => {
+                        let mut got = Vec::new();
+                        if r.read_to_end(&mut got).await.is_ok() {
+                            let mut reply = (got.len() as u64).to_be_bytes().to_vec();
+                            reply.extend_from_slice(&fnv(&got).to_be_bytes());
+                            let _ = r.get_mut().write_all(&reply).await;
+                            let _ = r.get_mut().shutdown().await;
+                        }
+                    }
+                    ("F", None) => {
+                        let _ = r.get_mut().write_all(b"bye").await;
+                        let _ = r.get_mut().shutdown().await;
+                        let mut got = Vec::new();
+                        if r.read_to_end(&mut got).await.is_ok() {
+                            let _ = tx.send(got).await;
+                        }
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    Origin {
+        addr,
+        accepted,
+        after_fin,
+    }
+}
+
+fn hop_config() -> TcpHopConfig {
+    TcpHopConfig {
+        relay_buffer_bytes: 1 << 20,
+        tuning: TcpTuning::default(),
+        handshake_timeout: Duration::from_secs(10),
+    }
+}
+
+/// A gateway on the TCP hop serving `allowed`, relaying to loopback; returns the hop (for its
+/// status) and its address.
+fn gateway(key: PrivateKey, allowed: Vec<PublicKey>) -> (Hop, SocketAddr) {
+    let mut hop =
+        start_gateway("127.0.0.1:0".parse().unwrap(), key, allowed, hop_config()).unwrap();
+    let addr = hop.local_addr();
+    let mut incoming = std::mem::replace(&mut hop.incoming, mpsc::channel(1).1);
+    let policy = Arc::new(
+        Policy::new(PolicyConfig {
+            allow: vec!["127.0.0.0/8".into()],
+            deny: vec![],
+            allow_private: false,
+            own_addresses: vec![],
+        })
+        .unwrap(),
+    );
+    tokio::spawn(async move {
+        let options = ConnectOptions::new(Duration::from_secs(5));
+        while let Some(stream) = incoming.recv().await {
+            let policy = Arc::clone(&policy);
+            tokio::spawn(async move {
+                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
+            });
+        }
+    });
+    (hop, addr)
+}
+
+/// A terminal on the TCP hop towards `gateway` with a SOCKS5 listener; returns the listener's
+/// address.
+async fn terminal(key: PrivateKey, gateway_key: PublicKey, gateway: SocketAddr) -> SocketAddr {
+    let hop = start_terminal(key, gateway_key, gateway, hop_config()).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socks = l.local_addr().unwrap();
+    tokio::spawn(pep::relay::serve_socks(
+        l,
+        Arc::new(hop),
+        Arc::new(SocksAuth::None),
+    ));
+    socks
+}
+
+/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
+async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.unwrap();
+    assert_eq!(m, [5, 0]);
+    let SocketAddr::V4(v4) = dest else {
+        panic!("ipv4 only here")
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    tokio::time::timeout(T, s.read_exact(&mut rep))
+        .await
+        .expect("SOCKS reply timed out")
+        .unwrap();
+    (s, rep[1])
+}
+
+async fn pair() -> (Hop, SocketAddr) {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (gw, gw_addr) = gateway(gk, vec![tp]);
+    let socks = terminal(tk, gp, gw_addr).await;
+    (gw, socks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_and_upload_byte_exact() {
+    let o = origin().await;
+    let (gw, socks) = pair().await;
+
+    let down = 8 << 20;
+    let (mut s, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let t0 = Instant::now();
+    s.write_all(format!("D {down}\n").as_bytes()).await.unwrap();
+    let mut got = Vec::with_capacity(down);
+    tokio::time::timeout(T, s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(got.len(), down);
+    assert!(got == pattern(7, down), "download corrupted");
+    eprintln!(
+        "download {down} B over the TCP hop: {:.3} s = {:.0} Mbit/s",
+        secs,
+        down as f64 * 8.0 / secs / 1e6
+    );
+
+    let up = 4 << 20;
+    let data = pattern(9, up);
+    let (mut s, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let t0 = Instant::now();
+    s.write_all(format!("U {up}\n").as_bytes()).await.unwrap();
+    s.write_all(&data).await.unwrap();
+    let mut h = [0u8; 8];
+    tokio::time::timeout(T, s.read_exact(&mut h))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(u64::from_be_bytes(h), fnv(&data), "upload corrupted");
+    eprintln!(
+        "upload {up} B over the TCP hop: {:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // The gateway saw two authenticated connections and every byte, sealed, on its socket.
+    let st = gw.status().await.unwrap();
+    assert_eq!(st.tunnel.handshakes, 2);
+    assert_eq!(st.tunnel.unknown_key + st.tunnel.auth_failures, 0);
+    assert!(st.bytes_sent > down as u64, "{}", st.bytes_sent);
+    assert!(st.bytes_received > up as u64, "{}", st.bytes_received);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_passes_each_way() {
+    let mut o = origin().await;
+    let (_gw, socks) = pair().await;
+
+    // Client → server FIN: the server reads to its end of stream and still answers.
+    let (mut s, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let body = pattern(3, 300_000);
+    s.write_all(b"E\n").await.unwrap();
+    s.write_all(&body).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut reply))
+        .await
+        .expect("no answer after the client's half-close")
+        .unwrap();
+    let mut want = (body.len() as u64).to_be_bytes().to_vec();
+    want.extend_from_slice(&fnv(&body).to_be_bytes());
+    assert_eq!(reply, want);
+
+    // Server → client FIN: the client sees end of stream and can still send.
+    let (mut s, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    s.write_all(b"F\n").await.unwrap();
+    let mut got = [0u8; 3];
+    tokio::time::timeout(T, s.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got, b"bye");
+    let mut rest = [0u8; 1];
+    let n = tokio::time::timeout(T, s.read(&mut rest))
+        .await
+        .expect("the server's half-close did not arrive")
+        .unwrap();
+    assert_eq!(n, 0, "expected end of stream after the server's half-close");
+    let late = pattern(4, 200_000);
+    s.write_all(&late).await.unwrap();
+    s.shutdown().await.unwrap();
+    let seen = tokio::time::timeout(T, o.after_fin.recv())
+        .await
+        .expect("the server never saw the client's end of stream")
+        .unwrap();
+    assert_eq!(seen.len(), late.len());
+    assert!(
+        seen == late,
+        "bytes sent after the server's half-close corrupted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_terminal_key_is_refused_and_counted() {
+    let o = origin().await;
+    let (allowed_key, allowed_pub) = generate_keypair().unwrap();
+    let (stranger, _) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (gw, gw_addr) = gateway(gk, vec![allowed_pub]);
+
+    // A terminal whose key is not on the allow-list: refused before anything reaches the origin.
+    let socks = terminal(stranger, gp, gw_addr).await;
+    let (_s, code) = socks_connect(socks, o.addr).await;
+    assert_ne!(code, 0, "an unknown terminal got through");
+    let st = gw.status().await.unwrap();
+    assert_eq!(st.tunnel.unknown_key, 1);
+    assert_eq!(st.tunnel.handshakes, 0);
+    assert!(st.streams.is_empty());
+    assert_eq!(o.accepted.load(Ordering::SeqCst), 0);
+
+    // A terminal that has the wrong gateway key: its first message does not even verify.
+    let (_, wrong_gp) = generate_keypair().unwrap();
+    let socks = terminal(allowed_key.clone(), wrong_gp, gw_addr).await;
+    let (_s, code) = socks_connect(socks, o.addr).await;
+    assert_ne!(code, 0);
+    let st = gw.status().await.unwrap();
+    assert_eq!(st.tunnel.auth_failures, 1);
+    assert_eq!(st.tunnel.handshakes, 0);
+    assert_eq!(o.accepted.load(Ordering::SeqCst), 0);
+
+    // The allowed terminal still gets through.
+    let socks = terminal(allowed_key, gp, gw_addr).await;
+    let (mut s, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    s.write_all(b"D 1000\n").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(T, s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got == pattern(7, 1000));
+    let st = gw.status().await.unwrap();
+    assert_eq!((st.tunnel.unknown_key, st.tunnel.auth_failures), (1, 1));
+    assert_eq!(st.tunnel.handshakes, 1);
+}
+
+/// A TCP relay between terminal and gateway that flips one byte, `at` bytes into the terminal →
+/// gateway direction, of the connection with index `victim` (0-based, in accept order).
+async fn tampering_relay(to: SocketAddr, victim: usize, at: usize) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut index = 0;
+        while let Ok((client, _)) = l.accept().await {
+            let tamper = index == victim;
+            index += 1;
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect(to).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = async move {
+                    let mut buf = vec![0u8; 16 << 10];
+                    let mut seen = 0usize;
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if tamper && seen <= at && at < seen + n {
+                            buf[at - seen] ^= 0x40;
+                        }
+                        seen += n;
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = sw.shutdown().await;
+                };
+                let down = async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_byte_kills_only_its_connection() {
+    let o = origin().await;
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (gw, gw_addr) = gateway(gk, vec![tp]);
+    // The second hop connection gets one byte changed 300 kB in, well past its handshake.
+    let relay = tampering_relay(gw_addr, 1, 300_000).await;
+    let socks = terminal(tk, gp, relay).await;
+
+    let n = 2_000_000;
+    let (mut a, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let (mut b, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let da = pattern(21, n);
+    let db = pattern(22, n);
+    let send_a = async {
+        a.write_all(format!("U {n}\n").as_bytes()).await.unwrap();
+        a.write_all(&da).await.unwrap();
+        let mut h = [0u8; 8];
+        tokio::time::timeout(T, a.read_exact(&mut h))
+            .await
+            .unwrap()
+            .map(|_| u64::from_be_bytes(h))
+    };
+    let send_b = async {
+        // Writes may fail once the hop connection is gone; the outcome is what the client reads.
+        let _ = b.write_all(format!("U {n}\n").as_bytes()).await;
+        let _ = b.write_all(&db).await;
+        let mut h = [0u8; 8];
+        tokio::time::timeout(T, b.read_exact(&mut h))
+            .await
+            .expect("the tampered connection hung instead of failing")
+            .map(|_| u64::from_be_bytes(h))
+    };
+    let (ra, rb) = tokio::join!(send_a, send_b);
+    assert_eq!(
+        ra.unwrap(),
+        fnv(&da),
+        "the untouched connection was damaged"
+    );
+    assert!(
+        rb.is_err(),
+        "the tampered connection delivered an answer: {rb:?}"
+    );
+    let st = gw.status().await.unwrap();
+    assert_eq!(st.tunnel.auth_failures, 1);
+    assert_eq!(st.tunnel.handshakes, 2);
+
+    // A new connection works.
+    let (mut c, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    c.write_all(b"D 50000\n").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(T, c.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got == pattern(7, 50_000));
+}
+
+/// The streams' events, straight from the hops: first bytes ride in the handshake, FIN each way
+/// ends up as `Finished` after every byte, a reset as `Failed`, and a reader that does not read
+/// holds the writer back instead of letting buffers grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_events_and_backpressure() {
+    use pep::hop::StreamEvent;
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let mut gw = start_gateway("127.0.0.1:0".parse().unwrap(), gk, vec![tp], hop_config()).unwrap();
+    let term = start_terminal(tk, gp, gw.local_addr(), hop_config()).unwrap();
+
+    async fn read_all(s: &mut pep::hop::HopStream) -> (Vec<u8>, Option<StreamEvent>) {
+        let mut got = Vec::new();
+        loop {
+            match tokio::time::timeout(T, s.recv()).await.unwrap() {
+                Some(StreamEvent::Data(b)) => got.extend_from_slice(&b),
+                other => return (got, other),
+            }
+        }
+    }
+
+    // Half-close each way; first bytes larger than a handshake message carries.
+    let first = pattern(5, 100_000);
+    let mut t = term.open(first.clone()).await.unwrap();
+    let mut g = tokio::time::timeout(T, gw.incoming.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.peer_key(), Some(tp));
+    g.write(b"world").await.unwrap();
+    g.shutdown().await;
+    let (got, end) = read_all(&mut t).await;
+    assert_eq!(got, b"world");
+    assert_eq!(end, Some(StreamEvent::Finished));
+    t.write(b"more").await.unwrap();
+    t.shutdown().await;
+    let (got, end) = read_all(&mut g).await;
+    assert_eq!(got.len(), first.len() + 4);
+    assert!(got[..first.len()] == first[..] && &got[first.len()..] == b"more");
+    assert_eq!(end, Some(StreamEvent::Finished));
+
+    // A reset.
+    let mut t = term.open(b"x".to_vec()).await.unwrap();
+    let g = gw.incoming.recv().await.unwrap();
+    g.abort(7).await;
+    let (_, end) = read_all(&mut t).await;
+    match end {
+        Some(StreamEvent::Failed(e)) => assert!(e.contains("code 7"), "{e}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+
+    // Backpressure: the gateway does not read while the terminal writes 32 MB.
+    let total = 32 << 20;
+    let data = Arc::new(pattern(6, total));
+    let t = term.open(Vec::new()).await.unwrap();
+    let mut g = gw.incoming.recv().await.unwrap();
+    let d = Arc::clone(&data);
+    let writer = tokio::spawn(async move {
+        t.write(&d).await.unwrap();
+        t.shutdown().await;
+        t
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !writer.is_finished(),
+        "32 MB written into a reader that reads nothing"
+    );
+    let st = term.status().await.unwrap();
+    let sent: u64 = st.streams.iter().map(|s| s.stats.payload_bytes_sent).sum();
+    eprintln!("written to the hop while the reader read nothing: {sent} bytes");
+    assert!(
+        sent < 20 << 20,
+        "{sent} bytes left the writer while its reader read nothing"
+    );
+    let (got, end) = read_all(&mut g).await;
+    assert_eq!(end, Some(StreamEvent::Finished));
+    assert_eq!(got.len(), total);
+    assert!(got == *data);
+    writer.await.unwrap();
+}
+
+#[test]
+fn hop_transport_configuration() {
+    use pep::config::{parse_gateway, parse_terminal, HopTransport};
+    let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let terminal = |extra: &str| {
+        parse_terminal(&format!(
+            "[terminal]\nsocks_listen = \"127.0.0.1:1080\"\ngateway = \"192.0.2.1:4433\"\n\
+             gateway_public_key = \"{key}\"\nprivate_key_file = \"t.key\"\n{extra}"
+        ))
+    };
+    let gateway = |extra: &str| {
+        parse_gateway(&format!(
+            "[gateway]\nlisten = \"0.0.0.0:4433\"\nprivate_key_file = \"g.key\"\n\
+             allowed_terminals = [\"{key}\"]\n{extra}"
+        ))
+    };
+    // Default: STP; system congestion control, kernel-tuned buffers.
+    let t = terminal("").unwrap();
+    assert_eq!(t.hop_transport, HopTransport::Stp);
+    assert_eq!(t.hop_tcp_tuning(), TcpTuning::default());
+    // With the allocation known, buffers are 2 × the BDP of their direction.
+    let t = terminal(
+        "hop_transport = \"tcp\"\nup_rate_bps = 5000000\ndown_rate_bps = 50000000\nrtt_ms = 600\n\
+         [terminal.hop_tcp]\ncongestion = \"bbr\"",
+    )
+    .unwrap();
+    assert_eq!(t.hop_transport, HopTransport::Tcp);
+    let tuning = t.hop_tcp_tuning();
+    assert_eq!(tuning.congestion.as_deref(), Some("bbr"));
+    assert_eq!(tuning.send_buffer_bytes, Some(750_000));
+    assert_eq!(tuning.recv_buffer_bytes, Some(7_500_000));
+    assert!(tuning.nodelay);
+    let g = gateway(
+        "hop_transport = \"both\"\nup_rate_bps = 5000000\ndown_rate_bps = 50000000\nrtt_ms = 600\n\
+         [gateway.hop_tcp]\nrecv_buffer_bytes = 65536\nnodelay = false",
+    )
+    .unwrap();
+    assert!(g.hop_transport.stp() && g.hop_transport.tcp());
+    let tuning = g.hop_tcp_tuning();
+    assert_eq!(tuning.send_buffer_bytes, Some(7_500_000));
+    assert_eq!(tuning.recv_buffer_bytes, Some(65_536));
+    assert!(!tuning.nodelay);
+    // Errors name the field.
+    let e = terminal("hop_transport = \"both\"").unwrap_err();
+    assert_eq!(e.field(), Some("terminal.hop_transport"), "{e}");
+    let e = terminal("hop_transport = \"quic\"").unwrap_err();
+    assert!(e.to_string().contains("hop_transport"), "{e}");
+    let e = gateway("[gateway.hop_tcp]\ncongestion = \"no such\"").unwrap_err();
+    assert_eq!(e.field(), Some("gateway.hop_tcp.congestion"), "{e}");
+    let e = terminal("[terminal.hop_tcp]\nsend_buffer_bytes = 1").unwrap_err();
+    assert_eq!(e.field(), Some("terminal.hop_tcp.send_buffer_bytes"), "{e}");
+}
+
+#[tokio::test]
+async fn congestion_control_missing_from_the_kernel_is_named() {
+    let (tk, _) = generate_keypair().unwrap();
+    let (_, gp) = generate_keypair().unwrap();
+    let config = TcpHopConfig {
+        tuning: TcpTuning {
+            congestion: Some("nosuchcc".into()),
+            ..TcpTuning::default()
+        },
+        ..hop_config()
+    };
+    let e = start_terminal(tk, gp, "127.0.0.1:9".parse().unwrap(), config)
+        .err()
+        .expect("a missing congestion control was accepted");
+    assert!(
+        e.starts_with("congestion:") && e.contains("nosuchcc"),
+        "{e}"
+    );
+}
