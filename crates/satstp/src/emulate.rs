@@ -22,11 +22,11 @@ mod net;
 pub enum EmulateCommand {
     /// Relay UDP between a terminal and a gateway through an emulated satellite link, in real
     /// time (no privileges needed).
-    Udp(UdpArgs),
+    Udp(Box<UdpArgs>),
     /// IP-level emulator (root, Linux): a terminal-side and a gateway-side network namespace
     /// joined only through an emulated satellite link; runs CMD on the terminal side, or stays
     /// up until Ctrl-C.
-    Net(net::NetArgs),
+    Net(Box<net::NetArgs>),
 }
 
 #[derive(Debug, Args)]
