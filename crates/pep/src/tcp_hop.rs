@@ -515,7 +515,7 @@ async fn terminal_handshake(
         Ok(None) => return Err("the gateway closed the connection during the handshake".into()),
         Err(e) => return Err(format!("handshake: {e}")),
     }
-    let mut none = [0u8; MAX_FRAME];
+    let mut none = vec![0u8; MAX_FRAME];
     if hs.read_message(&msg2, &mut none).is_err() {
         shared.count(|c| c.auth_failures += 1);
         return Err("the gateway's handshake reply failed authentication".into());
@@ -622,11 +622,8 @@ async fn gateway_accept(
         let side = Arc::clone(&side);
         let incoming = incoming.clone();
         tokio::spawn(async move {
-            let r = tokio::time::timeout(
-                HANDSHAKE_TIMEOUT,
-                gateway_handshake(&shared, &side, tcp, peer),
-            )
-            .await;
+            let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, gateway_handshake(&shared, &side, tcp))
+                .await;
             drop(permit);
             let Ok(Some((tcp, transport, key, first))) = r else {
                 return;
@@ -656,7 +653,6 @@ async fn gateway_handshake(
     shared: &Shared,
     side: &GatewaySide,
     mut tcp: TcpStream,
-    _peer: SocketAddr,
 ) -> Option<(TcpStream, StatelessTransportState, PublicKey, Bytes)> {
     let mut msg1 = Vec::new();
     match read_frame(&mut tcp, &mut msg1).await {
@@ -1021,9 +1017,8 @@ mod tests {
 
     #[tokio::test]
     async fn frames_round_trip_and_tampering_fails() {
-        let (ik, ip) = crate::keys::generate_keypair().unwrap();
+        let (ik, _) = crate::keys::generate_keypair().unwrap();
         let (rk, rp) = crate::keys::generate_keypair().unwrap();
-        let _ = ip;
         let mut init = noise_builder(&ik)
             .unwrap()
             .remote_public_key(rp.as_bytes())
