@@ -149,16 +149,20 @@ fn gateway(key: PrivateKey, allowed: Vec<PublicKey>) -> (Hop, SocketAddr) {
 
 /// A terminal on the TCP hop towards `gateway` with a SOCKS5 listener; returns the listener's
 /// address.
-async fn terminal(key: PrivateKey, gateway_key: PublicKey, gateway: SocketAddr) -> SocketAddr {
-    let hop = start_terminal(key, gateway_key, gateway, hop_config()).unwrap();
+async fn terminal(
+    key: PrivateKey,
+    gateway_key: PublicKey,
+    gateway: SocketAddr,
+) -> (SocketAddr, Arc<Hop>) {
+    let hop = Arc::new(start_terminal(key, gateway_key, gateway, hop_config()).unwrap());
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
     tokio::spawn(pep::relay::serve_socks(
         l,
-        Arc::new(hop),
+        Arc::clone(&hop),
         Arc::new(SocksAuth::None),
     ));
-    socks
+    (socks, hop)
 }
 
 /// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
@@ -187,7 +191,7 @@ async fn pair() -> (Hop, SocketAddr) {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let (gw, gw_addr) = gateway(gk, vec![tp]);
-    let socks = terminal(tk, gp, gw_addr).await;
+    let (socks, _) = terminal(tk, gp, gw_addr).await;
     (gw, socks)
 }
 
@@ -301,7 +305,7 @@ async fn unknown_terminal_key_is_refused_and_counted() {
     let (gw, gw_addr) = gateway(gk, vec![allowed_pub]);
 
     // A terminal whose key is not on the allow-list: refused before anything reaches the origin.
-    let socks = terminal(stranger, gp, gw_addr).await;
+    let (socks, _) = terminal(stranger, gp, gw_addr).await;
     let (_s, code) = socks_connect(socks, o.addr).await;
     assert_ne!(code, 0, "an unknown terminal got through");
     let st = gw.status().await.unwrap();
@@ -312,7 +316,7 @@ async fn unknown_terminal_key_is_refused_and_counted() {
 
     // A terminal that has the wrong gateway key: its first message does not even verify.
     let (_, wrong_gp) = generate_keypair().unwrap();
-    let socks = terminal(allowed_key.clone(), wrong_gp, gw_addr).await;
+    let (socks, _) = terminal(allowed_key.clone(), wrong_gp, gw_addr).await;
     let (_s, code) = socks_connect(socks, o.addr).await;
     assert_ne!(code, 0);
     let st = gw.status().await.unwrap();
@@ -321,7 +325,7 @@ async fn unknown_terminal_key_is_refused_and_counted() {
     assert_eq!(o.accepted.load(Ordering::SeqCst), 0);
 
     // The allowed terminal still gets through.
-    let socks = terminal(allowed_key, gp, gw_addr).await;
+    let (socks, _) = terminal(allowed_key, gp, gw_addr).await;
     let (mut s, code) = socks_connect(socks, o.addr).await;
     assert_eq!(code, 0);
     s.write_all(b"D 1000\n").await.unwrap();
@@ -336,45 +340,49 @@ async fn unknown_terminal_key_is_refused_and_counted() {
     assert_eq!(st.tunnel.handshakes, 1);
 }
 
-/// A TCP relay between terminal and gateway that flips one byte, `at` bytes into the terminal →
-/// gateway direction, of the connection with index `victim` (0-based, in accept order).
-async fn tampering_relay(to: SocketAddr, victim: usize, at: usize) -> SocketAddr {
+/// Copies `r` to `w`, flipping one bit of the byte at offset `tamper_at` when given.
+async fn pump(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    tamper_at: Option<usize>,
+) {
+    let mut buf = vec![0u8; 16 << 10];
+    let mut seen = 0usize;
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(at) = tamper_at.filter(|&at| seen <= at && at < seen + n) {
+            buf[at - seen] ^= 0x40;
+        }
+        seen += n;
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// A TCP relay between terminal and gateway that flips one bit of one byte, `at` bytes into
+/// the terminal → gateway direction (`up`) or the other, of the connection with index `victim`
+/// (0-based, in accept order).
+async fn tampering_relay(to: SocketAddr, victim: usize, at: usize, up: bool) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         let mut index = 0;
         while let Ok((client, _)) = l.accept().await {
-            let tamper = index == victim;
+            let tamper = (index == victim).then_some(at);
             index += 1;
             tokio::spawn(async move {
                 let Ok(server) = TcpStream::connect(to).await else {
                     return;
                 };
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up = async move {
-                    let mut buf = vec![0u8; 16 << 10];
-                    let mut seen = 0usize;
-                    loop {
-                        let n = match cr.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if tamper && seen <= at && at < seen + n {
-                            buf[at - seen] ^= 0x40;
-                        }
-                        seen += n;
-                        if sw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = sw.shutdown().await;
-                };
-                let down = async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                    let _ = cw.shutdown().await;
-                };
-                tokio::join!(up, down);
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                let (t_up, t_down) = if up { (tamper, None) } else { (None, tamper) };
+                tokio::join!(pump(cr, sw, t_up), pump(sr, cw, t_down));
             });
         }
     });
@@ -388,8 +396,8 @@ async fn tampered_byte_kills_only_its_connection() {
     let (gk, gp) = generate_keypair().unwrap();
     let (gw, gw_addr) = gateway(gk, vec![tp]);
     // The second hop connection gets one byte changed 300 kB in, well past its handshake.
-    let relay = tampering_relay(gw_addr, 1, 300_000).await;
-    let socks = terminal(tk, gp, relay).await;
+    let relay = tampering_relay(gw_addr, 1, 300_000, true).await;
+    let (socks, _term) = terminal(tk, gp, relay).await;
 
     let n = 2_000_000;
     let (mut a, code) = socks_connect(socks, o.addr).await;
@@ -441,6 +449,43 @@ async fn tampered_byte_kills_only_its_connection() {
         .unwrap()
         .unwrap();
     assert!(got == pattern(7, 50_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_download_byte_fails_only_its_connection_at_the_terminal() {
+    let o = origin().await;
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (gw, gw_addr) = gateway(gk, vec![tp]);
+    let relay = tampering_relay(gw_addr, 0, 500_000, false).await;
+    let (socks, term) = terminal(tk, gp, relay).await;
+
+    let n = 3_000_000;
+    let (mut a, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    let (mut b, code) = socks_connect(socks, o.addr).await;
+    assert_eq!(code, 0);
+    async fn fetch(s: &mut TcpStream, n: usize) -> Vec<u8> {
+        s.write_all(format!("D {n}\n").as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        // A failed download may end in a reset: what matters is what arrived before it.
+        let _ = tokio::time::timeout(T, s.read_to_end(&mut got))
+            .await
+            .expect("a download hung");
+        got
+    }
+    let (got_a, got_b) = tokio::join!(fetch(&mut a, n), fetch(&mut b, n));
+    // Connection 0 (a) crossed the tampering: it ends short, never with wrong bytes.
+    assert!(got_a.len() < n, "the tampered download completed");
+    assert!(
+        got_a[..] == pattern(7, n)[..got_a.len()],
+        "tampered bytes reached the client"
+    );
+    assert!(got_b == pattern(7, n), "the untouched download was damaged");
+    let st = term.status().await.unwrap();
+    assert_eq!(st.tunnel.auth_failures, 1);
+    let st = gw.status().await.unwrap();
+    assert_eq!(st.tunnel.auth_failures, 0);
 }
 
 /// The streams' events, straight from the hops: first bytes ride in the handshake, FIN each way
