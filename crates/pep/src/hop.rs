@@ -11,7 +11,16 @@
 //!
 //! On the terminal side, STP datagrams stay inside the engine until the tunnel handshake
 //! completes (the initiation is resent every second), so nothing leaves unencrypted and nothing
-//! is lost to the handshake.
+//! is lost to the handshake. A terminal that keeps sending but hears nothing authenticated from
+//! the gateway for [`REHANDSHAKE_AFTER`] starts a new handshake: after a gateway restart the new
+//! gateway knows none of the old STP connections and resets them (they fail cleanly), while new
+//! connections work as soon as the new session is up. After a mere outage the new session simply
+//! carries the old connections on.
+//!
+//! With a send allocation (`HopConfig::send_rate_bps`) every datagram leaving the hop passes a
+//! token bucket at that rate, counted in link bytes (sealed datagram plus IP and UDP headers), and
+//! the endpoint hands out datagrams round robin between connections, so all connections of a
+//! side share its allocation fairly and never queue on the satellite link.
 
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::{Initiator, Opened, Responder};
@@ -36,6 +45,14 @@ const MAX_BATCH: usize = 256;
 const SOCKET_BUFFER: usize = 8 << 20;
 /// While a stream's reader is full, how often the hop looks again if no reader wakes it.
 const READ_RETRY: Duration = Duration::from_millis(50);
+/// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
+pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
+/// IPv4 + UDP header bytes, charged to the send allocation per datagram.
+pub const IPV4_UDP_OVERHEAD: usize = 28;
+/// IPv6 + UDP header bytes.
+pub const IPV6_UDP_OVERHEAD: usize = 48;
+/// Shaper bucket depth: this long at the allocated rate (and at least two full datagrams).
+const SHAPER_BURST: Duration = Duration::from_millis(5);
 
 /// What the hop tells a stream's reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,30 +64,100 @@ pub enum StreamEvent {
     Failed(String),
 }
 
-enum StreamCmd {
+pub(crate) enum StreamCmd {
     Data(u64, Bytes, OwnedSemaphorePermit),
     Shutdown(u64),
     Abort(u64, u16),
 }
 
-enum Command {
+pub(crate) enum Command {
     Open {
         first: Vec<u8>,
         reply: oneshot::Sender<Result<HopStream, String>>,
     },
     Stream(StreamCmd),
+    Status(oneshot::Sender<HopStatus>),
 }
 
 /// One connection across the hop.
 pub struct HopStream {
     writer: HopWriter,
     reader: HopReader,
+    peer: SocketAddr,
+    peer_key: Option<PublicKey>,
+}
+
+/// Per-connection detail of a [`HopStatus`].
+#[derive(Debug, Clone)]
+pub struct StreamStatus {
+    pub id: u64,
+    /// The other side's hop address.
+    pub peer: SocketAddr,
+    /// Gateway side: the terminal's public key.
+    pub peer_key: Option<PublicKey>,
+    pub stats: stp::ConnectionStats,
+}
+
+/// STP counters summed over every connection the hop has had (live and closed).
+pub type StpTotals = stp::ConnectionTotals;
+
+/// See [`Hop::monitor`].
+#[derive(Clone)]
+pub struct HopMonitor {
+    tx: mpsc::WeakSender<Command>,
+}
+
+impl HopMonitor {
+    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    pub async fn status(&self) -> Option<HopStatus> {
+        let tx = self.tx.upgrade()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Status(reply)).await.ok()?;
+        drop(tx);
+        rx.await.ok()
+    }
+}
+
+/// A snapshot of a hop, for metrics and `/status`.
+#[derive(Debug, Clone)]
+pub struct HopStatus {
+    /// The hop's UDP address.
+    pub local: SocketAddr,
+    /// Terminal: whether the tunnel session is up (always true on a gateway).
+    pub established: bool,
+    /// Tunnel handshakes the terminal started (1 + re-handshakes); 0 on a gateway.
+    pub handshakes_started: u64,
+    /// UDP datagrams and their payload bytes (sealed: tunnel overhead included, IP/UDP headers
+    /// not) sent and received by the hop's socket.
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    pub datagrams_received: u64,
+    pub bytes_received: u64,
+    /// Datagrams that waited for the send allocation, and the allocation in bit/s of link bytes.
+    pub shaped: u64,
+    pub send_rate_bps: Option<u64>,
+    /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
+    pub tunnel: crate::tunnel::Counters,
+    pub endpoint: stp::EndpointStats,
+    /// Sums over every connection, closed ones included.
+    pub totals: StpTotals,
+    pub streams: Vec<StreamStatus>,
 }
 
 impl HopStream {
     /// The stream's id within its hop.
     pub fn id(&self) -> u64 {
         self.writer.id
+    }
+
+    /// The other side's hop address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Gateway side: the public key of the terminal that opened the stream.
+    pub fn peer_key(&self) -> Option<PublicKey> {
+        self.peer_key
     }
 
     /// Sends bytes; waits while the relay buffer is full.
@@ -176,6 +263,9 @@ pub struct HopConfig {
     /// Bytes a stream may have handed to the hop and not yet seen accepted by STP.
     pub relay_buffer_bytes: u32,
     pub seed: u64,
+    /// This side's allocation on the satellite link, bit/s of link bytes (datagrams with their
+    /// IP and UDP headers); `None` sends as fast as the connections' controllers allow.
+    pub send_rate_bps: Option<u64>,
 }
 
 /// A running hop.
@@ -197,6 +287,9 @@ impl Hop {
         let _ = sref.set_send_buffer_size(SOCKET_BUFFER);
         let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed));
         let endpoint = Endpoint::new(config.endpoint.clone(), rng).map_err(|e| e.to_string())?;
+        if config.send_rate_bps == Some(0) {
+            return Err("send_rate_bps must be positive".into());
+        }
         let (tx, rx) = mpsc::channel(1024);
         let (in_tx, in_rx) = mpsc::channel(256);
         let security = match security {
@@ -206,17 +299,21 @@ impl Hop {
                 gateway,
             } => {
                 let index = config.seed as u32 | 1;
-                let ts = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                let init =
-                    Initiator::new(&local, &gateway_key, index, ts).map_err(|e| e.to_string())?;
+                let init = new_initiator(&local, &gateway_key, index)?;
                 Sec::Terminal {
                     init: Box::new(init),
                     gateway,
+                    local_key: local,
+                    gateway_key,
+                    handshakes: 1,
                 }
             }
             Security::Gateway { responder } => Sec::Gateway { responder },
+        };
+        let overhead = if local.is_ipv6() {
+            IPV6_UDP_OVERHEAD
+        } else {
+            IPV4_UDP_OVERHEAD
         };
         let task = HopTask {
             socket,
@@ -231,6 +328,10 @@ impl Hop {
             relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
             start: tokio::time::Instant::now(),
             room: Arc::new(Notify::new()),
+            shaper: config.send_rate_bps.map(|r| Shaper::new(r, overhead)),
+            counts: Counts::default(),
+            last_heard: None,
+            sent_since_heard: None,
         };
         tokio::spawn(task.run());
         Ok(Hop {
@@ -245,6 +346,21 @@ impl Hop {
         self.local
     }
 
+    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    pub async fn status(&self) -> Option<HopStatus> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Status(reply)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// A handle that asks this hop for its status after the `Hop` itself was handed on (to
+    /// `relay::serve`, say). It does not keep the hop alive.
+    pub fn monitor(&self) -> HopMonitor {
+        HopMonitor {
+            tx: self.tx.downgrade(),
+        }
+    }
+
     /// Terminal side: opens a stream whose first bytes (`first`) ride on the STP BGN.
     pub async fn open(&self, first: Vec<u8>) -> Result<HopStream, String> {
         let (reply, rx) = oneshot::channel();
@@ -256,10 +372,85 @@ impl Hop {
     }
 }
 
+/// A tunnel initiator stamped with the wall clock (the responder rejects initiations older than
+/// the last one it accepted from the same key).
+fn new_initiator(
+    local: &PrivateKey,
+    gateway_key: &PublicKey,
+    index: u32,
+) -> Result<Initiator, String> {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Initiator::new(local, gateway_key, index, ts).map_err(|e| e.to_string())
+}
+
+/// Token bucket in link bytes for the send allocation.
+struct Shaper {
+    rate_bps: u64,
+    bytes_per_s: f64,
+    capacity: f64,
+    tokens: f64,
+    last: tokio::time::Instant,
+    overhead: usize,
+}
+
+impl Shaper {
+    fn new(rate_bps: u64, overhead: usize) -> Shaper {
+        let bytes_per_s = rate_bps as f64 / 8.0;
+        let capacity = (bytes_per_s * SHAPER_BURST.as_secs_f64()).max(2.0 * 1500.0);
+        Shaper {
+            rate_bps,
+            bytes_per_s,
+            capacity,
+            tokens: capacity,
+            last: tokio::time::Instant::now(),
+            overhead,
+        }
+    }
+
+    fn refill(&mut self, now: tokio::time::Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + dt * self.bytes_per_s).min(self.capacity);
+        self.last = now;
+    }
+
+    /// Whether a datagram may leave now (the bucket may go negative by one datagram).
+    fn ready(&mut self, now: tokio::time::Instant) -> bool {
+        self.refill(now);
+        self.tokens > 0.0
+    }
+
+    fn charge(&mut self, datagram: usize) {
+        self.tokens -= (datagram + self.overhead) as f64;
+    }
+
+    /// When the bucket is positive again.
+    fn ready_at(&self) -> tokio::time::Instant {
+        if self.tokens > 0.0 {
+            return self.last;
+        }
+        let wait = (1.0 - self.tokens) / self.bytes_per_s;
+        self.last + Duration::from_secs_f64(wait)
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    datagrams_sent: u64,
+    bytes_sent: u64,
+    datagrams_received: u64,
+    bytes_received: u64,
+    shaped: u64,
+}
+
 enum Sec {
     Terminal {
         init: Box<Initiator>,
         gateway: SocketAddr,
+        local_key: PrivateKey,
+        gateway_key: PublicKey,
+        handshakes: u64,
     },
     Gateway {
         responder: Box<Responder>,
@@ -268,6 +459,8 @@ enum Sec {
 
 struct StreamState {
     handle: ConnectionHandle,
+    peer: SocketAddr,
+    peer_key: Option<PublicKey>,
     events: mpsc::Sender<StreamEvent>,
     /// Bytes received from the stream's writer not yet taken by STP, with their permits.
     pending: std::collections::VecDeque<(Bytes, OwnedSemaphorePermit)>,
@@ -291,6 +484,12 @@ struct HopTask {
     start: tokio::time::Instant,
     /// Notified by readers as they take events.
     room: Arc<Notify>,
+    shaper: Option<Shaper>,
+    counts: Counts,
+    /// Terminal: when the gateway was last heard (an authenticated datagram).
+    last_heard: Option<tokio::time::Instant>,
+    /// Terminal: the first send since the gateway was last heard.
+    sent_since_heard: Option<tokio::time::Instant>,
 }
 
 impl HopTask {
@@ -308,11 +507,24 @@ impl HopTask {
     fn new_stream(&mut self, handle: ConnectionHandle) -> HopStream {
         let id = self.next_id;
         self.next_id += 1;
+        let peer = self
+            .endpoint
+            .remote(handle)
+            .unwrap_or_else(|| self.socket.local_addr().unwrap_or(([0, 0, 0, 0], 0).into()));
+        let peer_key = match &self.security {
+            Sec::Gateway { responder } => responder
+                .session_for_addr(peer)
+                .and_then(|s| responder.session_peer(s))
+                .copied(),
+            Sec::Terminal { gateway_key, .. } => Some(*gateway_key),
+        };
         let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
         self.streams.insert(
             id,
             StreamState {
                 handle,
+                peer,
+                peer_key,
                 events: ev_tx,
                 pending: Default::default(),
                 shutdown_requested: false,
@@ -332,7 +544,17 @@ impl HopTask {
                 rx: ev_rx,
                 room: Arc::clone(&self.room),
             },
+            peer,
+            peer_key,
         }
+    }
+
+    /// Forgets a stream (its connection's counters reach the endpoint's totals when the
+    /// connection is freed).
+    fn remove_stream(&mut self, id: u64) -> Option<StreamState> {
+        let s = self.streams.remove(&id)?;
+        self.by_handle.remove(&s.handle);
+        Some(s)
     }
 
     async fn run(mut self) {
@@ -347,6 +569,11 @@ impl HopTask {
                 .map(|t| self.start + Duration::from_nanos(t.as_nanos()));
             let mut wake = stp_deadline
                 .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1));
+            if let Some(sh) = &self.shaper {
+                // Nothing can leave before the bucket refills; timers wait for it too (at most
+                // one datagram's time on the link).
+                wake = wake.max(sh.ready_at());
+            }
             if !self.established() {
                 wake = wake.min(next_handshake);
             }
@@ -357,7 +584,7 @@ impl HopTask {
             }
             let room = Arc::clone(&self.room);
             tokio::select! {
-                                r = self.socket.recv_from(&mut buf) => {
+                r = self.socket.recv_from(&mut buf) => {
                     if let Ok((n, from)) = r {
                         self.on_datagram(&buf[..n], from, &mut plain).await;
                         // Take everything already queued before pumping, so a burst cannot
@@ -378,14 +605,15 @@ impl HopTask {
                         }
                     }
                 }
-                                _ = room.notified(), if holding => {}
+                _ = room.notified(), if holding => {}
                 _ = tokio::time::sleep_until(wake) => {
                     let now = self.now();
                     self.endpoint.handle_timeout(now);
                 }
             }
+            self.check_gateway_silence(&mut next_handshake);
             if !self.established() && tokio::time::Instant::now() >= next_handshake {
-                if let Sec::Terminal { init, gateway } = &self.security {
+                if let Sec::Terminal { init, gateway, .. } = &self.security {
                     let _ = self.socket.send_to(init.initiation(), *gateway).await;
                 }
                 next_handshake = tokio::time::Instant::now() + HANDSHAKE_RETRY;
@@ -395,20 +623,59 @@ impl HopTask {
         }
     }
 
+    /// Terminal: a gateway silent while we send has probably restarted and lost our session;
+    /// start a new handshake.
+    fn check_gateway_silence(&mut self, next_handshake: &mut tokio::time::Instant) {
+        let Some(since) = self.sent_since_heard else {
+            return;
+        };
+        if since.elapsed() < REHANDSHAKE_AFTER || !self.established() {
+            return;
+        }
+        if let Sec::Terminal {
+            init,
+            local_key,
+            gateway_key,
+            handshakes,
+            ..
+        } = &mut self.security
+        {
+            let index = init.index().wrapping_add(2) | 1;
+            if let Ok(fresh) = new_initiator(local_key, gateway_key, index) {
+                **init = fresh;
+                *handshakes += 1;
+                *next_handshake = tokio::time::Instant::now();
+                self.sent_since_heard = None;
+            }
+        }
+    }
+
     async fn on_datagram(&mut self, data: &[u8], from: SocketAddr, plain: &mut Vec<u8>) {
         let now = self.now();
+        self.counts.datagrams_received += 1;
+        self.counts.bytes_received += data.len() as u64;
         match &mut self.security {
-            Sec::Terminal { init, gateway } => {
+            Sec::Terminal { init, gateway, .. } => {
                 if from != *gateway {
                     return;
                 }
-                if let Ok(Opened::Data { .. }) = init.open(data, plain) {
-                    self.endpoint.handle_datagram(now, from, plain);
+                match init.open(data, plain) {
+                    Ok(Opened::Data { .. }) => {
+                        self.last_heard = Some(tokio::time::Instant::now());
+                        self.sent_since_heard = None;
+                        self.endpoint.handle_datagram(now, from, plain);
+                    }
+                    Ok(_) => {
+                        self.last_heard = Some(tokio::time::Instant::now());
+                        self.sent_since_heard = None;
+                    }
+                    Err(_) => {}
                 }
             }
             Sec::Gateway { responder } => match responder.open(now, data, from, plain) {
-                Ok(Opened::Reply { .. }) => {
-                    let _ = self.socket.send_to(plain, from).await;
+                Ok(Opened::Reply { .. }) if self.socket.send_to(plain, from).await.is_ok() => {
+                    self.counts.datagrams_sent += 1;
+                    self.counts.bytes_sent += plain.len() as u64;
                 }
                 Ok(Opened::Data { .. }) => self.endpoint.handle_datagram(now, from, plain),
                 _ => {}
@@ -449,13 +716,57 @@ impl HopTask {
                 }
             }
             Command::Stream(StreamCmd::Abort(id, code)) => {
-                if let Some(s) = self.streams.remove(&id) {
-                    self.by_handle.remove(&s.handle);
+                if let Some(s) = self.remove_stream(id) {
                     if let Some(c) = self.endpoint.connection(s.handle) {
                         c.abort(code);
                     }
                 }
             }
+            Command::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+        }
+    }
+
+    fn status(&mut self) -> HopStatus {
+        let mut totals = self.endpoint.stats().closed.clone();
+        for h in self.endpoint.handles() {
+            if let Some(c) = self.endpoint.connection(h) {
+                totals.add(&c.stats());
+            }
+        }
+        let mut streams = Vec::with_capacity(self.streams.len());
+        for (&id, s) in &self.streams {
+            if let Some(c) = self.endpoint.connection(s.handle) {
+                streams.push(StreamStatus {
+                    id,
+                    peer: s.peer,
+                    peer_key: s.peer_key,
+                    stats: c.stats(),
+                });
+            }
+        }
+        streams.sort_by_key(|s| s.id);
+        let (tunnel, handshakes_started) = match &self.security {
+            Sec::Terminal {
+                init, handshakes, ..
+            } => (*init.counters(), *handshakes),
+            Sec::Gateway { responder } => (*responder.counters(), 0),
+        };
+        HopStatus {
+            local: self.socket.local_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+            established: self.established(),
+            handshakes_started,
+            datagrams_sent: self.counts.datagrams_sent,
+            bytes_sent: self.counts.bytes_sent,
+            datagrams_received: self.counts.datagrams_received,
+            bytes_received: self.counts.bytes_received,
+            shaped: self.counts.shaped,
+            send_rate_bps: self.shaper.as_ref().map(|s| s.rate_bps),
+            tunnel,
+            endpoint: self.endpoint.stats().clone(),
+            totals,
+            streams,
         }
     }
 
@@ -464,7 +775,9 @@ impl HopTask {
         // Accept (gateway side).
         while let Some(h) = self.endpoint.accept() {
             let s = self.new_stream(h);
+            let id = s.id();
             if self.incoming.try_send(s).is_err() {
+                self.remove_stream(id);
                 if let Some(c) = self.endpoint.connection(h) {
                     c.abort(2);
                 }
@@ -476,10 +789,9 @@ impl HopTask {
                 continue;
             };
             if let Event::Failed(e) = ev {
-                if let Some(s) = self.streams.remove(&id) {
+                if let Some(s) = self.remove_stream(id) {
                     let _ = s.events.try_send(StreamEvent::Failed(e.to_string()));
                 }
-                self.by_handle.remove(&h);
             }
         }
         let ids: Vec<u64> = self.streams.keys().copied().collect();
@@ -493,8 +805,7 @@ impl HopTask {
                         .events
                         .try_send(StreamEvent::Failed("connection closed".into()));
                 }
-                self.by_handle.remove(&s.handle);
-                self.streams.remove(&id);
+                self.remove_stream(id);
                 continue;
             };
             // Writer → STP, as far as STP's send buffer takes it.
@@ -549,18 +860,150 @@ impl HopTask {
         if !self.established() {
             return;
         }
-        let now = self.now();
         let mut sealed = Vec::with_capacity(2048);
-        while let Some(t) = self.endpoint.poll_transmit(now, plain) {
+        loop {
+            if let Some(sh) = &mut self.shaper {
+                if !sh.ready(tokio::time::Instant::now()) {
+                    self.counts.shaped += 1;
+                    return;
+                }
+            }
+            let now = self.now();
+            let Some(t) = self.endpoint.poll_transmit(now, plain) else {
+                return;
+            };
             let ok = match &mut self.security {
                 Sec::Terminal { init, .. } => init.seal(&plain[..t.size], &mut sealed).is_ok(),
                 Sec::Gateway { responder } => responder
                     .seal_to(t.destination, &plain[..t.size], &mut sealed)
                     .is_ok(),
             };
-            if ok {
-                let _ = self.socket.send_to(&sealed, t.destination).await;
+            if !ok {
+                continue;
             }
+            if let Some(sh) = &mut self.shaper {
+                sh.charge(sealed.len());
+            }
+            if self.socket.send_to(&sealed, t.destination).await.is_ok() {
+                self.counts.datagrams_sent += 1;
+                self.counts.bytes_sent += sealed.len() as u64;
+                if matches!(self.security, Sec::Terminal { .. }) && self.sent_since_heard.is_none()
+                {
+                    self.sent_since_heard = Some(tokio::time::Instant::now());
+                }
+            }
+        }
+    }
+}
+
+// Streams carried by other transports
+//
+// Another transport of the hop (the split-TCP hop, `crate::tcp_hop`) runs its own tasks but hands
+// out the same `HopStream`s behind the same `Hop` handle, so relays cannot tell the transports
+// apart. These are the only items it needs from this file.
+
+/// Commands queued towards one stream of another transport.
+const OTHER_STREAM_COMMANDS: usize = 64;
+
+/// The transport's ends of a stream made by [`detached_stream`].
+pub(crate) struct StreamEnds {
+    /// The writer's commands: only `Command::Stream` (`Data`, `Shutdown`, `Abort`) arrive here.
+    /// A `Data` permit returns its bytes to the writer's budget when dropped: drop it once the
+    /// bytes are on the transport's socket.
+    pub(crate) commands: mpsc::Receiver<Command>,
+    /// Events for the stream's reader (bounded: a full reader stops the transport reading).
+    pub(crate) events: mpsc::Sender<StreamEvent>,
+}
+
+/// A stream whose bytes another transport carries, with a writer budget of `budget_bytes`.
+pub(crate) fn detached_stream(
+    id: u64,
+    peer: SocketAddr,
+    peer_key: Option<PublicKey>,
+    budget_bytes: u32,
+) -> (HopStream, StreamEnds) {
+    let budget_bytes = budget_bytes.max(CHUNK as u32);
+    let (tx, commands) = mpsc::channel(OTHER_STREAM_COMMANDS);
+    let (events, rx) = mpsc::channel(READ_CHUNKS);
+    let stream = HopStream {
+        writer: HopWriter {
+            id,
+            budget: Arc::new(Semaphore::new(budget_bytes as usize)),
+            budget_bytes,
+            tx,
+        },
+        // The transport waits on `events` for room; nobody listens to this.
+        reader: HopReader {
+            rx,
+            room: Arc::new(Notify::new()),
+        },
+        peer,
+        peer_key,
+    };
+    (stream, StreamEnds { commands, events })
+}
+
+impl Hop {
+    /// A handle fronting another transport's task, which answers `Command::Open` and
+    /// `Command::Status` sent on `tx`; `incoming` carries the streams it accepts.
+    pub(crate) fn from_parts(
+        tx: mpsc::Sender<Command>,
+        incoming: mpsc::Receiver<HopStream>,
+        local: SocketAddr,
+    ) -> Hop {
+        Hop {
+            tx,
+            incoming,
+            local,
+        }
+    }
+}
+
+/// What another transport reports of itself; [`HopStatus::other_transport`] turns it into a
+/// status with empty STP parts.
+pub(crate) struct OtherTransportStatus {
+    pub(crate) local: SocketAddr,
+    pub(crate) handshakes_started: u64,
+    /// Frames (or datagrams) and their bytes on the hop, framing and encryption included.
+    pub(crate) frames_sent: u64,
+    pub(crate) bytes_sent: u64,
+    pub(crate) frames_received: u64,
+    pub(crate) bytes_received: u64,
+    pub(crate) tunnel: crate::tunnel::Counters,
+    /// Live streams: id, peer, peer key, payload bytes sent and received.
+    pub(crate) streams: Vec<(u64, SocketAddr, Option<PublicKey>, u64, u64)>,
+}
+
+impl HopStatus {
+    pub(crate) fn other_transport(o: OtherTransportStatus) -> HopStatus {
+        let streams = o
+            .streams
+            .into_iter()
+            .map(|(id, peer, peer_key, sent, received)| StreamStatus {
+                id,
+                peer,
+                peer_key,
+                stats: stp::ConnectionStats {
+                    payload_bytes_sent: sent,
+                    payload_bytes_received: received,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        HopStatus {
+            local: o.local,
+            established: true,
+            handshakes_started: o.handshakes_started,
+            datagrams_sent: o.frames_sent,
+            bytes_sent: o.bytes_sent,
+            datagrams_received: o.frames_received,
+            bytes_received: o.bytes_received,
+            shaped: 0,
+            send_rate_bps: None,
+            tunnel: o.tunnel,
+            endpoint: stp::EndpointStats::default(),
+            totals: StpTotals::default(),
+            streams,
         }
     }
 }

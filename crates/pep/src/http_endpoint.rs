@@ -2,7 +2,14 @@
 //! 0.0.4) and `GET /status` (JSON). One request per connection, then the connection is closed.
 //! Everything is bounded: the request head (8 KiB), the time a client may take
 //! ([`REQUEST_TIMEOUT`]) and the number of requests served at once ([`MAX_CONCURRENT`]).
+//!
+//! With a hop, every request first takes a snapshot of it ([`Hop::status`]) into the registry
+//! ([`Metrics::observe_hop`]), so hop and STP figures are as of the request.
+//!
+//! The endpoint has no authentication: bind it to loopback or a management network only
+//! (`/status` shows client and destination addresses).
 
+use crate::hop::Hop;
 use crate::metrics::Metrics;
 use std::future::Future;
 use std::sync::Arc;
@@ -18,15 +25,22 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests served at once; further connections are closed unanswered until one finishes.
 pub const MAX_CONCURRENT: usize = 32;
 
-/// Serves `/metrics` and `/status` for `metrics` on `listener` until `shutdown` completes.
-/// Requests in flight when it does are left to finish (each within [`REQUEST_TIMEOUT`]).
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: impl Future) {
-    serve_with_timeout(listener, metrics, shutdown, REQUEST_TIMEOUT).await
+/// Serves `/metrics` and `/status` for `metrics`, refreshed from `hop` when given, on
+/// `listener` until `shutdown` completes. Requests in flight when it does are left to finish
+/// (each within [`REQUEST_TIMEOUT`]).
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    hop: Option<Arc<Hop>>,
+    shutdown: impl Future,
+) {
+    serve_with_timeout(listener, metrics, hop, shutdown, REQUEST_TIMEOUT).await
 }
 
 async fn serve_with_timeout(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    hop: Option<Arc<Hop>>,
     shutdown: impl Future,
     request_timeout: Duration,
 ) {
@@ -42,8 +56,10 @@ async fn serve_with_timeout(
                         continue;
                     };
                     let metrics = Arc::clone(&metrics);
+                    let hop = hop.clone();
                     tokio::spawn(async move {
-                        let _ = tokio::time::timeout(request_timeout, handle(stream, &metrics)).await;
+                        let work = handle(stream, &metrics, hop.as_deref());
+                        let _ = tokio::time::timeout(request_timeout, work).await;
                         drop(permit);
                     });
                 }
@@ -62,11 +78,23 @@ enum Route {
     Error(u16, &'static str),
 }
 
-async fn handle(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+async fn handle(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    hop: Option<&Hop>,
+) -> std::io::Result<()> {
     let route = match read_head(&mut stream).await? {
         Some(head) => route(&head),
         None => Route::Error(431, "request head too large\n"),
     };
+    if matches!(route, Route::Metrics | Route::Status) {
+        if let Some(status) = match hop {
+            Some(h) => h.status().await,
+            None => None,
+        } {
+            metrics.observe_hop(&status);
+        }
+    }
     let (status, content_type, body) = match route {
         Route::Metrics => (
             200,
@@ -190,6 +218,7 @@ mod tests {
         let task = tokio::spawn(serve_with_timeout(
             listener,
             m,
+            None,
             async move {
                 let _ = rx.await;
             },
@@ -236,7 +265,7 @@ mod tests {
         assert!(body.contains("satstp_connections_total{side=\"terminal\"} 3\n"));
         assert!(body.contains("satstp_tcp_bytes_total{side=\"terminal\",direction=\"up\"} 42\n"));
         assert!(body.contains("satstp_hop_bytes_total"));
-        assert!(body.contains("satstp_stp_control_sent_total"));
+        assert!(body.contains("satstp_stp_packets_sent_total"));
 
         let (status, ct, body) = request(addr, b"GET /status?x=1 HTTP/1.0\r\n\r\n").await;
         assert_eq!(status, "HTTP/1.1 200 OK");

@@ -9,9 +9,12 @@ pub mod http_connect;
 pub mod http_endpoint;
 pub mod keys;
 pub mod metrics;
+pub mod ops;
 pub mod policy;
 pub mod relay;
+pub mod sizing;
 pub mod socks;
+pub mod tcp_hop;
 pub mod tproxy;
 pub mod tunnel;
 

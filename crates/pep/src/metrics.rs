@@ -1,19 +1,24 @@
 //! The metrics registry of one side (terminal or gateway): lock-free counters and gauges that
-//! many tasks update through an `Arc<Metrics>`, a bounded table of per-connection status
-//! entries, and their two renderings — Prometheus text exposition format 0.0.4
-//! ([`Metrics::prometheus_text`]) and a JSON document for `/status` ([`Metrics::status_json`]).
+//! many tasks update through an `Arc<Metrics>`, a bounded table of the connections open now
+//! ([`ConnTrack`], updated by the relay with atomics), and their two renderings — Prometheus
+//! text exposition format 0.0.4 ([`Metrics::prometheus_text`]) and a JSON document for
+//! `/status` ([`Metrics::status_json`]). The hop's own counters (datagrams, STP packets by type,
+//! retransmissions, tunnel authentication failures, each connection's srtt and cwnd) are copied
+//! in from a [`HopStatus`] snapshot by [`Metrics::observe_hop`], which the HTTP endpoint calls
+//! before it answers.
 //!
 //! Directions are named after the satellite hop: `up` is terminal → gateway (client to
 //! server), `down` is gateway → terminal, on both sides. "TCP" bytes are payload bytes read
 //! from or written to the TCP sockets; "hop" bytes are the UDP payloads of the tunnel (STP and
 //! tunnel headers included, IP/UDP headers not).
 
+use crate::hop::HopStatus;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Default bound on the per-connection status table.
 pub const DEFAULT_MAX_STATUS_ENTRIES: usize = 4096;
@@ -31,6 +36,10 @@ impl Counter {
     }
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+    /// Sets a count kept elsewhere (the hop's totals); it only ever moves up.
+    pub fn set(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
     }
 }
 
@@ -142,27 +151,75 @@ impl RefusalReason {
     }
 }
 
-/// STP control packet types counted.
+/// Why a relayed connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StpControl {
-    Poll,
-    Stat,
-    Ustat,
+pub enum CloseReason {
+    /// Both directions finished (FIN each way).
+    Done,
+    /// Idle in both directions for `idle_timeout_s`; both sides were reset.
+    IdleTimeout,
+    /// A reset or error on either leg (TCP or the STP stream).
+    Error,
+    /// Refused after admission (policy, failed connect, client handshake); also counted in
+    /// `connections_refused` under its reason.
+    Refused,
 }
 
-impl StpControl {
-    pub const ALL: [StpControl; 3] = [StpControl::Poll, StpControl::Stat, StpControl::Ustat];
+impl CloseReason {
+    pub const ALL: [CloseReason; 4] = [
+        CloseReason::Done,
+        CloseReason::IdleTimeout,
+        CloseReason::Error,
+        CloseReason::Refused,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
-            StpControl::Poll => "poll",
-            StpControl::Stat => "stat",
-            StpControl::Ustat => "ustat",
+            CloseReason::Done => "done",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Error => "error",
+            CloseReason::Refused => "refused",
         }
     }
     fn index(self) -> usize {
         self as usize
     }
 }
+
+/// Kinds of authentication failure counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Tunnel datagrams or handshakes that failed authentication (bad MAC, bad handshake).
+    Tunnel,
+    /// Tunnel handshakes from a static key not in the allow-list.
+    UnknownKey,
+    /// Tunnel datagrams replayed (outside or already seen in the replay window).
+    Replay,
+    /// SOCKS5 username/password logins refused.
+    Client,
+}
+
+impl AuthFailure {
+    pub const ALL: [AuthFailure; 4] = [
+        AuthFailure::Tunnel,
+        AuthFailure::UnknownKey,
+        AuthFailure::Replay,
+        AuthFailure::Client,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Tunnel => "tunnel",
+            AuthFailure::UnknownKey => "unknown_key",
+            AuthFailure::Replay => "replay",
+            AuthFailure::Client => "client",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// STP packet types counted, in the order of `stp::stats::TYPE_NAMES`.
+pub const STP_TYPES: usize = stp::stats::TYPE_NAMES.len();
 
 /// Life stage of a relayed connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -178,47 +235,199 @@ pub enum ConnectionState {
     Closing,
 }
 
-/// One connection's row in `/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+impl ConnectionState {
+    fn from_u8(v: u8) -> ConnectionState {
+        match v {
+            0 => ConnectionState::Connecting,
+            1 => ConnectionState::Open,
+            2 => ConnectionState::HalfClosed,
+            _ => ConnectionState::Closing,
+        }
+    }
+}
+
+/// One connection's row in `/status`: a snapshot of its [`ConnTrack`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConnectionStatus {
     pub id: u64,
-    /// The client's address as seen by the terminal (`ip:port`).
-    pub client: String,
-    /// The destination as asked for (`host:port` or `ip:port`).
-    pub destination: String,
+    /// The client's address as seen by the terminal (`ip:port`); on the gateway, the client
+    /// address the terminal sent, when it sent one.
+    pub client: Option<String>,
+    /// Gateway side: the public key (hex) of the terminal the connection came from.
+    pub terminal: Option<String>,
+    /// The destination as asked for (`host:port` or `ip:port`), once known.
+    pub destination: Option<String>,
     pub state: ConnectionState,
+    /// Seconds since the connection was accepted.
+    pub age_s: f64,
+    /// Seconds since a byte last moved either way.
+    pub idle_s: f64,
     /// Payload bytes relayed terminal → gateway.
     pub bytes_up: u64,
     /// Payload bytes relayed gateway → terminal.
     pub bytes_down: u64,
-    /// The STP connection's smoothed RTT, ms, once measured.
-    pub srtt_ms: Option<u32>,
+    /// The STP stream's id within its hop, once opened.
+    pub stream_id: Option<u64>,
+    /// The STP connection's smoothed RTT, ms (µs precision), once measured.
+    pub srtt_ms: Option<f64>,
     /// The STP connection's congestion window, bytes.
     pub cwnd_bytes: Option<u64>,
 }
 
+const NONE: u64 = u64::MAX;
+
+/// The live record of one relayed connection, shared by its relay task (which counts bytes
+/// and sets its state) and the status table. Every field is an atomic or set once.
+#[derive(Debug)]
+pub struct ConnTrack {
+    id: u64,
+    opened: Instant,
+    client: OnceLock<String>,
+    terminal: Option<String>,
+    destination: OnceLock<String>,
+    state: AtomicU8,
+    bytes: [AtomicU64; 2],
+    /// Milliseconds after `opened` of the last byte relayed either way.
+    last_active_ms: AtomicU64,
+    stream_id: AtomicU64,
+    srtt_us: AtomicU64,
+    cwnd_bytes: AtomicU64,
+}
+
+impl ConnTrack {
+    fn new(id: u64, client: Option<String>, terminal: Option<String>) -> ConnTrack {
+        let c = OnceLock::new();
+        if let Some(client) = client {
+            let _ = c.set(client);
+        }
+        ConnTrack {
+            id,
+            opened: Instant::now(),
+            client: c,
+            terminal,
+            destination: OnceLock::new(),
+            state: AtomicU8::new(0),
+            bytes: Default::default(),
+            last_active_ms: AtomicU64::new(0),
+            stream_id: AtomicU64::new(NONE),
+            srtt_us: AtomicU64::new(NONE),
+            cwnd_bytes: AtomicU64::new(NONE),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// Records the client's address (the first value set stays).
+    pub fn set_client(&self, client: impl Into<String>) {
+        let _ = self.client.set(client.into());
+    }
+    /// Records the destination (the first value set stays).
+    pub fn set_destination(&self, destination: impl Into<String>) {
+        let _ = self.destination.set(destination.into());
+    }
+    pub fn destination(&self) -> Option<&str> {
+        self.destination.get().map(String::as_str)
+    }
+    pub fn client(&self) -> Option<&str> {
+        self.client.get().map(String::as_str)
+    }
+    pub fn set_state(&self, state: ConnectionState) {
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+    pub fn state(&self) -> ConnectionState {
+        ConnectionState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+    /// Records the STP stream carrying the connection (to join the hop's srtt and cwnd).
+    pub fn set_stream(&self, id: u64) {
+        self.stream_id.store(id, Ordering::Relaxed);
+    }
+    /// Counts `n` payload bytes moving in `dir` and marks the connection active.
+    pub fn add_bytes(&self, dir: Direction, n: u64) {
+        if let Some(b) = self.bytes.get(dir.index()) {
+            b.fetch_add(n, Ordering::Relaxed);
+        }
+        self.touch();
+    }
+    pub fn bytes(&self, dir: Direction) -> u64 {
+        self.bytes
+            .get(dir.index())
+            .map_or(0, |b| b.load(Ordering::Relaxed))
+    }
+    /// Marks the connection active now.
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last_active_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+    /// How long since a byte last moved either way (or since the connection opened).
+    pub fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_active_ms.load(Ordering::Relaxed));
+        self.opened.elapsed().saturating_sub(last)
+    }
+    pub fn age(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
+    fn opt(v: &AtomicU64) -> Option<u64> {
+        Some(v.load(Ordering::Relaxed)).filter(|v| *v != NONE)
+    }
+
+    pub fn snapshot(&self) -> ConnectionStatus {
+        ConnectionStatus {
+            id: self.id,
+            client: self.client.get().cloned(),
+            terminal: self.terminal.clone(),
+            destination: self.destination.get().cloned(),
+            state: self.state(),
+            age_s: self.age().as_secs_f64(),
+            idle_s: self.idle_for().as_secs_f64(),
+            bytes_up: self.bytes(Direction::Up),
+            bytes_down: self.bytes(Direction::Down),
+            stream_id: Self::opt(&self.stream_id),
+            srtt_ms: Self::opt(&self.srtt_us).map(|us| us as f64 / 1000.0),
+            cwnd_bytes: Self::opt(&self.cwnd_bytes),
+        }
+    }
+}
+
 /// The registry. Share it as `Arc<Metrics>`; every update is one relaxed atomic operation,
-/// except the status table, which takes a short mutex.
+/// except registering and removing a connection, which take a short mutex.
 #[derive(Debug)]
 pub struct Metrics {
     side: Side,
     started: Instant,
-    /// Relayed connections open now.
+    /// Relayed connections open now (admitted and not yet ended).
     pub connections_active: Gauge,
-    /// Relayed connections accepted since start.
+    /// Relayed connections admitted since start.
     pub connections_total: Counter,
     connections_refused: [Counter; 8],
+    connections_closed: [Counter; 4],
     tcp_bytes: [Counter; 2],
     hop_bytes: [Counter; 2],
-    stp_sent: [Counter; 3],
-    stp_received: [Counter; 3],
-    /// STP SDs retransmitted.
+    hop_datagrams: [Counter; 2],
+    stp_sent: [Counter; STP_TYPES],
+    stp_received: [Counter; STP_TYPES],
+    /// STP SDs retransmitted by this side (live and closed connections).
     pub stp_retransmissions: Counter,
-    /// Tunnel handshakes refused (unknown key, bad MAC, replay) and failed client logins.
-    pub auth_failures: Counter,
+    /// SD payload bytes retransmitted by this side.
+    pub stp_retransmitted_bytes: Counter,
+    auth_failures: [Counter; 4],
+    /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
+    pub stp_srtt_mean_us: Gauge,
+    pub stp_srtt_max_us: Gauge,
+    /// Sum and mean of the congestion windows of the STP connections open, bytes.
+    pub stp_cwnd_sum_bytes: Gauge,
+    pub stp_cwnd_mean_bytes: Gauge,
+    /// STP connections open at the last hop snapshot.
+    pub stp_connections: Gauge,
+    /// Terminal: whether the tunnel session to the gateway is up (1) or not (0).
+    pub hop_established: Gauge,
+    /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
+    pub memory_reserved_bytes: Gauge,
     /// Status entries not recorded because the table was full.
     pub status_entries_dropped: Counter,
-    status: Mutex<BTreeMap<u64, ConnectionStatus>>,
+    status: Mutex<BTreeMap<u64, Arc<ConnTrack>>>,
+    next_id: AtomicU64,
     max_status_entries: usize,
 }
 
@@ -235,14 +444,25 @@ impl Metrics {
             connections_active: Gauge::default(),
             connections_total: Counter::default(),
             connections_refused: Default::default(),
+            connections_closed: Default::default(),
             tcp_bytes: Default::default(),
             hop_bytes: Default::default(),
+            hop_datagrams: Default::default(),
             stp_sent: Default::default(),
             stp_received: Default::default(),
             stp_retransmissions: Counter::default(),
-            auth_failures: Counter::default(),
+            stp_retransmitted_bytes: Counter::default(),
+            auth_failures: Default::default(),
+            stp_srtt_mean_us: Gauge::default(),
+            stp_srtt_max_us: Gauge::default(),
+            stp_cwnd_sum_bytes: Gauge::default(),
+            stp_cwnd_mean_bytes: Gauge::default(),
+            stp_connections: Gauge::default(),
+            hop_established: Gauge::default(),
+            memory_reserved_bytes: Gauge::default(),
             status_entries_dropped: Counter::default(),
             status: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
             max_status_entries,
         }
     }
@@ -255,6 +475,10 @@ impl Metrics {
     pub fn refused(&self, reason: RefusalReason) -> &Counter {
         &self.connections_refused[reason.index()]
     }
+    /// Connections that ended for `reason`.
+    pub fn closed(&self, reason: CloseReason) -> &Counter {
+        &self.connections_closed[reason.index()]
+    }
     /// Payload bytes at the TCP side moving in `dir`.
     pub fn tcp_bytes(&self, dir: Direction) -> &Counter {
         &self.tcp_bytes[dir.index()]
@@ -263,46 +487,45 @@ impl Metrics {
     pub fn hop_bytes(&self, dir: Direction) -> &Counter {
         &self.hop_bytes[dir.index()]
     }
-    /// STP control packets of `kind` this side sent.
-    pub fn stp_sent(&self, kind: StpControl) -> &Counter {
-        &self.stp_sent[kind.index()]
+    /// Tunnel datagrams on the satellite hop moving in `dir`.
+    pub fn hop_datagrams(&self, dir: Direction) -> &Counter {
+        &self.hop_datagrams[dir.index()]
     }
-    /// STP control packets of `kind` this side received.
-    pub fn stp_received(&self, kind: StpControl) -> &Counter {
-        &self.stp_received[kind.index()]
+    /// STP packets of type `stp::stats::TYPE_NAMES[i]` this side sent.
+    pub fn stp_sent(&self, i: usize) -> Option<&Counter> {
+        self.stp_sent.get(i)
+    }
+    /// STP packets of type `stp::stats::TYPE_NAMES[i]` this side received.
+    pub fn stp_received(&self, i: usize) -> Option<&Counter> {
+        self.stp_received.get(i)
+    }
+    /// Authentication failures of `kind`.
+    pub fn auth_failures(&self, kind: AuthFailure) -> &Counter {
+        &self.auth_failures[kind.index()]
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ConnectionStatus>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<ConnTrack>>> {
         // A panic elsewhere while holding the lock leaves plain data behind; keep serving it.
         self.status.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records or replaces a connection's status entry. Returns false (and counts the drop)
-    /// when the table is full and `entry.id` is not already in it.
-    pub fn status_insert(&self, entry: ConnectionStatus) -> bool {
-        let mut t = self.table();
-        if t.len() >= self.max_status_entries && !t.contains_key(&entry.id) {
-            drop(t);
+    /// A new connection's record, entered in the status table when there is room (otherwise
+    /// counted in `status_entries_dropped`; the record still works for its relay).
+    pub fn track(&self, client: Option<String>, terminal: Option<String>) -> Arc<ConnTrack> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let t = Arc::new(ConnTrack::new(id, client, terminal));
+        let mut table = self.table();
+        if table.len() < self.max_status_entries {
+            table.insert(id, Arc::clone(&t));
+        } else {
+            drop(table);
             self.status_entries_dropped.inc();
-            return false;
         }
-        t.insert(entry.id, entry);
-        true
+        t
     }
 
-    /// Changes a connection's entry in place; false if there is none.
-    pub fn status_update(&self, id: u64, f: impl FnOnce(&mut ConnectionStatus)) -> bool {
-        match self.table().get_mut(&id) {
-            Some(e) => {
-                f(e);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Removes and returns a connection's entry.
-    pub fn status_remove(&self, id: u64) -> Option<ConnectionStatus> {
+    /// Removes a connection's record from the status table.
+    pub fn untrack(&self, id: u64) -> Option<Arc<ConnTrack>> {
         self.table().remove(&id)
     }
 
@@ -311,10 +534,80 @@ impl Metrics {
         self.table().len()
     }
 
+    /// The records in the status table, by id.
+    pub fn tracked(&self) -> Vec<Arc<ConnTrack>> {
+        self.table().values().cloned().collect()
+    }
+
+    /// Copies a hop snapshot in: datagrams and bytes per direction, STP packets per type,
+    /// retransmissions, tunnel authentication failures, and each tracked connection's srtt and
+    /// cwnd (joined by stream id).
+    pub fn observe_hop(&self, st: &HopStatus) {
+        let (sent, received) = match self.side {
+            Side::Terminal => (Direction::Up, Direction::Down),
+            Side::Gateway => (Direction::Down, Direction::Up),
+        };
+        self.hop_bytes(sent).set(st.bytes_sent);
+        self.hop_bytes(received).set(st.bytes_received);
+        self.hop_datagrams(sent).set(st.datagrams_sent);
+        self.hop_datagrams(received).set(st.datagrams_received);
+        for (c, v) in self.stp_sent.iter().zip(st.totals.packets_sent.0) {
+            c.set(v);
+        }
+        for (c, v) in self.stp_received.iter().zip(st.totals.packets_received.0) {
+            c.set(v);
+        }
+        self.stp_retransmissions
+            .set(st.totals.retransmitted_packets);
+        self.stp_retransmitted_bytes
+            .set(st.totals.retransmitted_bytes);
+        self.auth_failures(AuthFailure::Tunnel)
+            .set(st.tunnel.auth_failures);
+        self.auth_failures(AuthFailure::UnknownKey)
+            .set(st.tunnel.unknown_key);
+        self.auth_failures(AuthFailure::Replay)
+            .set(st.tunnel.replays);
+        self.hop_established.set(i64::from(st.established));
+
+        let n = st.streams.len() as u64;
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
+        let srtt_sum: u64 = st.streams.iter().map(|s| us(s.stats.srtt)).sum();
+        let srtt_max = st
+            .streams
+            .iter()
+            .map(|s| us(s.stats.srtt))
+            .max()
+            .unwrap_or(0);
+        let cwnd_sum: u64 = st.streams.iter().map(|s| s.stats.cwnd_bytes).sum();
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.stp_connections.set(g(n));
+        self.stp_srtt_mean_us
+            .set(g(srtt_sum.checked_div(n).unwrap_or(0)));
+        self.stp_srtt_max_us.set(g(srtt_max));
+        self.stp_cwnd_sum_bytes.set(g(cwnd_sum));
+        self.stp_cwnd_mean_bytes
+            .set(g(cwnd_sum.checked_div(n).unwrap_or(0)));
+
+        let by_stream: HashMap<u64, &crate::hop::StreamStatus> =
+            st.streams.iter().map(|s| (s.id, s)).collect();
+        for t in self.tracked() {
+            let Some(sid) = ConnTrack::opt(&t.stream_id) else {
+                continue;
+            };
+            if let Some(s) = by_stream.get(&sid) {
+                // An srtt of zero means "not measured yet".
+                if !s.stats.srtt.is_zero() {
+                    t.srtt_us.store(us(s.stats.srtt), Ordering::Relaxed);
+                }
+                t.cwnd_bytes.store(s.stats.cwnd_bytes, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The Prometheus text exposition (format 0.0.4) of every metric.
     pub fn prometheus_text(&self) -> String {
         let side = self.side.as_str();
-        let mut out = String::with_capacity(4096);
+        let mut out = String::with_capacity(8192);
         let mut family =
             |name: &str, kind: &str, help: &str, samples: &[(Vec<(&str, &str)>, String)]| {
                 // Writing to a String cannot fail.
@@ -330,17 +623,18 @@ impl Metrics {
                     let _ = writeln!(out, "}} {value}");
                 }
             };
+        let one = |v: String| vec![(Vec::<(&str, &str)>::new(), v)];
         family(
             "satstp_connections_active",
             "gauge",
             "Relayed connections open now.",
-            &[(vec![], self.connections_active.get().to_string())],
+            &one(self.connections_active.get().to_string()),
         );
         family(
             "satstp_connections_total",
             "counter",
-            "Relayed connections accepted since start.",
-            &[(vec![], self.connections_total.get().to_string())],
+            "Relayed connections admitted since start.",
+            &one(self.connections_total.get().to_string()),
         );
         let refused: Vec<_> = RefusalReason::ALL
             .iter()
@@ -357,6 +651,21 @@ impl Metrics {
             "Connections refused, by reason.",
             &refused,
         );
+        let closed: Vec<_> = CloseReason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    vec![("reason", r.as_str())],
+                    self.closed(*r).get().to_string(),
+                )
+            })
+            .collect();
+        family(
+            "satstp_connections_closed_total",
+            "counter",
+            "Admitted connections ended, by reason (done, idle_timeout, error, refused).",
+            &closed,
+        );
         let by_dir = |f: &dyn Fn(Direction) -> u64| -> Vec<(Vec<(&str, &str)>, String)> {
             Direction::ALL
                 .iter()
@@ -372,55 +681,125 @@ impl Metrics {
         family(
             "satstp_hop_bytes_total",
             "counter",
-            "Tunnel datagram bytes on the satellite hop, STP and tunnel headers included; up is terminal to gateway.",
+            "Tunnel datagram bytes on the satellite hop, STP and tunnel headers included (IP and UDP headers not); up is terminal to gateway.",
             &by_dir(&|d| self.hop_bytes(d).get()),
         );
-        let by_kind = |counters: &[Counter; 3]| -> Vec<(Vec<(&str, &str)>, String)> {
-            StpControl::ALL
+        family(
+            "satstp_hop_datagrams_total",
+            "counter",
+            "Tunnel datagrams on the satellite hop; up is terminal to gateway.",
+            &by_dir(&|d| self.hop_datagrams(d).get()),
+        );
+        let names: Vec<String> = stp::stats::TYPE_NAMES
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase())
+            .collect();
+        let by_type = |counters: &[Counter; STP_TYPES]| -> Vec<(Vec<(&str, &str)>, String)> {
+            names
                 .iter()
-                .map(|k| {
-                    (
-                        vec![("type", k.as_str())],
-                        counters[k.index()].get().to_string(),
-                    )
-                })
+                .zip(counters.iter())
+                .map(|(n, c)| (vec![("type", n.as_str())], c.get().to_string()))
                 .collect()
         };
         family(
-            "satstp_stp_control_sent_total",
+            "satstp_stp_packets_sent_total",
             "counter",
-            "STP POLL, STAT and USTAT packets sent by this side.",
-            &by_kind(&self.stp_sent),
+            "STP packets sent by this side, by type (a datagram carrying several types counts once for each).",
+            &by_type(&self.stp_sent),
         );
         family(
-            "satstp_stp_control_received_total",
+            "satstp_stp_packets_received_total",
             "counter",
-            "STP POLL, STAT and USTAT packets received by this side.",
-            &by_kind(&self.stp_received),
+            "STP packets received by this side, by type.",
+            &by_type(&self.stp_received),
         );
         family(
             "satstp_stp_retransmissions_total",
             "counter",
             "STP SDs retransmitted by this side.",
-            &[(vec![], self.stp_retransmissions.get().to_string())],
+            &one(self.stp_retransmissions.get().to_string()),
         );
+        family(
+            "satstp_stp_retransmitted_bytes_total",
+            "counter",
+            "STP SD payload bytes retransmitted by this side.",
+            &one(self.stp_retransmitted_bytes.get().to_string()),
+        );
+        family(
+            "satstp_stp_connections",
+            "gauge",
+            "STP connections open on the hop.",
+            &one(self.stp_connections.get().to_string()),
+        );
+        let secs = |us: i64| format!("{:.6}", us as f64 / 1e6);
+        family(
+            "satstp_stp_srtt_seconds",
+            "gauge",
+            "Smoothed RTT of the open STP connections: their mean and the largest.",
+            &[
+                (vec![("stat", "mean")], secs(self.stp_srtt_mean_us.get())),
+                (vec![("stat", "max")], secs(self.stp_srtt_max_us.get())),
+            ],
+        );
+        family(
+            "satstp_stp_cwnd_bytes",
+            "gauge",
+            "Congestion windows of the open STP connections: their mean and their sum.",
+            &[
+                (
+                    vec![("stat", "mean")],
+                    self.stp_cwnd_mean_bytes.get().to_string(),
+                ),
+                (
+                    vec![("stat", "sum")],
+                    self.stp_cwnd_sum_bytes.get().to_string(),
+                ),
+            ],
+        );
+        let auth: Vec<_> = AuthFailure::ALL
+            .iter()
+            .map(|k| {
+                (
+                    vec![("kind", k.as_str())],
+                    self.auth_failures(*k).get().to_string(),
+                )
+            })
+            .collect();
         family(
             "satstp_auth_failures_total",
             "counter",
-            "Refused tunnel handshakes and failed client logins.",
-            &[(vec![], self.auth_failures.get().to_string())],
+            "Authentication failures: tunnel datagrams or handshakes failing authentication, handshakes from unknown keys, replayed datagrams, refused SOCKS5 logins.",
+            &auth,
+        );
+        family(
+            "satstp_hop_established",
+            "gauge",
+            "Whether the tunnel session is up (always 1 on a gateway).",
+            &one(self.hop_established.get().to_string()),
+        );
+        family(
+            "satstp_memory_reserved_bytes",
+            "gauge",
+            "Relay buffer bytes reserved by open connections, counted against limits.memory_cap_bytes.",
+            &one(self.memory_reserved_bytes.get().to_string()),
         );
         family(
             "satstp_status_entries",
             "gauge",
             "Connections in the /status table.",
-            &[(vec![], self.status_len().to_string())],
+            &one(self.status_len().to_string()),
         );
         family(
             "satstp_status_entries_dropped_total",
             "counter",
             "Connections left out of the /status table because it was full.",
-            &[(vec![], self.status_entries_dropped.get().to_string())],
+            &one(self.status_entries_dropped.get().to_string()),
+        );
+        family(
+            "satstp_uptime_seconds",
+            "gauge",
+            "Seconds since the process started serving.",
+            &one(self.started.elapsed().as_secs().to_string()),
         );
         out
     }
@@ -429,20 +808,40 @@ impl Metrics {
     /// (ordered by id).
     pub fn status_json(&self) -> serde_json::Value {
         let connections: Vec<serde_json::Value> = self
-            .table()
-            .values()
-            .map(|c| serde_json::to_value(c).unwrap_or(serde_json::Value::Null))
-            .collect();
-        let refused: serde_json::Map<String, serde_json::Value> = RefusalReason::ALL
+            .tracked()
             .iter()
-            .map(|r| (r.as_str().to_owned(), self.refused(*r).get().into()))
+            .map(|c| serde_json::to_value(c.snapshot()).unwrap_or(serde_json::Value::Null))
             .collect();
+        let by = |names: &mut dyn Iterator<Item = (&'static str, u64)>| -> serde_json::Value {
+            names
+                .map(|(k, v)| (k.to_owned(), serde_json::Value::from(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let refused = by(&mut RefusalReason::ALL
+            .iter()
+            .map(|r| (r.as_str(), self.refused(*r).get())));
+        let closed = by(&mut CloseReason::ALL
+            .iter()
+            .map(|r| (r.as_str(), self.closed(*r).get())));
+        let auth = by(&mut AuthFailure::ALL
+            .iter()
+            .map(|k| (k.as_str(), self.auth_failures(*k).get())));
+        let types = |counters: &[Counter; STP_TYPES]| -> serde_json::Value {
+            stp::stats::TYPE_NAMES
+                .iter()
+                .zip(counters.iter())
+                .map(|((n, _), c)| (n.to_ascii_lowercase(), serde_json::Value::from(c.get())))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
         serde_json::json!({
             "side": self.side.as_str(),
             "uptime_s": self.started.elapsed().as_secs(),
             "connections_active": self.connections_active.get(),
             "connections_total": self.connections_total.get(),
             "connections_refused": refused,
+            "connections_closed": closed,
             "tcp_bytes": {
                 "up": self.tcp_bytes(Direction::Up).get(),
                 "down": self.tcp_bytes(Direction::Down).get(),
@@ -451,7 +850,20 @@ impl Metrics {
                 "up": self.hop_bytes(Direction::Up).get(),
                 "down": self.hop_bytes(Direction::Down).get(),
             },
-            "auth_failures": self.auth_failures.get(),
+            "hop_datagrams": {
+                "up": self.hop_datagrams(Direction::Up).get(),
+                "down": self.hop_datagrams(Direction::Down).get(),
+            },
+            "stp": {
+                "packets_sent": types(&self.stp_sent),
+                "packets_received": types(&self.stp_received),
+                "retransmissions": self.stp_retransmissions.get(),
+                "retransmitted_bytes": self.stp_retransmitted_bytes.get(),
+                "connections": self.stp_connections.get(),
+            },
+            "hop_established": self.hop_established.get() != 0,
+            "auth_failures": auth,
+            "memory_reserved_bytes": self.memory_reserved_bytes.get(),
             "status_entries_dropped": self.status_entries_dropped.get(),
             "connections": connections,
         })
@@ -473,20 +885,6 @@ fn escape_label(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    fn entry(id: u64) -> ConnectionStatus {
-        ConnectionStatus {
-            id,
-            client: "192.0.2.1:40000".into(),
-            destination: "example.com:443".into(),
-            state: ConnectionState::Open,
-            bytes_up: 10,
-            bytes_down: 20,
-            srtt_ms: Some(600),
-            cwnd_bytes: Some(14520),
-        }
-    }
 
     /// Checks every line against the exposition format: comments are `# HELP name text` or
     /// `# TYPE name counter|gauge`, each family's TYPE precedes its samples, samples are
@@ -542,12 +940,14 @@ mod tests {
         m.connections_active.inc();
         m.connections_total.add(5);
         m.refused(RefusalReason::Policy).add(2);
+        m.closed(CloseReason::IdleTimeout).inc();
         m.tcp_bytes(Direction::Down).add(1000);
         m.hop_bytes(Direction::Up).add(77);
-        m.stp_sent(StpControl::Stat).add(3);
-        m.stp_received(StpControl::Poll).add(4);
+        m.stp_sent(2).unwrap().add(3);
+        m.stp_received(1).unwrap().add(4);
         m.stp_retransmissions.inc();
-        m.auth_failures.inc();
+        m.auth_failures(AuthFailure::UnknownKey).inc();
+        m.stp_srtt_max_us.set(612_000);
         let text = m.prometheus_text();
         let types = check_exposition(&text);
         assert_eq!(types["satstp_connections_active"], "gauge");
@@ -556,14 +956,20 @@ mod tests {
         assert!(text.contains("satstp_connections_total{side=\"gateway\"} 5\n"));
         assert!(text
             .contains("satstp_connections_refused_total{side=\"gateway\",reason=\"policy\"} 2\n"));
+        assert!(text.contains(
+            "satstp_connections_closed_total{side=\"gateway\",reason=\"idle_timeout\"} 1\n"
+        ));
         assert!(text.contains("satstp_tcp_bytes_total{side=\"gateway\",direction=\"down\"} 1000\n"));
         assert!(text.contains("satstp_hop_bytes_total{side=\"gateway\",direction=\"up\"} 77\n"));
-        assert!(text.contains("satstp_stp_control_sent_total{side=\"gateway\",type=\"stat\"} 3\n"));
+        assert!(text.contains("satstp_stp_packets_sent_total{side=\"gateway\",type=\"stat\"} 3\n"));
         assert!(
-            text.contains("satstp_stp_control_received_total{side=\"gateway\",type=\"poll\"} 4\n")
+            text.contains("satstp_stp_packets_received_total{side=\"gateway\",type=\"poll\"} 4\n")
         );
         assert!(text.contains("satstp_stp_retransmissions_total{side=\"gateway\"} 1\n"));
-        assert!(text.contains("satstp_auth_failures_total{side=\"gateway\"} 1\n"));
+        assert!(
+            text.contains("satstp_auth_failures_total{side=\"gateway\",kind=\"unknown_key\"} 1\n")
+        );
+        assert!(text.contains("satstp_stp_srtt_seconds{side=\"gateway\",stat=\"max\"} 0.612000\n"));
         let t = Metrics::new(Side::Terminal).prometheus_text();
         check_exposition(&t);
         assert!(t.contains("satstp_tcp_bytes_total{side=\"terminal\",direction=\"up\"} 0\n"));
@@ -579,50 +985,71 @@ mod tests {
     fn status_json_shape() {
         let m = Metrics::new(Side::Terminal);
         m.connections_active.add(2);
-        assert!(m.status_insert(entry(7)));
-        assert!(m.status_insert(ConnectionStatus {
-            srtt_ms: None,
-            cwnd_bytes: None,
-            state: ConnectionState::Connecting,
-            ..entry(3)
-        }));
-        assert!(m.status_update(7, |e| e.bytes_down += 5));
+        let a = m.track(Some("192.0.2.1:40000".into()), None);
+        let b = m.track(None, Some("ab".repeat(32)));
+        a.set_destination("example.com:443");
+        a.set_state(ConnectionState::Open);
+        a.set_stream(9);
+        a.add_bytes(Direction::Up, 10);
+        a.add_bytes(Direction::Down, 25);
+        a.set_destination("ignored:1");
         let v = m.status_json();
         assert_eq!(v["side"], "terminal");
         assert_eq!(v["connections_active"], 2);
         assert!(v["uptime_s"].is_u64());
         assert_eq!(v["connections_refused"]["policy"], 0);
+        assert_eq!(v["connections_closed"]["idle_timeout"], 0);
         assert_eq!(v["tcp_bytes"]["up"], 0);
+        assert_eq!(v["stp"]["packets_sent"]["stat"], 0);
         let conns = v["connections"].as_array().unwrap();
         assert_eq!(conns.len(), 2);
-        assert_eq!(conns[0]["id"], 3);
-        assert_eq!(conns[0]["state"], "connecting");
+        assert_eq!(conns[0]["id"], a.id());
+        assert_eq!(conns[0]["client"], "192.0.2.1:40000");
+        assert_eq!(conns[0]["destination"], "example.com:443");
+        assert_eq!(conns[0]["state"], "open");
+        assert_eq!(conns[0]["bytes_up"], 10);
+        assert_eq!(conns[0]["bytes_down"], 25);
+        assert_eq!(conns[0]["stream_id"], 9);
         assert!(conns[0]["srtt_ms"].is_null());
-        assert_eq!(conns[1]["id"], 7);
-        assert_eq!(conns[1]["client"], "192.0.2.1:40000");
-        assert_eq!(conns[1]["destination"], "example.com:443");
-        assert_eq!(conns[1]["state"], "open");
-        assert_eq!(conns[1]["bytes_up"], 10);
-        assert_eq!(conns[1]["bytes_down"], 25);
-        assert_eq!(conns[1]["srtt_ms"], 600);
-        assert_eq!(conns[1]["cwnd_bytes"], 14520);
-        assert_eq!(m.status_remove(3).map(|e| e.id), Some(3));
+        assert!(conns[0]["age_s"].as_f64().unwrap() >= 0.0);
+        assert_eq!(conns[1]["id"], b.id());
+        assert_eq!(conns[1]["state"], "connecting");
+        assert_eq!(conns[1]["terminal"], "ab".repeat(32));
+        assert!(conns[1]["destination"].is_null());
+        assert_eq!(m.untrack(b.id()).map(|e| e.id()), Some(b.id()));
         assert_eq!(m.status_json()["connections"].as_array().unwrap().len(), 1);
     }
 
     #[test]
     fn status_table_is_bounded() {
         let m = Metrics::with_status_capacity(Side::Gateway, 2);
-        assert!(m.status_insert(entry(1)));
-        assert!(m.status_insert(entry(2)));
-        assert!(!m.status_insert(entry(3)));
-        assert!(
-            m.status_insert(entry(2)),
-            "replacing an entry needs no room"
-        );
+        let a = m.track(None, None);
+        let _b = m.track(None, None);
+        let c = m.track(None, None);
         assert_eq!(m.status_len(), 2);
         assert_eq!(m.status_entries_dropped.get(), 1);
-        assert!(!m.status_update(3, |_| {}));
+        assert!(m.untrack(c.id()).is_none(), "the third was never entered");
+        assert!(m.untrack(a.id()).is_some());
+        let _d = m.track(None, None);
+        assert_eq!(m.status_len(), 2);
+    }
+
+    #[test]
+    fn idle_time_follows_activity() {
+        let m = Metrics::new(Side::Terminal);
+        let t = m.track(None, None);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            t.idle_for() >= Duration::from_millis(25),
+            "{:?}",
+            t.idle_for()
+        );
+        t.add_bytes(Direction::Up, 1);
+        assert!(
+            t.idle_for() < Duration::from_millis(25),
+            "{:?}",
+            t.idle_for()
+        );
     }
 
     #[test]
@@ -645,5 +1072,8 @@ mod tests {
         }
         assert_eq!(m.tcp_bytes(Direction::Up).get(), 12_000);
         assert_eq!(m.connections_active.get(), 0);
+        m.hop_bytes(Direction::Up).set(50);
+        m.hop_bytes(Direction::Up).set(40);
+        assert_eq!(m.hop_bytes(Direction::Up).get(), 50, "set never moves down");
     }
 }

@@ -1,17 +1,30 @@
-//! Destination policy: which addresses the gateway may connect to on a terminal's behalf, so
+//! Destination policy: which destinations the gateway may connect to on a terminal's behalf, so
 //! that it is never an open proxy into its own host, its local networks or private space.
 //!
-//! [`Policy::check`] applies these rules, in order, to an address (an IPv4-mapped IPv6 address
-//! `::ffff:a.b.c.d` is checked as `a.b.c.d`):
+//! A rule ([`Rule`]) is an IP address (`192.0.2.7`), a CIDR prefix (`10.0.0.0/8`,
+//! `2001:db8::/32`), a host name (`example.com`, that name only) or a domain wildcard
+//! (`*.example.com`, every name strictly below it, not the name itself). Names are compared
+//! case-insensitively, a trailing dot ignored.
 //!
-//! 1. an entry of `deny` covering it denies it;
+//! A destination given by name is first checked by name ([`Policy::check_name`], before it is
+//! resolved): a `deny` name rule matching it denies it. Then every resolved address is checked
+//! ([`Policy::check_resolved`]); a destination given as an address is checked the same way
+//! ([`Policy::check`]), with no name. For an address (an IPv4-mapped IPv6 address
+//! `::ffff:a.b.c.d` is checked as `a.b.c.d`), in order:
+//!
+//! 1. a `deny` CIDR covering it denies it;
 //! 2. loopback (127/8, ::1), link-local (169.254/16, fe80::/10), unspecified and "this network"
 //!    (0/8, ::), multicast (224/4, ff00::/8), broadcast and reserved (240/4) addresses, and the
-//!    gateway's own addresses, are denied unless an `allow` entry covers them;
+//!    gateway's own addresses, are denied unless an `allow` CIDR covers them;
 //! 3. private addresses (RFC 1918 10/8, 172.16/12, 192.168/16; RFC 6598 CGNAT 100.64/10; IPv6
-//!    ULA fc00::/7) are denied unless `allow_private` is set or an `allow` entry covers them;
-//! 4. when `allow` is not empty, an address no entry covers is denied;
+//!    ULA fc00::/7) are denied unless `allow_private` is set or an `allow` CIDR covers them;
+//! 4. when `allow` is not empty, an address that no `allow` CIDR covers is denied unless the
+//!    destination's name matches an `allow` name rule;
 //! 5. anything else is allowed.
+//!
+//! So an allowed name lifts only the allow-list (rule 4): the addresses it resolves to still meet
+//! the deny CIDRs and the special and private defaults, and a name cannot smuggle a private
+//! address past the policy.
 //!
 //! CIDRs are written `address/prefix`, or a bare address for a single host. Host bits set below
 //! the prefix are cleared (`10.1.2.3/8` means `10.0.0.0/8`); an IPv4-mapped IPv6 CIDR
@@ -154,13 +167,123 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// One policy rule: an address range or a host name (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Rule {
+    Net(Cidr),
+    /// A host name, lower case, without a trailing dot; `wildcard` means "strictly below it".
+    Name {
+        name: String,
+        wildcard: bool,
+    },
+}
+
+/// Why a string is not a policy rule.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RuleError {
+    #[error("empty rule")]
+    Empty,
+    #[error("not an address prefix: {0}")]
+    Cidr(CidrError),
+    #[error("not an address, prefix or host name: {0}")]
+    Name(String),
+}
+
+impl FromStr for Rule {
+    type Err = RuleError;
+    fn from_str(s: &str) -> Result<Rule, RuleError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(RuleError::Empty);
+        }
+        // Anything with a '/' or ':' or that parses as an address is meant as an address range.
+        let addr_part = s.split('/').next().unwrap_or(s);
+        if s.contains('/') || s.contains(':') || addr_part.parse::<IpAddr>().is_ok() {
+            return s.parse::<Cidr>().map(Rule::Net).map_err(RuleError::Cidr);
+        }
+        if s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            return Err(RuleError::Cidr(CidrError::BadAddress));
+        }
+        let (name, wildcard) = match s.strip_prefix("*.") {
+            Some(rest) => (rest, true),
+            None => (s, false),
+        };
+        check_hostname(name).map_err(RuleError::Name)?;
+        Ok(Rule::Name {
+            name: name.trim_end_matches('.').to_ascii_lowercase(),
+            wildcard,
+        })
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Net(c) => c.fmt(f),
+            Rule::Name { name, wildcard } if *wildcard => write!(f, "*.{name}"),
+            Rule::Name { name, .. } => f.write_str(name),
+        }
+    }
+}
+
+impl Rule {
+    /// Whether an address falls in this rule (a name rule never matches an address).
+    pub fn matches_ip(&self, ip: IpAddr) -> bool {
+        matches!(self, Rule::Net(c) if c.contains(ip))
+    }
+
+    /// Whether a host name matches this rule (case-insensitive, a trailing dot ignored; an
+    /// address rule never matches a name).
+    pub fn matches_name(&self, host: &str) -> bool {
+        let Rule::Name { name, wildcard } = self else {
+            return false;
+        };
+        let host = host.trim_end_matches('.');
+        if !*wildcard {
+            return host.eq_ignore_ascii_case(name);
+        }
+        // Strictly below: "x.example.com" for "*.example.com", never "example.com" itself.
+        let Some(cut) = host.len().checked_sub(name.len() + 1) else {
+            return false;
+        };
+        host.as_bytes().get(cut) == Some(&b'.')
+            && host
+                .get(cut + 1..)
+                .is_some_and(|tail| tail.eq_ignore_ascii_case(name))
+            && cut > 0
+    }
+}
+
+/// Checks a host name: 1..=253 characters (a trailing dot aside) of labels of 1..=63 letters,
+/// digits, '-' (not at either end) and '_'.
+pub fn check_hostname(h: &str) -> Result<(), String> {
+    let h = h.strip_suffix('.').unwrap_or(h);
+    if h.is_empty() || h.len() > 253 {
+        return Err("host name must be 1..=253 characters".into());
+    }
+    for label in h.split('.') {
+        if label.is_empty()
+            || label.len() > 63
+            || label.starts_with('-')
+            || label.ends_with('-')
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!("{label:?} is not a valid host name label"));
+        }
+    }
+    Ok(())
+}
+
 /// What a [`Policy`] is built from. The default allows any public address and nothing else.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyConfig {
-    /// CIDRs allowed; when not empty, only these are allowed (an entry also lifts the default
-    /// denial of special and private addresses it covers). Default empty.
+    /// Rules allowed; when not empty, only destinations they match are allowed (a CIDR entry
+    /// also lifts the default denial of special and private addresses it covers, a name entry
+    /// does not). Default empty.
     pub allow: Vec<String>,
-    /// CIDRs always denied, whatever else says. Default empty.
+    /// Rules always denied, whatever else says. Default empty.
     pub deny: Vec<String>,
     /// Allow private addresses (RFC 1918, RFC 6598, IPv6 ULA). Default false.
     pub allow_private: bool,
@@ -171,12 +294,14 @@ pub struct PolicyConfig {
 /// Why a [`PolicyConfig`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PolicyError {
-    #[error("{field} entry {entry:?} is not a CIDR: {reason}")]
-    BadCidr {
+    #[error("{field}[{index}]: {entry:?}: {reason}")]
+    BadRule {
         /// `"allow"` or `"deny"`.
         field: &'static str,
+        /// The entry's position in its list.
+        index: usize,
         entry: String,
-        reason: CidrError,
+        reason: RuleError,
     },
 }
 
@@ -185,6 +310,8 @@ pub enum PolicyError {
 pub enum DenyReason {
     /// A `deny` entry covers it.
     DenyRule(Cidr),
+    /// A `deny` name rule matches the destination's name.
+    DenyName,
     Loopback,
     LinkLocal,
     /// Unspecified, or IPv4 "this network" (0/8).
@@ -204,6 +331,7 @@ impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DenyReason::DenyRule(c) => write!(f, "covered by deny entry {c}"),
+            DenyReason::DenyName => f.write_str("name matched by a deny entry"),
             DenyReason::Loopback => f.write_str("loopback address"),
             DenyReason::LinkLocal => f.write_str("link-local address"),
             DenyReason::Unspecified => f.write_str("unspecified or this-network address"),
@@ -218,7 +346,7 @@ impl fmt::Display for DenyReason {
     }
 }
 
-/// A denied destination and why.
+/// A denied address and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[error("destination {ip} denied: {reason}")]
 pub struct Denied {
@@ -227,26 +355,47 @@ pub struct Denied {
     pub reason: DenyReason,
 }
 
+/// A host name denied before resolution, and the rule that denied it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("destination {name} denied: matches deny entry {rule}")]
+pub struct NameDenied {
+    pub name: String,
+    pub rule: Rule,
+}
+
 /// The gateway's destination policy; see the module documentation for the rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     allow: Vec<Cidr>,
     deny: Vec<Cidr>,
+    allow_names: Vec<Rule>,
+    deny_names: Vec<Rule>,
     allow_private: bool,
     own_addresses: Vec<IpAddr>,
 }
 
-fn parse_list(field: &'static str, entries: &[String]) -> Result<Vec<Cidr>, PolicyError> {
-    entries
-        .iter()
-        .map(|entry| {
-            entry.parse().map_err(|reason| PolicyError::BadCidr {
-                field,
-                entry: entry.clone(),
-                reason,
-            })
-        })
-        .collect()
+/// Parses a rule list into its address ranges and its name rules.
+fn parse_list(
+    field: &'static str,
+    entries: &[String],
+) -> Result<(Vec<Cidr>, Vec<Rule>), PolicyError> {
+    let mut nets = Vec::new();
+    let mut names = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        match entry.parse::<Rule>() {
+            Ok(Rule::Net(c)) => nets.push(c),
+            Ok(name) => names.push(name),
+            Err(reason) => {
+                return Err(PolicyError::BadRule {
+                    field,
+                    index,
+                    entry: entry.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+    Ok((nets, names))
 }
 
 fn special(ip: IpAddr) -> Option<DenyReason> {
@@ -297,16 +446,39 @@ fn is_private(ip: IpAddr) -> bool {
 impl Policy {
     /// Builds the policy; a bad CIDR is reported with its field and entry.
     pub fn new(cfg: PolicyConfig) -> Result<Policy, PolicyError> {
+        let (allow, allow_names) = parse_list("allow", &cfg.allow)?;
+        let (deny, deny_names) = parse_list("deny", &cfg.deny)?;
         Ok(Policy {
-            allow: parse_list("allow", &cfg.allow)?,
-            deny: parse_list("deny", &cfg.deny)?,
+            allow,
+            deny,
+            allow_names,
+            deny_names,
             allow_private: cfg.allow_private,
             own_addresses: cfg.own_addresses.into_iter().map(canonical).collect(),
         })
     }
 
-    /// Whether the gateway may connect to `ip`, and if not, why.
+    /// Whether the gateway may connect to `ip`, given as an address, and if not, why.
     pub fn check(&self, ip: IpAddr) -> Result<(), Denied> {
+        self.check_resolved(None, ip)
+    }
+
+    /// Whether a destination given by name passes the name rules, before it is resolved: a
+    /// `deny` name rule matching it denies it.
+    pub fn check_name(&self, name: &str) -> Result<(), NameDenied> {
+        match self.deny_names.iter().find(|r| r.matches_name(name)) {
+            Some(rule) => Err(NameDenied {
+                name: name.to_owned(),
+                rule: rule.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the gateway may connect to `ip`, an address `name` resolved to (`None` for a
+    /// destination given as an address). An `allow` name rule matching `name` satisfies a
+    /// non-empty allow-list; the deny CIDRs and the special and private defaults still apply.
+    pub fn check_resolved(&self, name: Option<&str>, ip: IpAddr) -> Result<(), Denied> {
         let ip = canonical(ip);
         let deny = |reason| Err(Denied { ip, reason });
         if let Some(rule) = self.deny.iter().find(|c| c.contains(ip)) {
@@ -323,7 +495,10 @@ impl Policy {
             if is_private(ip) && !self.allow_private {
                 return deny(DenyReason::Private);
             }
-            if !self.allow.is_empty() {
+            let has_allow_list = !self.allow.is_empty() || !self.allow_names.is_empty();
+            let name_allowed =
+                name.is_some_and(|n| self.allow_names.iter().any(|r| r.matches_name(n)));
+            if has_allow_list && !name_allowed {
                 return deny(DenyReason::NotAllowed);
             }
         }
@@ -473,14 +648,23 @@ mod tests {
     }
 
     #[test]
-    fn bad_cidr_names_the_entry() {
-        for (allow, deny, field, entry) in [
-            (vec!["10.0.0.0/8", "10.0.0/8"], vec![], "allow", "10.0.0/8"),
-            (vec![], vec!["192.168.0.0/33"], "deny", "192.168.0.0/33"),
-            (vec![], vec!["::/129"], "deny", "::/129"),
-            (vec!["1.2.3.4/"], vec![], "allow", "1.2.3.4/"),
-            (vec!["1.2.3.4/+8"], vec![], "allow", "1.2.3.4/+8"),
-            (vec!["example.com"], vec![], "allow", "example.com"),
+    fn bad_rule_names_the_entry() {
+        for (allow, deny, field, index, entry) in [
+            (
+                vec!["10.0.0.0/8", "10.0.0/8"],
+                vec![],
+                "allow",
+                1,
+                "10.0.0/8",
+            ),
+            (vec![], vec!["192.168.0.0/33"], "deny", 0, "192.168.0.0/33"),
+            (vec![], vec!["::/129"], "deny", 0, "::/129"),
+            (vec!["1.2.3.4/"], vec![], "allow", 0, "1.2.3.4/"),
+            (vec!["1.2.3.4/+8"], vec![], "allow", 0, "1.2.3.4/+8"),
+            (vec!["bad name!"], vec![], "allow", 0, "bad name!"),
+            (vec![], vec!["", "x"], "deny", 0, ""),
+            (vec!["1.2.3"], vec![], "allow", 0, "1.2.3"),
+            (vec!["*.-x.com"], vec![], "allow", 0, "*.-x.com"),
         ] {
             let err = Policy::new(PolicyConfig {
                 allow: allow.into_iter().map(String::from).collect(),
@@ -488,13 +672,116 @@ mod tests {
                 ..PolicyConfig::default()
             })
             .unwrap_err();
-            let PolicyError::BadCidr {
-                field: f, entry: e, ..
+            let PolicyError::BadRule {
+                field: f,
+                index: i,
+                entry: e,
+                ..
             } = &err;
-            assert_eq!((*f, e.as_str()), (field, entry));
+            assert_eq!((*f, *i, e.as_str()), (field, index, entry));
             assert!(err.to_string().contains(entry), "{err}");
-            assert!(err.to_string().starts_with(field), "{err}");
+            assert!(
+                err.to_string().starts_with(&format!("{field}[{index}]")),
+                "{err}"
+            );
         }
+    }
+
+    #[test]
+    fn rules_parse_and_match() {
+        let r: Rule = "10.0.0.0/8".parse().unwrap();
+        assert!(r.matches_ip(ip("10.200.1.1")));
+        assert!(!r.matches_ip(ip("11.0.0.1")));
+        assert!(!r.matches_name("10.0.0.1"));
+        let r: Rule = "192.168.1.0/23".parse().unwrap();
+        assert!(r.matches_ip(ip("192.168.0.9")));
+        assert!(!r.matches_ip(ip("192.168.2.1")));
+        let r: Rule = "2001:db8::/32".parse().unwrap();
+        assert!(r.matches_ip(ip("2001:db8:1::1")));
+        assert!(!r.matches_ip(ip("10.0.0.1")));
+        let r: Rule = "*.Example.com".parse().unwrap();
+        assert_eq!(r.to_string(), "*.example.com");
+        assert!(r.matches_name("www.example.com."));
+        assert!(r.matches_name("a.b.EXAMPLE.com"));
+        assert!(!r.matches_name("example.com"));
+        assert!(!r.matches_name(".example.com"));
+        assert!(!r.matches_name("badexample.com"));
+        assert!(!r.matches_ip(ip("93.184.216.34")));
+        let r: Rule = "example.com.".parse().unwrap();
+        assert!(r.matches_name("EXAMPLE.com"));
+        assert!(r.matches_name("example.com."));
+        assert!(!r.matches_name("www.example.com"));
+        assert!("1.2.3.4/x".parse::<Rule>().is_err());
+    }
+
+    #[test]
+    fn name_rules() {
+        let p = policy(PolicyConfig {
+            deny: vec!["*.blocked.example".into(), "evil.example".into()],
+            ..PolicyConfig::default()
+        });
+        let d = p.check_name("WWW.blocked.example.").unwrap_err();
+        assert_eq!(d.rule.to_string(), "*.blocked.example");
+        assert!(d.to_string().contains("*.blocked.example"), "{d}");
+        assert!(p.check_name("evil.example").is_err());
+        assert_eq!(p.check_name("blocked.example"), Ok(()));
+        assert_eq!(p.check_name("good.example"), Ok(()));
+        // No allow list: resolved public addresses pass, private ones do not.
+        assert_eq!(
+            p.check_resolved(Some("good.example"), ip("93.184.216.34")),
+            Ok(())
+        );
+        assert_eq!(
+            p.check_resolved(Some("good.example"), ip("10.0.0.1"))
+                .map_err(|d| d.reason),
+            Err(DenyReason::Private)
+        );
+
+        let p = policy(PolicyConfig {
+            allow: vec!["*.cdn.example".into(), "198.51.100.0/24".into()],
+            deny: vec!["93.184.216.0/24".into()],
+            ..PolicyConfig::default()
+        });
+        // An allowed name satisfies the allow-list for its public addresses ...
+        assert_eq!(
+            p.check_resolved(Some("a.cdn.example"), ip("8.8.8.8")),
+            Ok(())
+        );
+        // ... but not for other names or bare addresses ...
+        assert_eq!(
+            p.check_resolved(Some("other.example"), ip("8.8.8.8"))
+                .map_err(|d| d.reason),
+            Err(DenyReason::NotAllowed)
+        );
+        assert_eq!(reason(&p, "8.8.8.8"), Some(DenyReason::NotAllowed));
+        // ... and it lifts neither deny CIDRs nor the special and private defaults.
+        assert!(matches!(
+            p.check_resolved(Some("a.cdn.example"), ip("93.184.216.34"))
+                .map_err(|d| d.reason),
+            Err(DenyReason::DenyRule(_))
+        ));
+        assert_eq!(
+            p.check_resolved(Some("a.cdn.example"), ip("127.0.0.1"))
+                .map_err(|d| d.reason),
+            Err(DenyReason::Loopback)
+        );
+        assert_eq!(
+            p.check_resolved(Some("a.cdn.example"), ip("192.168.1.1"))
+                .map_err(|d| d.reason),
+            Err(DenyReason::Private)
+        );
+        // The CIDR entry still works on its own.
+        assert_eq!(p.check(ip("198.51.100.7")), Ok(()));
+        // An allow list of names only is an allow-list too.
+        let p = policy(PolicyConfig {
+            allow: vec!["only.example".into()],
+            ..PolicyConfig::default()
+        });
+        assert_eq!(reason(&p, "8.8.8.8"), Some(DenyReason::NotAllowed));
+        assert_eq!(
+            p.check_resolved(Some("only.example"), ip("8.8.8.8")),
+            Ok(())
+        );
     }
 
     #[test]

@@ -13,16 +13,25 @@
 //! A new connection therefore costs exactly one satellite round trip before the client's first
 //! byte reaches the server: the gateway connects while the BGN's answer is on its way back.
 
+use crate::config::TcpOptions;
 use crate::hop::{Hop, HopReader, HopStream, HopWriter, StreamEvent};
+use crate::http_connect;
+use crate::metrics::{AuthFailure, Side};
+use crate::metrics::{CloseReason, ConnTrack, ConnectionState, RefusalReason};
+use crate::ops::{Conn, Ops};
 use crate::policy::Policy;
+use crate::socks::{self, SocksAuth};
 use crate::socks::{Reply, Target, TargetError};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpListener;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
 /// Version byte of a stream header without the client's address.
 pub const RELAY_VERSION: u8 = 1;
@@ -156,12 +165,18 @@ pub async fn open(
             Some(StreamEvent::Data(b)) if !b.is_empty() => {
                 let code = b[0];
                 if code != 0 {
+                    // The gateway ended its side after the code; end ours so the connection
+                    // closes at both hops instead of lingering.
+                    stream.shutdown().await;
                     return Err(reply_from_code(code));
                 }
                 return Ok((stream, b[1..].to_vec()));
             }
             Some(StreamEvent::Data(_)) => continue,
-            _ => return Err(Reply::GeneralFailure),
+            _ => {
+                stream.abort(ABORT_TCP_FAILED).await;
+                return Err(Reply::GeneralFailure);
+            }
         }
     }
 }
@@ -176,59 +191,188 @@ fn reply_from_code(c: u8) -> Reply {
     }
 }
 
+/// Abort code a relay sends across the hop when its TCP connection failed (reset by the peer,
+/// or a read or write error); the relay at the other end then resets its own TCP connection.
+pub const ABORT_TCP_FAILED: u16 = 3;
+
+/// How a splice ended badly, and so which side must be told.
+enum SpliceError {
+    /// The TCP connection failed: the stream is aborted.
+    Tcp(io::Error),
+    /// The stream failed (reset by the peer, timed out, or the hop is gone): the TCP connection
+    /// is reset.
+    Hop(io::Error),
+}
+
 /// Relays bytes between a TCP connection and a hop stream until both directions have ended.
-/// `pre_client` are server bytes already received (to write to the client first); EOF passes
-/// each way as a half-close; a failed stream resets the TCP connection.
+/// `pre_client` are bytes from the stream already received (written to the TCP side first).
+///
+/// - End of stream passes each way as a half-close, after every earlier byte: EOF from the TCP
+///   side shuts the stream's sending half down; the stream's end shuts the TCP write side down
+///   once every byte before it was written. The other direction keeps flowing.
+/// - A failure on either side ends both directions: a TCP error (a reset by the peer, a failed
+///   read or write) aborts the stream with [`ABORT_TCP_FAILED`], so the far relay resets its
+///   TCP connection in turn; a failed stream, or a hop that is gone, resets the TCP connection
+///   (SO_LINGER 0), so its peer reads ECONNRESET and never mistakes a cut transfer for a
+///   complete one.
 pub async fn splice(
     tcp: TcpStream,
     stream: HopStream,
     pre_client: Vec<u8>,
 ) -> io::Result<(u64, u64)> {
-    let (rd, mut wr) = tcp.into_split();
-    let (hw, hr) = stream.split();
-    if !pre_client.is_empty() {
-        wr.write_all(&pre_client).await?;
-    }
-    let up = tokio::spawn(tcp_to_hop(rd, hw));
-    let down = hop_to_tcp(hr, wr, pre_client.len() as u64).await;
-    let up = up.await.map_err(|e| io::Error::other(e.to_string()))??;
-    Ok((up, down?))
+    splice_tracked(tcp, stream, pre_client, None).await
 }
 
-async fn tcp_to_hop(mut rd: OwnedReadHalf, hw: HopWriter) -> io::Result<u64> {
+/// Abort code a relay sends across the hop when it closes an idle connection.
+pub const ABORT_IDLE: u16 = 4;
+
+/// [`splice`], counting the bytes each way into `conn`'s record and the side's metrics, and,
+/// when the side has an idle timeout, closing the connection once no byte has moved either way
+/// for that long: the stream is aborted with [`ABORT_IDLE`] and the TCP connection reset, and
+/// the close is counted as `idle_timeout`.
+pub async fn splice_tracked(
+    mut tcp: TcpStream,
+    stream: HopStream,
+    pre_client: Vec<u8>,
+    mut conn: Option<&mut Conn>,
+) -> io::Result<(u64, u64)> {
+    let idle = conn.as_ref().and_then(|c| c.ops().config().idle_timeout);
+    if let Some(c) = conn.as_ref() {
+        c.track().set_stream(stream.id());
+        c.track().set_state(ConnectionState::Open);
+        c.track().touch();
+    }
+    let (hw, hr) = stream.split();
+    let outcome = {
+        let tracked = conn.as_deref();
+        let (rd, wr) = tcp.split();
+        let relay = async {
+            tokio::try_join!(
+                tcp_to_hop(rd, &hw, tracked),
+                hop_to_tcp(hr, wr, &pre_client, tracked)
+            )
+        };
+        match (idle, tracked) {
+            (Some(limit), Some(c)) => tokio::select! {
+                r = relay => Some(r),
+                _ = idle_watch(c.track(), limit) => None,
+            },
+            _ => Some(relay.await),
+        }
+    };
+    let close = |conn: &mut Option<&mut Conn>, reason| {
+        if let Some(c) = conn.as_deref_mut() {
+            c.track().set_state(ConnectionState::Closing);
+            c.set_close_reason(reason);
+        }
+    };
+    match outcome {
+        Some(Ok(counts)) => {
+            close(&mut conn, CloseReason::Done);
+            Ok(counts)
+        }
+        Some(Err(SpliceError::Tcp(e))) | Some(Err(SpliceError::Hop(e))) => {
+            // After a stream failure the hop has forgotten the stream and the abort is a no-op;
+            // after a TCP failure it resets the connection across the hop.
+            close(&mut conn, CloseReason::Error);
+            hw.abort(ABORT_TCP_FAILED).await;
+            reset_tcp(tcp);
+            Err(e)
+        }
+        None => {
+            close(&mut conn, CloseReason::IdleTimeout);
+            hw.abort(ABORT_IDLE).await;
+            reset_tcp(tcp);
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "idle in both directions",
+            ))
+        }
+    }
+}
+
+/// Completes once `track` has seen no byte either way for `limit`.
+async fn idle_watch(track: &ConnTrack, limit: Duration) {
+    loop {
+        let idle = track.idle_for();
+        if idle >= limit {
+            return;
+        }
+        tokio::time::sleep(limit - idle).await;
+    }
+}
+
+/// Closes `tcp` with a reset (RST) instead of a FIN.
+fn reset_tcp(tcp: TcpStream) {
+    let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+    drop(tcp);
+}
+
+async fn tcp_to_hop(
+    mut rd: ReadHalf<'_>,
+    hw: &HopWriter,
+    conn: Option<&Conn>,
+) -> Result<u64, SpliceError> {
     let mut buf = vec![0u8; READ_BUF];
     let mut total = 0u64;
     loop {
-        let n = rd.read(&mut buf).await?;
+        let n = rd.read(&mut buf).await.map_err(SpliceError::Tcp)?;
         if n == 0 {
             hw.shutdown().await;
+            if let Some(c) = conn {
+                c.track().set_state(ConnectionState::HalfClosed);
+            }
             return Ok(total);
         }
-        hw.write(&buf[..n]).await.map_err(io::Error::other)?;
+        if let Some(c) = conn {
+            c.add_bytes(c.directions().0, n as u64);
+        }
+        hw.write(&buf[..n])
+            .await
+            .map_err(|e| SpliceError::Hop(io::Error::new(io::ErrorKind::ConnectionAborted, e)))?;
         total += n as u64;
     }
 }
 
-async fn hop_to_tcp(mut hr: HopReader, mut wr: OwnedWriteHalf, already: u64) -> io::Result<u64> {
-    let mut total = already;
+async fn hop_to_tcp(
+    mut hr: HopReader,
+    mut wr: WriteHalf<'_>,
+    pre: &[u8],
+    conn: Option<&Conn>,
+) -> Result<u64, SpliceError> {
+    let count = |n: usize| {
+        if let Some(c) = conn {
+            c.add_bytes(c.directions().1, n as u64);
+        }
+    };
+    wr.write_all(pre).await.map_err(SpliceError::Tcp)?;
+    count(pre.len());
+    let mut total = pre.len() as u64;
     loop {
         match hr.recv().await {
             Some(StreamEvent::Data(b)) => {
-                wr.write_all(&b).await?;
+                wr.write_all(&b).await.map_err(SpliceError::Tcp)?;
+                count(b.len());
                 total += b.len() as u64;
             }
             Some(StreamEvent::Finished) => {
-                wr.shutdown().await?;
+                wr.shutdown().await.map_err(SpliceError::Tcp)?;
+                if let Some(c) = conn {
+                    c.track().set_state(ConnectionState::HalfClosed);
+                }
                 return Ok(total);
             }
             Some(StreamEvent::Failed(e)) => {
-                return Err(io::Error::new(io::ErrorKind::ConnectionReset, e));
+                return Err(SpliceError::Hop(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    e,
+                )));
             }
             None => {
-                return Err(io::Error::new(
+                return Err(SpliceError::Hop(io::Error::new(
                     io::ErrorKind::ConnectionAborted,
                     "hop closed",
-                ))
+                )))
             }
         }
     }
@@ -277,15 +421,46 @@ fn routable_source(ip: std::net::IpAddr) -> bool {
     }
 }
 
-/// Connects to `dest`, from `source`'s IP address (any port) when given.
-async fn connect_from(dest: SocketAddr, source: Option<SocketAddr>) -> io::Result<TcpStream> {
-    let Some(source) = source else {
-        return TcpStream::connect(dest).await;
-    };
+/// Applies the `[gateway.tcp]` options that must be set before connecting: congestion
+/// control and buffer sizes (`TCP_NODELAY` is set once connected).
+fn apply_tcp_options(sock: &tokio::net::TcpSocket, o: &TcpOptions) -> io::Result<()> {
+    if let Some(cc) = &o.congestion {
+        socket2::SockRef::from(sock)
+            .set_tcp_congestion(cc.as_bytes())
+            .map_err(|e| io::Error::new(e.kind(), format!("congestion control {cc:?}: {e}")))?;
+    }
+    if let Some(b) = o.send_buffer_bytes {
+        sock.set_send_buffer_size(b)?;
+    }
+    if let Some(b) = o.recv_buffer_bytes {
+        sock.set_recv_buffer_size(b)?;
+    }
+    Ok(())
+}
+
+/// Checks that `o` can be applied on this host (the congestion control is available, the
+/// buffer sizes are accepted) by applying it to a fresh, unconnected socket.
+pub fn check_tcp_options(o: &TcpOptions) -> io::Result<()> {
+    apply_tcp_options(&tokio::net::TcpSocket::new_v4()?, o)
+}
+
+/// Connects to `dest` with the outbound options `tcp`, from `source`'s IP address (any port)
+/// when given.
+async fn connect_from(
+    dest: SocketAddr,
+    source: Option<SocketAddr>,
+    tcp: &TcpOptions,
+) -> io::Result<TcpStream> {
     let sock = if dest.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
+    };
+    apply_tcp_options(&sock, tcp)?;
+    let Some(source) = source else {
+        let s = sock.connect(dest).await?;
+        s.set_nodelay(tcp.nodelay)?;
+        return Ok(s);
     };
     crate::tproxy::set_transparent(&socket2::SockRef::from(&sock), dest.is_ipv6())?;
     sock.bind(SocketAddr::new(source.ip(), 0)).map_err(|e| {
@@ -294,15 +469,29 @@ async fn connect_from(dest: SocketAddr, source: Option<SocketAddr>) -> io::Resul
             format!("cannot bind to the client's address {}: {e}", source.ip()),
         )
     })?;
-    sock.connect(dest).await
+    let s = sock.connect(dest).await?;
+    s.set_nodelay(tcp.nodelay)?;
+    Ok(s)
 }
 
 /// Gateway side: reads the stream header, checks the policy, connects, reports the outcome,
 /// then relays. Returns the bytes relayed (client → server, server → client).
 pub async fn serve_stream(
+    stream: HopStream,
+    policy: &Policy,
+    options: &ConnectOptions,
+) -> io::Result<(u64, u64)> {
+    serve_stream_tracked(stream, policy, options, &TcpOptions::default(), None).await
+}
+
+/// [`serve_stream`] with the outbound TCP options `tcp`, counting into `conn` (refusals under
+/// their reason, bytes, the connection's `/status` record) when given.
+pub async fn serve_stream_tracked(
     mut stream: HopStream,
     policy: &Policy,
     options: &ConnectOptions,
+    tcp_options: &TcpOptions,
+    mut conn: Option<&mut Conn>,
 ) -> io::Result<(u64, u64)> {
     // Gather the header (it normally arrives whole, with the BGN).
     let mut head: Vec<u8> = Vec::new();
@@ -311,11 +500,13 @@ pub async fn serve_stream(
             Ok(Some(h)) => break h,
             Ok(None) => {}
             Err(e) => {
+                refuse(&mut conn, RefusalReason::Protocol);
                 stream.abort(1).await;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
         if head.len() > MAX_HEADER {
+            refuse(&mut conn, RefusalReason::Protocol);
             stream.abort(1).await;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -325,16 +516,36 @@ pub async fn serve_stream(
         match stream.recv().await {
             Some(StreamEvent::Data(b)) => head.extend_from_slice(&b),
             _ => {
+                // Ended or failed before a header: nothing to connect; make sure neither hop
+                // keeps the stream (a no-op if it failed).
+                refuse(&mut conn, RefusalReason::Protocol);
+                stream.abort(1).await;
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "stream ended before its header",
-                ))
+                ));
             }
         }
     };
     let StreamHeader { target, client } = header;
+    if let Some(c) = conn.as_deref() {
+        c.track().set_destination(target.to_string());
+        if let Some(client) = client {
+            c.track().set_client(client.to_string());
+        }
+    }
     let source = client.filter(|c| options.source_transparent && routable_source(c.ip()));
     let early = head.split_off(used);
+    // A name is checked against the name rules before it is resolved.
+    let name = match &target {
+        Target::Domain { host, .. } => Some(host.as_str()),
+        Target::Ip(_) => None,
+    };
+    if let Some(Err(denied)) = name.map(|n| policy.check_name(n)) {
+        refuse(&mut conn, RefusalReason::Policy);
+        report(&stream, Reply::NotAllowed).await;
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, denied));
+    }
     let addrs: Vec<SocketAddr> = match &target {
         Target::Ip(a) => vec![*a],
         Target::Domain { host, port } => {
@@ -346,6 +557,7 @@ pub async fn serve_stream(
     };
 
     if addrs.is_empty() {
+        refuse(&mut conn, RefusalReason::ConnectFailed);
         let c = report(&stream, Reply::HostUnreachable).await;
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
@@ -355,9 +567,10 @@ pub async fn serve_stream(
     let allowed: Vec<SocketAddr> = addrs
         .iter()
         .copied()
-        .filter(|a| policy.check(a.ip()).is_ok())
+        .filter(|a| policy.check_resolved(name, a.ip()).is_ok())
         .collect();
     if allowed.is_empty() {
+        refuse(&mut conn, RefusalReason::Policy);
         report(&stream, Reply::NotAllowed).await;
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -370,7 +583,9 @@ pub async fn serve_stream(
         // Transparency only where the families match: an IPv4 client cannot be the source of
         // an IPv6 connection.
         let from = source.filter(|c| c.is_ipv4() == a.is_ipv4());
-        match tokio::time::timeout(options.connect_timeout, connect_from(*a, from)).await {
+        match tokio::time::timeout(options.connect_timeout, connect_from(*a, from, tcp_options))
+            .await
+        {
             Ok(Ok(s)) => {
                 tcp = Some(s);
                 break;
@@ -380,18 +595,36 @@ pub async fn serve_stream(
         }
     }
     let Some(mut tcp) = tcp else {
+        let reason = if last_err.kind() == io::ErrorKind::TimedOut {
+            RefusalReason::Timeout
+        } else {
+            RefusalReason::ConnectFailed
+        };
+        refuse(&mut conn, reason);
         report(&stream, reply_for(&last_err)).await;
         return Err(last_err);
     };
-    let _ = tcp.set_nodelay(true);
-    stream
-        .write(&[Reply::Succeeded as u8])
-        .await
-        .map_err(io::Error::other)?;
-    if !early.is_empty() {
-        tcp.write_all(&early).await?;
+    if let Err(e) = stream.write(&[Reply::Succeeded as u8]).await {
+        // The hop is gone: the server must not take the connection for a finished exchange.
+        reset_tcp(tcp);
+        return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e));
     }
-    splice(tcp, stream, Vec::new()).await
+    if let Err(e) = tcp.write_all(&early).await {
+        stream.abort(ABORT_TCP_FAILED).await;
+        reset_tcp(tcp);
+        return Err(e);
+    }
+    if let Some(c) = conn.as_deref() {
+        c.add_bytes(c.directions().1, early.len() as u64);
+    }
+    splice_tracked(tcp, stream, Vec::new(), conn).await
+}
+
+/// Counts a refusal into `conn`, when tracked.
+fn refuse(conn: &mut Option<&mut Conn>, reason: RefusalReason) {
+    if let Some(c) = conn.as_deref_mut() {
+        c.refuse(reason);
+    }
 }
 
 /// Tells the terminal why the connect failed, and ends the stream.
@@ -403,80 +636,295 @@ async fn report(stream: &HopStream, code: Reply) -> Reply {
 
 /// Gateway: serves every stream the hop accepts, each in its own task, connecting from the
 /// gateway's own address.
-pub async fn serve(hop: Hop, policy: std::sync::Arc<Policy>, connect_timeout: Duration) {
+pub async fn serve(hop: Hop, policy: Arc<Policy>, connect_timeout: Duration) {
     serve_with(hop, policy, ConnectOptions::new(connect_timeout)).await
 }
 
 /// Gateway: as [`serve`], connecting as `options` say.
-pub async fn serve_with(mut hop: Hop, policy: std::sync::Arc<Policy>, options: ConnectOptions) {
-    while let Some(stream) = hop.incoming.recv().await {
-        let policy = std::sync::Arc::clone(&policy);
-        tokio::spawn(async move {
-            let _ = serve_stream(stream, &policy, &options).await;
-        });
+pub async fn serve_with(mut hop: Hop, policy: Arc<Policy>, options: ConnectOptions) {
+    let incoming = take_incoming(&mut hop);
+    serve_gateway(
+        incoming,
+        policy,
+        options,
+        Arc::new(TcpOptions::default()),
+        Ops::unlimited(Side::Gateway),
+    )
+    .await;
+    // `hop` lives until here: dropping it earlier would stop the hop.
+    drop(hop);
+}
+
+/// Takes the gateway hop's stream of incoming streams, so the [`Hop`] itself can be shared (for
+/// [`Hop::status`]) while [`serve_gateway`] serves them. `hop.incoming` yields nothing after.
+pub fn take_incoming(hop: &mut Hop) -> mpsc::Receiver<HopStream> {
+    std::mem::replace(&mut hop.incoming, mpsc::channel(1).1)
+}
+
+/// Gateway: serves the streams terminals open, each in its own task, until `ops` drains (or
+/// the hop is gone). Each is admitted first, against the limits of `ops` and per terminal by
+/// its public key; a refused stream is answered with status byte 1 (general failure) and ended.
+/// Outbound connections get the socket options `tcp`.
+pub async fn serve_gateway(
+    mut incoming: mpsc::Receiver<HopStream>,
+    policy: Arc<Policy>,
+    options: ConnectOptions,
+    tcp: Arc<TcpOptions>,
+    ops: Arc<Ops>,
+) {
+    loop {
+        let stream = tokio::select! {
+            _ = ops.drained() => break,
+            s = incoming.recv() => match s {
+                Some(s) => s,
+                None => break,
+            },
+        };
+        match ops.admit(stream.peer_key(), None) {
+            Ok(mut conn) => {
+                let policy = Arc::clone(&policy);
+                let tcp = Arc::clone(&tcp);
+                tokio::spawn(async move {
+                    tracing::debug!(
+                        id = conn.track().id(),
+                        stream = stream.id(),
+                        "stream accepted"
+                    );
+                    let r = serve_stream_tracked(stream, &policy, &options, &tcp, Some(&mut conn))
+                        .await;
+                    if let Err(e) = r {
+                        tracing::debug!(id = conn.track().id(), error = %e, "connection ended");
+                    }
+                });
+            }
+            Err(_) => {
+                tokio::spawn(async move {
+                    report(&stream, Reply::GeneralFailure).await;
+                });
+            }
+        }
+    }
+    tracing::info!("gateway: no longer accepting streams");
+}
+
+/// How long a refused client may take over its handshake before it is dropped unanswered.
+const REFUSED_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause after a failed `accept` (out of descriptors and the like) before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// `fut`, bounded by `limit` when there is one; `None` when it ran out.
+async fn within<T>(
+    limit: Option<Duration>,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// The refusal reason for a gateway's verdict.
+fn refusal_for(code: Reply) -> RefusalReason {
+    match code {
+        Reply::NotAllowed => RefusalReason::Policy,
+        _ => RefusalReason::ConnectFailed,
+    }
+}
+
+/// Accepts the next client on `listener` and admits it, until `ops` drains (`None`).
+async fn next_client(
+    listener: &TcpListener,
+    ops: &Arc<Ops>,
+) -> Option<(TcpStream, SocketAddr, Result<Conn, RefusalReason>)> {
+    loop {
+        let accepted = tokio::select! {
+            _ = ops.drained() => return None,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                let peer = canonical_addr(peer);
+                let _ = tcp.set_nodelay(true);
+                let admitted = ops.admit(None, Some(peer));
+                return Some((tcp, peer, admitted));
+            }
+            // The listener itself is still good: back off instead of spinning.
+            Err(_) => tokio::time::sleep(ACCEPT_RETRY).await,
+        }
     }
 }
 
 /// Terminal: serves SOCKS5 clients on `listener`, each connection relayed across `hop`.
-pub async fn serve_socks(
-    listener: tokio::net::TcpListener,
-    hop: std::sync::Arc<Hop>,
-    auth: std::sync::Arc<crate::socks::SocksAuth>,
+pub async fn serve_socks(listener: TcpListener, hop: Arc<Hop>, auth: Arc<SocksAuth>) {
+    serve_socks_with(listener, hop, auth, Ops::unlimited(Side::Terminal)).await
+}
+
+/// Terminal: as [`serve_socks`], admitting each client against the limits of `ops` (a refused
+/// client gets SOCKS5 reply 1, general failure) and counting into its metrics, until `ops`
+/// drains.
+pub async fn serve_socks_with(
+    listener: TcpListener,
+    hop: Arc<Hop>,
+    auth: Arc<SocksAuth>,
+    ops: Arc<Ops>,
 ) {
-    while let Ok((mut tcp, peer)) = listener.accept().await {
-        let hop = std::sync::Arc::clone(&hop);
-        let auth = std::sync::Arc::clone(&auth);
-        tokio::spawn(async move {
-            let Ok(target) = crate::socks::accept(&mut tcp, &auth).await else {
-                return;
-            };
-            match open(&hop, &target, &[], Some(peer)).await {
-                Ok((stream, pre)) => {
-                    if tcp
-                        .write_all(&crate::socks::reply(Reply::Succeeded, None))
-                        .await
-                        .is_ok()
-                    {
-                        let _ = splice(tcp, stream, pre).await;
-                    }
-                }
-                Err(code) => {
-                    let _ = tcp.write_all(&crate::socks::reply(code, None)).await;
-                    let _ = tcp.shutdown().await;
-                }
+    while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
+        let hop = Arc::clone(&hop);
+        let auth = Arc::clone(&auth);
+        match admitted {
+            Ok(conn) => {
+                tokio::spawn(socks_one(tcp, peer, hop, auth, conn));
             }
-        });
+            Err(_) => {
+                let Some(permit) = ops.refusing_permit() else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let mut tcp = tcp;
+                    let handshake = socks::accept(&mut tcp, &auth);
+                    if let Ok(Ok(_)) =
+                        tokio::time::timeout(REFUSED_HANDSHAKE_TIMEOUT, handshake).await
+                    {
+                        let _ = tcp
+                            .write_all(&socks::reply(Reply::GeneralFailure, None))
+                            .await;
+                        let _ = tcp.shutdown().await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+    tracing::info!("terminal: SOCKS5 listener closed");
+}
+
+async fn socks_one(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    hop: Arc<Hop>,
+    auth: Arc<SocksAuth>,
+    mut conn: Conn,
+) {
+    let limit = conn.ops().config().open_timeout;
+    let target = match within(limit, socks::accept(&mut tcp, &auth)).await {
+        Some(Ok(t)) => t,
+        Some(Err(socks::SocksError::AuthFailed(user))) => {
+            conn.ops()
+                .metrics()
+                .auth_failures(AuthFailure::Client)
+                .inc();
+            tracing::info!(client = %peer, user, "SOCKS5 login refused");
+            conn.refuse(RefusalReason::ClientAuth);
+            return;
+        }
+        Some(Err(_)) => return conn.refuse(RefusalReason::Protocol),
+        None => return conn.refuse(RefusalReason::Timeout),
+    };
+    conn.track().set_destination(target.to_string());
+    match within(limit, open(&hop, &target, &[], Some(peer))).await {
+        Some(Ok((stream, pre))) => {
+            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
+            if tcp
+                .write_all(&socks::reply(Reply::Succeeded, None))
+                .await
+                .is_ok()
+            {
+                let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
+            } else {
+                stream.abort(ABORT_TCP_FAILED).await;
+            }
+        }
+        Some(Err(code)) => {
+            conn.refuse(refusal_for(code));
+            let _ = tcp.write_all(&socks::reply(code, None)).await;
+            let _ = tcp.shutdown().await;
+        }
+        None => {
+            conn.refuse(RefusalReason::Timeout);
+            let _ = tcp
+                .write_all(&socks::reply(Reply::HostUnreachable, None))
+                .await;
+            let _ = tcp.shutdown().await;
+        }
     }
 }
 
 /// Terminal: serves HTTP CONNECT clients on `listener`.
-pub async fn serve_http_connect(listener: tokio::net::TcpListener, hop: std::sync::Arc<Hop>) {
-    while let Ok((mut tcp, peer)) = listener.accept().await {
-        let hop = std::sync::Arc::clone(&hop);
-        tokio::spawn(async move {
-            let Ok((target, early)) = crate::http_connect::accept(&mut tcp).await else {
-                return;
-            };
-            match open(&hop, &target, &early, Some(peer)).await {
-                Ok((stream, pre)) => {
-                    if tcp.write_all(crate::http_connect::reply_ok()).await.is_ok() {
-                        let _ = splice(tcp, stream, pre).await;
-                    }
-                }
-                Err(code) => {
-                    let status = match code {
-                        Reply::NotAllowed => (403, "Forbidden"),
-                        Reply::HostUnreachable => (504, "Gateway Timeout"),
-                        _ => (502, "Bad Gateway"),
-                    };
-                    let _ = tcp
-                        .write_all(&crate::http_connect::reply_status(status.0, status.1))
-                        .await;
-                    let _ = tcp.shutdown().await;
-                }
+pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>) {
+    serve_http_connect_with(listener, hop, Ops::unlimited(Side::Terminal)).await
+}
+
+/// Terminal: as [`serve_http_connect`], admitting each client against the limits of `ops` (a
+/// refused client gets `503 Service Unavailable`) and counting into its metrics, until `ops`
+/// drains.
+pub async fn serve_http_connect_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+    while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
+        let hop = Arc::clone(&hop);
+        match admitted {
+            Ok(conn) => {
+                tokio::spawn(http_connect_one(tcp, peer, hop, conn));
             }
-        });
+            Err(_) => {
+                let Some(permit) = ops.refusing_permit() else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let mut tcp = tcp;
+                    let handshake = http_connect::accept(&mut tcp);
+                    if let Ok(Ok(_)) =
+                        tokio::time::timeout(REFUSED_HANDSHAKE_TIMEOUT, handshake).await
+                    {
+                        let _ = tcp
+                            .write_all(&http_connect::reply_status(503, "Service Unavailable"))
+                            .await;
+                        let _ = tcp.shutdown().await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
+    tracing::info!("terminal: HTTP CONNECT listener closed");
+}
+
+async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, mut conn: Conn) {
+    let limit = conn.ops().config().open_timeout;
+    let (target, early) = match within(limit, http_connect::accept(&mut tcp)).await {
+        Some(Ok(t)) => t,
+        Some(Err(_)) => return conn.refuse(RefusalReason::Protocol),
+        None => return conn.refuse(RefusalReason::Timeout),
+    };
+    conn.track().set_destination(target.to_string());
+    // Bytes the client sent after its request head travel on the BGN.
+    let (to_hop, _) = conn.directions();
+    conn.add_bytes(to_hop, early.len() as u64);
+    let status = match within(limit, open(&hop, &target, &early, Some(peer))).await {
+        Some(Ok((stream, pre))) => {
+            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
+            if tcp.write_all(http_connect::reply_ok()).await.is_ok() {
+                let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
+            } else {
+                stream.abort(ABORT_TCP_FAILED).await;
+            }
+            return;
+        }
+        Some(Err(code)) => {
+            conn.refuse(refusal_for(code));
+            match code {
+                Reply::NotAllowed => (403, "Forbidden"),
+                Reply::HostUnreachable => (504, "Gateway Timeout"),
+                _ => (502, "Bad Gateway"),
+            }
+        }
+        None => {
+            conn.refuse(RefusalReason::Timeout);
+            (504, "Gateway Timeout")
+        }
+    };
+    let _ = tcp
+        .write_all(&http_connect::reply_status(status.0, status.1))
+        .await;
+    let _ = tcp.shutdown().await;
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{hop_config, link_to, pattern, terminal_hop};
+use common::{hop_config, hop_config_for, link_to, pattern, profile_links, terminal_hop};
 
 use linkem::Profile;
 use pep::hop::{Hop, Security};
@@ -70,13 +70,19 @@ async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
     let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
     let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
-    let hop_cfg = |seed| hop_config(seed, 4 << 20);
+    // With a profile both sides are sized from its allocation, as the daemons do from their
+    // configuration files.
+    let links = profile.map(profile_links);
+    let hop_cfg = |seed, gateway_side: bool| match links {
+        Some((t, g)) => hop_config_for(seed, if gateway_side { g } else { t }),
+        None => hop_config(seed, 4 << 20),
+    };
     let gw = Hop::start(
         gsock,
         Security::Gateway {
             responder: Box::new(responder),
         },
-        hop_cfg(2),
+        hop_cfg(2, true),
     )
     .unwrap();
     let gw_addr = gw.local_addr();
@@ -91,7 +97,7 @@ async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
     );
     tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
     let (emu, to) = link_to(gw_addr, profile, 4).await;
-    let term = Arc::new(terminal_hop(tk, gp, to, hop_cfg(1)).await);
+    let term = Arc::new(terminal_hop(tk, gp, to, hop_cfg(1, false)).await);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
     tokio::spawn(pep::relay::serve_socks(l, term, Arc::new(SocksAuth::None)));
@@ -117,32 +123,58 @@ async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
     (s, rep[1])
 }
 
+/// The issue's acceptance run: 20 MB down and 5 MB up byte-exact through the `geo` profile
+/// (50 Mb/s down, 5 Mb/s up, 600 ms RTT, one-BDP queues); the download's goodput, request to last
+/// byte at the client, at least 75 % of the downlink; the uplink carries at most 1 % of the
+/// downlink's bytes meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn download_and_upload_through_socks_over_emulated_geo() {
     let origin = origin().await;
     let st = setup(Some(Profile::Geo), vec!["127.0.0.0/8".into()]).await;
-    let down = 8 << 20;
+    let emu = st.emu.as_ref().unwrap();
+    let (down_rate, _, _) = Profile::Geo.parameters();
+
+    let down = 20_000_000;
     let (mut s, code) = socks_connect(st.socks, origin).await;
     assert_eq!(code, 0);
+    let before = emu.stats();
     let t0 = Instant::now();
     s.write_all(format!("D {down}\n").as_bytes()).await.unwrap();
-    let mut got = Vec::new();
+    let mut got = Vec::with_capacity(down);
     tokio::time::timeout(Duration::from_secs(120), s.read_to_end(&mut got))
         .await
         .unwrap()
         .unwrap();
     let secs = t0.elapsed().as_secs_f64();
+    let after = emu.stats();
     assert_eq!(got.len(), down);
     assert!(got == pattern(7, down), "download corrupted");
+    let goodput = down as f64 * 8.0 / secs;
+    let up_bytes = after.up.sent_bytes - before.up.sent_bytes;
+    let down_bytes = after.down.sent_bytes - before.down.sent_bytes;
     eprintln!(
-        "8 MB download over emulated GEO: {:.2} s = {:.1} Mb/s",
-        secs,
-        down as f64 * 8.0 / secs / 1e6
+        "20 MB download over emulated GEO: {secs:.2} s = {:.1} Mb/s ({:.1} % of the downlink); \
+         link bytes up {up_bytes} down {down_bytes} ({:.3} %)",
+        goodput / 1e6,
+        100.0 * goodput / down_rate as f64,
+        100.0 * up_bytes as f64 / down_bytes as f64
     );
-    let up = 2 << 20;
+    assert!(
+        goodput >= 0.75 * down_rate as f64,
+        "goodput {:.1} Mb/s is below 75 % of the {} Mb/s downlink",
+        goodput / 1e6,
+        down_rate / 1_000_000
+    );
+    assert!(
+        up_bytes * 100 <= down_bytes,
+        "uplink carried {up_bytes} bytes for {down_bytes} downlink bytes (over 1 %)"
+    );
+
+    let up = 5_000_000;
     let data = pattern(9, up);
     let (mut s, code) = socks_connect(st.socks, origin).await;
     assert_eq!(code, 0);
+    let t0 = Instant::now();
     s.write_all(format!("U {up}\n").as_bytes()).await.unwrap();
     s.write_all(&data).await.unwrap();
     let mut h = [0u8; 8];
@@ -151,10 +183,17 @@ async fn download_and_upload_through_socks_over_emulated_geo() {
         .unwrap()
         .unwrap();
     assert_eq!(u64::from_be_bytes(h), fnv(&data), "upload corrupted");
+    eprintln!(
+        "5 MB upload over emulated GEO: {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
     let stats = st.emu.unwrap().shutdown().await;
     eprintln!(
-        "emulated link bytes: up {} down {}",
-        stats.up.sent_bytes, stats.down.sent_bytes
+        "emulated link: up {} B sent, {} dropped; down {} B sent, {} dropped",
+        stats.up.sent_bytes,
+        stats.up.dropped(),
+        stats.down.sent_bytes,
+        stats.down.dropped()
     );
 }
 

@@ -258,6 +258,7 @@ async fn setup(max_connections: u32) -> Result<SocketAddr> {
         endpoint: endpoint.clone(),
         relay_buffer_bytes: RELAY_BUFFER,
         seed,
+        send_rate_bps: None,
     };
     let gsock = UdpSocket::bind("127.0.0.1:0")
         .await

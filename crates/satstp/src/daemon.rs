@@ -1,17 +1,23 @@
 //! `satstp terminal` and `satstp gateway`: the split-connection gateway's two sides as daemons,
 //! configured by a TOML file (see `deploy/terminal.toml`, `deploy/gateway.toml`), running until
-//! interrupted.
+//! SIGTERM or SIGINT, then draining: the listeners close, open connections get up to
+//! `shutdown_timeout_s` to finish, and the process exits 0. Logs go to standard error through
+//! `tracing` (`--log-level`, or `RUST_LOG`); `/metrics` and `/status` are served on
+//! `metrics_listen` when it is set.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use pep::config::Limits;
 use pep::config::{load_gateway, load_terminal};
 use pep::hop::{Hop, HopConfig, Security};
 use pep::keys::load_private_key;
-use pep::policy::{Policy, PolicyConfig};
+use pep::metrics::{Metrics, Side};
+use pep::ops::{Ops, OpsConfig};
 use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::io::Read;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +28,128 @@ pub struct DaemonArgs {
     /// Configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
+    /// Log filter: a level (error, warn, info, debug, trace) or `tracing` directives such as
+    /// "info,pep=debug". Default: the RUST_LOG environment variable, else "info".
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+/// Sends `tracing` events to standard error, filtered by `--log-level`, else `RUST_LOG`, else
+/// "info".
+fn init_logging(flag: Option<&str>) -> Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match flag {
+        Some(f) => EnvFilter::try_new(f)
+            .map_err(|e| anyhow::anyhow!("--log-level: {f:?} is not a log filter: {e}"))?,
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v)
+                .map_err(|e| anyhow::anyhow!("RUST_LOG: {v:?} is not a log filter: {e}"))?,
+            _ => EnvFilter::new("info"),
+        },
+    };
+    // A subscriber set before (tests running two daemons in one process) stays.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    Ok(())
+}
+
+/// The limits and timeouts one side enforces, from its configuration.
+fn ops_config(limits: &Limits, relay_buffer_bytes: u64, idle_s: u32, open_s: u32) -> OpsConfig {
+    OpsConfig {
+        max_connections: limits.max_connections,
+        max_connections_per_terminal: limits.max_connections_per_terminal,
+        memory_cap_bytes: limits.memory_cap_bytes,
+        reserve_per_connection_bytes: pep::ops::reserve_per_connection(relay_buffer_bytes),
+        idle_timeout: Some(Duration::from_secs(u64::from(idle_s))),
+        open_timeout: Some(Duration::from_secs(u64::from(open_s))),
+    }
+}
+
+/// Serves `/metrics` and `/status` on `addr` (`field` names the setting in errors) until `ops`
+/// drains.
+async fn serve_metrics(
+    addr: SocketAddr,
+    field: &str,
+    ops: &Arc<Ops>,
+    hop: Option<Arc<Hop>>,
+) -> Result<()> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{field}: cannot listen on {addr}"))?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "{field} is not a loopback address: keep it on a management network (/status shows client and destination addresses)"
+        );
+    }
+    let o = Arc::clone(ops);
+    let metrics = Arc::clone(ops.metrics());
+    tokio::spawn(async move {
+        pep::http_endpoint::serve(l, metrics, hop, async move { o.drained().await }).await;
+    });
+    tracing::info!(%addr, "serving /metrics and /status");
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT; returns the signal's name.
+async fn wait_for_signal() -> Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// Graceful shutdown: waits for a signal, stops accepting, and gives open connections up to
+/// `timeout` to finish.
+async fn run_until_signal(side: &str, ops: &Arc<Ops>, timeout: Duration) -> Result<()> {
+    let sig = wait_for_signal().await?;
+    let open = ops.open_connections();
+    tracing::info!(
+        signal = sig,
+        open,
+        timeout_s = timeout.as_secs(),
+        "{side}: stopping; draining open connections"
+    );
+    ops.drain();
+    if ops.wait_idle(timeout).await {
+        tracing::info!("{side}: every connection finished; exiting");
+    } else {
+        tracing::warn!(
+            left = ops.open_connections(),
+            "{side}: shutdown_timeout_s passed; cutting the connections left"
+        );
+    }
+    Ok(())
+}
+
+/// Checks the TCP hop's socket options on this host (an error names the field, e.g.
+/// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
+fn check_hop_tcp(field: &str, tuning: &pep::tcp_hop::TcpTuning) -> Result<()> {
+    let granted = tuning.check().map_err(|e| anyhow::anyhow!("{field}.{e}"))?;
+    // Linux reports twice the usable size it granted.
+    let send = (tuning.send_buffer_bytes, granted.send_buffer_bytes);
+    let recv = (tuning.recv_buffer_bytes, granted.recv_buffer_bytes);
+    for ((asked, got), name, sysctl) in [
+        (send, "send_buffer_bytes", "net.core.wmem_max"),
+        (recv, "recv_buffer_bytes", "net.core.rmem_max"),
+    ] {
+        if let Some(asked) = asked {
+            if got / 2 < asked as usize {
+                tracing::warn!(
+                    asked,
+                    granted = got / 2,
+                    "{field}.{name}: the kernel granted less than asked (raise {sysctl})"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 64 bits from the operating system's random source (connection ids and initial sequence
@@ -42,6 +170,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn terminal(args: &DaemonArgs) -> Result<()> {
+    init_logging(args.log_level.as_deref())?;
     let cfg = load_terminal(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
     let gateway_key = cfg.gateway_public_key()?;
@@ -50,9 +179,16 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         ..EndpointConfig::default()
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
-    if cfg.metrics_listen.is_some() {
-        eprintln!("warning: terminal.metrics_listen is not wired to the data path yet; ignored");
-    }
+    let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
+    let ops = Ops::new(
+        ops_config(
+            &cfg.limits,
+            cfg.relay_buffer_bytes(),
+            cfg.idle_timeout_s,
+            cfg.connect_timeout_s,
+        ),
+        Arc::new(Metrics::new(Side::Terminal)),
+    );
     let seed = os_seed()?;
     runtime()?.block_on(async move {
         let gateway = tokio::net::lookup_host(&cfg.gateway)
@@ -60,28 +196,41 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             .with_context(|| format!("terminal.gateway: cannot resolve {}", cfg.gateway))?
             .next()
             .with_context(|| format!("terminal.gateway: {} has no address", cfg.gateway))?;
-        let bind = if gateway.is_ipv6() {
-            "[::]:0"
-        } else {
-            "0.0.0.0:0"
-        };
-        let sock = tokio::net::UdpSocket::bind(bind)
-            .await
-            .context("cannot bind the hop's UDP socket")?;
-        let hop = Hop::start(
-            sock,
-            Security::Terminal {
-                local: key,
-                gateway_key,
-                gateway,
-            },
-            HopConfig {
-                endpoint,
+        let hop = if cfg.hop_transport.tcp() {
+            let tuning = cfg.hop_tcp_tuning();
+            check_hop_tcp("terminal.hop_tcp", &tuning)?;
+            let config = pep::tcp_hop::TcpHopConfig {
                 relay_buffer_bytes: relay,
-                seed,
-            },
-        )
-        .map_err(anyhow::Error::msg)?;
+                tuning,
+                handshake_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
+            };
+            pep::tcp_hop::start_terminal(key, gateway_key, gateway, config)
+                .map_err(anyhow::Error::msg)?
+        } else {
+            let bind = if gateway.is_ipv6() {
+                "[::]:0"
+            } else {
+                "0.0.0.0:0"
+            };
+            let sock = tokio::net::UdpSocket::bind(bind)
+                .await
+                .context("cannot bind the hop's UDP socket")?;
+            Hop::start(
+                sock,
+                Security::Terminal {
+                    local: key,
+                    gateway_key,
+                    gateway,
+                },
+                HopConfig {
+                    endpoint,
+                    relay_buffer_bytes: relay,
+                    seed,
+                    send_rate_bps: send_rate,
+                },
+            )
+            .map_err(anyhow::Error::msg)?
+        };
         let hop = Arc::new(hop);
         let mut listening = Vec::new();
         if let Some(a) = cfg.socks_listen {
@@ -98,14 +247,23 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                         .collect(),
                 )
             };
-            tokio::spawn(pep::relay::serve_socks(l, Arc::clone(&hop), Arc::new(auth)));
+            tokio::spawn(pep::relay::serve_socks_with(
+                l,
+                Arc::clone(&hop),
+                Arc::new(auth),
+                Arc::clone(&ops),
+            ));
             listening.push(format!("SOCKS5 on {a}"));
         }
         if let Some(a) = cfg.http_connect_listen {
             let l = tokio::net::TcpListener::bind(a)
                 .await
                 .with_context(|| format!("terminal.http_connect_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::relay::serve_http_connect(l, Arc::clone(&hop)));
+            tokio::spawn(pep::relay::serve_http_connect_with(
+                l,
+                Arc::clone(&hop),
+                Arc::clone(&ops),
+            ));
             listening.push(format!("HTTP CONNECT on {a}"));
         }
         if let Some(a) = cfg.tproxy_listen {
@@ -120,19 +278,34 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 "terminal: no usable listener (socks_listen, http_connect_listen or tproxy_listen)"
             );
         }
-        eprintln!(
-            "satstp terminal: {}; gateway {gateway}",
-            listening.join(", ")
+        if let Some(a) = cfg.metrics_listen {
+            serve_metrics(a, "terminal.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
+        }
+        let c = ops.config();
+        tracing::info!(
+            listeners = %listening.join(", "),
+            %gateway,
+            hop = %hop.local_addr(),
+            hop_transport = ?cfg.hop_transport,
+            up_rate_bps = cfg.up_rate_bps,
+            down_rate_bps = cfg.down_rate_bps,
+            rtt_ms = cfg.rtt_ms,
+            relay_buffer_bytes = cfg.relay_buffer_bytes(),
+            max_connections = c.max_connections,
+            max_connections_per_terminal = c.max_connections_per_terminal,
+            memory_cap_bytes = c.memory_cap_bytes,
+            idle_timeout_s = cfg.idle_timeout_s,
+            connect_timeout_s = cfg.connect_timeout_s,
+            shutdown_timeout_s = cfg.shutdown_timeout_s,
+            "satstp terminal started"
         );
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot wait for Ctrl-C")?;
-        eprintln!("satstp terminal: stopping");
-        Ok(())
+        let drain = Duration::from_secs(u64::from(cfg.shutdown_timeout_s));
+        run_until_signal("terminal", &ops, drain).await
     })
 }
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
+    init_logging(args.log_level.as_deref())?;
     let cfg = load_gateway(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
     let allowed = cfg.allowed_terminal_keys()?;
@@ -141,30 +314,27 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         ..EndpointConfig::default()
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
-    // Host-name rules parse in the configuration but are not enforced by the relay yet: refuse
-    // them rather than silently weakening a deny rule.
-    for (field, list) in [("allow", &cfg.policy.allow), ("deny", &cfg.policy.deny)] {
-        if let Some(name) = list
-            .iter()
-            .find(|e| e.parse::<pep::policy::Cidr>().is_err())
-        {
-            bail!("gateway.policy.{field}: \"{name}\": only IP addresses and CIDR ranges are supported so far");
-        }
-    }
-    let policy = Policy::new(PolicyConfig {
-        allow: cfg.policy.allow.clone(),
-        deny: cfg.policy.deny.clone(),
-        allow_private: cfg.policy.allow_private,
-        own_addresses: vec![cfg.listen.ip()],
-    })
-    .context("gateway.policy")?;
+    let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
+    let policy = cfg
+        .policy
+        .build(vec![cfg.listen.ip()])
+        .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
+    pep::relay::check_tcp_options(&cfg.tcp)
+        .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;
     if cfg.source_transparent {
         pep::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
     }
-    if cfg.metrics_listen.is_some() {
-        eprintln!("warning: gateway.metrics_listen is not wired to the data path yet; ignored");
-    }
+    let ops = Ops::new(
+        ops_config(
+            &cfg.limits,
+            cfg.relay_buffer_bytes(),
+            cfg.idle_timeout_s,
+            cfg.connect_timeout_s,
+        ),
+        Arc::new(Metrics::new(Side::Gateway)),
+    );
     let seed = os_seed()?;
+    let tcp_hop_keys = (key.clone(), allowed.clone());
     let responder = Responder::new(
         key,
         allowed,
@@ -174,31 +344,91 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("gateway: {e}"))?;
     let connect_timeout = Duration::from_secs(u64::from(cfg.connect_timeout_s));
     runtime()?.block_on(async move {
-        let sock = tokio::net::UdpSocket::bind(cfg.listen)
-            .await
-            .with_context(|| format!("gateway.listen: cannot bind {}", cfg.listen))?;
-        let hop = Hop::start(
-            sock,
-            Security::Gateway {
-                responder: Box::new(responder),
-            },
-            HopConfig {
-                endpoint,
+        // The STP hop on UDP and/or the TCP hop on the same address and port.
+        let mut hops = Vec::new();
+        if cfg.hop_transport.stp() {
+            let sock = tokio::net::UdpSocket::bind(cfg.listen)
+                .await
+                .with_context(|| format!("gateway.listen: cannot bind {}", cfg.listen))?;
+            let hop = Hop::start(
+                sock,
+                Security::Gateway {
+                    responder: Box::new(responder),
+                },
+                HopConfig {
+                    endpoint,
+                    relay_buffer_bytes: relay,
+                    seed,
+                    send_rate_bps: send_rate,
+                },
+            )
+            .map_err(anyhow::Error::msg)?;
+            hops.push(hop);
+        }
+        if cfg.hop_transport.tcp() {
+            let tuning = cfg.hop_tcp_tuning();
+            check_hop_tcp("gateway.hop_tcp", &tuning)?;
+            let config = pep::tcp_hop::TcpHopConfig {
                 relay_buffer_bytes: relay,
-                seed,
-            },
-        )
-        .map_err(anyhow::Error::msg)?;
-        eprintln!("satstp gateway: listening on {}", hop.local_addr());
+                tuning,
+                handshake_timeout: pep::tcp_hop::HANDSHAKE_TIMEOUT,
+            };
+            let (key, allowed) = tcp_hop_keys;
+            let hop = pep::tcp_hop::start_gateway(cfg.listen, key, allowed, config)
+                .map_err(|e| anyhow::anyhow!("gateway.listen (TCP hop): {e}"))?;
+            hops.push(hop);
+        }
         let options = pep::relay::ConnectOptions {
             connect_timeout,
             source_transparent: cfg.source_transparent,
         };
-        tokio::spawn(pep::relay::serve_with(hop, Arc::new(policy), options));
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot wait for Ctrl-C")?;
-        eprintln!("satstp gateway: stopping");
-        Ok(())
+        let policy = Arc::new(policy);
+        let outbound = Arc::new(cfg.tcp.clone());
+        let mut running = Vec::new();
+        for mut hop in hops {
+            let incoming = pep::relay::take_incoming(&mut hop);
+            tokio::spawn(pep::relay::serve_gateway(
+                incoming,
+                Arc::clone(&policy),
+                options,
+                Arc::clone(&outbound),
+                Arc::clone(&ops),
+            ));
+            running.push(Arc::new(hop));
+        }
+        // `/status` shows the first hop (the STP one when both run).
+        let hop = running
+            .first()
+            .cloned()
+            .context("gateway: no hop transport")?;
+        if let Some(a) = cfg.metrics_listen {
+            serve_metrics(a, "gateway.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
+        }
+        let c = ops.config();
+        tracing::info!(
+            listen = %hop.local_addr(),
+            hop_transport = ?cfg.hop_transport,
+            source_transparent = cfg.source_transparent,
+            policy_allow = ?cfg.policy.allow,
+            policy_deny = ?cfg.policy.deny,
+            allow_private = cfg.policy.allow_private,
+            tcp_congestion = cfg.tcp.congestion.as_deref().unwrap_or("system default"),
+            up_rate_bps = cfg.up_rate_bps,
+            down_rate_bps = cfg.down_rate_bps,
+            rtt_ms = cfg.rtt_ms,
+            relay_buffer_bytes = cfg.relay_buffer_bytes(),
+            max_connections = c.max_connections,
+            max_connections_per_terminal = c.max_connections_per_terminal,
+            memory_cap_bytes = c.memory_cap_bytes,
+            idle_timeout_s = cfg.idle_timeout_s,
+            connect_timeout_s = cfg.connect_timeout_s,
+            shutdown_timeout_s = cfg.shutdown_timeout_s,
+            "satstp gateway started"
+        );
+        let drain = Duration::from_secs(u64::from(cfg.shutdown_timeout_s));
+        let r = run_until_signal("gateway", &ops, drain).await;
+        drop(hop);
+        drop(running);
+        r
     })
 }

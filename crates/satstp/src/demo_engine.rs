@@ -1,26 +1,21 @@
-//! `satstp demo`: one bulk transfer over the seeds' GEO path (1.5 Mb/s, 532 ms RTT, a queue of
+//! `satstp demo --engine`: one bulk transfer over the seeds' GEO path (1.5 Mb/s, 532 ms RTT, a queue of
 //! one bandwidth-delay product), run in virtual time through the shared link model and the real
 //! STP engine, with a report of goodput and return-channel cost.
 
 use anyhow::{bail, Result};
-use clap::Args;
 use linkmodel::{LinkConfig, Loss, QueueLimit};
 use memnet::{Bulk, Net};
-use netsim::units::parse_bytes;
 use stp::stats::TYPE_NAMES;
 use stp::EndpointConfig;
 
-#[derive(Debug, Args)]
+#[derive(Debug)]
 pub struct DemoArgs {
-    /// Bytes to transfer (units such as 10MB or 4MiB accepted).
-    #[arg(long, default_value = "10MB", value_parser = parse_bytes)]
-    size: u64,
+    /// Bytes to transfer.
+    pub size: u64,
     /// Random packet loss on both directions, as a fraction (0 to 0.5).
-    #[arg(long, default_value_t = 0.0)]
-    loss: f64,
+    pub loss: f64,
     /// Seed for the link's random losses and the endpoints' identifiers.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
 }
 
 const RATE_BPS: u64 = 1_500_000;

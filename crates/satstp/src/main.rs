@@ -4,6 +4,7 @@ mod bench;
 mod bench_gateway;
 mod daemon;
 mod demo;
+mod demo_engine;
 mod emulate;
 mod keygen;
 mod plot;

@@ -158,3 +158,301 @@ fn bad_configuration_names_the_field() {
     assert!(!err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A gateway and a terminal as processes, the terminal's extra settings in `terminal_extra`.
+struct Pair {
+    dir: std::path::PathBuf,
+    gw: Kill,
+    term: Kill,
+    socks: SocketAddr,
+    metrics: SocketAddr,
+}
+
+fn start_pair(name: &str, terminal_extra: &str) -> Pair {
+    let dir = std::env::temp_dir().join(format!("satstp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tpub = keygen(&dir.join("terminal"));
+    let gpub = keygen(&dir.join("gateway"));
+    let gw_port = free_port();
+    let socks_port = free_port();
+    let metrics_port = free_port();
+    std::fs::write(
+        dir.join("gateway.toml"),
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:{gw_port}\"\nprivate_key_file = \"{}\"\nallowed_terminals = [\"{tpub}\"]\nshutdown_timeout_s = 5\n[gateway.policy]\nallow = [\"127.0.0.0/8\", \"localhost\"]\ndeny = [\"*.denied.example\"]\n",
+            dir.join("gateway.key").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("terminal.toml"),
+        format!(
+            "[terminal]\nsocks_listen = \"127.0.0.1:{socks_port}\"\ngateway = \"127.0.0.1:{gw_port}\"\ngateway_public_key = \"{gpub}\"\nprivate_key_file = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n{terminal_extra}\n",
+            dir.join("terminal.key").display()
+        ),
+    )
+    .unwrap();
+    let spawn = |side: &str| {
+        Kill(
+            satstp()
+                .arg(side)
+                .arg("--config")
+                .arg(dir.join(format!("{side}.toml")))
+                .arg("--log-level")
+                .arg("debug")
+                .stderr(std::fs::File::create(dir.join(format!("{side}.log"))).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let gw = spawn("gateway");
+    let term = spawn("terminal");
+    let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(metrics).is_err() || TcpStream::connect(socks).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "terminal did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Pair {
+        dir,
+        gw,
+        term,
+        socks,
+        metrics,
+    }
+}
+
+impl Pair {
+    fn log(&self, side: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{side}.log"))).unwrap_or_default()
+    }
+}
+
+/// SOCKS5 CONNECT to `host:port` (an IPv4 address or a name); returns the stream and the
+/// reply code.
+fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).unwrap();
+    assert_eq!(m, [5, 0]);
+    let mut req = vec![5, 1, 0];
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    (s, rep[1])
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+/// Waits up to `limit` for `child` to exit; its status.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Origin that sends `chunks` chunks of 100 000 pattern bytes, one every 100 ms, then closes
+/// (or, with `hold`, keeps the connection open after them).
+fn slow_origin(chunks: usize, hold: bool) -> SocketAddr {
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in origin.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let body = pattern(chunks * 100_000);
+                for c in body.chunks(100_000) {
+                    if s.write_all(c).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                if hold {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn sigterm_lets_a_transfer_finish_then_exits_zero() {
+    let mut p = start_pair("drain", "shutdown_timeout_s = 20");
+    let origin = slow_origin(15, false);
+    let (mut s, code) = socks_connect(p.socks, "127.0.0.1", origin.port());
+    assert_eq!(code, 0);
+    let mut first = [0u8; 1000];
+    s.read_exact(&mut first).unwrap();
+    // The terminal's /metrics and /status show the connection in progress.
+    let status: serde_json::Value = serde_json::from_str(&http_get(p.metrics, "/status")).unwrap();
+    assert_eq!(status["connections"].as_array().map(Vec::len), Some(1));
+    assert_eq!(status["connections"][0]["destination"], origin.to_string());
+    let signalled = Instant::now();
+    sigterm(&p.term.0);
+    // Stops accepting at once ...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(p.socks).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ... while the transfer in progress completes, byte-exact.
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    let mut got = first.to_vec();
+    got.extend_from_slice(&rest);
+    assert!(
+        got == pattern(1_500_000),
+        "transfer cut ({} bytes)",
+        got.len()
+    );
+    drop(s);
+    let st = wait_exit(&mut p.term.0, Duration::from_secs(15)).expect("terminal exits");
+    assert!(st.success(), "{st:?}\n{}", p.log("terminal"));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(15),
+        "did not wait for the full shutdown_timeout_s"
+    );
+    let log = p.log("terminal");
+    assert!(log.contains("satstp terminal started"), "{log}");
+    assert!(log.contains("connection closed"), "{log}");
+    assert!(log.contains("every connection finished"), "{log}");
+    // The gateway drains the same way.
+    sigterm(&p.gw.0);
+    let st = wait_exit(&mut p.gw.0, Duration::from_secs(10)).expect("gateway exits");
+    assert!(st.success(), "{st:?}\n{}", p.log("gateway"));
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
+#[test]
+fn sigterm_cuts_what_is_left_at_the_shutdown_timeout() {
+    let mut p = start_pair("cut", "shutdown_timeout_s = 1");
+    let origin = slow_origin(2, true);
+    let (mut s, code) = socks_connect(p.socks, "127.0.0.1", origin.port());
+    assert_eq!(code, 0);
+    let mut first = [0u8; 1000];
+    s.read_exact(&mut first).unwrap();
+    let signalled = Instant::now();
+    sigterm(&p.term.0);
+    let st = wait_exit(&mut p.term.0, Duration::from_secs(10)).expect("terminal exits");
+    let waited = signalled.elapsed();
+    assert!(st.success(), "{st:?}\n{}", p.log("terminal"));
+    assert!(
+        waited >= Duration::from_millis(900),
+        "exited before the timeout: {waited:?}"
+    );
+    // The client's connection was cut, not completed: reading ends early.
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(1000 + rest.len() <= 200_000);
+    assert!(
+        p.log("terminal").contains("shutdown_timeout_s passed"),
+        "{}",
+        p.log("terminal")
+    );
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
+#[test]
+fn metrics_and_host_name_policy_in_the_daemons() {
+    let p = start_pair("metrics", "");
+    let origin = slow_origin(3, false);
+    // By name, allowed by the gateway's name rule (and its loopback range).
+    let (mut s, code) = socks_connect(p.socks, "localhost", origin.port());
+    assert_eq!(code, 0);
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert!(got == pattern(300_000));
+    drop(s);
+    // Denied by a wildcard name rule before any resolution.
+    let (_d, code) = socks_connect(p.socks, "www.denied.example", origin.port());
+    assert_eq!(code, 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = http_get(p.metrics, "/metrics");
+        if text.contains("satstp_connections_active{side=\"terminal\"} 0\n") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        text.contains("satstp_tcp_bytes_total{side=\"terminal\",direction=\"down\"} 300000\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("satstp_connections_refused_total{side=\"terminal\",reason=\"policy\"} 1\n"),
+        "{text}"
+    );
+    // Besides the two above, only the start-up probes of the SOCKS port (closed without a
+    // handshake, so refused as protocol errors) were admitted.
+    let value = |prefix: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+    };
+    let total = value("satstp_connections_total{side=\"terminal\"} ");
+    let probes = value("satstp_connections_refused_total{side=\"terminal\",reason=\"protocol\"} ");
+    assert_eq!(total, probes + 2, "{text}");
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
+#[test]
+fn bad_log_level_is_named() {
+    let o = satstp()
+        .args([
+            "gateway",
+            "--config",
+            "/nonexistent.toml",
+            "--log-level",
+            "info,=[bad",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--log-level"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

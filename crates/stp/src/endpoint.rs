@@ -127,7 +127,7 @@ impl Endpoint {
         &self.config
     }
 
-    /// Counters of datagrams that reached no connection.
+    /// Counters of datagrams that reached no connection, and of connections already freed.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
     }
@@ -497,6 +497,7 @@ impl Endpoint {
         self.eventful.remove(&h);
         self.dirty.remove(&h);
         self.set_deadline(h, None);
+        self.stats.closed.add(&slot.conn.stats());
         self.remember_closed(now, slot.key, &slot.conn);
         self.expire_closed(now);
     }

@@ -39,5 +39,5 @@ pub use connection::{
     Connection, ConnectionError, DatagramError, Event, ReadError, Role, WriteError,
 };
 pub use endpoint::{ConnectError, ConnectionHandle, Endpoint, Transmit};
-pub use stats::{ConnectionStats, EndpointStats};
+pub use stats::{ConnectionStats, ConnectionTotals, EndpointStats};
 pub use time::Instant;

@@ -102,6 +102,45 @@ impl ConnectionStats {
     }
 }
 
+/// The additive counters of [`ConnectionStats`], summed over many connections.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectionTotals {
+    pub connections: u64,
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub payload_bytes_sent: u64,
+    pub payload_bytes_received: u64,
+    pub packets_sent: TypeCounts,
+    pub packets_received: TypeCounts,
+    pub retransmitted_packets: u64,
+    pub retransmitted_bytes: u64,
+    pub losses_detected: u64,
+}
+
+impl ConnectionTotals {
+    /// Adds one connection's counters.
+    pub fn add(&mut self, s: &ConnectionStats) {
+        self.connections += 1;
+        self.datagrams_sent += s.datagrams_sent;
+        self.datagrams_received += s.datagrams_received;
+        self.bytes_sent += s.bytes_sent;
+        self.bytes_received += s.bytes_received;
+        self.payload_bytes_sent += s.payload_bytes_sent;
+        self.payload_bytes_received += s.payload_bytes_received;
+        for (a, b) in self.packets_sent.0.iter_mut().zip(s.packets_sent.0) {
+            *a += b;
+        }
+        for (a, b) in self.packets_received.0.iter_mut().zip(s.packets_received.0) {
+            *a += b;
+        }
+        self.retransmitted_packets += s.retransmitted_packets;
+        self.retransmitted_bytes += s.retransmitted_bytes;
+        self.losses_detected += s.losses_detected;
+    }
+}
+
 /// Statistics of an endpoint (datagrams that reached no connection).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EndpointStats {
@@ -120,4 +159,6 @@ pub struct EndpointStats {
     pub stateless_sent: u64,
     /// Stateless answers suppressed by the rate limit.
     pub stateless_suppressed: u64,
+    /// Counters of the connections already closed and freed.
+    pub closed: ConnectionTotals,
 }

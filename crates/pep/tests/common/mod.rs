@@ -27,7 +27,41 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
         endpoint: EndpointConfig::default(),
         relay_buffer_bytes,
         seed,
+        send_rate_bps: None,
     }
+}
+
+/// Hop parameters sized from a link's allocation, as the daemons size them from their config.
+pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
+    let connection = link.stp_config(stp::Config::default());
+    let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
+    HopConfig {
+        endpoint: EndpointConfig {
+            connection,
+            ..EndpointConfig::default()
+        },
+        relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX),
+        seed,
+        send_rate_bps: Some(link.shaper_rate_bps()),
+    }
+}
+
+/// The two sides' views of a profile's allocation: (terminal, gateway).
+pub fn profile_links(p: Profile) -> (pep::sizing::HopLink, pep::sizing::HopLink) {
+    let (down, up, rtt_ns) = p.parameters();
+    let rtt_ms = (rtt_ns / 1_000_000) as u32;
+    (
+        pep::sizing::HopLink {
+            send_rate_bps: up,
+            recv_rate_bps: down,
+            rtt_ms,
+        },
+        pep::sizing::HopLink {
+            send_rate_bps: down,
+            recv_rate_bps: up,
+            rtt_ms,
+        },
+    )
 }
 
 /// With a profile, an emulated link in front of `gateway`; returns it and the address the

@@ -1,0 +1,434 @@
+//! Operations bookkeeping shared by the accept loops of both sides: admission of new
+//! connections against the connection limits and the memory cap, the guard ([`Conn`]) that
+//! holds an admitted connection's reservation and metrics record until it ends, the idle
+//! timeout, and the drain signal of a graceful shutdown.
+//!
+//! Every relayed connection is admitted once, when it is accepted (terminal: a client TCP
+//! connection; gateway: a stream a terminal opened). Admission fails, and the refusal is
+//! counted under its reason, when
+//!
+//! - `max_connections` connections are open already (`connection_limit`);
+//! - on a gateway, the opening terminal (identified by its public key) has
+//!   `max_connections_per_terminal` open; on a terminal that limit bounds all of its own
+//!   connections (`terminal_limit`);
+//! - reserving another connection's relay buffers would take the total past
+//!   `memory_cap_bytes` (`memory`).
+//!
+//! What one connection reserves is [`reserve_per_connection`]: the buffers the relay may fill
+//! for it at most, whatever the traffic.
+
+use crate::keys::PublicKey;
+use crate::metrics::{CloseReason, ConnTrack, Direction, Metrics, RefusalReason, Side};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify, Semaphore};
+
+/// Bytes a hop stream may hold on its way from the hop to the relay (16 chunks of 64 KiB: the
+/// bound of the hop's per-stream reader channel, `hop::READ_CHUNKS` × `hop::CHUNK`).
+pub const FROM_HOP_BUFFER_BYTES: u64 = 16 * 64 * 1024;
+/// The relay's read buffer from the TCP socket, per connection.
+pub const TCP_READ_BUFFER_BYTES: u64 = 64 * 1024;
+/// Smallest relay budget the hop grants a stream (one chunk).
+const MIN_RELAY_BUFFER_BYTES: u64 = 64 * 1024;
+/// Refused connections whose client is being answered at once (a SOCKS5 or HTTP reply needs
+/// the client's request first); beyond this, refused connections are closed unanswered.
+pub const MAX_REFUSING: usize = 64;
+
+/// The relay buffers one connection may fill at most, bytes: its budget towards the hop
+/// (`relay_buffer_bytes`, at least 64 KiB), the hop's bounded channel towards it, and the
+/// relay's TCP read buffer. This is what admission reserves against `memory_cap_bytes`.
+pub fn reserve_per_connection(relay_buffer_bytes: u64) -> u64 {
+    relay_buffer_bytes
+        .max(MIN_RELAY_BUFFER_BYTES)
+        .saturating_add(FROM_HOP_BUFFER_BYTES + TCP_READ_BUFFER_BYTES)
+}
+
+/// The limits and timeouts the accept loops enforce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpsConfig {
+    /// Most connections open at once.
+    pub max_connections: u32,
+    /// Gateway: most connections of one terminal at once. Terminal: most of its connections.
+    pub max_connections_per_terminal: u32,
+    /// Most bytes reserved for relay buffers at once.
+    pub memory_cap_bytes: u64,
+    /// Bytes reserved per connection ([`reserve_per_connection`]).
+    pub reserve_per_connection_bytes: u64,
+    /// Close a relayed connection idle both ways this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Terminal: give up opening a stream through the gateway after this long; also bounds a
+    /// client's SOCKS5 or HTTP CONNECT handshake (`None`: no bound).
+    pub open_timeout: Option<Duration>,
+}
+
+impl OpsConfig {
+    /// No limits, no timeouts.
+    pub fn unlimited() -> OpsConfig {
+        OpsConfig {
+            max_connections: u32::MAX,
+            max_connections_per_terminal: u32::MAX,
+            memory_cap_bytes: u64::MAX,
+            reserve_per_connection_bytes: 0,
+            idle_timeout: None,
+            open_timeout: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: u32,
+    reserved: u64,
+    per_terminal: HashMap<Option<PublicKey>, u32>,
+}
+
+/// Admission, metrics and drain state of one side; share it as `Arc<Ops>`.
+#[derive(Debug)]
+pub struct Ops {
+    cfg: OpsConfig,
+    metrics: Arc<Metrics>,
+    state: Mutex<State>,
+    stop: watch::Sender<bool>,
+    ended: Notify,
+    refusing: Arc<Semaphore>,
+}
+
+impl Ops {
+    pub fn new(cfg: OpsConfig, metrics: Arc<Metrics>) -> Arc<Ops> {
+        let (stop, _) = watch::channel(false);
+        Arc::new(Ops {
+            cfg,
+            metrics,
+            state: Mutex::new(State::default()),
+            stop,
+            ended: Notify::new(),
+            refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+        })
+    }
+
+    /// No limits and a fresh registry for `side` (what the plain `serve*` functions use).
+    pub fn unlimited(side: Side) -> Arc<Ops> {
+        Ops::new(OpsConfig::unlimited(), Arc::new(Metrics::new(side)))
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn config(&self) -> &OpsConfig {
+        &self.cfg
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a new connection — from the terminal with key `terminal` on a gateway (`None` on
+    /// a terminal), from `client` when known — or counts its refusal and says why.
+    pub fn admit(
+        self: &Arc<Self>,
+        terminal: Option<PublicKey>,
+        client: Option<SocketAddr>,
+    ) -> Result<Conn, RefusalReason> {
+        let reserve = self.cfg.reserve_per_connection_bytes;
+        let verdict = {
+            let mut st = self.state();
+            let of_terminal = st.per_terminal.get(&terminal).copied().unwrap_or(0);
+            if st.open >= self.cfg.max_connections {
+                Err(RefusalReason::ConnectionLimit)
+            } else if of_terminal >= self.cfg.max_connections_per_terminal {
+                Err(RefusalReason::TerminalLimit)
+            } else if st.reserved.saturating_add(reserve) > self.cfg.memory_cap_bytes {
+                Err(RefusalReason::Memory)
+            } else {
+                st.open += 1;
+                st.reserved += reserve;
+                *st.per_terminal.entry(terminal).or_insert(0) += 1;
+                Ok(st.reserved)
+            }
+        };
+        match verdict {
+            Ok(reserved) => {
+                self.metrics.connections_total.inc();
+                self.metrics.connections_active.inc();
+                self.metrics
+                    .memory_reserved_bytes
+                    .set(i64::try_from(reserved).unwrap_or(i64::MAX));
+                let track = self
+                    .metrics
+                    .track(client.map(|c| c.to_string()), terminal.map(|k| k.to_hex()));
+                Ok(Conn {
+                    ops: Arc::clone(self),
+                    track,
+                    terminal,
+                    reserved: reserve,
+                    close: CloseReason::Error,
+                })
+            }
+            Err(reason) => {
+                self.metrics.refused(reason).inc();
+                tracing::info!(
+                    client = client.map(|c| c.to_string()),
+                    terminal = terminal.map(|k| k.to_hex()),
+                    reason = reason.as_str(),
+                    "connection refused"
+                );
+                Err(reason)
+            }
+        }
+    }
+
+    fn release(&self, terminal: &Option<PublicKey>, reserved: u64) {
+        let now = {
+            let mut st = self.state();
+            st.open = st.open.saturating_sub(1);
+            st.reserved = st.reserved.saturating_sub(reserved);
+            if let Some(n) = st.per_terminal.get_mut(terminal) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.per_terminal.remove(terminal);
+                }
+            }
+            st.reserved
+        };
+        self.metrics
+            .memory_reserved_bytes
+            .set(i64::try_from(now).unwrap_or(i64::MAX));
+        self.metrics.connections_active.dec();
+        self.ended.notify_waiters();
+    }
+
+    /// Connections admitted and not yet ended.
+    pub fn open_connections(&self) -> u32 {
+        self.state().open
+    }
+
+    /// Bytes reserved by open connections.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.state().reserved
+    }
+
+    /// A permit to answer a refused client, if fewer than [`MAX_REFUSING`] are being answered.
+    pub fn refusing_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.refusing).try_acquire_owned().ok()
+    }
+
+    /// Starts draining: the accept loops stop accepting; open connections carry on.
+    pub fn drain(&self) {
+        self.stop.send_replace(true);
+    }
+
+    pub fn draining(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Completes once [`Self::drain`] has been called.
+    pub async fn drained(&self) {
+        let mut rx = self.stop.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` lives.
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+
+    /// Waits until no connection is open or `timeout` passes; true if none is open.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.open_connections() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self.open_connections() == 0;
+            }
+        }
+    }
+}
+
+/// An admitted connection: holds its place under the limits, its memory reservation and its
+/// metrics record until dropped, when it is counted as closed and logged.
+#[derive(Debug)]
+pub struct Conn {
+    ops: Arc<Ops>,
+    track: Arc<ConnTrack>,
+    terminal: Option<PublicKey>,
+    reserved: u64,
+    close: CloseReason,
+}
+
+impl Conn {
+    /// The connection's metrics record.
+    pub fn track(&self) -> &ConnTrack {
+        &self.track
+    }
+
+    pub fn ops(&self) -> &Arc<Ops> {
+        &self.ops
+    }
+
+    /// Counts `n` payload bytes moving in `dir` at the TCP side.
+    pub fn add_bytes(&self, dir: Direction, n: u64) {
+        self.track.add_bytes(dir, n);
+        self.ops.metrics.tcp_bytes(dir).add(n);
+    }
+
+    /// Directions of this side: (TCP → hop, hop → TCP).
+    pub fn directions(&self) -> (Direction, Direction) {
+        match self.ops.metrics.side() {
+            Side::Terminal => (Direction::Up, Direction::Down),
+            Side::Gateway => (Direction::Down, Direction::Up),
+        }
+    }
+
+    /// Refuses the connection after admission (policy, failed connect, client protocol or
+    /// authentication): counted under `reason`, and the connection closes as refused.
+    pub fn refuse(&mut self, reason: RefusalReason) {
+        self.ops.metrics.refused(reason).inc();
+        self.close = CloseReason::Refused;
+        tracing::info!(
+            id = self.track.id(),
+            client = self.track.client(),
+            destination = self.track.destination(),
+            reason = reason.as_str(),
+            "connection refused"
+        );
+    }
+
+    /// Records how the connection ended (default: an error).
+    pub fn set_close_reason(&mut self, reason: CloseReason) {
+        self.close = reason;
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let t = &self.track;
+        self.ops.metrics.closed(self.close).inc();
+        self.ops.metrics.untrack(t.id());
+        self.ops.release(&self.terminal, self.reserved);
+        if self.close != CloseReason::Refused {
+            tracing::info!(
+                id = t.id(),
+                client = t.client(),
+                destination = t.destination(),
+                bytes_up = t.bytes(Direction::Up),
+                bytes_down = t.bytes(Direction::Down),
+                age_s = t.age().as_secs_f64(),
+                reason = self.close.as_str(),
+                "connection closed"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> PublicKey {
+        PublicKey::from_hex(&format!("{b:02x}").repeat(32)).unwrap()
+    }
+
+    fn ops(max: u32, per: u32, cap: u64, reserve: u64) -> Arc<Ops> {
+        Ops::new(
+            OpsConfig {
+                max_connections: max,
+                max_connections_per_terminal: per,
+                memory_cap_bytes: cap,
+                reserve_per_connection_bytes: reserve,
+                ..OpsConfig::unlimited()
+            },
+            Arc::new(Metrics::new(Side::Gateway)),
+        )
+    }
+
+    #[test]
+    fn limits_refuse_and_release() {
+        let o = ops(3, 2, u64::MAX, 0);
+        let a1 = o.admit(Some(key(1)), None).unwrap();
+        let _a2 = o.admit(Some(key(1)), None).unwrap();
+        assert_eq!(
+            o.admit(Some(key(1)), None).unwrap_err(),
+            RefusalReason::TerminalLimit
+        );
+        let _b1 = o.admit(Some(key(2)), None).unwrap();
+        assert_eq!(
+            o.admit(Some(key(3)), None).unwrap_err(),
+            RefusalReason::ConnectionLimit
+        );
+        let m = o.metrics();
+        assert_eq!(m.refused(RefusalReason::TerminalLimit).get(), 1);
+        assert_eq!(m.refused(RefusalReason::ConnectionLimit).get(), 1);
+        assert_eq!(m.connections_active.get(), 3);
+        assert_eq!(m.status_len(), 3);
+        drop(a1);
+        assert_eq!(m.connections_active.get(), 2);
+        assert_eq!(m.status_len(), 2);
+        assert_eq!(m.closed(CloseReason::Error).get(), 1);
+        let _a3 = o.admit(Some(key(1)), None).unwrap();
+        assert_eq!(m.connections_total.get(), 4);
+    }
+
+    #[test]
+    fn memory_cap_counts_reservations() {
+        let o = ops(100, 100, 10 << 20, 4 << 20);
+        let a = o.admit(None, None).unwrap();
+        let _b = o.admit(None, None).unwrap();
+        assert_eq!(o.reserved_bytes(), 8 << 20);
+        assert_eq!(o.metrics().memory_reserved_bytes.get(), 8 << 20);
+        assert_eq!(o.admit(None, None).unwrap_err(), RefusalReason::Memory);
+        drop(a);
+        assert_eq!(o.reserved_bytes(), 4 << 20);
+        let mut c = o.admit(None, None).unwrap();
+        c.refuse(RefusalReason::Policy);
+        drop(c);
+        let m = o.metrics();
+        assert_eq!(m.refused(RefusalReason::Memory).get(), 1);
+        assert_eq!(m.refused(RefusalReason::Policy).get(), 1);
+        assert_eq!(m.closed(CloseReason::Refused).get(), 1);
+        // Every admitted connection is open or closed under one reason.
+        let closed: u64 = CloseReason::ALL.iter().map(|r| m.closed(*r).get()).sum();
+        assert_eq!(
+            m.connections_total.get(),
+            closed + m.connections_active.get() as u64
+        );
+    }
+
+    #[test]
+    fn reservation_covers_every_buffer() {
+        assert_eq!(
+            reserve_per_connection(4 << 20),
+            (4 << 20) + (1 << 20) + (64 << 10)
+        );
+        assert_eq!(
+            reserve_per_connection(1000),
+            (64 << 10) + (1 << 20) + (64 << 10)
+        );
+        assert_eq!(reserve_per_connection(u64::MAX), u64::MAX);
+    }
+
+    #[tokio::test]
+    async fn drain_and_wait_idle() {
+        let o = ops(10, 10, u64::MAX, 0);
+        let c = o.admit(None, None).unwrap();
+        assert!(!o.draining());
+        let waiter = {
+            let o = Arc::clone(&o);
+            tokio::spawn(async move { o.drained().await })
+        };
+        o.drain();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!o.wait_idle(Duration::from_millis(50)).await);
+        let o2 = Arc::clone(&o);
+        let w = tokio::spawn(async move { o2.wait_idle(Duration::from_secs(10)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(c);
+        assert!(w.await.unwrap());
+    }
+}

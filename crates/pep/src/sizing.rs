@@ -1,0 +1,120 @@
+//! Sizing the satellite hop from its configured allocation: the rate each side may send at, the
+//! STP parameters that let a connection start at that rate instead of slow-starting across a
+//! long round trip, and the buffers that keep one connection able to fill the link.
+//!
+//! Given the send rate `S` and receive rate `R` of this side (bit/s of link bytes) and the hop's
+//! base RTT:
+//! - the hop's shaper sends at `SHAPER_SHARE` × `S` (a little under the link, so the link's queue
+//!   stays empty despite timer jitter);
+//! - each connection uses STP's allocation controller (`stp::CongestionMode::Allocated`) at the
+//!   shaper's rate expressed in STP datagram bytes (tunnel, IP and UDP headers removed), with
+//!   the first window one bandwidth-delay product of that rate, and backs off when its RTT rises
+//!   more than `max(MIN_QUEUE_DELAY_MS, RTT / 4)` above the floor;
+//! - the send buffer holds 2 × the send BDP and the receive buffer 2.5 × the receive BDP (the
+//!   seeds' 2–3 × BDP: one BDP in flight, one more to keep the pipe full through a loss
+//!   recovery, and some slack for the rate mismatch with the terrestrial side).
+
+use crate::hop::IPV4_UDP_OVERHEAD;
+use crate::tunnel::wire::DATA_OVERHEAD;
+
+/// Share of the configured send rate the hop's shaper uses.
+pub const SHAPER_SHARE: f64 = 0.99;
+/// Smallest queueing delay the allocation controller tolerates before backing off, ms.
+pub const MIN_QUEUE_DELAY_MS: u32 = 25;
+
+/// Pacing granularity on an allocated hop, µs.
+pub const PACING_GRANULARITY_US: u32 = 5000;
+
+/// What a side knows of its satellite link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HopLink {
+    /// This side's sending direction, bit/s of link bytes.
+    pub send_rate_bps: u64,
+    /// This side's receiving direction, bit/s of link bytes.
+    pub recv_rate_bps: u64,
+    /// Base round-trip time of the hop, ms.
+    pub rtt_ms: u32,
+}
+
+impl HopLink {
+    /// The rate the hop's shaper sends at, bit/s of link bytes.
+    pub fn shaper_rate_bps(&self) -> u64 {
+        ((self.send_rate_bps as f64 * SHAPER_SHARE) as u64).max(1000)
+    }
+
+    /// The STP parameters for this link, starting from `base` (whose datagram size is kept).
+    pub fn stp_config(&self, base: stp::Config) -> stp::Config {
+        let mut c = base;
+        let datagram = u64::from(c.max_datagram_bytes);
+        let on_link = datagram + (DATA_OVERHEAD + IPV4_UDP_OVERHEAD) as u64;
+        let stp_rate = (u128::from(self.shaper_rate_bps()) * u128::from(datagram)
+            / u128::from(on_link)) as u64;
+        c.congestion = stp::CongestionMode::Allocated {
+            rate_bps: stp_rate.max(1000),
+            max_queue_delay_ms: (self.rtt_ms / 4).max(MIN_QUEUE_DELAY_MS),
+        };
+        c.initial_rtt_ms = self.rtt_ms.clamp(1, 60_000);
+        // A real-time driver wakes late by a millisecond or more under load; a pacer bucket a
+        // few milliseconds deep keeps the allocation usable at tens of Mb/s (the link's queue of
+        // a bandwidth-delay product absorbs such bursts easily).
+        c.pacing_granularity_us = c.pacing_granularity_us.max(PACING_GRANULARITY_US);
+        let bdp = |rate: u64| u128::from(rate) * u128::from(self.rtt_ms) / 8000;
+        let clamp = |b: u128, floor: u32| b.clamp(u128::from(floor), 1 << 30) as u32;
+        c.send_buffer_bytes = clamp(bdp(self.send_rate_bps) * 2, c.send_buffer_bytes);
+        c.recv_buffer_bytes = clamp(bdp(self.recv_rate_bps) * 5 / 2, c.recv_buffer_bytes);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geo_gateway_starts_at_its_downlink() {
+        // The gateway of the `geo` profile: sends 50 Mb/s down, receives 5 Mb/s up, 600 ms.
+        let link = HopLink {
+            send_rate_bps: 50_000_000,
+            recv_rate_bps: 5_000_000,
+            rtt_ms: 600,
+        };
+        assert_eq!(link.shaper_rate_bps(), 49_500_000);
+        let c = link.stp_config(stp::Config::default());
+        c.validate().unwrap();
+        let stp::CongestionMode::Allocated {
+            rate_bps,
+            max_queue_delay_ms,
+        } = c.congestion
+        else {
+            panic!("allocation mode expected, got {:?}", c.congestion);
+        };
+        // 1452-byte datagrams carry 29 tunnel and 28 IP/UDP bytes on the link.
+        assert_eq!(rate_bps, 49_500_000 * 1452 / 1509);
+        assert_eq!(max_queue_delay_ms, 150);
+        assert_eq!(c.initial_rtt_ms, 600);
+        assert_eq!(c.send_buffer_bytes, 7_500_000, "2 x 3.75 MB");
+        assert_eq!(
+            c.recv_buffer_bytes,
+            4 << 20,
+            "2.5 x the 375 kB uplink BDP is below the default, which stays"
+        );
+    }
+
+    #[test]
+    fn short_rtt_keeps_the_queue_delay_floor() {
+        let link = HopLink {
+            send_rate_bps: 15_000_000,
+            recv_rate_bps: 100_000_000,
+            rtt_ms: 40,
+        };
+        let c = link.stp_config(stp::Config::default());
+        c.validate().unwrap();
+        assert!(matches!(
+            c.congestion,
+            stp::CongestionMode::Allocated {
+                max_queue_delay_ms: 25,
+                ..
+            }
+        ));
+    }
+}

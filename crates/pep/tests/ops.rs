@@ -1,0 +1,603 @@
+//! Operations on loopback: limits refuse cleanly and are counted, `/metrics` and `/status`
+//! reflect a real transfer, idle connections are closed, host-name policy rules are enforced at
+//! the gateway, and the outbound TCP options are applied.
+
+mod common;
+
+use common::{hop_config, pattern, terminal_hop};
+
+use pep::config::TcpOptions;
+use pep::hop::{Hop, Security};
+use pep::keys::generate_keypair;
+use pep::metrics::{Metrics, Side};
+use pep::ops::{Ops, OpsConfig};
+use pep::policy::{Policy, PolicyConfig};
+use pep::relay::ConnectOptions;
+use pep::socks::SocksAuth;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// Origin: "D n\n" → n pattern bytes, then close; "E\n" → echoes until EOF.
+async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let mut parts = line.split_whitespace();
+                match (parts.next(), parts.next().and_then(|n| n.parse().ok())) {
+                    (Some("D"), Some(n)) => {
+                        let _ = r.get_mut().write_all(&pattern(7, n)).await;
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                    (Some("E"), _) => {
+                        let mut buf = vec![0u8; 4096];
+                        loop {
+                            match r.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if r.get_mut().write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+struct Setup {
+    socks: SocketAddr,
+    http: SocketAddr,
+    term_metrics: SocketAddr,
+    gw_metrics: SocketAddr,
+    term_ops: Arc<Ops>,
+    gw_ops: Arc<Ops>,
+}
+
+struct Options {
+    term: OpsConfig,
+    gw: OpsConfig,
+    allow: Vec<String>,
+    deny: Vec<String>,
+    tcp: TcpOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            term: OpsConfig::unlimited(),
+            gw: OpsConfig::unlimited(),
+            allow: vec!["127.0.0.0/8".into()],
+            deny: vec![],
+            tcp: TcpOptions::default(),
+        }
+    }
+}
+
+async fn metrics_endpoint(metrics: Arc<Metrics>, hop: Arc<Hop>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(pep::http_endpoint::serve(
+        l,
+        metrics,
+        Some(hop),
+        std::future::pending::<()>(),
+    ));
+    addr
+}
+
+async fn setup(o: Options) -> Setup {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
+    let mut gw = Hop::start(
+        gsock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        hop_config(2, 1 << 20),
+    )
+    .unwrap();
+    let gw_addr = gw.local_addr();
+    let policy = Policy::new(PolicyConfig {
+        allow: o.allow,
+        deny: o.deny,
+        allow_private: false,
+        own_addresses: vec![],
+    })
+    .unwrap();
+    let gw_ops = Ops::new(o.gw, Arc::new(Metrics::new(Side::Gateway)));
+    let incoming = pep::relay::take_incoming(&mut gw);
+    let gw = Arc::new(gw);
+    tokio::spawn(pep::relay::serve_gateway(
+        incoming,
+        Arc::new(policy),
+        ConnectOptions::new(Duration::from_secs(5)),
+        Arc::new(o.tcp),
+        Arc::clone(&gw_ops),
+    ));
+    let gw_metrics = metrics_endpoint(Arc::clone(gw_ops.metrics()), gw).await;
+
+    let term = Arc::new(terminal_hop(tk, gp, gw_addr, hop_config(1, 1 << 20)).await);
+    let term_ops = Ops::new(o.term, Arc::new(Metrics::new(Side::Terminal)));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socks = l.local_addr().unwrap();
+    tokio::spawn(pep::relay::serve_socks_with(
+        l,
+        Arc::clone(&term),
+        Arc::new(SocksAuth::None),
+        Arc::clone(&term_ops),
+    ));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = l.local_addr().unwrap();
+    tokio::spawn(pep::relay::serve_http_connect_with(
+        l,
+        Arc::clone(&term),
+        Arc::clone(&term_ops),
+    ));
+    let term_metrics = metrics_endpoint(Arc::clone(term_ops.metrics()), term).await;
+    Setup {
+        socks,
+        http,
+        term_metrics,
+        gw_metrics,
+        term_ops,
+        gw_ops,
+    }
+}
+
+/// SOCKS5 CONNECT (no authentication) to an address or a name; returns the stream and the
+/// reply code.
+async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.unwrap();
+    assert_eq!(m, [5, 0]);
+    let mut req = vec![5, 1, 0];
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut rep))
+        .await
+        .expect("SOCKS reply in time")
+        .unwrap();
+    (s, rep[1])
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).await.unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// The value of the sample `name{side="…",labels}` in a Prometheus text, labels given as
+/// `key="value"` pairs after the side.
+fn sample(text: &str, name: &str, labels: &str) -> f64 {
+    let prefix = format!("{name}{{");
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let (l, v) = rest.rsplit_once("} ").unwrap();
+        let extra = l.split_once(',').map_or("", |(_, e)| e);
+        if extra == labels {
+            return v.parse().unwrap();
+        }
+    }
+    panic!("no sample {name}{{{labels}}} in\n{text}");
+}
+
+/// Polls `f` until it holds or 10 s pass.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_status_follow_a_transfer() {
+    let origin = origin().await;
+    let s = setup(Options::default()).await;
+    const N: usize = 2_000_000;
+
+    // An echo connection, held open while we look: 1 MB each way through it.
+    const E: usize = 1_000_000;
+    let (echo, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    let client_addr = echo.local_addr().unwrap().to_string();
+    let (mut er, mut ew) = echo.into_split();
+    let writer = tokio::spawn(async move {
+        ew.write_all(b"E\n").await.unwrap();
+        ew.write_all(&pattern(3, E)).await.unwrap();
+        ew
+    });
+    let mut back = vec![0u8; E];
+    er.read_exact(&mut back).await.unwrap();
+    assert!(back == pattern(3, E), "echo differs");
+    let ew = writer.await.unwrap();
+
+    let status: serde_json::Value =
+        serde_json::from_str(&http_get(s.term_metrics, "/status").await).unwrap();
+    let conns = status["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{status}");
+    let c = &conns[0];
+    assert_eq!(c["destination"], format!("127.0.0.1:{}", origin.port()));
+    assert_eq!(c["client"], client_addr, "{status}");
+    assert_eq!(c["state"], "open");
+    assert_eq!(c["bytes_up"], E as u64 + 2);
+    assert_eq!(c["bytes_down"], E as u64);
+    assert!(c["age_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        c["srtt_ms"].as_f64().unwrap() > 0.0,
+        "a transfer measures srtt: {c}"
+    );
+    assert!(c["cwnd_bytes"].as_u64().unwrap() > 0, "{c}");
+    let gstatus: serde_json::Value =
+        serde_json::from_str(&http_get(s.gw_metrics, "/status").await).unwrap();
+    let g = &gstatus["connections"][0];
+    assert_eq!(g["destination"], c["destination"]);
+    assert_eq!(g["client"], c["client"], "the v2 header carries the client");
+    assert_eq!(g["terminal"].as_str().map(str::len), Some(64));
+    assert_eq!(g["bytes_up"], c["bytes_up"]);
+
+    // With data both ways, each side POLLed and answered the other's POLLs with STATs.
+    let tm = http_get(s.term_metrics, "/metrics").await;
+    let gm = http_get(s.gw_metrics, "/metrics").await;
+    for (m, peer) in [(&tm, &gm), (&gm, &tm)] {
+        let stat_sent = sample(m, "satstp_stp_packets_sent_total", "type=\"stat\"");
+        let stat_recv = sample(peer, "satstp_stp_packets_received_total", "type=\"stat\"");
+        assert!(stat_sent > 0.0, "{m}");
+        assert!(stat_recv > 0.0 && stat_recv <= stat_sent, "{peer}");
+        assert!(sample(m, "satstp_stp_packets_sent_total", "type=\"poll\"") > 0.0);
+        assert!(sample(m, "satstp_stp_packets_sent_total", "type=\"sd\"") > 0.0);
+        // Every payload byte crossed the hop inside a datagram with headers.
+        for dir in ["up", "down"] {
+            let hop = sample(m, "satstp_hop_bytes_total", &format!("direction=\"{dir}\""));
+            assert!(hop > E as f64, "{dir}: {hop}");
+        }
+        assert_eq!(sample(m, "satstp_stp_connections", ""), 1.0);
+        let srtt = sample(m, "satstp_stp_srtt_seconds", "stat=\"max\"");
+        assert!(srtt > 0.0 && srtt < 5.0, "{srtt}");
+        assert!(sample(m, "satstp_stp_cwnd_bytes", "stat=\"sum\"") > 0.0);
+    }
+    assert_eq!(
+        sample(&tm, "satstp_hop_established", ""),
+        1.0,
+        "the tunnel is up"
+    );
+
+    // A download, byte-exact.
+    let (mut d, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    d.write_all(format!("D {N}\n").as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    d.read_to_end(&mut got).await.unwrap();
+    assert!(
+        got == pattern(7, N),
+        "download differs ({} bytes)",
+        got.len()
+    );
+    drop(d);
+    drop(ew);
+    drop(er);
+    let (t, g) = (s.term_ops.metrics(), s.gw_ops.metrics());
+    eventually("both connections to close on both sides", || {
+        t.connections_active.get() == 0 && g.connections_active.get() == 0
+    })
+    .await;
+
+    let tm = http_get(s.term_metrics, "/metrics").await;
+    let gm = http_get(s.gw_metrics, "/metrics").await;
+    let req = format!("D {N}\n").len() as f64;
+    for m in [&tm, &gm] {
+        assert_eq!(sample(m, "satstp_connections_total", ""), 2.0);
+        assert_eq!(sample(m, "satstp_connections_active", ""), 0.0);
+        assert_eq!(
+            sample(m, "satstp_tcp_bytes_total", "direction=\"down\""),
+            (N + E) as f64
+        );
+        assert_eq!(
+            sample(m, "satstp_tcp_bytes_total", "direction=\"up\""),
+            req + (E + 2) as f64
+        );
+        assert!(sample(m, "satstp_hop_bytes_total", "direction=\"down\"") > (N + E) as f64);
+        assert_eq!(
+            sample(m, "satstp_connections_refused_total", "reason=\"policy\""),
+            0.0
+        );
+        assert_eq!(
+            sample(m, "satstp_connections_closed_total", "reason=\"done\""),
+            2.0,
+            "{m}"
+        );
+        assert_eq!(sample(m, "satstp_memory_reserved_bytes", ""), 0.0);
+    }
+    let status: serde_json::Value =
+        serde_json::from_str(&http_get(s.term_metrics, "/status").await).unwrap();
+    assert_eq!(status["connections"].as_array().map(Vec::len), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_limits_refuse_cleanly_and_count() {
+    let origin = origin().await;
+    let s = setup(Options {
+        term: OpsConfig {
+            max_connections: 2,
+            max_connections_per_terminal: 2,
+            ..OpsConfig::unlimited()
+        },
+        ..Options::default()
+    })
+    .await;
+    let (mut a, ca) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    let (b, cb) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!((ca, cb), (0, 0));
+    // Third: SOCKS5 general failure, then the connection ends.
+    let (mut c, cc) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(cc, 1);
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    assert!(rest.is_empty());
+    // HTTP CONNECT at the limit: 503.
+    let mut h = TcpStream::connect(s.http).await.unwrap();
+    h.write_all(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", origin.port()).as_bytes())
+        .await
+        .unwrap();
+    let mut resp = String::new();
+    h.read_to_string(&mut resp).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    let m = s.term_ops.metrics();
+    assert_eq!(
+        m.refused(pep::metrics::RefusalReason::ConnectionLimit)
+            .get(),
+        2
+    );
+    assert_eq!(m.connections_total.get(), 2);
+    // The connections admitted still work.
+    a.write_all(b"E\nping").await.unwrap();
+    let mut back = [0u8; 4];
+    a.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"ping");
+    // Room again once one ends.
+    drop(b);
+    eventually("a slot to free", || m.connections_active.get() == 1).await;
+    let (_d, cd) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(cd, 0);
+    let text = http_get(s.term_metrics, "/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "satstp_connections_refused_total",
+            "reason=\"connection_limit\""
+        ),
+        2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_limits_per_terminal_and_memory() {
+    let origin = origin().await;
+    // Per terminal: one connection.
+    let s = setup(Options {
+        gw: OpsConfig {
+            max_connections: 10,
+            max_connections_per_terminal: 1,
+            ..OpsConfig::unlimited()
+        },
+        ..Options::default()
+    })
+    .await;
+    let (_a, ca) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    let (_b, cb) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!((ca, cb), (0, 1), "the gateway refuses the second");
+    let g = s.gw_ops.metrics();
+    assert_eq!(
+        g.refused(pep::metrics::RefusalReason::TerminalLimit).get(),
+        1
+    );
+    // The terminal saw the gateway's refusal as a failed connect.
+    let t = s.term_ops.metrics();
+    eventually("the terminal to count the refusal", || {
+        t.refused(pep::metrics::RefusalReason::ConnectFailed).get() == 1
+    })
+    .await;
+
+    // Memory: each connection reserves 4 MiB of a 10 MiB cap.
+    let s = setup(Options {
+        gw: OpsConfig {
+            memory_cap_bytes: 10 << 20,
+            reserve_per_connection_bytes: 4 << 20,
+            ..OpsConfig::unlimited()
+        },
+        ..Options::default()
+    })
+    .await;
+    let (_a, ca) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    let (_b, cb) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    let (_c, cc) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!((ca, cb, cc), (0, 0, 1));
+    let text = http_get(s.gw_metrics, "/metrics").await;
+    assert_eq!(
+        sample(
+            &text,
+            "satstp_connections_refused_total",
+            "reason=\"memory\""
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, "satstp_memory_reserved_bytes", ""),
+        (8u64 << 20) as f64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connection_is_reset_and_counted() {
+    let origin = origin().await;
+    let s = setup(Options {
+        term: OpsConfig {
+            idle_timeout: Some(Duration::from_millis(800)),
+            ..OpsConfig::unlimited()
+        },
+        ..Options::default()
+    })
+    .await;
+    let (mut c, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    // Activity keeps it open past the timeout.
+    c.write_all(b"E\n").await.unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        c.write_all(b"x").await.unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).await.unwrap();
+    }
+    // Then silence: the terminal resets it.
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+        .await
+        .expect("closed within the idle timeout");
+    let e = r.expect_err("an idle connection is reset, not closed normally");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    let m = s.term_ops.metrics();
+    assert_eq!(m.closed(pep::metrics::CloseReason::IdleTimeout).get(), 1);
+    // The gateway's side of it is torn down as well.
+    let g = s.gw_ops.metrics();
+    eventually("the gateway to close its side", || {
+        g.connections_active.get() == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_name_rules_are_enforced_at_the_gateway() {
+    let origin = origin().await;
+    let port = origin.port();
+    // Denied by name before resolution.
+    let s = setup(Options {
+        deny: vec!["LOCALHOST".into()],
+        ..Options::default()
+    })
+    .await;
+    let (_c, code) = socks_connect(s.socks, "localhost", port).await;
+    assert_eq!(code, 2, "not allowed by policy");
+    assert_eq!(
+        s.gw_ops
+            .metrics()
+            .refused(pep::metrics::RefusalReason::Policy)
+            .get(),
+        1
+    );
+    // The same address by number passes (the rule is about the name).
+    let (_c, code) = socks_connect(s.socks, "127.0.0.1", port).await;
+    assert_eq!(code, 0);
+
+    // An allowed name does not lift the loopback default ...
+    let s = setup(Options {
+        allow: vec!["localhost".into()],
+        ..Options::default()
+    })
+    .await;
+    let (_c, code) = socks_connect(s.socks, "localhost", port).await;
+    assert_eq!(code, 2);
+    // ... and with the loopback range allowed too, the name works, while other names are
+    // outside the allow-list.
+    let s = setup(Options {
+        allow: vec!["localhost".into(), "127.0.0.0/8".into()],
+        ..Options::default()
+    })
+    .await;
+    let (mut c, code) = socks_connect(s.socks, "localhost", port).await;
+    assert_eq!(code, 0);
+    c.write_all(b"D 1000\n").await.unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, pattern(7, 1000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_tcp_options_are_applied() {
+    assert!(pep::relay::check_tcp_options(&TcpOptions {
+        congestion: Some("nosuchcc".into()),
+        ..TcpOptions::default()
+    })
+    .is_err());
+    let origin = origin().await;
+    // A congestion control the kernel lacks makes every outbound connect fail: the option is
+    // set on the gateway's socket before it connects.
+    let s = setup(Options {
+        tcp: TcpOptions {
+            congestion: Some("nosuchcc".into()),
+            ..TcpOptions::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let (_c, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        s.gw_ops
+            .metrics()
+            .refused(pep::metrics::RefusalReason::ConnectFailed)
+            .get(),
+        1
+    );
+    // Options the kernel accepts leave the path working.
+    let s = setup(Options {
+        tcp: TcpOptions {
+            congestion: Some("reno".into()),
+            send_buffer_bytes: Some(1 << 20),
+            recv_buffer_bytes: Some(1 << 20),
+            nodelay: false,
+        },
+        ..Options::default()
+    })
+    .await;
+    let (mut c, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    c.write_all(b"D 100000\n").await.unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).await.unwrap();
+    assert!(got == pattern(7, 100_000));
+}
