@@ -455,7 +455,8 @@ async fn http_connect(proxy: SocketAddr, authority: &str) -> (TcpStream, String)
 }
 
 /// Over HTTP CONNECT a refused connect is `502`, a destination the gateway's policy denies
-/// `403`, and a working one `200` with bytes passing both ways.
+/// `403` (and neither leaves a stream behind on either hop), and a working one `200` with bytes
+/// passing both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connect_refused_is_502_and_denied_is_403() {
     let st = setup(None).await;
@@ -467,6 +468,8 @@ async fn http_connect_refused_is_502_and_denied_is_403() {
     assert!(head.starts_with("HTTP/1.1 502 "), "refused: {head:?}");
     let (_, head) = http_connect(st.terminal.http, "192.0.2.1:80").await;
     assert!(head.starts_with("HTTP/1.1 403 "), "denied: {head:?}");
+    // Neither failed stream lingers on a hop.
+    assert_no_streams_left(&[&st.terminal.hop, &st.gateway]).await;
 
     let (server, served) = one_shot_server(|mut s| async move {
         let mut q = [0u8; 4];
