@@ -20,6 +20,9 @@ pub enum BenchCommand {
     Sim(SimBenchArgs),
     /// Terminal and gateway on loopback, encrypted hop: throughput, CPU per GB, memory per idle connection.
     Gateway(crate::bench_gateway::GatewayBenchArgs),
+    /// Kernel TCP (cubic, bbr, reno), split TCP and split STP over the same emulated link
+    /// (root): download, upload, page load, uplink cost, retransmissions.
+    Link(Box<crate::bench_link::LinkBenchArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -54,6 +57,7 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::Engine(a) => engine(a),
         BenchCommand::Sim(a) => sim_bench(a),
         BenchCommand::Gateway(a) => crate::bench_gateway::run(a),
+        BenchCommand::Link(a) => crate::bench_link::run(a),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_gateway;
+mod bench_link;
 mod daemon;
 mod demo;
 mod demo_engine;
