@@ -190,6 +190,10 @@ impl RecvBuffer {
     /// false if the list was cut short.
     fn missing_in(&self, from: u64, to: u64, limit: usize, out: &mut Vec<(u64, u64)>) -> bool {
         let mut cursor = from.max(self.next);
+        if cursor >= to {
+            // Filled meanwhile (a queued USTAT range the cumulative point has passed).
+            return true;
+        }
         for (&seq, _) in self.out_of_order.range(cursor..to) {
             if seq > cursor {
                 if out.len() >= limit {
@@ -306,6 +310,23 @@ mod tests {
         assert_eq!(r.pop_ustat(), Some((11, 12)));
         r.on_sd(15, b"f");
         assert_eq!(r.pop_ustat(), None, "one USTAT per gap");
+    }
+
+    #[test]
+    fn queued_ustat_passed_by_the_cumulative_point_is_dropped() {
+        let mut r = buf();
+        r.on_sd(10, b"a");
+        for s in 12..=14 {
+            r.on_sd(s, b"x"); // hole at 11, queued for USTAT after the third arrival
+        }
+        assert!(r.has_ustat());
+        // The hole fills and the stream moves past the queued range before the USTAT is sent.
+        r.on_sd(11, b"b");
+        r.on_sd(15, b"y");
+        r.on_sd(16, b"z");
+        assert_eq!(r.cumulative(), 17);
+        assert_eq!(r.pop_ustat(), None);
+        assert!(!r.has_ustat());
     }
 
     #[test]
