@@ -592,12 +592,15 @@ async fn tap(gateway: SocketAddr, tamper_every: u64) -> Tap {
                         let _ = far.send_to(&bad, gateway).await;
                         tampered.fetch_add(1, Ordering::SeqCst);
                     }
+                }
+                let _ = far.send_to(d, gateway).await;
+                // Kept only once forwarded, so a copy sent later is a replay.
+                if d.first() == Some(&TUNNEL_DATA) {
                     let mut c = captured.lock().unwrap();
                     if c.len() < 64 {
                         c.push(d.to_vec());
                     }
                 }
-                let _ = far.send_to(d, gateway).await;
             }
         });
     }
