@@ -724,7 +724,7 @@ async fn within<T>(
 }
 
 /// The refusal reason for a gateway's verdict.
-fn refusal_for(code: Reply) -> RefusalReason {
+pub(crate) fn refusal_for(code: Reply) -> RefusalReason {
     match code {
         Reply::NotAllowed => RefusalReason::Policy,
         _ => RefusalReason::ConnectFailed,
@@ -732,7 +732,7 @@ fn refusal_for(code: Reply) -> RefusalReason {
 }
 
 /// Accepts the next client on `listener` and admits it, until `ops` drains (`None`).
-async fn next_client(
+pub(crate) async fn next_client(
     listener: &TcpListener,
     ops: &Arc<Ops>,
 ) -> Option<(TcpStream, SocketAddr, Result<Conn, RefusalReason>)> {

@@ -18,6 +18,8 @@
 //! turned back into IPv4.
 
 use crate::hop::Hop;
+use crate::metrics::{RefusalReason, Side};
+use crate::ops::{Conn, Ops};
 use crate::relay;
 use crate::socks::Target;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -35,8 +37,6 @@ use tokio::net::{TcpListener, TcpStream};
 pub const EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
 /// Most client bytes carried with the header.
 const MAX_EARLY: usize = 4096;
-/// Pause after a failed accept (e.g. out of file descriptors) before trying again.
-const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Connections waiting to be accepted.
 const BACKLOG: i32 = 1024;
 
@@ -123,22 +123,25 @@ pub fn reset(tcp: TcpStream) {
 /// Terminal: serves transparently intercepted connections on `listener` (made by
 /// [`bind_transparent`]), each relayed across `hop` to its original destination.
 pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>) {
+    serve_tproxy_with(listener, hop, Ops::unlimited(Side::Terminal)).await
+}
+
+/// As [`serve_tproxy`], admitting each connection against the limits of `ops` (a refused client
+/// is reset), counting into its metrics, closing idle connections, until `ops` drains.
+pub async fn serve_tproxy_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
     let own = listener.local_addr().ok().map(relay::canonical_addr);
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(_) => {
-                // Out of descriptors or memory, or a connection that died while queued: the
-                // listener itself is still good.
-                tokio::time::sleep(ACCEPT_RETRY).await;
-                continue;
+    while let Some((tcp, peer, admitted)) = relay::next_client(&listener, &ops).await {
+        match admitted {
+            Ok(conn) => {
+                let hop = Arc::clone(&hop);
+                tokio::spawn(async move {
+                    let _ = relay_one(tcp, peer, own, &hop, conn).await;
+                });
             }
-        };
-        let hop = Arc::clone(&hop);
-        tokio::spawn(async move {
-            let _ = relay_one(tcp, relay::canonical_addr(peer), own, &hop).await;
-        });
+            Err(_) => reset(tcp),
+        }
     }
+    tracing::info!("terminal: transparent listener closed");
 }
 
 /// Relays one intercepted connection; resets it if the gateway cannot connect.
@@ -147,9 +150,18 @@ async fn relay_one(
     peer: SocketAddr,
     own: Option<SocketAddr>,
     hop: &Hop,
+    mut conn: Conn,
 ) -> io::Result<(u64, u64)> {
-    let dest = original_destination(&tcp)?;
+    let dest = match original_destination(&tcp) {
+        Ok(d) => d,
+        Err(e) => {
+            conn.refuse(RefusalReason::Protocol);
+            return Err(e);
+        }
+    };
+    conn.track().set_destination(dest.to_string());
     if Some(dest) == own {
+        conn.refuse(RefusalReason::Protocol);
         // Someone connected to the listener's own address, not through the TPROXY rule: there
         // is no original destination to reach.
         reset(tcp);
@@ -169,8 +181,9 @@ async fn relay_one(
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
     match relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await {
-        Ok((stream, pre)) => relay::splice(tcp, stream, pre).await,
+        Ok((stream, pre)) => relay::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
         Err(code) => {
+            conn.refuse(relay::refusal_for(code));
             reset(tcp);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,

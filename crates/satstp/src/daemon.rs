@@ -270,7 +270,11 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             let l = pep::tproxy::bind_transparent(a).context("terminal.tproxy_listen")?;
             let l = tokio::net::TcpListener::from_std(l)
                 .with_context(|| format!("terminal.tproxy_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::tproxy::serve_tproxy(l, Arc::clone(&hop)));
+            tokio::spawn(pep::tproxy::serve_tproxy_with(
+                l,
+                Arc::clone(&hop),
+                Arc::clone(&ops),
+            ));
             listening.push(format!("TPROXY on {a}"));
         }
         if listening.is_empty() {
