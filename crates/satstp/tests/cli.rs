@@ -130,3 +130,50 @@ fn bad_input_is_reported_clearly() {
     assert!(!o.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's main command, made smaller: the gateway demo over the emulated GEO link finishes,
+/// verifies every byte and reports what the README promises.
+#[test]
+fn gateway_demo_runs_and_reports() {
+    let o = satstp()
+        .args(["demo", "--size", "3MB", "--objects", "8", "--seed", "2"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "demo failed: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for want in [
+        "object of 3000000 bytes",
+        "every byte verified",
+        "% of the 50.0 Mb/s downlink",
+        "web page: 8 objects",
+        "emulated link: down",
+        "gateway STP:",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let o = satstp()
+        .args(["demo", "--profile", "mars"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--profile"));
+}
+
+/// The engine-only demo is still there and deterministic.
+#[test]
+fn engine_demo_is_deterministic() {
+    let run = || {
+        satstp()
+            .args(["demo", "--engine", "--size", "1MB"])
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (run(), run());
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    assert!(String::from_utf8_lossy(&a.stdout).contains("every byte verified"));
+}
