@@ -179,9 +179,7 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out: cannot create {}", dir.display()))?;
     }
-    linkem::net::check_support().map_err(|e| {
-        anyhow!("satstp bench link needs the IP-level emulator: {e}; run it as root on Linux")
-    })?;
+    linkem::net::check_support().map_err(|e| anyhow!("satstp bench link: {e}"))?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
     let stop = stop_flag()?;
 
@@ -1699,6 +1697,71 @@ mod tests {
         assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
         assert_eq!(spread(&[4.0, 1.0]), Some((2.5, 1.0, 4.0)));
         assert_eq!(spread(&[]), None);
+    }
+
+    fn conn(addr: SocketAddr) -> Conn {
+        Conn::new(
+            TcpStream::connect(addr).unwrap(),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_wrong_byte_in_a_download_fails_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 256];
+            let _ = s.read(&mut req).unwrap();
+            let mut body = vec![0u8; 5000];
+            fill_pattern(1, 0, &mut body);
+            body[4321] ^= 0x40;
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+                .unwrap();
+            s.write_all(&body).unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let e = conn(addr).get(1, 5000, deadline).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("object 1: byte 4321 of 5000 arrived wrong"),
+            "{e:#}"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn the_origin_serves_keep_alive_and_refuses_a_wrong_upload() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let origin = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let stop = AtomicBool::new(false);
+            serve(s, Some("reno"), &stop, &stop)
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut c = conn(addr);
+        c.post(3, 300_000, deadline).unwrap();
+        c.get(4, 700_000, deadline).unwrap();
+        c.get(5, 0, deadline).unwrap();
+        let never = AtomicBool::new(false);
+        let mut body = vec![0u8; 1000];
+        fill_pattern(6, 0, &mut body);
+        body[10] ^= 1;
+        c.write_all(
+            b"POST /upload/1000/6 HTTP/1.1\r\nContent-Length: 1000\r\n\r\n",
+            deadline,
+            &never,
+        )
+        .unwrap();
+        c.write_all(&body, deadline, &never).unwrap();
+        assert_eq!(c.response(deadline).unwrap().0, 422);
+        let e = origin.join().unwrap().unwrap_err();
+        assert!(
+            format!("{e:#}").contains("upload 6: byte 10 of 1000 is wrong"),
+            "{e:#}"
+        );
     }
 
     #[test]

@@ -1,0 +1,219 @@
+//! `satstp bench link` end to end: a small benchmark over the IP-level emulator (root and
+//! /dev/net/tun; skipped with the reason printed elsewhere) writes the JSON contract with
+//! plausible figures and byte-exact transfers, leaves no namespace, daemon or temporary files
+//! behind; bad flags are refused with an error naming the flag (no root needed).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn satstp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_satstp"))
+}
+
+fn supported(test: &str) -> bool {
+    match linkem::net::check_support() {
+        Ok(()) => true,
+        Err(e) => {
+            println!("skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "satstp-bench-link-test-{}-{name}",
+        std::process::id()
+    ))
+}
+
+/// Temporary directories and namespaces the bench of process `pid` would leave behind.
+fn leftovers(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.starts_with(&format!("satstp-bench-link-{pid}-")) {
+                out.push(n);
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(linkem::net::NETNS_DIR) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.starts_with(&format!("{}{pid}-", linkem::net::NAME_PREFIX)) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+fn number(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+fn small_bench_over_leo_writes_plausible_byte_exact_results() {
+    if !supported("small_bench_over_leo_writes_plausible_byte_exact_results") {
+        return;
+    }
+    let dir = tmp("leo");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json_path = dir.join("leo.json");
+    let child = satstp()
+        .args([
+            "bench",
+            "link",
+            "--profile",
+            "leo",
+            "--size",
+            "2MB",
+            "--upload-size",
+            "1MB",
+            "--runs",
+            "1",
+            "--contenders",
+            "cubic,split-stp",
+            "--json",
+        ])
+        .arg(&json_path)
+        .arg("--out")
+        .arg(&dir)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "bench link failed: {:?}", out.status);
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(v["profile"], "leo");
+    let settings = &v["settings"];
+    assert_eq!(number(settings, "download_bytes"), 2e6);
+    assert_eq!(number(settings, "upload_bytes"), 1e6);
+    assert_eq!(number(settings, "page_objects"), 30.0);
+    // Buffers of at least 2 × the bandwidth-delay product (100 Mb/s × 40 ms = 500 kB).
+    let rmem = settings["namespace_sysctls"]["net.ipv4.tcp_rmem"]
+        .as_str()
+        .unwrap();
+    let max: f64 = rmem.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(max >= 1e6, "tcp_rmem {rmem}");
+
+    let results = v["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["contender"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cubic", "split-stp"]);
+    let (down_bps, up_bps) = (100e6, 15e6);
+    for r in results {
+        let name = r["contender"].as_str().unwrap();
+        // Every transfer was checked byte for byte by the bench; a wrong byte fails the
+        // contender (failed = true, errors listed, exit status non-zero).
+        assert_eq!(r["failed"], false, "{name}: {r}");
+        assert_eq!(number(r, "runs_ok"), 1.0, "{name}");
+        let down = number(r, "download_bps");
+        assert!(down > 1e6 && down < down_bps, "{name}: download {down}");
+        let up = number(r, "upload_bps");
+        assert!(up > 1e5 && up < up_bps, "{name}: upload {up}");
+        // At least the round trip of the page and one of its objects, and not absurdly long.
+        let plt = number(r, "page_load_s");
+        assert!(plt > 0.03 && plt < 30.0, "{name}: page load {plt}");
+        let ub = number(r, "uplink_bytes_per_mb");
+        let up_pkts = number(r, "uplink_packets_per_mb");
+        assert!(
+            ub > 0.0 && up_pkts > 0.0,
+            "{name}: uplink {ub} B, {up_pkts} packets"
+        );
+        // Uplink packets are IP packets of 40 to 1500 bytes.
+        assert!(
+            ub / up_pkts >= 40.0 && ub / up_pkts <= 1500.0,
+            "{name}: {ub} B in {up_pkts} packets"
+        );
+        assert!(number(r, "retransmitted_bytes") >= 0.0, "{name}");
+        for key in ["download_bps", "upload_bps", "page_load_s"] {
+            assert!(number(r, &format!("{key}_min")) <= number(r, key));
+            assert!(number(r, &format!("{key}_max")) >= number(r, key));
+        }
+    }
+    // Kernel TCP acknowledges every other segment on the uplink; STP sends a few STATs per
+    // round trip.
+    let uplink = |i: usize| number(&results[i], "uplink_bytes_per_mb");
+    assert!(
+        uplink(1) < uplink(0),
+        "split-stp uplink {} B/MB, cubic {} B/MB",
+        uplink(1),
+        uplink(0)
+    );
+    for chart in [
+        "link-download",
+        "link-upload",
+        "link-page-load",
+        "link-uplink",
+    ] {
+        let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();
+        assert_eq!(&png[1..4], b"PNG", "{chart}");
+        let svg = std::fs::read_to_string(dir.join(format!("{chart}.svg"))).unwrap();
+        assert!(svg.contains("split-stp"), "{chart}");
+    }
+    assert!(
+        leftovers(pid).is_empty(),
+        "left behind: {:?}",
+        leftovers(pid)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn fails_naming(args: &[&str], flag: &str) {
+    let out = satstp()
+        .args(["bench", "link"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(flag),
+        "{args:?}: error does not name {flag}: {err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn bad_flags_are_named() {
+    fails_naming(&["--profile", "mars"], "--profile");
+    fails_naming(
+        &["--profile", "geo", "--contenders", "cubic,vegas"],
+        "--contenders",
+    );
+    fails_naming(
+        &["--profile", "geo", "--contenders", "cubic,cubic"],
+        "--contenders",
+    );
+    fails_naming(&["--profile", "geo", "--runs", "0"], "--runs");
+    fails_naming(&["--profile", "geo", "--size", "0"], "--size");
+    fails_naming(&["--profile", "geo", "--size", "lots"], "--size");
+    fails_naming(&["--profile", "geo", "--upload-size", "0"], "--upload-size");
+    fails_naming(&["--profile", "geo", "--objects", "0"], "--objects");
+    fails_naming(&["--size", "1MB"], "--profile");
+}
+
+#[test]
+fn without_root_it_says_why() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        println!("skipping without_root_it_says_why: running as root");
+        return;
+    }
+    let out = satstp()
+        .args(["bench", "link", "--profile", "leo"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs root"), "{err}");
+}
