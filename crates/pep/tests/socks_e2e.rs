@@ -2,125 +2,24 @@
 
 mod common;
 
-use common::{hop_config, hop_config_for, link_to, pattern, profile_links, terminal_hop};
+use common::{
+    fnv, hop_config, hop_config_for, origin, pattern, profile_links, socks_connect, socks_pair,
+    Setup,
+};
 
 use linkem::Profile;
-use pep::hop::{Hop, Security};
-use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
-use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
-
-fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// Origin server: "D n\n" → n pattern bytes then close; "U n\n" → reads n bytes, answers the
-/// 8-byte FNV hash, closes.
-async fn origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut r = BufReader::new(s);
-                let mut line = String::new();
-                if r.read_line(&mut line).await.is_err() {
-                    return;
-                }
-                let mut parts = line.split_whitespace();
-                let (Some(cmd), Some(n)) = (
-                    parts.next(),
-                    parts.next().and_then(|n| n.parse::<usize>().ok()),
-                ) else {
-                    return;
-                };
-                if cmd == "D" {
-                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
-                    let _ = r.get_mut().shutdown().await;
-                } else {
-                    let mut got = vec![0u8; n];
-                    if r.read_exact(&mut got).await.is_ok() {
-                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
-                        let _ = r.get_mut().shutdown().await;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-struct Setup {
-    socks: SocketAddr,
-    emu: Option<linkem::EmulatorHandle>,
-}
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
-    let (tk, tp) = generate_keypair().unwrap();
-    let (gk, gp) = generate_keypair().unwrap();
-    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
     // With a profile both sides are sized from its allocation, as the daemons do from their
     // configuration files.
-    let links = profile.map(profile_links);
-    let hop_cfg = |seed, gateway_side: bool| match links {
-        Some((t, g)) => hop_config_for(seed, if gateway_side { g } else { t }),
-        None => hop_config(seed, 4 << 20),
+    let (term, gw) = match profile.map(profile_links) {
+        Some((t, g)) => (hop_config_for(1, t), hop_config_for(2, g)),
+        None => (hop_config(1, 4 << 20), hop_config(2, 4 << 20)),
     };
-    let gw = Hop::start(
-        gsock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_cfg(2, true),
-    )
-    .unwrap();
-    let gw_addr = gw.local_addr();
-    let policy = Arc::new(
-        Policy::new(PolicyConfig {
-            allow,
-            deny: vec![],
-            allow_private: false,
-            own_addresses: vec![],
-        })
-        .unwrap(),
-    );
-    tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
-    let (emu, to) = link_to(gw_addr, profile, 4).await;
-    let term = Arc::new(terminal_hop(tk, gp, to, hop_cfg(1, false)).await);
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(l, term, Arc::new(SocksAuth::None)));
-    Setup { socks, emu }
-}
-
-/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
-async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await.unwrap();
-    assert_eq!(m, [5, 0]);
-    let SocketAddr::V4(v4) = dest else {
-        panic!("ipv4 only here")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    (s, rep[1])
+    socks_pair(term, gw, profile.map(|p| p.links()), allow).await
 }
 
 /// The acceptance run: 20 MB down and 5 MB up byte-exact through the `geo` profile

@@ -2,11 +2,20 @@
 #![allow(dead_code)]
 
 use linkem::{EmulatorConfig, EmulatorHandle, Profile, UdpEmulator};
+use linkmodel::LinkConfig;
 use pep::hop::{Hop, HopConfig, Security};
+use pep::keys::generate_keypair;
 use pep::keys::{PrivateKey, PublicKey};
+use pep::policy::{Policy, PolicyConfig};
+use pep::socks::SocksAuth;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 use stp::EndpointConfig;
-use tokio::net::UdpSocket;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 /// A deterministic pseudo-random byte pattern.
 pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
@@ -71,11 +80,25 @@ pub async fn link_to(
     profile: Option<Profile>,
     seed: u64,
 ) -> (Option<EmulatorHandle>, SocketAddr) {
-    let Some(p) = profile else {
-        return (None, gateway);
-    };
-    let (up, down) = p.links();
-    let emu = UdpEmulator::start(EmulatorConfig {
+    match profile {
+        Some(p) => {
+            let (up, down) = p.links();
+            let emu = emulate(gateway, up, down, seed).await;
+            let addr = emu.local_addr();
+            (Some(emu), addr)
+        }
+        None => (None, gateway),
+    }
+}
+
+/// An emulated link with these directions in front of `gateway`.
+pub async fn emulate(
+    gateway: SocketAddr,
+    up: LinkConfig,
+    down: LinkConfig,
+    seed: u64,
+) -> EmulatorHandle {
+    UdpEmulator::start(EmulatorConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         to: gateway,
         up,
@@ -83,9 +106,7 @@ pub async fn link_to(
         seed,
     })
     .await
-    .unwrap();
-    let addr = emu.local_addr();
-    (Some(emu), addr)
+    .unwrap()
 }
 
 /// A terminal hop on loopback talking to `gateway`.
@@ -106,4 +127,130 @@ pub async fn terminal_hop(
         config,
     )
     .unwrap()
+}
+
+pub fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Origin server: "D n\n" → n pattern bytes then close; "U n\n" → reads n bytes, answers the
+/// 8-byte FNV hash, closes.
+pub async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let mut parts = line.split_whitespace();
+                let (Some(cmd), Some(n)) = (
+                    parts.next(),
+                    parts.next().and_then(|n| n.parse::<usize>().ok()),
+                ) else {
+                    return;
+                };
+                if cmd == "D" {
+                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
+                    let _ = r.get_mut().shutdown().await;
+                } else {
+                    let mut got = vec![0u8; n];
+                    if r.read_exact(&mut got).await.is_ok() {
+                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
+                        let _ = r.get_mut().shutdown().await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
+pub async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.unwrap();
+    assert_eq!(m, [5, 0]);
+    let SocketAddr::V4(v4) = dest else {
+        panic!("ipv4 only here")
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await.unwrap();
+    (s, rep[1])
+}
+
+/// A terminal with a SOCKS5 listener and a gateway on loopback, optionally with an emulated link
+/// (`(up, down)`) between them; the gateway allows `allow`.
+pub struct Setup {
+    pub socks: SocketAddr,
+    pub emu: Option<EmulatorHandle>,
+    pub gateway: pep::hop::HopMonitor,
+    pub terminal: pep::hop::HopMonitor,
+}
+
+pub async fn socks_pair(
+    terminal: HopConfig,
+    gateway: HopConfig,
+    links: Option<(LinkConfig, LinkConfig)>,
+    allow: Vec<String>,
+) -> Setup {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
+    let gw = Hop::start(
+        gsock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        gateway,
+    )
+    .unwrap();
+    let gw_addr = gw.local_addr();
+    let gw_monitor = gw.monitor();
+    let policy = Arc::new(
+        Policy::new(PolicyConfig {
+            allow,
+            deny: vec![],
+            allow_private: false,
+            own_addresses: vec![],
+        })
+        .unwrap(),
+    );
+    tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
+    let (emu, to) = match links {
+        Some((up, down)) => {
+            let emu = emulate(gw_addr, up, down, 4).await;
+            let addr = emu.local_addr();
+            (Some(emu), addr)
+        }
+        None => (None, gw_addr),
+    };
+    let term = terminal_hop(tk, gp, to, terminal).await;
+    let terminal = term.monitor();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socks = l.local_addr().unwrap();
+    tokio::spawn(pep::relay::serve_socks(
+        l,
+        Arc::new(term),
+        Arc::new(SocksAuth::None),
+    ));
+    Setup {
+        socks,
+        emu,
+        gateway: gw_monitor,
+        terminal,
+    }
 }
