@@ -468,6 +468,8 @@ struct StreamState {
     finished_sent: bool,
     /// A chunk read from STP that the reader had no room for yet.
     held: Option<Bytes>,
+    /// The connection closed cleanly and was freed; the reader still has to take the end.
+    freed: bool,
 }
 
 struct HopTask {
@@ -530,6 +532,7 @@ impl HopTask {
                 shutdown_requested: false,
                 finished_sent: false,
                 held: None,
+                freed: false,
             },
         );
         self.by_handle.insert(handle, id);
@@ -577,7 +580,7 @@ impl HopTask {
             if !self.established() {
                 wake = wake.min(next_handshake);
             }
-            let holding = self.streams.values().any(|s| s.held.is_some());
+            let holding = self.streams.values().any(|s| s.held.is_some() || s.freed);
             if holding {
                 // A backstop: readers notify as they make room.
                 wake = wake.min(tokio::time::Instant::now() + READ_RETRY);
@@ -800,10 +803,25 @@ impl HopTask {
                 continue;
             };
             let Some(c) = self.endpoint.connection(s.handle) else {
-                if !s.finished_sent {
-                    let _ = s
-                        .events
-                        .try_send(StreamEvent::Failed("connection closed".into()));
+                // Freed without a failure (a failure removes the stream as its event is taken):
+                // it closed cleanly with every byte read from it. Hand the reader what is held,
+                // then the end, as it makes room; only then forget the stream.
+                s.freed = true;
+                if let Some(b) = s.held.take() {
+                    if let Err(mpsc::error::TrySendError::Full(StreamEvent::Data(b))) =
+                        s.events.try_send(StreamEvent::Data(b))
+                    {
+                        s.held = Some(b);
+                        continue;
+                    }
+                }
+                if !s.finished_sent
+                    && matches!(
+                        s.events.try_send(StreamEvent::Finished),
+                        Err(mpsc::error::TrySendError::Full(_))
+                    )
+                {
+                    continue;
                 }
                 self.remove_stream(id);
                 continue;

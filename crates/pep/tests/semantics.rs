@@ -10,7 +10,7 @@ mod common;
 use common::{hop_config, link_to, pattern, terminal_hop};
 
 use linkem::Profile;
-use pep::hop::{Hop, HopStatus, Security};
+use pep::hop::{Hop, HopStatus, Security, StreamEvent};
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
 use pep::policy::{Policy, PolicyConfig};
 use pep::relay::ConnectOptions;
@@ -315,6 +315,66 @@ async fn slow_reader_gets_the_whole_answer_after_the_hop_closed() {
     );
     drop(c);
     assert_no_streams_left(&[&st.terminal.hop, &st.gateway]).await;
+}
+
+/// The same at the hop itself: the gateway's side writes 3 MB and ends; the terminal's side
+/// ended its own direction at once and reads slowly, so the STP connection closes and is freed
+/// while the last chunks still wait for the reader. Every byte and then the end must come, not
+/// a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_hop_reader_gets_every_byte_and_the_end() {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(9));
+    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
+    let mut gateway = Hop::start(
+        sock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        hop_config(2, 1 << 20),
+    )
+    .unwrap();
+    let terminal = terminal_hop(tk, gp, gateway.local_addr(), hop_config(1, 1 << 20)).await;
+    let data = pattern(13, 3 << 20);
+    let mut s = terminal.open(b"x".to_vec()).await.unwrap();
+    s.shutdown().await;
+    let mut g = tokio::time::timeout(Duration::from_secs(10), gateway.incoming.recv())
+        .await
+        .expect("stream in time")
+        .unwrap();
+    g.write(&data).await.unwrap();
+    g.shutdown().await;
+    let mut first = Vec::new();
+    loop {
+        match g.recv().await {
+            Some(StreamEvent::Data(b)) => first.extend_from_slice(&b),
+            Some(StreamEvent::Finished) => break,
+            other => panic!("gateway side: {other:?}"),
+        }
+    }
+    assert_eq!(first, b"x");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let slowly = async {
+        let mut got = Vec::new();
+        loop {
+            match s.recv().await {
+                Some(StreamEvent::Data(b)) => got.extend_from_slice(&b),
+                Some(StreamEvent::Finished) => return Ok(got),
+                other => return Err((got.len(), other)),
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), slowly)
+        .await
+        .expect("the end in time");
+    match got {
+        Ok(got) => assert!(got == data, "{} bytes, corrupted or cut", got.len()),
+        Err((n, ev)) => panic!("after {n} of {} bytes: {ev:?}", data.len()),
+    }
+    drop(gateway);
 }
 
 /// The server greets and half-closes at once; the client reads the greeting to its end, then
