@@ -1062,6 +1062,39 @@ mod tests {
         };
         assert!(!g.allowed_terminals.is_empty() || g.allowed_terminals_file.is_some());
         g.stp_config().unwrap();
+        // The examples give the hop's allocation: both sides start from it, each at its own
+        // sending direction's rate.
+        let allocated = |c: stp::Config| match c.congestion {
+            stp::CongestionMode::Allocated { rate_bps, .. } => rate_bps,
+            other => panic!("expected the allocation controller, got {other:?}"),
+        };
+        let (tr, gr) = (
+            allocated(t.stp_config().unwrap()),
+            allocated(g.stp_config().unwrap()),
+        );
+        assert!(tr < t.up_rate_bps.unwrap() && tr > t.up_rate_bps.unwrap() * 9 / 10);
+        assert!(gr < g.down_rate_bps.unwrap() && gr > g.down_rate_bps.unwrap() * 9 / 10);
+    }
+
+    #[test]
+    fn explicit_congestion_overrides_the_allocation() {
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = 1000000\ndown_rate_bps = 8000000\nrtt_ms = 600\n[terminal.stp]\ncongestion = \"window\"\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            t.stp_config().unwrap().congestion,
+            stp::CongestionMode::Window
+        );
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = 1000000\ndown_rate_bps = 8000000\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            t.stp_config().unwrap().congestion,
+            stp::CongestionMode::Window,
+            "without rtt_ms the allocation is unknown"
+        );
     }
 
     #[test]
