@@ -112,6 +112,11 @@ pub struct TerminalConfig {
     /// SOCKS5 users; empty means no authentication (default empty).
     #[serde(default)]
     pub socks_users: Vec<SocksUser>,
+    /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
+    /// destination, saving a satellite round trip per connection; a failed connect then resets
+    /// the client instead of returning a SOCKS5 error code (default false).
+    #[serde(default)]
+    pub socks_fast_open: bool,
     /// HTTP CONNECT proxy listener (default none).
     #[serde(default)]
     pub http_connect_listen: Option<SocketAddr>,

@@ -768,12 +768,33 @@ pub async fn serve_socks_with(
     auth: Arc<SocksAuth>,
     ops: Arc<Ops>,
 ) {
+    serve_socks_opts(listener, hop, auth, ops, false).await
+}
+
+/// How long a fast-open SOCKS5 terminal waits for the client's first bytes after its early
+/// success reply before opening the stream without them.
+pub const SOCKS_EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
+/// Most client bytes a fast-open SOCKS5 terminal carries with the stream header.
+const SOCKS_MAX_EARLY: usize = 4096;
+
+/// Terminal: as [`serve_socks_with`]; with `fast_open` the client gets its success reply at once
+/// and its first bytes ride on the BGN with the destination, so a new connection costs no
+/// satellite round trip before the request is on its way — but a connect that then fails can
+/// only be reported by resetting the client's connection (as for TPROXY), not with a SOCKS5
+/// error code (`docs/gateway.md`, "SOCKS5 fast open").
+pub async fn serve_socks_opts(
+    listener: TcpListener,
+    hop: Arc<Hop>,
+    auth: Arc<SocksAuth>,
+    ops: Arc<Ops>,
+    fast_open: bool,
+) {
     while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
         let hop = Arc::clone(&hop);
         let auth = Arc::clone(&auth);
         match admitted {
             Ok(conn) => {
-                tokio::spawn(socks_one(tcp, peer, hop, auth, conn));
+                tokio::spawn(socks_one(tcp, peer, hop, auth, conn, fast_open));
             }
             Err(_) => {
                 let Some(permit) = ops.refusing_permit() else {
@@ -804,6 +825,7 @@ async fn socks_one(
     hop: Arc<Hop>,
     auth: Arc<SocksAuth>,
     mut conn: Conn,
+    fast_open: bool,
 ) {
     let limit = conn.ops().config().open_timeout;
     let target = match within(limit, socks::accept(&mut tcp, &auth)).await {
@@ -821,6 +843,9 @@ async fn socks_one(
         None => return conn.refuse(RefusalReason::Timeout),
     };
     conn.track().set_destination(target.to_string());
+    if fast_open {
+        return socks_fast_open(tcp, peer, &hop, &target, conn, limit).await;
+    }
     match within(limit, open(&hop, &target, &[], Some(peer))).await {
         Some(Ok((stream, pre))) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
@@ -845,6 +870,45 @@ async fn socks_one(
                 .write_all(&socks::reply(Reply::HostUnreachable, None))
                 .await;
             let _ = tcp.shutdown().await;
+        }
+    }
+}
+
+/// The fast-open path of [`socks_one`]: success at once, the client's first bytes with the header.
+async fn socks_fast_open(
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    hop: &Hop,
+    target: &Target,
+    mut conn: Conn,
+    limit: Option<Duration>,
+) {
+    if tcp
+        .write_all(&socks::reply(Reply::Succeeded, None))
+        .await
+        .is_err()
+    {
+        return conn.refuse(RefusalReason::Protocol);
+    }
+    let mut early = vec![0u8; SOCKS_MAX_EARLY];
+    let n = match tokio::time::timeout(SOCKS_EARLY_DATA_WAIT, tcp.read(&mut early)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(_)) => return conn.refuse(RefusalReason::Protocol),
+        Err(_) => 0,
+    };
+    early.truncate(n);
+    match within(limit, open(hop, target, &early, Some(peer))).await {
+        Some(Ok((stream, pre))) => {
+            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open (fast open)");
+            let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
+        }
+        Some(Err(code)) => {
+            conn.refuse(refusal_for(code));
+            crate::tproxy::reset(tcp);
+        }
+        None => {
+            conn.refuse(RefusalReason::Timeout);
+            crate::tproxy::reset(tcp);
         }
     }
 }

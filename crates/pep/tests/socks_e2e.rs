@@ -4,7 +4,7 @@ mod common;
 
 use common::{
     fnv, hop_config, hop_config_for, origin, pattern, profile_links, socks_connect, socks_pair,
-    Setup,
+    socks_pair_opts, Setup,
 };
 
 use linkem::Profile;
@@ -119,5 +119,72 @@ async fn loopback_is_denied_by_default() {
     assert_eq!(
         code, 2,
         "the gateway must not be an open proxy to its own loopback"
+    );
+}
+
+/// SOCKS5 fast open over GEO: the success reply comes at once and the request rides with the
+/// destination, so the answer arrives one round trip after the connect began (two without fast
+/// open); a refused connect then shows as a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
+    let origin = origin().await;
+    let (t, g) = profile_links(Profile::Geo);
+    let mut times = Vec::new();
+    for fast_open in [false, true] {
+        let st = socks_pair_opts(
+            hop_config_for(1, t),
+            hop_config_for(2, g),
+            Some(Profile::Geo.links()),
+            vec!["127.0.0.0/8".into()],
+            fast_open,
+        )
+        .await;
+        // A first connection brings the tunnel up; time the second.
+        for round in 0..2 {
+            let t0 = Instant::now();
+            let (mut s, code) = socks_connect(st.socks, origin).await;
+            assert_eq!(code, 0);
+            s.write_all(b"D 1000\n").await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(got == pattern(7, 1000));
+            if round == 1 {
+                times.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        if fast_open {
+            let closed = {
+                let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                l.local_addr().unwrap()
+            };
+            let (mut s, code) = socks_connect(st.socks, closed).await;
+            assert_eq!(code, 0, "fast open answers before the verdict");
+            let mut buf = [0u8; 16];
+            let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+                .await
+                .unwrap();
+            assert_eq!(
+                r.map_err(|e| e.kind()),
+                Err(std::io::ErrorKind::ConnectionReset),
+                "a refused connect must reset the client"
+            );
+        }
+    }
+    eprintln!(
+        "connect + 1000-byte request/response over GEO: {:.2} s without fast open, {:.2} s with",
+        times[0], times[1]
+    );
+    assert!(
+        times[0] > 1.15,
+        "two round trips expected, took {:.2} s",
+        times[0]
+    );
+    assert!(
+        times[1] < 0.9,
+        "fast open should take about one round trip, took {:.2} s",
+        times[1]
     );
 }

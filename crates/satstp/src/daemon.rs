@@ -247,11 +247,12 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                         .collect(),
                 )
             };
-            tokio::spawn(pep::relay::serve_socks_with(
+            tokio::spawn(pep::relay::serve_socks_opts(
                 l,
                 Arc::clone(&hop),
                 Arc::new(auth),
                 Arc::clone(&ops),
+                cfg.socks_fast_open,
             ));
             listening.push(format!("SOCKS5 on {a}"));
         }

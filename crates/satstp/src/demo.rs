@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// Seed for the page's object sizes and the emulated link.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// SOCKS5 fast open at the terminal: success at once, the request rides with the
+    /// destination (one satellite round trip less per connection; failures become resets).
+    #[arg(long)]
+    fast_open: bool,
     /// Run the engine-only demo instead: one STP transfer over the seeds' 1.5 Mb/s GEO path in
     /// virtual time (takes --size, --loss, --seed).
     #[arg(long)]
@@ -104,10 +108,12 @@ async fn demo(
         up_bps as f64 / 1e6,
         rtt_ms
     );
-    println!("  path: client -SOCKS5-> terminal =STP over Noise (UDP)=> emulator => gateway -TCP-> origin\n");
+    println!("  path: client -SOCKS5-> terminal =STP over Noise (UDP)=> emulator => gateway -TCP-> origin{}\n",
+        if args.fast_open { " (SOCKS5 fast open)" } else { "" }
+    );
 
     let origin = spawn_origin().await?;
-    let stack = Stack::start(profile, down_bps, up_bps, rtt_ms, args.seed).await?;
+    let stack = Stack::start(profile, down_bps, up_bps, rtt_ms, args.seed, args.fast_open).await?;
 
     // One large object; goodput is timed from the request to the last byte.
     let t_connect = Instant::now();
@@ -124,9 +130,15 @@ async fn demo(
     }
     let after_bulk = stack.emulator.stats();
     let goodput = size as f64 * 8.0 / secs;
-    println!(
-        "  connection through the terminal and gateway: {connect_secs:.2} s (the gateway's verdict takes one satellite round trip; the first connection also waits for the tunnel handshake)"
-    );
+    if args.fast_open {
+        println!(
+            "  connection through the terminal: {connect_secs:.2} s (fast open: answered at once; the request travels with the destination)"
+        );
+    } else {
+        println!(
+            "  connection through the terminal and gateway: {connect_secs:.2} s (the gateway's verdict takes one satellite round trip; the first connection also waits for the tunnel handshake)"
+        );
+    }
     println!(
         "  object of {size} bytes: {secs:.2} s from request to last byte, every byte verified"
     );
@@ -224,6 +236,7 @@ impl Stack {
         up_bps: u64,
         rtt_ms: u32,
         seed: u64,
+        fast_open: bool,
     ) -> Result<Stack> {
         let (terminal_key, terminal_pub) = generate_keypair()?;
         let (gateway_key, gateway_pub) = generate_keypair()?;
@@ -298,10 +311,12 @@ impl Stack {
         .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let socks = listener.local_addr()?;
-        tokio::spawn(pep::relay::serve_socks(
+        tokio::spawn(pep::relay::serve_socks_opts(
             listener,
             Arc::new(terminal),
             Arc::new(SocksAuth::None),
+            pep::ops::Ops::unlimited(pep::metrics::Side::Terminal),
+            fast_open,
         ));
         Ok(Stack {
             socks,

@@ -205,6 +205,17 @@ pub async fn socks_pair(
     links: Option<(LinkConfig, LinkConfig)>,
     allow: Vec<String>,
 ) -> Setup {
+    socks_pair_opts(terminal, gateway, links, allow, false).await
+}
+
+/// [`socks_pair`] with the terminal's SOCKS5 fast open on or off.
+pub async fn socks_pair_opts(
+    terminal: HopConfig,
+    gateway: HopConfig,
+    links: Option<(LinkConfig, LinkConfig)>,
+    allow: Vec<String>,
+    fast_open: bool,
+) -> Setup {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -242,10 +253,12 @@ pub async fn socks_pair(
     let terminal = term.monitor();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(
+    tokio::spawn(pep::relay::serve_socks_opts(
         l,
         Arc::new(term),
         Arc::new(SocksAuth::None),
+        pep::ops::Ops::unlimited(pep::metrics::Side::Terminal),
+        fast_open,
     ));
     Setup {
         socks,
