@@ -24,6 +24,7 @@
 
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::{Initiator, Opened, Responder};
+use crate::udp_batch::{UdpBatch, MAX_BATCH_BYTES, MAX_SEGMENTS};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -316,6 +317,7 @@ impl Hop {
             IPV4_UDP_OVERHEAD
         };
         let task = HopTask {
+            udp: UdpBatch::new(&socket),
             socket,
             endpoint,
             security,
@@ -435,6 +437,60 @@ impl Shaper {
     }
 }
 
+/// Sealed datagrams waiting to leave in one system call: all to `dest`, all `segment` bytes
+/// long except possibly the last (which then closes the batch).
+#[derive(Default)]
+struct Batch {
+    dest: Option<SocketAddr>,
+    segment: usize,
+    count: usize,
+    bytes: Vec<u8>,
+    /// The last datagram was shorter than `segment`: nothing may follow it.
+    closed: bool,
+}
+
+impl Batch {
+    /// Whether a datagram of `len` bytes to `dest` may join.
+    fn fits(&self, dest: SocketAddr, len: usize) -> bool {
+        match self.dest {
+            None => true,
+            Some(d) => {
+                d == dest
+                    && !self.closed
+                    && len <= self.segment
+                    && self.count < MAX_SEGMENTS
+                    && self.bytes.len() + len <= MAX_BATCH_BYTES
+            }
+        }
+    }
+
+    fn push(&mut self, dest: SocketAddr, datagram: &[u8]) {
+        if self.dest.is_none() {
+            self.dest = Some(dest);
+            self.segment = datagram.len();
+        } else if datagram.len() < self.segment {
+            self.closed = true;
+        }
+        self.count += 1;
+        self.bytes.extend_from_slice(datagram);
+    }
+
+    /// Whether no further datagram can join.
+    fn full(&self) -> bool {
+        self.closed
+            || self.count >= MAX_SEGMENTS
+            || self.bytes.len() + self.segment > MAX_BATCH_BYTES
+    }
+
+    fn clear(&mut self) {
+        self.dest = None;
+        self.segment = 0;
+        self.count = 0;
+        self.bytes.clear();
+        self.closed = false;
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     datagrams_sent: u64,
@@ -474,6 +530,8 @@ struct StreamState {
 
 struct HopTask {
     socket: UdpSocket,
+    /// Segmented sends and coalesced receives on `socket` where the kernel offers them.
+    udp: UdpBatch,
     endpoint: Endpoint,
     security: Sec,
     streams: HashMap<u64, StreamState>,
@@ -587,21 +645,26 @@ impl HopTask {
             }
             let room = Arc::clone(&self.room);
             tokio::select! {
-                r = self.socket.recv_from(&mut buf) => {
-                    if let Ok((n, from)) = r {
-                        self.on_datagram(&buf[..n], from, &mut plain).await;
-                        // Take everything already queued before pumping, so a burst cannot
-                        // overflow the socket's receive buffer while we work per datagram.
-                        for _ in 0..MAX_BATCH {
-                            match self.socket.try_recv_from(&mut buf) {
-                                Ok((n, from)) => self.on_datagram(&buf[..n], from, &mut plain).await,
-                                Err(_) => break,
+                r = self.socket.readable() => {
+                                        if r.is_ok() {
+                        // Take everything already queued (up to MAX_BATCH datagrams) before
+                        // pumping, so a burst cannot overflow the socket's receive buffer while
+                        // we work per datagram.
+                        let mut taken = 0;
+                        while taken < MAX_BATCH {
+                            let Ok(got) = self.udp.try_recv(&self.socket, &mut buf) else {
+                                break;
+                            };
+                            let data = buf.get(..got.len).unwrap_or_default();
+                            for d in data.chunks(got.segment.max(1)) {
+                                taken += 1;
+                                self.on_datagram(d, got.from, &mut plain).await;
                             }
                         }
                     }
                 }
                 cmd = self.commands.recv() => {
-                    match cmd {
+                                        match cmd {
                         Some(c) => self.on_command(c),
                         None => {
                             if self.streams.is_empty() { return; }
@@ -610,7 +673,7 @@ impl HopTask {
                 }
                 _ = room.notified(), if holding => {}
                 _ = tokio::time::sleep_until(wake) => {
-                    let now = self.now();
+                                        let now = self.now();
                     self.endpoint.handle_timeout(now);
                 }
             }
@@ -874,26 +937,33 @@ impl HopTask {
         }
     }
 
+    /// Sends what the endpoint has to send (as far as the send allocation allows), sealing each
+    /// datagram. Runs of equal-sized datagrams to one destination leave in one system call
+    /// where the kernel segments them.
     async fn flush(&mut self, plain: &mut Vec<u8>) {
         if !self.established() {
             return;
         }
         let mut sealed = Vec::with_capacity(2048);
+        let mut batch = Batch::default();
         loop {
             if let Some(sh) = &mut self.shaper {
                 if !sh.ready(tokio::time::Instant::now()) {
                     self.counts.shaped += 1;
-                    return;
+                    break;
                 }
             }
             let now = self.now();
             let Some(t) = self.endpoint.poll_transmit(now, plain) else {
-                return;
+                break;
+            };
+            let Some(datagram) = plain.get(..t.size) else {
+                continue;
             };
             let ok = match &mut self.security {
-                Sec::Terminal { init, .. } => init.seal(&plain[..t.size], &mut sealed).is_ok(),
+                Sec::Terminal { init, .. } => init.seal(datagram, &mut sealed).is_ok(),
                 Sec::Gateway { responder } => responder
-                    .seal_to(t.destination, &plain[..t.size], &mut sealed)
+                    .seal_to(t.destination, datagram, &mut sealed)
                     .is_ok(),
             };
             if !ok {
@@ -902,15 +972,35 @@ impl HopTask {
             if let Some(sh) = &mut self.shaper {
                 sh.charge(sealed.len());
             }
-            if self.socket.send_to(&sealed, t.destination).await.is_ok() {
-                self.counts.datagrams_sent += 1;
-                self.counts.bytes_sent += sealed.len() as u64;
-                if matches!(self.security, Sec::Terminal { .. }) && self.sent_since_heard.is_none()
-                {
-                    self.sent_since_heard = Some(tokio::time::Instant::now());
-                }
+            if !batch.fits(t.destination, sealed.len()) {
+                self.send_batch(&mut batch).await;
+            }
+            batch.push(t.destination, &sealed);
+            if !self.udp.segments_sends() || batch.full() {
+                self.send_batch(&mut batch).await;
             }
         }
+        self.send_batch(&mut batch).await;
+    }
+
+    /// Sends a batch of sealed datagrams and empties it.
+    async fn send_batch(&mut self, batch: &mut Batch) {
+        let Some(dest) = batch.dest else {
+            return;
+        };
+        if self
+            .udp
+            .send(&self.socket, &batch.bytes, batch.segment, dest)
+            .await
+            .is_ok()
+        {
+            self.counts.datagrams_sent += batch.count as u64;
+            self.counts.bytes_sent += batch.bytes.len() as u64;
+            if matches!(self.security, Sec::Terminal { .. }) && self.sent_since_heard.is_none() {
+                self.sent_since_heard = Some(tokio::time::Instant::now());
+            }
+        }
+        batch.clear();
     }
 }
 

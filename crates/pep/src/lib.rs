@@ -17,5 +17,6 @@ pub mod socks;
 pub mod tcp_hop;
 pub mod tproxy;
 pub mod tunnel;
+mod udp_batch;
 
 pub use socks::Target;

@@ -10,7 +10,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use netsim::units::parse_bytes;
-use pep::hop::{Hop, HopConfig, Security};
+use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::generate_keypair;
 use pep::policy::{Policy, PolicyConfig};
 use pep::socks::SocksAuth;
@@ -63,6 +63,39 @@ struct Figures {
     rss_before_kib: u64,
     rss_after_kib: u64,
     idle_conn_kib: f64,
+    /// The gateway hop (the sender of the downloads) during the single flow.
+    single_hop: HopDelta,
+}
+
+/// What the gateway's hop did during one run: datagrams it sent, the STP retransmissions among
+/// them, and losses its STP connections detected.
+#[derive(Debug, Clone, Copy, Default)]
+struct HopDelta {
+    datagrams_sent: u64,
+    datagrams_received: u64,
+    retransmitted_packets: u64,
+    losses_detected: u64,
+}
+
+impl HopDelta {
+    fn between(a: &HopStatus, b: &HopStatus) -> HopDelta {
+        HopDelta {
+            datagrams_sent: b.datagrams_sent.saturating_sub(a.datagrams_sent),
+            datagrams_received: b.datagrams_received.saturating_sub(a.datagrams_received),
+            retransmitted_packets: b
+                .totals
+                .retransmitted_packets
+                .saturating_sub(a.totals.retransmitted_packets),
+            losses_detected: b
+                .totals
+                .losses_detected
+                .saturating_sub(a.totals.losses_detected),
+        }
+    }
+}
+
+async fn hop_status(m: &HopMonitor) -> Result<HopStatus> {
+    m.status().await.context("the gateway hop stopped")
 }
 
 pub fn run(args: &GatewayBenchArgs) -> Result<()> {
@@ -120,6 +153,10 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             "rss_before_kib": f.rss_before_kib,
             "rss_after_kib": f.rss_after_kib,
             "idle_conn_kib": f.idle_conn_kib,
+            "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
+            "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
+            "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+            "single_flow_losses_detected": f.single_hop.losses_detected,
         });
         println!("{v}");
     } else {
@@ -142,6 +179,13 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             f.cpu_secs, f.cpu_s_per_gb
         );
         println!(
+            "  single-flow hop     gateway sent {} datagrams, received {}; {} STP retransmissions, {} losses detected",
+            f.single_hop.datagrams_sent,
+            f.single_hop.datagrams_received,
+            f.single_hop.retransmitted_packets,
+            f.single_hop.losses_detected
+        );
+        println!(
             "  idle connections    {}: VmRSS {} → {} KiB = {:.1} KiB per connection  (target ≤ 64; both hops, relay tasks, client and origin)",
             args.idle, f.rss_before_kib, f.rss_after_kib, f.idle_conn_kib
         );
@@ -151,7 +195,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
 
 async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     let origin = Origin::start().await?;
-    let socks = setup(args.idle + args.parallel + 64).await?;
+    let (socks, gw_hop) = setup(args.idle + args.parallel + 64).await?;
 
     // Idle connections first, before bulk transfers leave freed memory in the heap: established
     // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
@@ -196,6 +240,7 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Single flow, with the process's CPU time around it.
+    let hop0 = hop_status(&gw_hop).await?;
     let cpu0 = cpu_seconds()?;
     let t0 = Instant::now();
     download(socks, origin.addr, args.bytes)
@@ -203,6 +248,7 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
         .context("single-flow download")?;
     let single_secs = t0.elapsed().as_secs_f64();
     let cpu_secs = cpu_seconds()? - cpu0;
+    let single_hop = HopDelta::between(&hop0, &hop_status(&gw_hop).await?);
 
     // Parallel flows: the same total split evenly.
     let n = u64::from(args.parallel);
@@ -232,12 +278,13 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
         rss_before_kib,
         rss_after_kib,
         idle_conn_kib: rss_after_kib.saturating_sub(rss_before_kib) as f64 / idle as f64,
+        single_hop,
     })
 }
 
 /// Starts the gateway (hop and relay) and the terminal (hop and SOCKS listener); returns the
-/// SOCKS address.
-async fn setup(max_connections: u32) -> Result<SocketAddr> {
+/// SOCKS address and a monitor of the gateway's hop.
+async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
     let (tk, tp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
     let (gk, gp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
     let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
@@ -272,6 +319,7 @@ async fn setup(max_connections: u32) -> Result<SocketAddr> {
     )
     .map_err(|e| anyhow!("starting the gateway hop: {e}"))?;
     let gw_addr = gw.local_addr();
+    let gw_monitor = gw.monitor();
     let policy = Policy::new(PolicyConfig {
         allow: vec!["127.0.0.0/8".into()],
         deny: vec![],
@@ -306,7 +354,7 @@ async fn setup(max_connections: u32) -> Result<SocketAddr> {
         Arc::new(term),
         Arc::new(SocksAuth::None),
     ));
-    Ok(socks)
+    Ok((socks, gw_monitor))
 }
 
 /// Origin server: per connection, reads "D <n>\n" and sends n bytes, then closes. Connections

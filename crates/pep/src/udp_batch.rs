@@ -1,0 +1,324 @@
+//! Batched UDP I/O for the hop's socket. On Linux a run of equal-sized datagrams to one
+//! destination leaves in one system call (generic segmentation offload, `UDP_SEGMENT`), and runs
+//! of datagrams from one source arrive coalesced in one (`UDP_GRO`), with the size of their
+//! segments beside them. The datagrams on the wire are the same as with one call per datagram.
+//! Where the kernel lacks either feature, or refuses a segmented send, this falls back to one
+//! datagram per call for good.
+
+use std::io;
+use std::net::SocketAddr;
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+/// Most segments in one segmented send (the kernel's limit is 64 on older kernels).
+pub(crate) const MAX_SEGMENTS: usize = 64;
+/// Most payload bytes in one segmented send: a UDP datagram's payload limit over IPv4
+/// (65535 − 20 − 8); IPv6 allows slightly more, this stays below both.
+pub(crate) const MAX_BATCH_BYTES: usize = 65_507;
+
+/// One socket's batching capabilities, found out once.
+pub(crate) struct UdpBatch {
+    /// Segmented sends are accepted (cleared after the first refusal).
+    gso: bool,
+    /// The kernel may hand over coalesced datagrams (with a segment size beside them).
+    gro: bool,
+}
+
+/// What one receive call produced: `len` bytes at the front of the buffer, datagrams of
+/// `segment` bytes each (the last may be shorter), all from `from`.
+pub(crate) struct Received {
+    pub(crate) len: usize,
+    pub(crate) segment: usize,
+    pub(crate) from: SocketAddr,
+}
+
+impl UdpBatch {
+    /// Enables receive coalescing on `socket` and checks for segmented sends.
+    pub(crate) fn new(socket: &UdpSocket) -> UdpBatch {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = socket.as_raw_fd();
+            let gso = sys::get_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
+            let gro = sys::set_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+            UdpBatch { gso, gro }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = socket;
+            UdpBatch {
+                gso: false,
+                gro: false,
+            }
+        }
+    }
+
+    /// Whether `send` passes several segments to the kernel at once.
+    pub(crate) fn segments_sends(&self) -> bool {
+        self.gso
+    }
+
+    /// Sends `data` to `dest` as datagrams of `segment` bytes (the last may be shorter), waiting
+    /// while the socket's send buffer is full.
+    pub(crate) async fn send(
+        &mut self,
+        socket: &UdpSocket,
+        data: &[u8],
+        segment: usize,
+        dest: SocketAddr,
+    ) -> io::Result<()> {
+        let segment = segment.max(1);
+        if data.len() <= segment {
+            return socket.send_to(data, dest).await.map(|_| ());
+        }
+        #[cfg(target_os = "linux")]
+        if self.gso {
+            use std::os::fd::AsRawFd;
+            let fd = socket.as_raw_fd();
+            let seg = u16::try_from(segment).unwrap_or(u16::MAX);
+            loop {
+                socket.writable().await?;
+                match socket.try_io(Interest::WRITABLE, || {
+                    sys::send_segmented(fd, data, seg, dest)
+                }) {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) if sys::gso_refused(&e) => {
+                        // This path cannot segment (no checksum offload, old kernel): stop trying.
+                        self.gso = false;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut result = Ok(());
+        for d in data.chunks(segment) {
+            if let Err(e) = socket.send_to(d, dest).await {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Receives what is queued without waiting (`WouldBlock` when nothing is).
+    pub(crate) fn try_recv(&self, socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+        #[cfg(target_os = "linux")]
+        if self.gro {
+            use std::os::fd::AsRawFd;
+            let fd = socket.as_raw_fd();
+            return socket.try_io(Interest::READABLE, || sys::recv_coalesced(fd, buf));
+        }
+        let (len, from) = socket.try_recv_from(buf)?;
+        Ok(Received {
+            len,
+            segment: len,
+            from,
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod sys {
+    use super::Received;
+    use std::io;
+    use std::mem::{size_of, zeroed};
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    use std::os::fd::RawFd;
+
+    pub(super) fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+        let mut v: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are valid for writes of the sizes passed.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                level,
+                name,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            Ok(v)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    pub(super) fn set_int(
+        fd: RawFd,
+        level: libc::c_int,
+        name: libc::c_int,
+        v: i32,
+    ) -> io::Result<()> {
+        // SAFETY: `v` is a valid c_int for reads of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Errors meaning the kernel or the route cannot segment, as opposed to a send that failed.
+    pub(super) fn gso_refused(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOPROTOOPT)
+        )
+    }
+
+    /// A socket address in the kernel's layout.
+    fn to_raw(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        // SAFETY: an all-zero sockaddr_storage is a valid value.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+                let sin = unsafe {
+                    &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+                };
+                sin.sin_family = libc::AF_INET as libc::sa_family_t;
+                sin.sin_port = a.port().to_be();
+                sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+                let sin6 = unsafe {
+                    &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+                };
+                sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sin6.sin6_port = a.port().to_be();
+                sin6.sin6_flowinfo = a.flowinfo();
+                sin6.sin6_addr.s6_addr = a.ip().octets();
+                sin6.sin6_scope_id = a.scope_id();
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        (ss, len as libc::socklen_t)
+    }
+
+    fn from_raw(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+        let len = len as usize;
+        match libc::c_int::from(ss.ss_family) {
+            libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+                // SAFETY: the family and length say the storage holds a sockaddr_in.
+                let sin =
+                    unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+                // SAFETY: the family and length say the storage holds a sockaddr_in6.
+                let sin6 =
+                    unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                    u16::from_be(sin6.sin6_port),
+                    sin6.sin6_flowinfo,
+                    sin6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+
+    /// Control buffer for one cmsg with an int: 8-byte aligned, larger than CMSG_SPACE(4).
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
+
+    /// One `sendmsg` of `data` to `dest`, segmented by the kernel into `segment`-byte datagrams.
+    pub(super) fn send_segmented(
+        fd: RawFd,
+        data: &[u8],
+        segment: u16,
+        dest: SocketAddr,
+    ) -> io::Result<usize> {
+        let (mut name, name_len) = to_raw(dest);
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut control = Control([0; 64]);
+        // SAFETY: an all-zero msghdr is valid; every pointer set below outlives the call, and
+        // the cmsg written lies within `control` (CMSG_SPACE of a u16 is far below 64 bytes).
+        let n = unsafe {
+            let mut msg: libc::msghdr = zeroed();
+            msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+            msg.msg_namelen = name_len;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.0.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if cmsg.is_null() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
+            libc::sendmsg(fd, &msg, 0)
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// One `recvmsg` into `buf`; the segment size comes from the `UDP_GRO` cmsg when the kernel
+    /// coalesced datagrams, else the datagram is one segment.
+    pub(super) fn recv_coalesced(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
+        // SAFETY: an all-zero sockaddr_storage is a valid value.
+        let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut control = Control([0; 64]);
+        // SAFETY: an all-zero msghdr is valid; every pointer set below outlives the call and
+        // the lengths passed are those of the buffers pointed to. The kernel bounds
+        // msg_controllen by the buffer; the CMSG_* walk stays within it.
+        unsafe {
+            let mut msg: libc::msghdr = zeroed();
+            msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+            msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.0.as_mut_ptr().cast();
+            msg.msg_controllen = control.0.len() as _;
+            let n = libc::recvmsg(fd, &mut msg, 0);
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let len = n as usize;
+            let mut segment = len;
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                    let s = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    if s > 0 {
+                        segment = s as usize;
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+            let from = from_raw(&name, msg.msg_namelen)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+            Ok(Received { len, segment, from })
+        }
+    }
+}
