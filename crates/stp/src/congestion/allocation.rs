@@ -10,29 +10,23 @@
 //! window grows by one SD per window acknowledged, up to three allocation bandwidth-delay
 //! products; the pacer never exceeds the allocation.
 
-use super::{stamp_at_or_before, Controller};
+use super::{Controller, WindowController};
 use std::time::Duration;
 
-/// Pacing gain over the window's own rate (below the allocation after a reduction).
-const GAIN: f64 = 1.25;
-/// Pacing gain while regrowing in slow start after a collapse.
-const SLOW_START_GAIN: f64 = 2.0;
 /// The initial window, in allocation bandwidth-delay products.
 const INITIAL_BDPS: u64 = 2;
 /// The largest window, in allocation bandwidth-delay products.
 const CEILING_BDPS: u64 = 3;
 
-/// Allocation-started window controller.
+/// Allocation-started window controller: the window controller's growth and episode rules,
+/// started in congestion avoidance, capped, paced no faster than the allocation, and also
+/// answering RTT rises.
 #[derive(Debug, Clone)]
 pub struct AllocationController {
-    mss: u64,
+    window: WindowController,
     bytes_per_s: f64,
     /// The allocation's bandwidth-delay product.
     bdp: u64,
-    cwnd: u64,
-    ssthresh: u64,
-    avoidance_credit: u64,
-    recovery_stamp: Option<u32>,
     max_queue_delay: Duration,
     /// Reductions caused by RTT samples (the rest were losses or silences).
     delay_reductions: u64,
@@ -46,14 +40,11 @@ impl AllocationController {
         let bytes_per_s = rate_bps as f64 / 8.0;
         let bdp = ((bytes_per_s * base_rtt.as_secs_f64()) as u64).max(2 * mss);
         AllocationController {
-            mss,
+            // Start in congestion avoidance: the allocation is the estimate slow start would
+            // seek. A silent peer collapses the window to two SDs, regrown by slow start.
+            window: WindowController::in_avoidance(mss, INITIAL_BDPS * bdp, 2 * mss),
             bytes_per_s,
             bdp,
-            cwnd: INITIAL_BDPS * bdp,
-            // Start in congestion avoidance: the allocation is the estimate slow start would seek.
-            ssthresh: INITIAL_BDPS * bdp,
-            avoidance_credit: 0,
-            recovery_stamp: None,
             max_queue_delay,
             delay_reductions: 0,
         }
@@ -63,89 +54,46 @@ impl AllocationController {
     pub fn delay_reductions(&self) -> u64 {
         self.delay_reductions
     }
-
-    fn ceiling(&self) -> u64 {
-        CEILING_BDPS * self.bdp
-    }
-
-    /// Halves the window unless `sent_stamp` belongs to the episode already reacted to.
-    fn reduce(&mut self, sent_stamp: u32, next_stamp: u32) -> bool {
-        if let Some(r) = self.recovery_stamp {
-            if stamp_at_or_before(sent_stamp, r) {
-                return false;
-            }
-        }
-        self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
-        self.cwnd = self.ssthresh;
-        self.avoidance_credit = 0;
-        self.recovery_stamp = Some(next_stamp);
-        true
-    }
 }
 
 impl Controller for AllocationController {
     fn on_ack(&mut self, acked: u64, app_limited: bool) {
-        if app_limited || acked == 0 {
-            return;
-        }
-        if self.cwnd < self.ssthresh {
-            let grow = acked.min(self.ssthresh - self.cwnd);
-            self.cwnd += grow;
-            self.avoidance_credit += acked - grow;
-        } else {
-            self.avoidance_credit += acked;
-        }
-        while self.cwnd >= self.ssthresh && self.avoidance_credit >= self.cwnd {
-            self.avoidance_credit -= self.cwnd;
-            self.cwnd += self.mss;
-        }
-        if self.cwnd >= self.ceiling() {
-            self.cwnd = self.ceiling();
-            self.avoidance_credit = 0;
-        }
+        self.window.on_ack(acked, app_limited);
+        self.window.cap(CEILING_BDPS * self.bdp);
     }
 
     fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32) {
-        self.reduce(sent_stamp, next_stamp);
+        self.window.congestion_signal(sent_stamp, next_stamp);
     }
 
     fn on_rtt_sample(&mut self, sample: Duration, min_rtt: Duration, sent_stamp: u32, next: u32) {
-        if sample > min_rtt + self.max_queue_delay && self.reduce(sent_stamp, next) {
+        if sample > min_rtt + self.max_queue_delay
+            && self.window.congestion_signal(sent_stamp, next)
+        {
             self.delay_reductions += 1;
         }
     }
 
     fn on_unresponsive(&mut self, next_stamp: u32) {
-        // The peer stopped answering: regrow by slow start towards half the window we had.
-        self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
-        self.cwnd = 2 * self.mss;
-        self.avoidance_credit = 0;
-        self.recovery_stamp = Some(next_stamp);
+        self.window.on_unresponsive(next_stamp);
     }
 
     fn window(&self) -> u64 {
-        self.cwnd
+        self.window.window()
     }
 
     fn pacing_rate(&self, srtt: Duration) -> f64 {
-        let secs = srtt.as_secs_f64();
-        if secs <= 0.0 {
-            return self.bytes_per_s;
-        }
-        let gain = if self.in_slow_start() {
-            SLOW_START_GAIN
-        } else {
-            GAIN
-        };
-        (gain * self.cwnd as f64 / secs).min(self.bytes_per_s)
+        // The window controller's gains (2.0 in slow start, 1.25 otherwise), never above the
+        // allocation (an RTT of zero paces at the allocation).
+        self.window.pacing_rate(srtt).min(self.bytes_per_s)
     }
 
     fn in_slow_start(&self) -> bool {
-        self.cwnd < self.ssthresh
+        self.window.in_slow_start()
     }
 
     fn ssthresh(&self) -> u64 {
-        self.ssthresh
+        self.window.ssthresh()
     }
 }
 

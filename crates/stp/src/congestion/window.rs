@@ -36,6 +36,41 @@ impl WindowController {
         }
     }
 
+    /// A controller already in congestion avoidance at `cwnd` bytes, collapsing to `collapse`
+    /// bytes when the peer stops answering (the allocation controller's start).
+    pub(crate) fn in_avoidance(mss: u64, cwnd: u64, collapse: u64) -> Self {
+        let cwnd = cwnd.max(mss);
+        WindowController {
+            mss,
+            initial: collapse.max(mss),
+            cwnd,
+            ssthresh: cwnd,
+            avoidance_credit: 0,
+            recovery_stamp: None,
+        }
+    }
+
+    /// Never lets the window exceed `max` bytes (credit is dropped at the cap).
+    pub(crate) fn cap(&mut self, max: u64) {
+        if self.cwnd >= max {
+            self.cwnd = max;
+            self.avoidance_credit = 0;
+        }
+    }
+
+    /// Halves the window for a congestion signal about a packet sent with `sent_stamp`, unless
+    /// that packet belongs to the episode already answered; true if it reduced.
+    pub(crate) fn congestion_signal(&mut self, sent_stamp: u32, next_stamp: u32) -> bool {
+        if let Some(r) = self.recovery_stamp {
+            if stamp_at_or_before(sent_stamp, r) {
+                return false;
+            }
+        }
+        self.reduce(next_stamp);
+        self.cwnd = self.ssthresh;
+        true
+    }
+
     fn reduce(&mut self, next_stamp: u32) {
         self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
         self.avoidance_credit = 0;
@@ -66,13 +101,7 @@ impl Controller for WindowController {
     }
 
     fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32) {
-        if let Some(r) = self.recovery_stamp {
-            if stamp_at_or_before(sent_stamp, r) {
-                return;
-            }
-        }
-        self.reduce(next_stamp);
-        self.cwnd = self.ssthresh;
+        self.congestion_signal(sent_stamp, next_stamp);
     }
 
     fn on_unresponsive(&mut self, next_stamp: u32) {
