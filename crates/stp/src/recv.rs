@@ -2,7 +2,7 @@
 //! STAT, and the reorder-threshold bookkeeping that decides when a hole is reported by USTAT.
 
 use crate::send::sd_charge;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How far above the cumulative point an SD may be numbered (half the 24-bit space, halved again
@@ -40,7 +40,7 @@ pub struct RecvBuffer {
     highest: u64,
     out_of_order: BTreeMap<u64, Bytes>,
     ooo_charge: u64,
-    ready: BytesMut,
+    ready: ReadyBytes,
     /// Sequence number one past the last SD, once END arrived.
     final_seq: Option<u64>,
     pending: VecDeque<PendingGap>,
@@ -60,7 +60,7 @@ impl RecvBuffer {
             highest: isn,
             out_of_order: BTreeMap::new(),
             ooo_charge: 0,
-            ready: BytesMut::new(),
+            ready: ReadyBytes::default(),
             final_seq: None,
             pending: VecDeque::new(),
             max_pending: max_pending as usize,
@@ -145,7 +145,7 @@ impl RecvBuffer {
         }
         self.highest = self.highest.max(seq + 1);
         if seq == self.next {
-            self.ready.extend_from_slice(payload);
+            self.ready.push(payload);
             self.next += 1;
             while let Some(entry) = self.out_of_order.first_entry() {
                 if *entry.key() != self.next {
@@ -153,7 +153,7 @@ impl RecvBuffer {
                 }
                 let data = entry.remove();
                 self.ooo_charge -= sd_charge(data.len());
-                self.ready.extend_from_slice(&data);
+                self.ready.push(&data);
                 self.next += 1;
             }
         } else {
@@ -255,25 +255,94 @@ impl RecvBuffer {
 
     /// Copies readable bytes into `buf`; returns how many.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
-        let n = buf.len().min(self.ready.len());
-        buf[..n].copy_from_slice(&self.ready[..n]);
-        self.ready.advance(n);
-        n
+        self.ready.read(buf)
     }
 
     /// Takes up to `max` readable bytes without copying.
     pub fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
-        if self.ready.is_empty() {
-            return None;
-        }
-        let n = max.min(self.ready.len());
-        Some(self.ready.split_to(n).freeze())
+        self.ready.read_chunk(max)
     }
 
     /// Drops all readable bytes (the application closed its read side).
     pub fn discard_readable(&mut self) -> usize {
         let n = self.ready.len();
-        self.ready.clear();
+        self.ready = ReadyBytes::default();
+        n
+    }
+}
+
+/// Largest block the in-order bytes are gathered in.
+const READY_BLOCK_MAX: usize = 64 * 1024;
+/// First block of a stream (blocks double up to [`READY_BLOCK_MAX`] as data keeps coming).
+const READY_BLOCK_MIN: usize = 4 * 1024;
+
+/// In-order bytes not yet read, gathered in blocks that are never reallocated: arriving SDs
+/// are copied once into the block being filled, and readers take whole blocks or parts of them
+/// without copying. A stream that has been read to the end holds no block.
+#[derive(Debug, Default)]
+struct ReadyBytes {
+    /// Filled blocks, oldest first.
+    full: VecDeque<Bytes>,
+    /// The block being filled (its spare capacity takes the next bytes).
+    filling: BytesMut,
+    len: usize,
+    /// Capacity of the last block allocated.
+    last_block: usize,
+}
+
+impl ReadyBytes {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.filling.capacity() - self.filling.len() < data.len() {
+            if !self.filling.is_empty() {
+                self.full.push_back(self.filling.split().freeze());
+            }
+            let block = (self.last_block * 2).clamp(READY_BLOCK_MIN, READY_BLOCK_MAX);
+            self.last_block = block;
+            self.filling = BytesMut::with_capacity(block.max(data.len()));
+        }
+        self.filling.extend_from_slice(data);
+        self.len += data.len();
+    }
+
+    /// Takes up to `max` bytes (at most one block's worth) without copying.
+    fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
+        if self.len == 0 || max == 0 {
+            return None;
+        }
+        let chunk = match self.full.front_mut() {
+            Some(front) if front.len() <= max => self.full.pop_front()?,
+            Some(front) => front.split_to(max),
+            None => {
+                let n = max.min(self.filling.len());
+                let chunk = self.filling.split_to(n).freeze();
+                if self.filling.is_empty() {
+                    // Drained: let the block go with the chunk rather than hold it while idle.
+                    self.filling = BytesMut::new();
+                }
+                chunk
+            }
+        };
+        self.len -= chunk.len();
+        Some(chunk)
+    }
+
+    /// Copies up to `buf.len()` bytes into `buf`; returns how many.
+    fn read(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(chunk) = self.read_chunk(buf.len() - n) else {
+                break;
+            };
+            buf[n..n + chunk.len()].copy_from_slice(&chunk);
+            n += chunk.len();
+        }
         n
     }
 }
@@ -327,6 +396,29 @@ mod tests {
         assert_eq!(r.cumulative(), 17);
         assert_eq!(r.pop_ustat(), None);
         assert!(!r.has_ustat());
+    }
+
+    #[test]
+    fn ready_bytes_cross_blocks_in_order() {
+        let mut r = ReadyBytes::default();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let sd: Vec<u8> = (0..1400).map(|k| (i * 7 + k) as u8).collect();
+            r.push(&sd);
+            want.extend_from_slice(&sd);
+        }
+        assert_eq!(r.len(), want.len());
+        let mut got = Vec::new();
+        let mut small = [0u8; 999];
+        let n = r.read(&mut small);
+        got.extend_from_slice(&small[..n]);
+        while let Some(c) = r.read_chunk(READY_BLOCK_MAX) {
+            assert!(c.len() <= READY_BLOCK_MAX);
+            got.extend_from_slice(&c);
+        }
+        assert_eq!(got, want);
+        assert_eq!(r.len(), 0);
+        assert_eq!(r.filling.capacity(), 0, "a drained stream holds no block");
     }
 
     #[test]
