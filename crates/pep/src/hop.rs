@@ -26,7 +26,7 @@ use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::{Initiator, Opened, Responder};
 use crate::udp_batch::{UdpBatch, MAX_BATCH_BYTES, MAX_SEGMENTS};
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -323,6 +323,9 @@ impl Hop {
             security,
             streams: HashMap::new(),
             by_handle: HashMap::new(),
+            dirty: HashSet::new(),
+            blocked: HashSet::new(),
+            closing: HashSet::new(),
             next_id: 1,
             commands: rx,
             incoming: in_tx,
@@ -536,6 +539,13 @@ struct HopTask {
     security: Sec,
     streams: HashMap<u64, StreamState>,
     by_handle: HashMap<ConnectionHandle, u64>,
+    /// Streams to pump at the next turn: a command or a connection event touched them.
+    /// Pumping visits only these (and `blocked` and `closing`), never every stream.
+    dirty: HashSet<u64>,
+    /// Streams whose reader had no room for an event: pumped again on every turn.
+    blocked: HashSet<u64>,
+    /// Streams whose connection closed: pumped on every turn until the connection is freed.
+    closing: HashSet<u64>,
     next_id: u64,
     commands: mpsc::Receiver<Command>,
     incoming: mpsc::Sender<HopStream>,
@@ -594,6 +604,7 @@ impl HopTask {
             },
         );
         self.by_handle.insert(handle, id);
+        self.dirty.insert(id);
         HopStream {
             writer: HopWriter {
                 id,
@@ -615,6 +626,9 @@ impl HopTask {
     fn remove_stream(&mut self, id: u64) -> Option<StreamState> {
         let s = self.streams.remove(&id)?;
         self.by_handle.remove(&s.handle);
+        self.dirty.remove(&id);
+        self.blocked.remove(&id);
+        self.closing.remove(&id);
         Some(s)
     }
 
@@ -638,7 +652,7 @@ impl HopTask {
             if !self.established() {
                 wake = wake.min(next_handshake);
             }
-            let holding = self.streams.values().any(|s| s.held.is_some() || s.freed);
+            let holding = !self.blocked.is_empty();
             if holding {
                 // A backstop: readers notify as they make room.
                 wake = wake.min(tokio::time::Instant::now() + READ_RETRY);
@@ -774,11 +788,13 @@ impl HopTask {
             Command::Stream(StreamCmd::Data(id, bytes, permit)) => {
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.pending.push_back((bytes, permit));
+                    self.dirty.insert(id);
                 }
             }
             Command::Stream(StreamCmd::Shutdown(id)) => {
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.shutdown_requested = true;
+                    self.dirty.insert(id);
                 }
             }
             Command::Stream(StreamCmd::Abort(id, code)) => {
@@ -854,14 +870,28 @@ impl HopTask {
             let Some(&id) = self.by_handle.get(&h) else {
                 continue;
             };
-            if let Event::Failed(e) = ev {
-                if let Some(s) = self.remove_stream(id) {
-                    let _ = s.events.try_send(StreamEvent::Failed(e.to_string()));
+            match ev {
+                Event::Failed(e) => {
+                    if let Some(s) = self.remove_stream(id) {
+                        let _ = s.events.try_send(StreamEvent::Failed(e.to_string()));
+                    }
+                }
+                Event::Closed => {
+                    self.closing.insert(id);
+                    self.dirty.insert(id);
+                }
+                _ => {
+                    self.dirty.insert(id);
                 }
             }
         }
-        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        let mut ids: Vec<u64> = self.dirty.drain().collect();
+        ids.extend(self.blocked.iter().filter(|id| !self.dirty.contains(id)));
+        ids.extend(self.closing.iter());
+        ids.sort_unstable();
+        ids.dedup();
         for id in ids {
+            self.blocked.remove(&id);
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
@@ -875,6 +905,7 @@ impl HopTask {
                         s.events.try_send(StreamEvent::Data(b))
                     {
                         s.held = Some(b);
+                        self.blocked.insert(id);
                         continue;
                     }
                 }
@@ -884,6 +915,7 @@ impl HopTask {
                         Err(mpsc::error::TrySendError::Full(_))
                     )
                 {
+                    self.blocked.insert(id);
                     continue;
                 }
                 self.remove_stream(id);
@@ -916,9 +948,14 @@ impl HopTask {
                     None => match c.read_chunk(CHUNK) {
                         Ok(Some(b)) => b,
                         Ok(None) => {
-                            if !s.finished_sent && s.events.try_send(StreamEvent::Finished).is_ok()
-                            {
-                                s.finished_sent = true;
+                            if !s.finished_sent {
+                                match s.events.try_send(StreamEvent::Finished) {
+                                    Ok(()) => s.finished_sent = true,
+                                    Err(mpsc::error::TrySendError::Full(_)) => {
+                                        self.blocked.insert(id);
+                                    }
+                                    Err(_) => {}
+                                }
                             }
                             break;
                         }
@@ -929,6 +966,7 @@ impl HopTask {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(StreamEvent::Data(b))) => {
                         s.held = Some(b);
+                        self.blocked.insert(id);
                         break;
                     }
                     Err(_) => break,
