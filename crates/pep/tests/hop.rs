@@ -3,26 +3,21 @@
 
 mod common;
 
-use common::{hop_config, link_to, pattern, terminal_hop};
+use common::{gateway_hop, hop_config, link_to, pattern, read_hop_stream, terminal_hop};
 
 use linkem::Profile;
-use pep::hop::{Hop, HopConfig, HopStream, Security, StreamEvent};
+use pep::hop::{Hop, HopConfig, HopStream, StreamEvent};
 use pep::keys::generate_keypair;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::UdpSocket;
 
 async fn read_all(s: &mut HopStream) -> Result<Vec<u8>, String> {
-    let mut got = Vec::new();
-    loop {
-        match s.recv().await {
-            Some(StreamEvent::Data(b)) => got.extend_from_slice(&b),
-            Some(StreamEvent::Finished) => return Ok(got),
-            Some(StreamEvent::Failed(e)) => return Err(e),
-            None => return Err("hop gone".into()),
-        }
+    match read_hop_stream(s).await {
+        (got, Some(StreamEvent::Finished)) => Ok(got),
+        (_, Some(StreamEvent::Failed(e))) => Err(e),
+        (_, Some(StreamEvent::Data(_))) => unreachable!("data is read, not returned"),
+        (_, None) => Err("hop gone".into()),
     }
 }
 
@@ -36,17 +31,7 @@ async fn gateway(
     gw_key: pep::keys::PrivateKey,
 ) -> (Hop, SocketAddr) {
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(9));
-    let responder =
-        Responder::new(gw_key, [terminal_key], ResponderConfig::default(), rng).unwrap();
-    let hop = Hop::start(
-        sock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        cfg(2),
-    )
-    .unwrap();
+    let hop = gateway_hop(sock, gw_key, [terminal_key], 9, cfg(2));
     let addr = hop.local_addr();
     (hop, addr)
 }

@@ -4,61 +4,52 @@
 
 mod common;
 
-use common::{hop_config, pattern, terminal_hop};
+use common::{
+    download_or_upload, gateway_hop, hop_config, pattern, policy, socks_connect_to, spawn_origin,
+    terminal_hop,
+};
 
 use pep::config::TcpOptions;
-use pep::hop::{Hop, Security};
+use pep::hop::Hop;
 use pep::keys::generate_keypair;
 use pep::metrics::{Metrics, Side};
 use pep::ops::{Ops, OpsConfig};
-use pep::policy::{Policy, PolicyConfig};
 use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 /// Origin: "D n\n" → n pattern bytes, then close; "E\n" → echoes until EOF.
 async fn origin() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut r = BufReader::new(s);
-                let mut line = String::new();
-                if r.read_line(&mut line).await.is_err() {
-                    return;
-                }
-                let mut parts = line.split_whitespace();
-                match (parts.next(), parts.next().and_then(|n| n.parse().ok())) {
-                    (Some("D"), Some(n)) => {
-                        let _ = r.get_mut().write_all(&pattern(7, n)).await;
-                        let _ = r.get_mut().shutdown().await;
-                    }
-                    (Some("E"), _) => {
-                        let mut buf = vec![0u8; 4096];
-                        loop {
-                            match r.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    if r.get_mut().write_all(&buf[..n]).await.is_err() {
-                                        break;
-                                    }
+    spawn_origin(
+        l,
+        |_| {},
+        |mut r| async move {
+            match (r.cmd.as_str(), r.n) {
+                ("D", Some(_)) => download_or_upload(r).await,
+                ("E", _) => {
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        match r.conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if r.conn.get_mut().write_all(&buf[..n]).await.is_err() {
+                                    break;
                                 }
                             }
                         }
-                        let _ = r.get_mut().shutdown().await;
                     }
-                    _ => {}
+                    let _ = r.conn.get_mut().shutdown().await;
                 }
-            });
-        }
-    });
+                _ => {}
+            }
+        },
+    );
     addr
 }
 
@@ -107,30 +98,14 @@ async fn setup(o: Options) -> Setup {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
-    let mut gw = Hop::start(
-        gsock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_config(2, 1 << 20),
-    )
-    .unwrap();
+    let mut gw = gateway_hop(gsock, gk, [tp], 3, hop_config(2, 1 << 20));
     let gw_addr = gw.local_addr();
-    let policy = Policy::new(PolicyConfig {
-        allow: o.allow,
-        deny: o.deny,
-        allow_private: false,
-        own_addresses: vec![],
-    })
-    .unwrap();
     let gw_ops = Ops::new(o.gw, Arc::new(Metrics::new(Side::Gateway)));
     let incoming = pep::relay::take_incoming(&mut gw);
     let gw = Arc::new(gw);
     tokio::spawn(pep::relay::serve_gateway(
         incoming,
-        Arc::new(policy),
+        policy(o.allow, o.deny),
         ConnectOptions::new(Duration::from_secs(5)),
         Arc::new(o.tcp),
         Arc::clone(&gw_ops),
@@ -165,34 +140,12 @@ async fn setup(o: Options) -> Setup {
     }
 }
 
-/// SOCKS5 CONNECT (no authentication) to an address or a name; returns the stream and the
-/// reply code.
+/// SOCKS5 CONNECT (no authentication) to an address or a name, the reply within 20 s; returns
+/// the stream and the reply code.
 async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await.unwrap();
-    assert_eq!(m, [5, 0]);
-    let mut req = vec![5, 1, 0];
-    match host.parse::<std::net::Ipv4Addr>() {
-        Ok(ip) => {
-            req.push(1);
-            req.extend_from_slice(&ip.octets());
-        }
-        Err(_) => {
-            req.push(3);
-            req.push(host.len() as u8);
-            req.extend_from_slice(host.as_bytes());
-        }
-    }
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut rep))
+    tokio::time::timeout(Duration::from_secs(20), socks_connect_to(proxy, host, port))
         .await
         .expect("SOCKS reply in time")
-        .unwrap();
-    (s, rep[1])
 }
 
 async fn http_get(addr: SocketAddr, path: &str) -> String {

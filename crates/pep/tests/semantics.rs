@@ -7,16 +7,15 @@
 
 mod common;
 
-use common::{hop_config, link_to, pattern, terminal_hop};
+use common::{
+    fnv, gateway_hop, hop_config, link_to, loopback_policy, pattern, relay_incoming,
+    socks_handshake, terminal_hop,
+};
 
 use linkem::Profile;
-use pep::hop::{Hop, HopStatus, Security, StreamEvent};
+use pep::hop::{Hop, HopStatus, StreamEvent};
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,53 +23,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, oneshot};
-
-fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The gateway's policy in these tests: loopback servers allowed, everything else denied.
-fn policy() -> Arc<Policy> {
-    Arc::new(
-        Policy::new(PolicyConfig {
-            allow: vec!["127.0.0.0/8".into()],
-            deny: vec![],
-            allow_private: false,
-            own_addresses: vec![],
-        })
-        .unwrap(),
-    )
-}
+use tokio::sync::oneshot;
 
 /// Starts a gateway hop on `sock` serving the `terminals`, relaying every stream it accepts as
 /// the gateway daemon does. The hop is returned (its `incoming` taken) so tests can read its
 /// status.
 fn start_gateway(sock: UdpSocket, key: PrivateKey, terminals: Vec<PublicKey>) -> Arc<Hop> {
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(key, terminals, ResponderConfig::default(), rng).unwrap();
-    let mut hop = Hop::start(
-        sock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_config(2, 1 << 20),
-    )
-    .unwrap();
-    let (_, placeholder) = mpsc::channel(1);
-    let mut incoming = std::mem::replace(&mut hop.incoming, placeholder);
-    let policy = policy();
-    let options = ConnectOptions::new(Duration::from_secs(5));
-    tokio::spawn(async move {
-        while let Some(stream) = incoming.recv().await {
-            let policy = Arc::clone(&policy);
-            tokio::spawn(async move {
-                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
-            });
-        }
-    });
+    let mut hop = gateway_hop(sock, key, terminals, 3, hop_config(2, 1 << 20));
+    relay_incoming(&mut hop, loopback_policy());
     Arc::new(hop)
 }
 
@@ -121,24 +81,6 @@ async fn setup(profile: Option<Profile>) -> Setup {
 async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> io::Result<(TcpStream, u8)> {
     let s = TcpStream::connect(proxy).await?;
     socks_handshake(s, dest).await
-}
-
-/// The SOCKS5 CONNECT exchange on a connection to the proxy.
-async fn socks_handshake(mut s: TcpStream, dest: SocketAddr) -> io::Result<(TcpStream, u8)> {
-    s.write_all(&[5, 1, 0]).await?;
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await?;
-    assert_eq!(m, [5, 0], "no-auth method chosen");
-    let SocketAddr::V4(v4) = dest else {
-        panic!("IPv4 destinations only here")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await?;
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await?;
-    Ok((s, rep[1]))
 }
 
 /// SOCKS5 CONNECT that must succeed.
@@ -326,16 +268,7 @@ async fn a_slow_hop_reader_gets_every_byte_and_the_end() {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(9));
-    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
-    let mut gateway = Hop::start(
-        sock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_config(2, 1 << 20),
-    )
-    .unwrap();
+    let mut gateway = gateway_hop(sock, gk, [tp], 9, hop_config(2, 1 << 20));
     let terminal = terminal_hop(tk, gp, gateway.local_addr(), hop_config(1, 1 << 20)).await;
     let data = pattern(13, 3 << 20);
     let mut s = terminal.open(b"x".to_vec()).await.unwrap();

@@ -2,39 +2,25 @@
 //! local origin server. Byte-exact transfers both ways, half-close each way, an unknown terminal
 //! key refused and counted, and a tampered byte on the hop killing only its own connection.
 
+mod common;
+
+use common::{
+    download_or_upload, fnv, loopback_policy, pattern, read_hop_stream, relay_incoming,
+    socks_connect as socks_request, spawn_origin,
+};
 use pep::hop::Hop;
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
 use pep::tcp_hop::{start_gateway, start_terminal, TcpHopConfig, TcpTuning};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 const T: Duration = Duration::from_secs(60);
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
-
-fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 /// Origin server. Per connection, one command line:
 /// - "D n": sends n pattern bytes, then closes;
@@ -57,51 +43,33 @@ async fn origin() -> Origin {
     let accepted = Arc::new(AtomicUsize::new(0));
     let (tx, after_fin) = mpsc::channel(8);
     let count = Arc::clone(&accepted);
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut r = BufReader::new(s);
-                let mut line = String::new();
-                if r.read_line(&mut line).await.is_err() {
-                    return;
+    let on_accept = move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    };
+    spawn_origin(l, on_accept, move |mut r| {
+        let tx = tx.clone();
+        async move {
+            match (r.cmd.as_str(), r.n) {
+                ("D" | "U", Some(_)) => download_or_upload(r).await,
+                ("E", None) => {
+                    let mut got = Vec::new();
+                    if r.conn.read_to_end(&mut got).await.is_ok() {
+                        let mut reply = (got.len() as u64).to_be_bytes().to_vec();
+                        reply.extend_from_slice(&fnv(&got).to_be_bytes());
+                        let _ = r.conn.get_mut().write_all(&reply).await;
+                        let _ = r.conn.get_mut().shutdown().await;
+                    }
                 }
-                let mut parts = line.split_whitespace();
-                let cmd = parts.next().unwrap_or("");
-                let n = parts.next().and_then(|n| n.parse::<usize>().ok());
-                match (cmd, n) {
-                    ("D", Some(n)) => {
-                        let _ = r.get_mut().write_all(&pattern(7, n)).await;
-                        let _ = r.get_mut().shutdown().await;
+                ("F", None) => {
+                    let _ = r.conn.get_mut().write_all(b"bye").await;
+                    let _ = r.conn.get_mut().shutdown().await;
+                    let mut got = Vec::new();
+                    if r.conn.read_to_end(&mut got).await.is_ok() {
+                        let _ = tx.send(got).await;
                     }
-                    ("U", Some(n)) => {
-                        let mut got = vec![0u8; n];
-                        if r.read_exact(&mut got).await.is_ok() {
-                            let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
-                            let _ = r.get_mut().shutdown().await;
-                        }
-                    }
-                    ("E", None) => {
-                        let mut got = Vec::new();
-                        if r.read_to_end(&mut got).await.is_ok() {
-                            let mut reply = (got.len() as u64).to_be_bytes().to_vec();
-                            reply.extend_from_slice(&fnv(&got).to_be_bytes());
-                            let _ = r.get_mut().write_all(&reply).await;
-                            let _ = r.get_mut().shutdown().await;
-                        }
-                    }
-                    ("F", None) => {
-                        let _ = r.get_mut().write_all(b"bye").await;
-                        let _ = r.get_mut().shutdown().await;
-                        let mut got = Vec::new();
-                        if r.read_to_end(&mut got).await.is_ok() {
-                            let _ = tx.send(got).await;
-                        }
-                    }
-                    _ => {}
                 }
-            });
+                _ => {}
+            }
         }
     });
     Origin {
@@ -125,25 +93,7 @@ fn gateway(key: PrivateKey, allowed: Vec<PublicKey>) -> (Hop, SocketAddr) {
     let mut hop =
         start_gateway("127.0.0.1:0".parse().unwrap(), key, allowed, hop_config()).unwrap();
     let addr = hop.local_addr();
-    let mut incoming = std::mem::replace(&mut hop.incoming, mpsc::channel(1).1);
-    let policy = Arc::new(
-        Policy::new(PolicyConfig {
-            allow: vec!["127.0.0.0/8".into()],
-            deny: vec![],
-            allow_private: false,
-            own_addresses: vec![],
-        })
-        .unwrap(),
-    );
-    tokio::spawn(async move {
-        let options = ConnectOptions::new(Duration::from_secs(5));
-        while let Some(stream) = incoming.recv().await {
-            let policy = Arc::clone(&policy);
-            tokio::spawn(async move {
-                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
-            });
-        }
-    });
+    relay_incoming(&mut hop, loopback_policy());
     (hop, addr)
 }
 
@@ -165,26 +115,11 @@ async fn terminal(
     (socks, hop)
 }
 
-/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
+/// SOCKS5 CONNECT to `dest`, the reply within [`T`]; returns the stream and the reply code.
 async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await.unwrap();
-    assert_eq!(m, [5, 0]);
-    let SocketAddr::V4(v4) = dest else {
-        panic!("ipv4 only here")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    tokio::time::timeout(T, s.read_exact(&mut rep))
+    tokio::time::timeout(T, socks_request(proxy, dest))
         .await
         .expect("SOCKS reply timed out")
-        .unwrap();
-    (s, rep[1])
 }
 
 async fn pair() -> (Hop, SocketAddr) {
@@ -500,13 +435,7 @@ async fn stream_events_and_backpressure() {
     let term = start_terminal(tk, gp, gw.local_addr(), hop_config()).unwrap();
 
     async fn read_all(s: &mut pep::hop::HopStream) -> (Vec<u8>, Option<StreamEvent>) {
-        let mut got = Vec::new();
-        loop {
-            match tokio::time::timeout(T, s.recv()).await.unwrap() {
-                Some(StreamEvent::Data(b)) => got.extend_from_slice(&b),
-                other => return (got, other),
-            }
-        }
+        tokio::time::timeout(T, read_hop_stream(s)).await.unwrap()
     }
 
     // Half-close each way; first bytes larger than a handshake message carries.

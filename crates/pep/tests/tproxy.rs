@@ -29,7 +29,7 @@
 
 mod common;
 
-use common::{hop_config, pattern};
+use common::{download_or_upload, fnv, hop_config, pattern, spawn_origin};
 use pep::hop::{Hop, Security};
 use pep::keys::generate_keypair;
 use pep::policy::{Policy, PolicyConfig};
@@ -45,7 +45,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const SERVER_PORT: u16 = 7000;
 /// A port on the server where nothing listens.
@@ -57,12 +56,6 @@ const CLIENT6: &str = "2001:db8:c::2";
 const GATEWAY4: &str = "203.0.113.1";
 const GATEWAY6: &str = "2001:db8:5::1";
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
 
 fn deploy_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -344,37 +337,12 @@ async fn server(seen: Arc<Mutex<Vec<SocketAddr>>>) -> Result<(), String> {
     let l = tokio::net::TcpListener::bind(("::", SERVER_PORT))
         .await
         .map_err(|e| format!("server bind: {e}"))?;
-    tokio::spawn(async move {
-        while let Ok((s, peer)) = l.accept().await {
-            if let Ok(mut v) = seen.lock() {
-                v.push(pep::relay::canonical_addr(peer));
-            }
-            tokio::spawn(async move {
-                let mut r = BufReader::new(s);
-                let mut line = String::new();
-                if r.read_line(&mut line).await.is_err() {
-                    return;
-                }
-                let mut parts = line.split_whitespace();
-                let (Some(cmd), Some(n)) = (
-                    parts.next(),
-                    parts.next().and_then(|n| n.parse::<usize>().ok()),
-                ) else {
-                    return;
-                };
-                if cmd == "D" {
-                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
-                    let _ = r.get_mut().shutdown().await;
-                } else {
-                    let mut got = vec![0u8; n];
-                    if r.read_exact(&mut got).await.is_ok() {
-                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
-                        let _ = r.get_mut().shutdown().await;
-                    }
-                }
-            });
+    let on_accept = move |peer| {
+        if let Ok(mut v) = seen.lock() {
+            v.push(pep::relay::canonical_addr(peer));
         }
-    });
+    };
+    spawn_origin(l, on_accept, download_or_upload);
     Ok(())
 }
 

@@ -128,6 +128,68 @@ async fn run_until_signal(side: &str, ops: &Arc<Ops>, timeout: Duration) -> Resu
     Ok(())
 }
 
+/// The settings both daemons share: the allocation, the relay buffer and the timeouts, which
+/// size their operations and which they log when they start.
+struct Settings {
+    up_rate_bps: Option<u64>,
+    down_rate_bps: Option<u64>,
+    rtt_ms: Option<u32>,
+    relay_buffer_bytes: u64,
+    idle_timeout_s: u32,
+    connect_timeout_s: u32,
+    shutdown_timeout_s: u32,
+}
+
+/// The [`Settings`] of a terminal's or a gateway's configuration, whose fields share names.
+macro_rules! settings {
+    ($cfg:expr) => {
+        Settings {
+            up_rate_bps: $cfg.up_rate_bps,
+            down_rate_bps: $cfg.down_rate_bps,
+            rtt_ms: $cfg.rtt_ms,
+            relay_buffer_bytes: $cfg.relay_buffer_bytes(),
+            idle_timeout_s: $cfg.idle_timeout_s,
+            connect_timeout_s: $cfg.connect_timeout_s,
+            shutdown_timeout_s: $cfg.shutdown_timeout_s,
+        }
+    };
+}
+
+impl Settings {
+    /// The side's limits, timeouts and metrics, with `limits` from its configuration.
+    fn ops(&self, limits: &Limits, side: Side) -> Arc<Ops> {
+        let config = ops_config(
+            limits,
+            self.relay_buffer_bytes,
+            self.idle_timeout_s,
+            self.connect_timeout_s,
+        );
+        Ops::new(config, Arc::new(Metrics::new(side)))
+    }
+}
+
+/// Logs that the daemon `side` started, with `details` (its own settings, `key=value` each),
+/// `settings` and the limits of `ops`; then runs until a signal and drains for up to
+/// `shutdown_timeout_s`.
+async fn run_started(side: &str, details: &str, settings: &Settings, ops: &Arc<Ops>) -> Result<()> {
+    let c = ops.config();
+    tracing::info!(
+        up_rate_bps = settings.up_rate_bps,
+        down_rate_bps = settings.down_rate_bps,
+        rtt_ms = settings.rtt_ms,
+        relay_buffer_bytes = settings.relay_buffer_bytes,
+        max_connections = c.max_connections,
+        max_connections_per_terminal = c.max_connections_per_terminal,
+        memory_cap_bytes = c.memory_cap_bytes,
+        idle_timeout_s = settings.idle_timeout_s,
+        connect_timeout_s = settings.connect_timeout_s,
+        shutdown_timeout_s = settings.shutdown_timeout_s,
+        "satstp {side} started {details}"
+    );
+    let drain = Duration::from_secs(u64::from(settings.shutdown_timeout_s));
+    run_until_signal(side, ops, drain).await
+}
+
 /// Checks the TCP hop's socket options on this host (an error names the field, e.g.
 /// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
 fn check_hop_tcp(field: &str, tuning: &pep::tcp_hop::TcpTuning) -> Result<()> {
@@ -180,15 +242,8 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
-    let ops = Ops::new(
-        ops_config(
-            &cfg.limits,
-            cfg.relay_buffer_bytes(),
-            cfg.idle_timeout_s,
-            cfg.connect_timeout_s,
-        ),
-        Arc::new(Metrics::new(Side::Terminal)),
-    );
+    let settings = settings!(cfg);
+    let ops = settings.ops(&cfg.limits, Side::Terminal);
     let seed = os_seed()?;
     runtime()?.block_on(async move {
         let gateway = tokio::net::lookup_host(&cfg.gateway)
@@ -286,26 +341,13 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         if let Some(a) = cfg.metrics_listen {
             serve_metrics(a, "terminal.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
         }
-        let c = ops.config();
-        tracing::info!(
-            listeners = %listening.join(", "),
-            %gateway,
-            hop = %hop.local_addr(),
-            hop_transport = ?cfg.hop_transport,
-            up_rate_bps = cfg.up_rate_bps,
-            down_rate_bps = cfg.down_rate_bps,
-            rtt_ms = cfg.rtt_ms,
-            relay_buffer_bytes = cfg.relay_buffer_bytes(),
-            max_connections = c.max_connections,
-            max_connections_per_terminal = c.max_connections_per_terminal,
-            memory_cap_bytes = c.memory_cap_bytes,
-            idle_timeout_s = cfg.idle_timeout_s,
-            connect_timeout_s = cfg.connect_timeout_s,
-            shutdown_timeout_s = cfg.shutdown_timeout_s,
-            "satstp terminal started"
+        let details = format!(
+            "listeners={} gateway={gateway} hop={} hop_transport={:?}",
+            listening.join(", "),
+            hop.local_addr(),
+            cfg.hop_transport
         );
-        let drain = Duration::from_secs(u64::from(cfg.shutdown_timeout_s));
-        run_until_signal("terminal", &ops, drain).await
+        run_started("terminal", &details, &settings, &ops).await
     })
 }
 
@@ -329,15 +371,8 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     if cfg.source_transparent {
         pep::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
     }
-    let ops = Ops::new(
-        ops_config(
-            &cfg.limits,
-            cfg.relay_buffer_bytes(),
-            cfg.idle_timeout_s,
-            cfg.connect_timeout_s,
-        ),
-        Arc::new(Metrics::new(Side::Gateway)),
-    );
+    let settings = settings!(cfg);
+    let ops = settings.ops(&cfg.limits, Side::Gateway);
     let seed = os_seed()?;
     let tcp_hop_keys = (key.clone(), allowed.clone());
     let responder = Responder::new(
@@ -409,29 +444,18 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         if let Some(a) = cfg.metrics_listen {
             serve_metrics(a, "gateway.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
         }
-        let c = ops.config();
-        tracing::info!(
-            listen = %hop.local_addr(),
-            hop_transport = ?cfg.hop_transport,
-            source_transparent = cfg.source_transparent,
-            policy_allow = ?cfg.policy.allow,
-            policy_deny = ?cfg.policy.deny,
-            allow_private = cfg.policy.allow_private,
-            tcp_congestion = cfg.tcp.congestion.as_deref().unwrap_or("system default"),
-            up_rate_bps = cfg.up_rate_bps,
-            down_rate_bps = cfg.down_rate_bps,
-            rtt_ms = cfg.rtt_ms,
-            relay_buffer_bytes = cfg.relay_buffer_bytes(),
-            max_connections = c.max_connections,
-            max_connections_per_terminal = c.max_connections_per_terminal,
-            memory_cap_bytes = c.memory_cap_bytes,
-            idle_timeout_s = cfg.idle_timeout_s,
-            connect_timeout_s = cfg.connect_timeout_s,
-            shutdown_timeout_s = cfg.shutdown_timeout_s,
-            "satstp gateway started"
+        let details = format!(
+            "listen={} hop_transport={:?} source_transparent={} policy_allow={:?} \
+             policy_deny={:?} allow_private={} tcp_congestion={:?}",
+            hop.local_addr(),
+            cfg.hop_transport,
+            cfg.source_transparent,
+            cfg.policy.allow,
+            cfg.policy.deny,
+            cfg.policy.allow_private,
+            cfg.tcp.congestion.as_deref().unwrap_or("system default"),
         );
-        let drain = Duration::from_secs(u64::from(cfg.shutdown_timeout_s));
-        let r = run_until_signal("gateway", &ops, drain).await;
+        let r = run_started("gateway", &details, &settings, &ops).await;
         drop(hop);
         drop(running);
         r

@@ -1,133 +1,36 @@
 //! `satstp gateway` and `satstp terminal` as real processes on loopback: keys from `satstp
 //! keygen`, configuration files, a SOCKS5 download through both from a local origin server.
 
+mod common;
+
+use common::{
+    daemon, download, free_port, fresh_dir, pattern, satstp, socks_connect, wait_listening, Keys,
+    Kill,
+};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn keygen(prefix: &Path) -> String {
-    let o = satstp()
-        .arg("keygen")
-        .arg("--out")
-        .arg(prefix)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::fs::read_to_string(prefix.with_extension("pub"))
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
-}
 
 #[test]
 fn socks_download_through_terminal_and_gateway_processes() {
-    let dir = std::env::temp_dir().join(format!("satstp-daemons-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let tpub = keygen(&dir.join("terminal"));
-    let gpub = keygen(&dir.join("gateway"));
+    let dir = fresh_dir("daemons");
+    let keys = Keys::generate(&dir);
     let gw_port = free_port();
     let socks_port = free_port();
-    std::fs::write(
-        dir.join("gateway.toml"),
-        format!(
-            "[gateway]\nlisten = \"127.0.0.1:{gw_port}\"\nprivate_key_file = \"{}\"\nallowed_terminals = [\"{tpub}\"]\n[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
-            dir.join("gateway.key").display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("terminal.toml"),
-        format!(
-            "[terminal]\nsocks_listen = \"127.0.0.1:{socks_port}\"\ngateway = \"127.0.0.1:{gw_port}\"\ngateway_public_key = \"{gpub}\"\nprivate_key_file = \"{}\"\n",
-            dir.join("terminal.key").display()
-        ),
-    )
-    .unwrap();
-    let _gw = Kill(
-        satstp()
-            .arg("gateway")
-            .arg("--config")
-            .arg(dir.join("gateway.toml"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let gw_config = keys.write_gateway_config(
+        "gateway.toml",
+        gw_port,
+        "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
     );
-    let _term = Kill(
-        satstp()
-            .arg("terminal")
-            .arg("--config")
-            .arg(dir.join("terminal.toml"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    // Origin: sends 1 MB to each client, then closes.
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin_addr = origin.local_addr().unwrap();
+    let term_config = keys.write_terminal_config("terminal.toml", socks_port, gw_port, "");
+    let _gw = daemon("gateway", &gw_config, None);
+    let _term = daemon("terminal", &term_config, None);
+    // Origin: sends 1 MB to the client, then closes; the download waits for the terminal to
+    // listen.
     let body = pattern(1 << 20);
-    let served = body.clone();
-    std::thread::spawn(move || {
-        if let Ok((mut s, _)) = origin.accept() {
-            let _ = s.write_all(&served);
-        }
-    });
-    // Wait for the terminal to listen.
     let proxy: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        if let Ok(s) = TcpStream::connect(proxy) {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "terminal did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
-    assert_eq!(m, [5, 0]);
-    let SocketAddr::V4(v4) = origin_addr else {
-        unreachable!()
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
-    assert_eq!(rep[1], 0, "SOCKS reply");
-    let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
+    let got = download(proxy, &body);
     assert!(
         got == body,
         "download differs ({} of {} bytes)",
@@ -169,55 +72,28 @@ struct Pair {
 }
 
 fn start_pair(name: &str, terminal_extra: &str) -> Pair {
-    let dir = std::env::temp_dir().join(format!("satstp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let tpub = keygen(&dir.join("terminal"));
-    let gpub = keygen(&dir.join("gateway"));
+    let dir = fresh_dir(name);
+    let keys = Keys::generate(&dir);
     let gw_port = free_port();
     let socks_port = free_port();
     let metrics_port = free_port();
-    std::fs::write(
-        dir.join("gateway.toml"),
-        format!(
-            "[gateway]\nlisten = \"127.0.0.1:{gw_port}\"\nprivate_key_file = \"{}\"\nallowed_terminals = [\"{tpub}\"]\nshutdown_timeout_s = 5\n[gateway.policy]\nallow = [\"127.0.0.0/8\", \"localhost\"]\ndeny = [\"*.denied.example\"]\n",
-            dir.join("gateway.key").display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("terminal.toml"),
-        format!(
-            "[terminal]\nsocks_listen = \"127.0.0.1:{socks_port}\"\ngateway = \"127.0.0.1:{gw_port}\"\ngateway_public_key = \"{gpub}\"\nprivate_key_file = \"{}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n{terminal_extra}\n",
-            dir.join("terminal.key").display()
-        ),
-    )
-    .unwrap();
-    let spawn = |side: &str| {
-        Kill(
-            satstp()
-                .arg(side)
-                .arg("--config")
-                .arg(dir.join(format!("{side}.toml")))
-                .arg("--log-level")
-                .arg("debug")
-                .stderr(std::fs::File::create(dir.join(format!("{side}.log"))).unwrap())
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let gw = spawn("gateway");
-    let term = spawn("terminal");
+    let gw_config = keys.write_gateway_config(
+        "gateway.toml",
+        gw_port,
+        "shutdown_timeout_s = 5\n[gateway.policy]\nallow = [\"127.0.0.0/8\", \"localhost\"]\n\
+         deny = [\"*.denied.example\"]\n",
+    );
+    let term_config = keys.write_terminal_config(
+        "terminal.toml",
+        socks_port,
+        gw_port,
+        &format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n{terminal_extra}\n"),
+    );
+    let gw = daemon("gateway", &gw_config, Some(&dir.join("gateway.log")));
+    let term = daemon("terminal", &term_config, Some(&dir.join("terminal.log")));
     let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(metrics).is_err() || TcpStream::connect(socks).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "terminal did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&[metrics, socks]);
     Pair {
         dir,
         gw,
@@ -231,34 +107,6 @@ impl Pair {
     fn log(&self, side: &str) -> String {
         std::fs::read_to_string(self.dir.join(format!("{side}.log"))).unwrap_or_default()
     }
-}
-
-/// SOCKS5 CONNECT to `host:port` (an IPv4 address or a name); returns the stream and the
-/// reply code.
-fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
-    assert_eq!(m, [5, 0]);
-    let mut req = vec![5, 1, 0];
-    match host.parse::<std::net::Ipv4Addr>() {
-        Ok(ip) => {
-            req.push(1);
-            req.extend_from_slice(&ip.octets());
-        }
-        Err(_) => {
-            req.push(3);
-            req.push(host.len() as u8);
-            req.extend_from_slice(host.as_bytes());
-        }
-    }
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
-    (s, rep[1])
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> String {

@@ -3,24 +3,13 @@
 //! namespaces cleaned by the next; bad flags and trace files named in the error. The tests that
 //! create namespaces need root and /dev/net/tun and say why they skip without them.
 
+mod common;
+
+use common::{satstp, supported};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
-
-fn supported(test: &str) -> bool {
-    match linkem::net::check_support() {
-        Ok(()) => true,
-        Err(e) => {
-            println!("skipping {test}: {e}");
-            false
-        }
-    }
-}
 
 fn tmp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("satstp-emulate-net-{}-{name}", std::process::id()))

@@ -3,14 +3,17 @@
 
 use linkem::{EmulatorConfig, EmulatorHandle, Profile, UdpEmulator};
 use linkmodel::LinkConfig;
-use pep::hop::{Hop, HopConfig, Security};
+use pep::hop::{Hop, HopConfig, HopStream, Security, StreamEvent};
 use pep::keys::generate_keypair;
 use pep::keys::{PrivateKey, PublicKey};
 use pep::policy::{Policy, PolicyConfig};
+use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
-use std::net::SocketAddr;
+use std::future::Future;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use stp::EndpointConfig;
@@ -129,65 +132,192 @@ pub async fn terminal_hop(
     .unwrap()
 }
 
+/// The 64-bit FNV-1a hash of `data`, with which origin servers answer uploads.
 pub fn fnv(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
-/// Origin server: "D n\n" → n pattern bytes then close; "U n\n" → reads n bytes, answers the
-/// 8-byte FNV hash, closes.
-pub async fn origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
+/// One request to an origin server: the word and the number of its first line ("D 1000\n" →
+/// `"D"`, `Some(1000)`), and the connection, that line read.
+pub struct Request {
+    pub cmd: String,
+    pub n: Option<usize>,
+    pub conn: BufReader<TcpStream>,
+}
+
+/// Runs an origin server on `l`: `on_accept` sees each connection's peer as it is accepted, then
+/// the connection's first line is read and `serve` answers the request, each in its own task.
+pub fn spawn_origin<A, F, Fut>(l: TcpListener, mut on_accept: A, serve: F)
+where
+    A: FnMut(SocketAddr) + Send + 'static,
+    F: Fn(Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let serve = Arc::new(serve);
     tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
+        while let Ok((s, peer)) = l.accept().await {
+            on_accept(peer);
+            let serve = Arc::clone(&serve);
             tokio::spawn(async move {
-                let mut r = BufReader::new(s);
+                let mut conn = BufReader::new(s);
                 let mut line = String::new();
-                if r.read_line(&mut line).await.is_err() {
+                if conn.read_line(&mut line).await.is_err() {
                     return;
                 }
                 let mut parts = line.split_whitespace();
-                let (Some(cmd), Some(n)) = (
-                    parts.next(),
-                    parts.next().and_then(|n| n.parse::<usize>().ok()),
-                ) else {
-                    return;
-                };
-                if cmd == "D" {
-                    let _ = r.get_mut().write_all(&pattern(7, n)).await;
-                    let _ = r.get_mut().shutdown().await;
-                } else {
-                    let mut got = vec![0u8; n];
-                    if r.read_exact(&mut got).await.is_ok() {
-                        let _ = r.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
-                        let _ = r.get_mut().shutdown().await;
-                    }
-                }
+                let cmd = parts.next().unwrap_or("").to_owned();
+                let n = parts.next().and_then(|n| n.parse::<usize>().ok());
+                serve(Request { cmd, n, conn }).await;
             });
         }
     });
+}
+
+/// The origin's two transfers: "D n" sends n pattern bytes (seed 7), then closes; "U n" (any
+/// other word with a number) reads n bytes, answers their 8-byte FNV hash, closes. A request
+/// without a number gets nothing.
+pub async fn download_or_upload(mut r: Request) {
+    let Some(n) = r.n else {
+        return;
+    };
+    if r.cmd == "D" {
+        let _ = r.conn.get_mut().write_all(&pattern(7, n)).await;
+        let _ = r.conn.get_mut().shutdown().await;
+    } else {
+        let mut got = vec![0u8; n];
+        if r.conn.read_exact(&mut got).await.is_ok() {
+            let _ = r.conn.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
+            let _ = r.conn.get_mut().shutdown().await;
+        }
+    }
+}
+
+/// Origin server on loopback answering [`download_or_upload`]'s "D n" and "U n".
+pub async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    spawn_origin(l, |_| {}, download_or_upload);
     addr
 }
 
-/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
-pub async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
+/// The SOCKS5 CONNECT exchange (no authentication) on a connection to the proxy, to `host`
+/// (an IPv4 address or a name) and `port`: the stream and the reply code.
+pub async fn socks_handshake_to(
+    mut s: TcpStream,
+    host: &str,
+    port: u16,
+) -> io::Result<(TcpStream, u8)> {
+    s.write_all(&[5, 1, 0]).await?;
     let mut m = [0u8; 2];
-    s.read_exact(&mut m).await.unwrap();
-    assert_eq!(m, [5, 0]);
-    let SocketAddr::V4(v4) = dest else {
-        panic!("ipv4 only here")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
+    s.read_exact(&mut m).await?;
+    assert_eq!(m, [5, 0], "no-auth method chosen");
+    let mut req = vec![5, 1, 0];
+    match host.parse::<Ipv4Addr>() {
+        Ok(ip) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).await?;
     let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    (s, rep[1])
+    s.read_exact(&mut rep).await?;
+    Ok((s, rep[1]))
+}
+
+/// [`socks_handshake_to`] an IPv4 `dest`.
+pub async fn socks_handshake(s: TcpStream, dest: SocketAddr) -> io::Result<(TcpStream, u8)> {
+    let SocketAddr::V4(v4) = dest else {
+        panic!("IPv4 destinations only here")
+    };
+    socks_handshake_to(s, &v4.ip().to_string(), v4.port()).await
+}
+
+/// SOCKS5 CONNECT through `proxy` to `host:port` (an IPv4 address or a name); returns the
+/// stream and the reply code.
+pub async fn socks_connect_to(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let s = TcpStream::connect(proxy).await.unwrap();
+    socks_handshake_to(s, host, port).await.unwrap()
+}
+
+/// SOCKS5 CONNECT to `dest` (IPv4); returns the stream and the reply code.
+pub async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
+    let s = TcpStream::connect(proxy).await.unwrap();
+    socks_handshake(s, dest).await.unwrap()
+}
+
+/// Reads `s` until an event other than data: what arrived, and that event (`None`: the hop is
+/// gone).
+pub async fn read_hop_stream(s: &mut HopStream) -> (Vec<u8>, Option<StreamEvent>) {
+    let mut got = Vec::new();
+    loop {
+        match s.recv().await {
+            Some(StreamEvent::Data(b)) => got.extend_from_slice(&b),
+            other => return (got, other),
+        }
+    }
+}
+
+/// The gateway's policy: destinations in `allow` permitted, those in `deny` refused.
+pub fn policy(allow: Vec<String>, deny: Vec<String>) -> Arc<Policy> {
+    Arc::new(
+        Policy::new(PolicyConfig {
+            allow,
+            deny,
+            allow_private: false,
+            own_addresses: vec![],
+        })
+        .unwrap(),
+    )
+}
+
+/// The policy of most tests: loopback servers allowed, everything else denied.
+pub fn loopback_policy() -> Arc<Policy> {
+    policy(vec!["127.0.0.0/8".into()], vec![])
+}
+
+/// A gateway hop on `sock` with key `key` serving the `terminals`; `rng_seed` seeds its
+/// responder's session indices.
+pub fn gateway_hop(
+    sock: UdpSocket,
+    key: PrivateKey,
+    terminals: impl IntoIterator<Item = PublicKey>,
+    rng_seed: u64,
+    config: HopConfig,
+) -> Hop {
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(rng_seed));
+    let responder = Responder::new(key, terminals, ResponderConfig::default(), rng).unwrap();
+    Hop::start(
+        sock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        config,
+    )
+    .unwrap()
+}
+
+/// Relays every stream `hop` accepts under `policy`, as the gateway daemon does (connects time
+/// out after 5 s), each in its own task. Takes the hop's `incoming`; the hop stays with the
+/// caller, which can read its status.
+pub fn relay_incoming(hop: &mut Hop, policy: Arc<Policy>) {
+    let mut incoming = pep::relay::take_incoming(hop);
+    let options = ConnectOptions::new(Duration::from_secs(5));
+    tokio::spawn(async move {
+        while let Some(stream) = incoming.recv().await {
+            let policy = Arc::clone(&policy);
+            tokio::spawn(async move {
+                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
+            });
+        }
+    });
 }
 
 /// A terminal with a SOCKS5 listener and a gateway on loopback, optionally with an emulated link
@@ -219,28 +349,14 @@ pub async fn socks_pair_opts(
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng).unwrap();
-    let gw = Hop::start(
-        gsock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        gateway,
-    )
-    .unwrap();
+    let gw = gateway_hop(gsock, gk, [tp], 3, gateway);
     let gw_addr = gw.local_addr();
     let gw_monitor = gw.monitor();
-    let policy = Arc::new(
-        Policy::new(PolicyConfig {
-            allow,
-            deny: vec![],
-            allow_private: false,
-            own_addresses: vec![],
-        })
-        .unwrap(),
-    );
-    tokio::spawn(pep::relay::serve(gw, policy, Duration::from_secs(5)));
+    tokio::spawn(pep::relay::serve(
+        gw,
+        policy(allow, vec![]),
+        Duration::from_secs(5),
+    ));
     let (emu, to) = match links {
         Some((up, down)) => {
             let emu = emulate(gw_addr, up, down, 4).await;

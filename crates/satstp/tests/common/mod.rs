@@ -1,0 +1,206 @@
+//! Shared pieces of the tests that run the `satstp` binary: spawning it, its daemons' keys and
+//! configuration files, waiting for their listeners, and a SOCKS5 client.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `satstp` binary under test.
+pub fn satstp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_satstp"))
+}
+
+/// Whether this machine can run the IP-level emulator (root, /dev/net/tun); says why `test`
+/// skips when it cannot.
+pub fn supported(test: &str) -> bool {
+    match linkem::net::check_support() {
+        Ok(()) => true,
+        Err(e) => {
+            println!("skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+/// A child process killed and reaped when dropped.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback TCP port free at the time of asking.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An empty directory `satstp-{name}-{pid}` under the temporary directory.
+pub fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("satstp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `satstp keygen --out prefix`; the public key it wrote.
+pub fn keygen(prefix: &Path) -> String {
+    let o = satstp()
+        .arg("keygen")
+        .arg("--out")
+        .arg(prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read_to_string(prefix.with_extension("pub"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A deterministic byte pattern.
+pub fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+/// A terminal's and a gateway's key pairs from `satstp keygen`, in `dir` as `terminal.key`,
+/// `terminal.pub`, `gateway.key` and `gateway.pub`.
+pub struct Keys {
+    pub dir: PathBuf,
+    pub terminal_pub: String,
+    pub gateway_pub: String,
+}
+
+impl Keys {
+    pub fn generate(dir: &Path) -> Keys {
+        Keys {
+            dir: dir.to_path_buf(),
+            terminal_pub: keygen(&dir.join("terminal")),
+            gateway_pub: keygen(&dir.join("gateway")),
+        }
+    }
+
+    /// Writes `dir/name`: a gateway listening on loopback port `port` with its key, serving
+    /// the terminal's key, then `extra` (more `[gateway]` settings, then sections). Its path.
+    pub fn write_gateway_config(&self, name: &str, port: u16, extra: &str) -> PathBuf {
+        let file = self.dir.join(name);
+        std::fs::write(
+            &file,
+            format!(
+                "[gateway]\nlisten = \"127.0.0.1:{port}\"\nprivate_key_file = \"{}\"\n\
+                 allowed_terminals = [\"{}\"]\n{extra}",
+                self.dir.join("gateway.key").display(),
+                self.terminal_pub
+            ),
+        )
+        .unwrap();
+        file
+    }
+
+    /// Writes `dir/name`: a terminal with SOCKS5 on loopback port `socks_port` and its key,
+    /// towards the gateway at loopback port `gateway_port` with the gateway's key, then `extra`.
+    /// Its path.
+    pub fn write_terminal_config(
+        &self,
+        name: &str,
+        socks_port: u16,
+        gateway_port: u16,
+        extra: &str,
+    ) -> PathBuf {
+        let file = self.dir.join(name);
+        std::fs::write(
+            &file,
+            format!(
+                "[terminal]\nsocks_listen = \"127.0.0.1:{socks_port}\"\n\
+                 gateway = \"127.0.0.1:{gateway_port}\"\ngateway_public_key = \"{}\"\n\
+                 private_key_file = \"{}\"\n{extra}",
+                self.gateway_pub,
+                self.dir.join("terminal.key").display()
+            ),
+        )
+        .unwrap();
+        file
+    }
+}
+
+/// `satstp side --config config` running; its log (at level debug) goes to `log`, or nowhere.
+pub fn daemon(side: &str, config: &Path, log: Option<&Path>) -> Kill {
+    let mut cmd = satstp();
+    cmd.arg(side).arg("--config").arg(config);
+    match log {
+        Some(log) => cmd
+            .arg("--log-level")
+            .arg("debug")
+            .stderr(std::fs::File::create(log).unwrap()),
+        None => cmd.stderr(Stdio::null()),
+    };
+    Kill(cmd.spawn().unwrap())
+}
+
+/// Waits up to 20 s until every one of `addrs` accepts connections.
+pub fn wait_listening(addrs: &[SocketAddr]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while addrs.iter().any(|a| TcpStream::connect(a).is_err()) {
+        assert!(
+            Instant::now() < deadline,
+            "terminal did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SOCKS5 CONNECT through `proxy` to `host:port` (an IPv4 address or a name), reads timing out
+/// after 30 s; returns the stream and the reply code.
+pub fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).unwrap();
+    assert_eq!(m, [5, 0]);
+    let mut req = vec![5, 1, 0];
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    (s, rep[1])
+}
+
+/// Downloads `body` from a one-shot origin through the SOCKS5 proxy at `proxy`, once it
+/// listens.
+pub fn download(proxy: SocketAddr, body: &[u8]) -> Vec<u8> {
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_addr = origin.local_addr().unwrap();
+    let served = body.to_vec();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = origin.accept() {
+            let _ = s.write_all(&served);
+        }
+    });
+    wait_listening(&[proxy]);
+    let (mut s, code) = socks_connect(proxy, "127.0.0.1", origin_addr.port());
+    assert_eq!(code, 0, "SOCKS reply");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    got
+}
