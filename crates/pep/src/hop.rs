@@ -1153,3 +1153,41 @@ impl HopStatus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_holds_equal_datagrams_to_one_destination_then_one_shorter() {
+        let a: SocketAddr = ([127, 0, 0, 1], 1).into();
+        let b: SocketAddr = ([127, 0, 0, 1], 2).into();
+        let mut batch = Batch::default();
+        assert!(batch.fits(a, 1481));
+        batch.push(a, &[1; 1481]);
+        assert!(batch.fits(a, 1481));
+        assert!(!batch.fits(b, 1481), "another destination");
+        assert!(!batch.fits(a, 1482), "longer than the segment");
+        batch.push(a, &[2; 1481]);
+        batch.push(a, &[3; 100]);
+        assert!(batch.full(), "a shorter datagram ends the batch");
+        assert!(!batch.fits(a, 100));
+        assert_eq!(
+            (batch.count, batch.segment, batch.bytes.len()),
+            (3, 1481, 3062)
+        );
+        batch.clear();
+        assert!(batch.fits(b, 9000));
+        // Bounded by the kernel's limits on segments and bytes.
+        for _ in 0..MAX_SEGMENTS {
+            assert!(batch.fits(b, 10));
+            batch.push(b, &[0; 10]);
+        }
+        assert!(batch.full() && !batch.fits(b, 10));
+        batch.clear();
+        while batch.fits(b, 1481) {
+            batch.push(b, &[0; 1481]);
+        }
+        assert!(batch.bytes.len() <= MAX_BATCH_BYTES && batch.full());
+    }
+}
