@@ -12,7 +12,9 @@
 //!   terminal namespace and the `satstp gateway` daemon (198.18.0.2:4433) in the gateway
 //!   namespace, this very binary started with generated keys and configuration files, the hop
 //!   over kernel TCP (cubic) or STP, sized from the profile's rates and round trip; the client
-//!   speaks SOCKS5 to the terminal, and the gateway connects to the origin inside its namespace.
+//!   speaks SOCKS5 to the terminal, and the gateway connects to the origin inside its namespace;
+//! - `split-stp-fo`: `split-stp` with the terminal's SOCKS5 fast open (`socks_fast_open`), which
+//!   saves a satellite round trip per new connection but reports failed connects as resets.
 //!
 //! Each contender moves a bulk download, a bulk upload and a web page (the page, then its
 //! objects over six persistent connections, sizes from [`netsim::web::response_size`]); every
@@ -45,11 +47,11 @@ pub struct LinkBenchArgs {
     #[arg(long)]
     profile: Profile,
     /// Contenders, comma-separated: cubic, bbr, reno (kernel TCP end to end), split-tcp,
-    /// split-stp.
+    /// split-stp, split-stp-fo (split STP with the terminal's SOCKS5 fast open).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cubic,bbr,reno,split-tcp,split-stp"
+        default_value = "cubic,bbr,reno,split-tcp,split-stp,split-stp-fo"
     )]
     contenders: Vec<Contender>,
     /// Bulk download size (units such as 20MB accepted). Default: 100 MB, or about 30 s of the
@@ -85,6 +87,8 @@ pub enum Contender {
     SplitTcp,
     /// satstp terminal and gateway with STP on the hop.
     SplitStp,
+    /// As `SplitStp`, with the terminal's SOCKS5 fast open (`socks_fast_open = true`).
+    SplitStpFastOpen,
 }
 
 const KERNEL_CCS: [&str; 3] = ["cubic", "bbr", "reno"];
@@ -99,8 +103,9 @@ impl FromStr for Contender {
         match s.as_str() {
             "split-tcp" => Ok(Contender::SplitTcp),
             "split-stp" => Ok(Contender::SplitStp),
+            "split-stp-fo" => Ok(Contender::SplitStpFastOpen),
             _ => Err(format!(
-                "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-stp)"
+                "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-stp, split-stp-fo)"
             )),
         }
     }
@@ -112,6 +117,7 @@ impl fmt::Display for Contender {
             Contender::Kernel(cc) => f.write_str(cc),
             Contender::SplitTcp => f.write_str("split-tcp"),
             Contender::SplitStp => f.write_str("split-stp"),
+            Contender::SplitStpFastOpen => f.write_str("split-stp-fo"),
         }
     }
 }
@@ -122,6 +128,9 @@ impl Contender {
             Contender::Kernel(cc) => format!("kernel TCP end to end, {cc}"),
             Contender::SplitTcp => "satstp terminal + gateway, TCP (cubic) on the hop".into(),
             Contender::SplitStp => "satstp terminal + gateway, STP on the hop".into(),
+            Contender::SplitStpFastOpen => {
+                "satstp terminal + gateway, STP on the hop, SOCKS5 fast open".into()
+            }
         }
     }
 }
@@ -390,11 +399,14 @@ fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result<Sam
     let origin = Origin::start(&gns, origin_addr, origin_cc, plan.stop.clone())?;
     let daemons = match contender {
         Contender::Kernel(_) => None,
-        Contender::SplitTcp | Contender::SplitStp => Some(Daemons::start(
-            plan,
-            &emu,
-            contender == Contender::SplitStp,
-        )?),
+        Contender::SplitTcp | Contender::SplitStp | Contender::SplitStpFastOpen => {
+            Some(Daemons::start(
+                plan,
+                &emu,
+                contender != Contender::SplitTcp,
+                contender == Contender::SplitStpFastOpen,
+            )?)
+        }
     };
     let client = Client {
         ns: tns.clone(),
@@ -473,7 +485,7 @@ fn uplink_delta(before: &NetStats, after: &NetStats) -> (u64, u64) {
 /// retransmitted (`/metrics`), for TCP the gateway namespace's `RetransSegs` × the MSS.
 fn retransmitted(contender: Contender, gns: &str) -> Result<u64> {
     match contender {
-        Contender::SplitStp => {
+        Contender::SplitStp | Contender::SplitStpFastOpen => {
             let name = "satstp_stp_retransmitted_bytes_total";
             let m = scrape_metrics(gns, GATEWAY_METRICS_PORT)?;
             let values: Vec<f64> = m
@@ -758,7 +770,7 @@ struct Daemons {
 }
 
 impl Daemons {
-    fn start(plan: &Plan, emu: &NetEmulator, stp: bool) -> Result<Daemons> {
+    fn start(plan: &Plan, emu: &NetEmulator, stp: bool, fast_open: bool) -> Result<Daemons> {
         let dir = TempDir::new()?;
         let (tkey, tpub) = pep::keys::generate_keypair()?;
         let (gkey, gpub) = pep::keys::generate_keypair()?;
@@ -785,6 +797,7 @@ impl Daemons {
              down_rate_bps = {down_bps}\n\
              rtt_ms = {rtt}\n\
              metrics_listen = \"127.0.0.1:{TERMINAL_METRICS_PORT}\"\n\
+             socks_fast_open = {fast_open}\n\
              shutdown_timeout_s = 0\n{extra}",
             tkey = tkey_path.display().to_string(),
             rtt = rtt_ns / 1_000_000,
