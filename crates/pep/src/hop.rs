@@ -198,21 +198,38 @@ pub struct HopWriter {
 impl HopWriter {
     /// Sends bytes; waits while the relay buffer is full.
     pub async fn write(&self, data: &[u8]) -> Result<(), String> {
-        for piece in data.chunks(CHUNK.min(self.budget_bytes as usize).max(1)) {
-            let permit = Arc::clone(&self.budget)
-                .acquire_many_owned(piece.len() as u32)
-                .await
-                .map_err(|_| "hop closed".to_string())?;
-            self.tx
-                .send(Command::Stream(StreamCmd::Data(
-                    self.id,
-                    Bytes::copy_from_slice(piece),
-                    permit,
-                )))
-                .await
-                .map_err(|_| "hop closed".to_string())?;
+        for piece in data.chunks(self.piece_len()) {
+            self.send_piece(Bytes::copy_from_slice(piece)).await?;
         }
         Ok(())
+    }
+
+    /// [`HopWriter::write`] without copying: the hop keeps slices of `data` until STP has taken
+    /// them.
+    pub async fn write_bytes(&self, data: Bytes) -> Result<(), String> {
+        let step = self.piece_len();
+        let mut at = 0;
+        while at < data.len() {
+            let end = data.len().min(at + step);
+            self.send_piece(data.slice(at..end)).await?;
+            at = end;
+        }
+        Ok(())
+    }
+
+    fn piece_len(&self) -> usize {
+        CHUNK.min(self.budget_bytes as usize).max(1)
+    }
+
+    async fn send_piece(&self, piece: Bytes) -> Result<(), String> {
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(piece.len() as u32)
+            .await
+            .map_err(|_| "hop closed".to_string())?;
+        self.tx
+            .send(Command::Stream(StreamCmd::Data(self.id, piece, permit)))
+            .await
+            .map_err(|_| "hop closed".to_string())
     }
     /// Half-close: the peer sees end-of-stream after every byte written so far.
     pub async fn shutdown(&self) {

@@ -41,6 +41,9 @@ pub const RELAY_VERSION_CLIENT: u8 = 2;
 /// 1 + 258 + 19 = 278 bytes: a 255-byte name and an IPv6 client address).
 const MAX_HEADER: usize = 300;
 const READ_BUF: usize = 64 * 1024;
+/// A connection's first read buffer towards the hop; it doubles up to [`READ_BUF`] while reads
+/// fill it, so an idle connection holds little.
+const READ_BUF_MIN: usize = 4 * 1024;
 
 /// The outcome the gateway reports for a connect.
 pub fn reply_for(e: &io::Error) -> Reply {
@@ -313,10 +316,16 @@ async fn tcp_to_hop(
     hw: &HopWriter,
     conn: Option<&Conn>,
 ) -> Result<u64, SpliceError> {
-    let mut buf = vec![0u8; READ_BUF];
+    // Reads land in a buffer handed to the hop without copying; a full read doubles the next.
+    let mut size = READ_BUF_MIN;
+    let mut buf = bytes::BytesMut::new();
     let mut total = 0u64;
     loop {
-        let n = rd.read(&mut buf).await.map_err(SpliceError::Tcp)?;
+        if buf.capacity() < READ_BUF_MIN / 4 {
+            buf = bytes::BytesMut::with_capacity(size);
+        }
+        let room = buf.capacity();
+        let n = rd.read_buf(&mut buf).await.map_err(SpliceError::Tcp)?;
         if n == 0 {
             hw.shutdown().await;
             if let Some(c) = conn {
@@ -327,7 +336,10 @@ async fn tcp_to_hop(
         if let Some(c) = conn {
             c.add_bytes(c.directions().0, n as u64);
         }
-        hw.write(&buf[..n])
+        if n == room && room >= size {
+            size = (size * 2).min(READ_BUF);
+        }
+        hw.write_bytes(buf.split().freeze())
             .await
             .map_err(|e| SpliceError::Hop(io::Error::new(io::ErrorKind::ConnectionAborted, e)))?;
         total += n as u64;
