@@ -940,7 +940,7 @@ impl HopTask {
             };
             // Writer → STP, as far as STP's send buffer takes it.
             while let Some((bytes, _)) = s.pending.front_mut() {
-                match c.write(bytes) {
+                match c.write_bytes(bytes) {
                     Ok(n) if n == bytes.len() => {
                         s.pending.pop_front();
                     }

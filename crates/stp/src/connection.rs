@@ -377,6 +377,26 @@ impl Connection {
     /// Queues bytes for sending; returns how many were taken (0 when the buffer is full; a
     /// `Writable` event follows when space frees).
     pub fn write(&mut self, data: &[u8]) -> Result<usize, WriteError> {
+        self.check_writable()?;
+        let n = self.send.write(data);
+        if n < data.len() {
+            self.write_blocked = true;
+        }
+        Ok(n)
+    }
+
+    /// [`Connection::write`] without copying: the send buffer keeps a slice of `data` (sharing
+    /// its allocation) until the bytes are acknowledged.
+    pub fn write_bytes(&mut self, data: &Bytes) -> Result<usize, WriteError> {
+        self.check_writable()?;
+        let n = self.send.write_bytes(data);
+        if n < data.len() {
+            self.write_blocked = true;
+        }
+        Ok(n)
+    }
+
+    fn check_writable(&self) -> Result<(), WriteError> {
         match &self.phase {
             Phase::Failed(e) => return Err(WriteError::Failed(e.clone())),
             Phase::Closed => return Err(WriteError::Closed),
@@ -385,11 +405,7 @@ impl Connection {
         if self.send_end != SendEnd::Open {
             return Err(WriteError::Finished);
         }
-        let n = self.send.write(data);
-        if n < data.len() {
-            self.write_blocked = true;
-        }
-        Ok(n)
+        Ok(())
     }
 
     /// Bytes `write` would accept now.

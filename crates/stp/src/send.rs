@@ -87,6 +87,17 @@ impl SendBuffer {
 
     /// Copies as much of `data` as fits; returns the number of bytes taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
+        self.write_with(data, |n| Bytes::copy_from_slice(&data[..n]))
+    }
+
+    /// [`SendBuffer::write`] without copying: keeps a slice of `data` (small writes are still
+    /// joined to a small last chunk).
+    pub fn write_bytes(&mut self, data: &Bytes) -> usize {
+        self.write_with(data, |n| data.slice(..n))
+    }
+
+    /// Takes as much of `data` as fits; `whole(n)` makes the chunk of its first `n` bytes.
+    fn write_with(&mut self, data: &[u8], whole: impl FnOnce(usize) -> Bytes) -> usize {
         let n = data
             .len()
             .min(usize::try_from(self.free_space()).unwrap_or(usize::MAX));
@@ -102,7 +113,7 @@ impl SendBuffer {
                 joined.extend_from_slice(&data[..n]);
                 *last = joined.freeze();
             }
-            _ => self.pending.push_back(Bytes::copy_from_slice(&data[..n])),
+            _ => self.pending.push_back(whole(n)),
         }
         self.pending_len += n;
         n
@@ -339,6 +350,17 @@ mod tests {
         assert!(!s.has_outstanding());
         assert_eq!(s.in_flight(), 0);
         assert_eq!(s.outstanding_charge(), 0);
+    }
+
+    #[test]
+    fn written_bytes_are_kept_without_copying_up_to_the_free_space() {
+        let mut s = SendBuffer::new(0, 3000);
+        let data = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        assert_eq!(s.write_bytes(&data), 3000, "only what fits");
+        let (_, p) = s.packetize(1000, 1).unwrap();
+        assert_eq!(&p[..], &data[..1000]);
+        assert_eq!(p.as_ptr(), data.as_ptr(), "a slice of the caller's buffer");
+        assert_eq!(s.write_bytes(&data.slice(3000..)), 0, "full");
     }
 
     #[test]
