@@ -353,6 +353,8 @@ impl Hop {
             shaper: config.send_rate_bps.map(|r| Shaper::new(r, overhead)),
             counts: Counts::default(),
             last_heard: None,
+            batch: Batch::default(),
+            sealed: Vec::with_capacity(2048),
             sent_since_heard: None,
         };
         tokio::spawn(task.run());
@@ -577,6 +579,9 @@ struct HopTask {
     last_heard: Option<tokio::time::Instant>,
     /// Terminal: the first send since the gateway was last heard.
     sent_since_heard: Option<tokio::time::Instant>,
+    /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
+    batch: Batch,
+    sealed: Vec<u8>,
 }
 
 impl HopTask {
@@ -999,8 +1004,8 @@ impl HopTask {
         if !self.established() {
             return;
         }
-        let mut sealed = Vec::with_capacity(2048);
-        let mut batch = Batch::default();
+        let mut sealed = std::mem::take(&mut self.sealed);
+        let mut batch = std::mem::take(&mut self.batch);
         loop {
             if let Some(sh) = &mut self.shaper {
                 if !sh.ready(tokio::time::Instant::now()) {
@@ -1036,6 +1041,8 @@ impl HopTask {
             }
         }
         self.send_batch(&mut batch).await;
+        self.batch = batch;
+        self.sealed = sealed;
     }
 
     /// Sends a batch of sealed datagrams and empties it.
