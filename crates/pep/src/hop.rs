@@ -78,7 +78,14 @@ pub(crate) enum Command {
     },
     Stream(StreamCmd),
     Status(oneshot::Sender<HopStatus>),
+    /// The `Hop` handle was dropped: reset every connection and stop.
+    Close,
 }
+
+/// Abort code sent when a stream's writer is dropped without a half-close or an abort.
+pub const ABORT_DROPPED: u16 = 5;
+/// Abort code of the connections a hop resets when its `Hop` handle is dropped.
+pub const ABORT_HOP_CLOSED: u16 = 6;
 
 /// One connection across the hop.
 pub struct HopStream {
@@ -193,6 +200,27 @@ pub struct HopWriter {
     budget: Arc<Semaphore>,
     budget_bytes: u32,
     tx: mpsc::Sender<Command>,
+    /// Set by `shutdown` and `abort`; a writer dropped without either aborts its stream, so a
+    /// forgotten stream cannot keep its connection (and the peer's) alive.
+    ended: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for HopWriter {
+    fn drop(&mut self) {
+        if self.ended.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let cmd = Command::Stream(StreamCmd::Abort(self.id, ABORT_DROPPED));
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.tx.try_send(cmd) {
+            // The hop is busy: deliver the abort from a task rather than lose it.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let tx = self.tx.clone();
+                rt.spawn(async move {
+                    let _ = tx.send(cmd).await;
+                });
+            }
+        }
+    }
 }
 
 impl HopWriter {
@@ -233,6 +261,7 @@ impl HopWriter {
     }
     /// Half-close: the peer sees end-of-stream after every byte written so far.
     pub async fn shutdown(&self) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
             .send(Command::Stream(StreamCmd::Shutdown(self.id)))
@@ -240,6 +269,7 @@ impl HopWriter {
     }
     /// Resets the connection.
     pub async fn abort(&self, code: u16) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
             .send(Command::Stream(StreamCmd::Abort(self.id, code)))
@@ -292,6 +322,14 @@ pub struct Hop {
     /// Gateway side: streams opened by terminals.
     pub incoming: mpsc::Receiver<HopStream>,
     local: SocketAddr,
+}
+
+impl Drop for Hop {
+    /// Dropping the handle stops the hop: its connections are reset (their streams fail) and
+    /// its socket closes. Keep the `Hop` for as long as its streams should live.
+    fn drop(&mut self) {
+        let _ = self.tx.try_send(Command::Close);
+    }
 }
 
 impl Hop {
@@ -356,6 +394,7 @@ impl Hop {
             batch: Batch::default(),
             sealed: Vec::with_capacity(2048),
             sent_since_heard: None,
+            shutting_down: false,
         };
         tokio::spawn(task.run());
         Ok(Hop {
@@ -579,6 +618,8 @@ struct HopTask {
     last_heard: Option<tokio::time::Instant>,
     /// Terminal: the first send since the gateway was last heard.
     sent_since_heard: Option<tokio::time::Instant>,
+    /// The `Hop` handle is gone: reset everything and stop.
+    shutting_down: bool,
     /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
     batch: Batch,
     sealed: Vec<u8>,
@@ -633,6 +674,7 @@ impl HopTask {
                 budget: Arc::new(Semaphore::new(self.relay_buffer as usize)),
                 budget_bytes: self.relay_buffer,
                 tx: self.self_tx.clone(),
+                ended: Default::default(),
             },
             reader: HopReader {
                 rx: ev_rx,
@@ -722,6 +764,24 @@ impl HopTask {
             }
             self.pump_streams().await;
             self.flush(&mut plain).await;
+            if self.shutting_down {
+                self.reset_all();
+                self.flush(&mut plain).await;
+                return;
+            }
+        }
+    }
+
+    /// Resets every connection (their RSTs leave with the next flush) and fails every stream.
+    fn reset_all(&mut self) {
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.remove_stream(id) {
+                if let Some(c) = self.endpoint.connection(s.handle) {
+                    c.abort(ABORT_HOP_CLOSED);
+                }
+                let _ = s.events.try_send(StreamEvent::Failed("hop closed".into()));
+            }
         }
     }
 
@@ -829,6 +889,7 @@ impl HopTask {
             Command::Status(reply) => {
                 let _ = reply.send(self.status());
             }
+            Command::Close => self.shutting_down = true,
         }
     }
 
@@ -1101,6 +1162,7 @@ pub(crate) fn detached_stream(
             budget: Arc::new(Semaphore::new(budget_bytes as usize)),
             budget_bytes,
             tx,
+            ended: Default::default(),
         },
         // The transport waits on `events` for room; nobody listens to this.
         reader: HopReader {

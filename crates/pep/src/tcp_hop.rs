@@ -431,6 +431,8 @@ async fn terminal_control(
             }
             // Stream commands go to each stream's own task.
             Command::Stream(_) => {}
+            // The handle is gone: no more streams are opened; open ones run to their end.
+            Command::Close => break,
         }
     }
 }
@@ -588,6 +590,7 @@ async fn gateway_control(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
                 let _ = reply.send(shared.status());
             }
             Command::Stream(_) => {}
+            Command::Close => break,
         }
     }
 }

@@ -105,3 +105,45 @@ async fn streams_cross_an_emulated_geo_link() {
         s.up.sent_bytes
     );
 }
+
+/// A stream dropped without a half-close or an abort is aborted, so neither side keeps its
+/// connection; dropping a `Hop` resets its connections, so the other side's streams fail at
+/// once instead of waiting for the dead-peer timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_streams_and_hops_end_their_connections() {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (mut gw, gw_addr) = gateway(tp, gk).await;
+    let term = terminal_hop(tk, gp, gw_addr, cfg(1)).await;
+    let gw_monitor = gw.monitor();
+
+    // A forgotten stream.
+    let s = term.open(b"x".to_vec()).await.unwrap();
+    let mut far = gw.incoming.recv().await.expect("a stream arrives");
+    drop(s);
+    let t0 = std::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), read_all(&mut far))
+        .await
+        .expect("the far side learns of the drop within seconds");
+    assert!(ended.is_err(), "a dropped stream is a reset, not an end");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let status = term.status().await.unwrap();
+    assert!(status.streams.is_empty(), "the terminal kept the stream");
+
+    // A dropped hop.
+    let mut s = term.open(b"y".to_vec()).await.unwrap();
+    let _far = gw.incoming.recv().await.expect("a stream arrives");
+    drop(gw);
+    let t0 = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), read_all(&mut s))
+        .await
+        .expect("the terminal learns of the gateway's end within seconds");
+    assert!(r.is_err(), "the stream must fail, got a clean end");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    // The gateway's task has stopped.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        gw_monitor.status().await.is_none(),
+        "the gateway hop still runs"
+    );
+}
