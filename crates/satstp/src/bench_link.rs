@@ -190,7 +190,7 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     }
     linkem::net::check_support().map_err(|e| anyhow!("satstp bench link: {e}"))?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
-    let stop = stop_flag()?;
+    let stop = crate::signals::stop_flag(Some("\nsatstp bench link: stopping (signal)"))?;
 
     // Socket buffers: 4 × the downlink's bandwidth-delay product (≥ 2 × BDP even when the
     // one-BDP queue doubles the round trip), at least 4 MiB.
@@ -701,43 +701,6 @@ fn settings_json(
 /// TCP payload the downlink can carry: its rate × MSS / MTU.
 fn payload_capacity(down_bps: u64) -> f64 {
     down_bps as f64 * TCP_MSS as f64 / MTU as f64
-}
-
-// ---------------------------------------------------------------------------------------------
-// Stop on SIGINT / SIGTERM
-
-/// Raised by SIGINT or SIGTERM: transfers stop within [`POLL`] and everything is torn down.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let flag = Arc::new(AtomicBool::new(false));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .context("cannot start the signal handler")?;
-    let (mut int, mut term) = {
-        let _guard = rt.enter();
-        (
-            signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
-            signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
-        )
-    };
-    let raised = flag.clone();
-    std::thread::Builder::new()
-        .name("bench-signals".into())
-        .spawn(move || {
-            rt.block_on(async {
-                loop {
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
-                    }
-                    eprintln!("\nsatstp bench link: stopping (signal)");
-                    raised.store(true, Ordering::SeqCst);
-                }
-            })
-        })
-        .context("cannot start the signal thread")?;
-    Ok(flag)
 }
 
 // ---------------------------------------------------------------------------------------------

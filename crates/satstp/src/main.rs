@@ -10,6 +10,7 @@ mod emulate;
 mod keygen;
 mod plot;
 mod reproduce;
+mod signals;
 mod sim;
 
 use anyhow::Result;

@@ -16,7 +16,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
@@ -222,39 +221,6 @@ fn describe(l: &LinkConfig, trace: Option<&DeliveryTrace>) -> String {
     format!("{rate}, {delay}, queue {queue}")
 }
 
-/// Flag raised by SIGINT or SIGTERM (the handlers stay installed for the process's life).
-fn stop_flag() -> Result<Arc<AtomicBool>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let flag = Arc::new(AtomicBool::new(false));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .context("cannot start the signal handler")?;
-    let (mut int, mut term) = {
-        let _guard = rt.enter();
-        (
-            signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
-            signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
-        )
-    };
-    let raised = flag.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            rt.block_on(async {
-                loop {
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
-                    }
-                    raised.store(true, Ordering::SeqCst);
-                }
-            })
-        })
-        .context("cannot start the signal thread")?;
-    Ok(flag)
-}
-
 /// Asks a child to stop (SIGTERM), then kills it if it has not exited within two seconds.
 fn stop_child(child: &mut Child) -> Option<ExitStatus> {
     if let Ok(Some(status)) = child.try_wait() {
@@ -290,7 +256,7 @@ pub fn run(args: &NetArgs) -> Result<()> {
     let up_text = describe(&config.up, config.up_rate_trace.as_ref());
     let down_text = describe(&config.down, config.down_rate_trace.as_ref());
     let (up_cfg, down_cfg) = (config.up.clone(), config.down.clone());
-    let stop = stop_flag()?;
+    let stop = crate::signals::stop_flag(None)?;
     let emu = NetEmulator::start(config).context("cannot start the IP-level emulator")?;
     let (tns, gns) = (
         emu.namespace(Side::Terminal).to_string(),
