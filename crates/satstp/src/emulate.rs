@@ -289,40 +289,55 @@ fn print_stats(stats: &EmulatorStats, seconds: f64) {
     }
 }
 
-fn direction_json(s: &DirectionStats, link: &LinkConfig) -> Value {
-    let l = &s.link;
+/// What both emulators report of one direction's link model: its configuration and the
+/// model's own counters.
+pub(crate) fn link_json(link: &LinkConfig, l: &linkmodel::LinkStats) -> Value {
     let delay_ns = match link.delay {
         Delay::Fixed(d) => Some(d),
         Delay::Trace { .. } => None,
     };
+    json!({
+        "rate_bps": link.rate_bps,
+        "delay_ns": delay_ns,
+        "offered_packets": l.offered_packets,
+        "offered_bytes": l.offered_bytes,
+        "delivered_packets": l.delivered_packets,
+        "delivered_bytes": l.delivered_bytes,
+        "dropped_queue": l.dropped_queue,
+        "dropped_red": l.dropped_red,
+        "dropped_error": l.dropped_error,
+        "dropped_outage": l.dropped_outage,
+        "duplicated": l.duplicated,
+        "corrupted": l.corrupted,
+    })
+}
+
+/// `base` with the fields of `more` added (both JSON objects).
+pub(crate) fn with_fields(mut base: Value, more: Value) -> Value {
+    if let (Value::Object(b), Value::Object(m)) = (&mut base, more) {
+        b.extend(m);
+    }
+    base
+}
+
+fn direction_json(s: &DirectionStats, link: &LinkConfig) -> Value {
     let queue_bytes = match link.queue {
         QueueLimit::Bytes(b) => Some(b),
         QueueLimit::Packets(_) => None,
     };
-    json!({
-        "rate_bps": link.rate_bps,
-        "delay_ns": delay_ns,
+    let own = json!({
         "queue_bytes": queue_bytes,
         "received_packets": s.received_packets,
         "received_bytes": s.received_bytes,
         "sent_packets": s.sent_packets,
         "sent_bytes": s.sent_bytes,
-        "offered_packets": l.offered_packets,
-        "offered_bytes": l.offered_bytes,
-        "delivered_packets": l.delivered_packets,
-        "delivered_bytes": l.delivered_bytes,
         "dropped_packets": s.dropped(),
-        "dropped_queue": l.dropped_queue,
-        "dropped_red": l.dropped_red,
-        "dropped_error": l.dropped_error,
-        "dropped_outage": l.dropped_outage,
         "dropped_schedule": s.dropped_schedule,
         "dropped_no_terminal": s.dropped_no_peer,
-        "duplicated": l.duplicated,
-        "corrupted": l.corrupted,
         "ignored_foreign": s.ignored_foreign,
         "send_errors": s.send_errors,
         "recv_errors": s.recv_errors,
         "in_flight": s.in_flight,
-    })
+    });
+    with_fields(link_json(link, &s.link), own)
 }

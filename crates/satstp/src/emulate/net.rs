@@ -388,42 +388,26 @@ fn print_stats(stats: &NetStats, seconds: f64) {
 }
 
 fn direction_json(s: &NetDirectionStats, link: &LinkConfig) -> Value {
-    let l = &s.link;
-    let delay_ns = match link.delay {
-        Delay::Fixed(d) => Some(d),
-        Delay::Trace { .. } => None,
-    };
     let (queue_bytes, queue_packets) = match link.queue {
         QueueLimit::Bytes(b) => (Some(b), None),
         QueueLimit::Packets(p) => (None, Some(p)),
     };
-    json!({
-        "rate_bps": link.rate_bps,
-        "delay_ns": delay_ns,
+    let own = json!({
         "queue_bytes": queue_bytes,
         "queue_packets": queue_packets,
         "read_packets": s.read_packets,
         "read_bytes": s.read_bytes,
         "written_packets": s.written_packets,
         "written_bytes": s.written_bytes,
-        "offered_packets": l.offered_packets,
-        "offered_bytes": l.offered_bytes,
-        "delivered_packets": l.delivered_packets,
-        "delivered_bytes": l.delivered_bytes,
         "dropped_packets": s.dropped(),
-        "dropped_queue": l.dropped_queue,
-        "dropped_red": l.dropped_red,
-        "dropped_error": l.dropped_error,
-        "dropped_outage": l.dropped_outage,
         "dropped_schedule": s.dropped_schedule,
-        "duplicated": l.duplicated,
-        "corrupted": l.corrupted,
         "read_errors": s.read_errors,
         "write_errors": s.write_errors,
         "in_flight": s.in_flight,
         "late_mean_ns": s.late_mean_ns(),
         "late_max_ns": s.late_max_ns,
-    })
+    });
+    super::with_fields(super::link_json(link, &s.link), own)
 }
 
 #[cfg(test)]
