@@ -785,10 +785,12 @@ impl Connection {
             // The answer to our latest POLL: a window-blocked sender may probe again.
             self.polled_since_report = false;
         }
+        let mut malformed = false;
         let mut covered = match expand(stat.covered_to, cum) {
             Some(c) if c >= cum => c.min(self.send.next_seq()),
             _ => {
                 self.stats.protocol_errors += 1;
+                malformed = true;
                 cum
             }
         };
@@ -799,12 +801,14 @@ impl Connection {
             let (Some(s), Some(e)) = (expand(ws, cursor), expand(we, cursor)) else {
                 self.stats.protocol_errors += 1;
                 covered = cursor;
+                malformed = true;
                 break;
             };
             if s < cursor || e <= s || e > covered {
                 // A malformed list: trust nothing beyond the last valid gap.
                 self.stats.protocol_errors += 1;
                 covered = cursor;
+                malformed = true;
                 break;
             }
             acked += self.send.mark_received(cursor, s).acked_bytes;
@@ -820,6 +824,11 @@ impl Connection {
             cursor = e;
         }
         acked += self.send.mark_received(cursor, covered).acked_bytes;
+        // What was sent before the echoed POLL and lies beyond `covered` (a partial STAT) has
+        // left the network: arrived or lost, it no longer holds the window (spec §6.11).
+        if !malformed {
+            self.send.mark_unreported(covered, echo, wire_at_or_before);
+        }
         self.after_ack(now, acked);
     }
 
@@ -1009,6 +1018,29 @@ impl Connection {
             .count() as u32
     }
 
+    /// Bytes the sender may have in flight: cwnd, plus, for the window controller outside
+    /// small-window mode, the report allowance `cwnd · T / srtt` (at most cwnd), where T is the
+    /// POLL interval (spec §7.2a). A STAT reports only what was sent before its POLL, so just
+    /// before a report arrives the sender still counts a whole POLL interval of data that has
+    /// reached the receiver; without the allowance the sending rate would be cwnd / (srtt + T)
+    /// instead of TCP's cwnd / srtt.
+    fn send_window(&self) -> u64 {
+        let cwnd = self.controller.window();
+        if !matches!(self.config.congestion, CongestionMode::Window) || self.small_window() {
+            return cwnd;
+        }
+        let srtt = self.rtt.srtt().as_micros().max(1);
+        let interval = (self.rtt.srtt() / self.config.polls_per_rtt)
+            .clamp(
+                Config::ms(self.config.min_poll_interval_ms),
+                Config::ms(self.config.max_poll_interval_ms),
+            )
+            .as_micros()
+            .min(srtt);
+        let allowance = (u128::from(cwnd) * interval / srtt) as u64;
+        cwnd.saturating_add(allowance)
+    }
+
     fn small_window(&self) -> bool {
         matches!(self.config.congestion, CongestionMode::Window)
             && self.controller.window()
@@ -1144,7 +1176,7 @@ impl Connection {
     /// The next SD the windows let go, as (the sequence number of a retransmission, or None for new
     /// data; payload length).
     fn sd_candidate(&mut self) -> Option<(Option<u64>, usize)> {
-        let cwnd = self.controller.window();
+        let cwnd = self.send_window();
         if let (Some(len), Some(head)) = (self.send.next_retx_len(), self.send.next_retx_seq()) {
             let fits_cwnd =
                 |len: usize, inflight: u64| inflight == 0 || inflight + len as u64 <= cwnd;

@@ -21,6 +21,10 @@ pub enum SdState {
     Lost,
     /// Reported received above the cumulative point; kept only for its sequence slot.
     Received,
+    /// Sent before the POLL a STAT answered, but beyond what that STAT covered (a partial STAT
+    /// that could not list every hole): it has arrived or been lost, so it is no longer counted
+    /// in flight, but its fate is unknown until a later report covers it.
+    Unreported,
 }
 
 /// One SD above the cumulative acknowledgement point.
@@ -281,7 +285,7 @@ impl SendBuffer {
                     self.in_flight -= len;
                     m.acked_bytes += len;
                 }
-                SdState::Lost => m.acked_bytes += len,
+                SdState::Lost | SdState::Unreported => m.acked_bytes += len,
                 SdState::Received => {}
             }
         }
@@ -301,7 +305,7 @@ impl SendBuffer {
                     self.in_flight -= len;
                     m.acked_bytes += len;
                 }
-                SdState::Lost => {
+                SdState::Lost | SdState::Unreported => {
                     sd.state = SdState::Received;
                     m.acked_bytes += len;
                 }
@@ -311,16 +315,49 @@ impl SendBuffer {
         m
     }
 
+    /// Takes the InFlight SDs from `from` on whose last transmission is stamped at or before
+    /// `echo` out of flight (state Unreported). Stops at the first SD sent only once and stamped
+    /// after `echo`: every later new SD left later still.
+    pub fn mark_unreported(
+        &mut self,
+        from: u64,
+        echo: u32,
+        at_or_before: impl Fn(u32, u32) -> bool,
+    ) {
+        let start = from.max(self.una);
+        for seq in start..self.next_seq() {
+            let Some(sd) = self.get_mut(seq) else { break };
+            if !at_or_before(sd.last_stamp, echo) {
+                if sd.transmissions == 1 {
+                    break;
+                }
+                continue;
+            }
+            if sd.state == SdState::InFlight {
+                sd.state = SdState::Unreported;
+                let len = sd.payload.len() as u64;
+                self.in_flight -= len;
+            }
+        }
+    }
+
     /// Marks the SD at `seq` lost and queues it for retransmission if `eligible` says its last
     /// transmission has had time to arrive. Returns the lost SD's last stamp when newly marked.
     pub fn mark_lost(&mut self, seq: u64, eligible: impl Fn(&SentSd) -> bool) -> Option<u32> {
         let sd = self.get_mut(seq)?;
-        if sd.state != SdState::InFlight || !eligible(sd) {
+        let was_in_flight = match sd.state {
+            SdState::InFlight => true,
+            SdState::Unreported => false,
+            SdState::Lost | SdState::Received => return None,
+        };
+        if !eligible(sd) {
             return None;
         }
         sd.state = SdState::Lost;
         let stamp = sd.last_stamp;
-        self.in_flight -= sd.payload.len() as u64;
+        if was_in_flight {
+            self.in_flight -= sd.payload.len() as u64;
+        }
         self.retx.push_back(seq);
         Some(stamp)
     }
@@ -361,6 +398,41 @@ mod tests {
         assert_eq!(&p[..], &data[..1000]);
         assert_eq!(p.as_ptr(), data.as_ptr(), "a slice of the caller's buffer");
         assert_eq!(s.write_bytes(&data.slice(3000..)), 0, "full");
+    }
+
+    #[test]
+    fn unreported_sds_leave_flight_and_a_later_report_settles_them() {
+        let le = |a: u32, b: u32| a <= b;
+        let mut s = SendBuffer::new(0, 100_000);
+        s.write(&[0u8; 5000]);
+        for stamp in [1, 1, 2, 2, 3] {
+            s.packetize(1000, stamp).unwrap();
+        }
+        assert_eq!(s.in_flight(), 5000);
+        // A partial STAT answering the POLL stamped 2 covered only up to SD 1.
+        s.mark_unreported(1, 2, le);
+        assert_eq!(
+            s.in_flight(),
+            2000,
+            "SDs 1..=3 were sent before the POLL; SD 4 after"
+        );
+        assert_eq!(s.get(1).unwrap().state, SdState::Unreported);
+        assert_eq!(s.get(4).unwrap().state, SdState::InFlight);
+        // A later report: SD 1 arrived, SD 2 is missing, SD 3 arrived.
+        assert_eq!(s.mark_received(1, 2).acked_bytes, 1000);
+        assert_eq!(s.mark_lost(2, |_| true), Some(2));
+        assert_eq!(
+            s.in_flight(),
+            2000,
+            "an Unreported SD found lost was not in flight"
+        );
+        assert_eq!(s.next_retx_seq(), Some(2));
+        assert_eq!(
+            s.ack_cumulative(4).acked_bytes,
+            3000,
+            "SDs 0, 2 (lost) and 3"
+        );
+        assert_eq!(s.in_flight(), 1000);
     }
 
     #[test]

@@ -449,3 +449,56 @@ fn initial_window_options_are_honoured() {
         assert_eq!(sent, packets, "initial window {iw:?}");
     }
 }
+
+#[test]
+fn in_avoidance_the_window_covers_one_poll_interval_beyond_cwnd() {
+    // Spec §7.2a: a STAT reports only what left before its POLL, so the window controller lets
+    // cwnd · T / srtt more bytes be in flight (T = srtt / polls_per_rtt) — the sending rate is
+    // then cwnd / srtt, as for TCP, instead of cwnd / (srtt + T). 0.2 % loss keeps the sender in
+    // congestion avoidance with a window well above small-window mode.
+    let cfg = EndpointConfig::default();
+    let mut link = geo_link(0.0);
+    link.loss = Loss::Random { p: 0.002 };
+    let mut net = Net::symmetric(cfg.clone(), link, 41);
+    let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
+    let mut writer = Writer::new(3, 6_000_000);
+    let mut reader = Reader::default();
+    let mut hb = None;
+    let mss = u64::from(cfg.connection.max_datagram_bytes) - 40;
+    let (mut over_samples, mut max_excess_ratio) = (0u32, 0f64);
+    let mut prev = (0u64, 0u64);
+    net.run(120_000 * NS_PER_MS, |net| {
+        writer.drive(&mut net.a, ha);
+        if hb.is_none() {
+            hb = net.b.accept();
+        }
+        if let Some(h) = hb {
+            reader.drive(&mut net.b, h, net.now);
+        }
+        let s = net.a.connection(ha).unwrap().stats();
+        // Only moments just after an SD left count: after a loss halves cwnd, what is already
+        // in flight may exceed it by far until reports drain it.
+        let sent = s.bytes_in_flight > prev.0 && s.cwnd_bytes == prev.1;
+        prev = (s.bytes_in_flight, s.cwnd_bytes);
+        let avoidance = s.ssthresh_bytes != u64::MAX && s.cwnd_bytes >= s.ssthresh_bytes;
+        if sent && avoidance && s.cwnd_bytes >= 20 * mss && s.bytes_in_flight > s.cwnd_bytes + mss {
+            over_samples += 1;
+            let excess = (s.bytes_in_flight - s.cwnd_bytes) as f64 / s.cwnd_bytes as f64;
+            max_excess_ratio = max_excess_ratio.max(excess);
+        }
+        reader.eof
+    });
+    assert!(
+        reader.eof && reader.bytes == 6_000_000,
+        "transfer incomplete"
+    );
+    eprintln!(
+        "in flight above cwnd in {over_samples} samples, at most {max_excess_ratio:.3} × cwnd"
+    );
+    assert!(over_samples > 0, "the report allowance was never used");
+    // One MSS of slack: a whole SD may take the window just past the allowance.
+    assert!(
+        max_excess_ratio <= 1.0 / 3.0 + 0.02,
+        "in flight exceeded cwnd by {max_excess_ratio:.3} × cwnd (allowance is 1/3)"
+    );
+}
