@@ -1026,7 +1026,12 @@ impl Connection {
     /// instead of TCP's cwnd / srtt.
     fn send_window(&self) -> u64 {
         let cwnd = self.controller.window();
-        if !matches!(self.config.congestion, CongestionMode::Window) || self.small_window() {
+        // Before the first RTT sample no report has come back: the first flight is the initial
+        // window exactly.
+        if !matches!(self.config.congestion, CongestionMode::Window)
+            || self.small_window()
+            || self.rtt.min().is_none()
+        {
             return cwnd;
         }
         let srtt = self.rtt.srtt().as_micros().max(1);
