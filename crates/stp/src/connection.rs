@@ -984,16 +984,14 @@ impl Connection {
     // ------------------------------------------------------------------ timers
 
     fn poll_interval(&self, now: Instant) -> Duration {
-        let min = Config::ms(self.config.min_poll_interval_ms);
         let max = Config::ms(self.config.max_poll_interval_ms);
-        let srtt = self.rtt.srtt();
         let base = if self.small_window() {
             // Burst-end POLLs do the work; the timer only recovers a lost POLL or STAT.
-            2 * srtt + 4 * self.rtt.rttvar()
+            (2 * self.rtt.srtt() + 4 * self.rtt.rttvar())
+                .clamp(Config::ms(self.config.min_poll_interval_ms), max)
         } else {
-            srtt / self.config.polls_per_rtt
+            self.regular_poll_interval()
         };
-        let base = base.clamp(min, max);
         let misses = self.missed_polls(now);
         if misses >= self.config.poll_miss_threshold {
             let shift = (misses - self.config.poll_miss_threshold + 1).min(16);
@@ -1001,6 +999,15 @@ impl Connection {
         } else {
             base
         }
+    }
+
+    /// The POLL interval outside small-window mode and before any backoff: srtt / polls_per_rtt,
+    /// clamped to the configured bounds.
+    fn regular_poll_interval(&self) -> Duration {
+        (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
+            Config::ms(self.config.min_poll_interval_ms),
+            Config::ms(self.config.max_poll_interval_ms),
+        )
     }
 
     /// How long a STAT may take to answer a POLL: srtt + 4·rttvar (at least the minimum POLL
@@ -1035,13 +1042,7 @@ impl Connection {
             return cwnd;
         }
         let srtt = self.rtt.srtt().as_micros().max(1);
-        let interval = (self.rtt.srtt() / self.config.polls_per_rtt)
-            .clamp(
-                Config::ms(self.config.min_poll_interval_ms),
-                Config::ms(self.config.max_poll_interval_ms),
-            )
-            .as_micros()
-            .min(srtt);
+        let interval = self.regular_poll_interval().as_micros().min(srtt);
         let allowance = (u128::from(cwnd) * interval / srtt) as u64;
         cwnd.saturating_add(allowance)
     }
