@@ -580,7 +580,10 @@ struct StreamState {
     peer_key: Option<PublicKey>,
     events: mpsc::Sender<StreamEvent>,
     /// Bytes received from the stream's writer not yet taken by STP, with their permits.
-    pending: std::collections::VecDeque<(Bytes, OwnedSemaphorePermit)>,
+    /// Bytes accepted from the writer that STP's send buffer has not taken yet, in order. The
+    /// permit returns their share of the relay budget once STP has them; the first piece of a
+    /// stream opened by this side (stream header and early data) has none.
+    pending: std::collections::VecDeque<(Bytes, Option<OwnedSemaphorePermit>)>,
     shutdown_requested: bool,
     finished_sent: bool,
     /// A chunk read from STP that the reader had no room for yet.
@@ -856,10 +859,20 @@ impl HopTask {
                 let now = self.now();
                 match self.endpoint.connect(now, gateway) {
                     Ok(h) => {
+                        // As much of the first piece as the send buffer takes rides in the BGN's
+                        // flight; the rest waits in the stream's queue like any later write, so
+                        // no byte is cut whatever the buffer size.
+                        let mut first = Bytes::from(first);
                         if let Some(c) = self.endpoint.connection(h) {
-                            let _ = c.write(&first);
+                            let n = c.write_bytes(&first).unwrap_or(0);
+                            first = first.slice(n..);
                         }
                         let s = self.new_stream(h);
+                        if !first.is_empty() {
+                            if let Some(st) = self.streams.get_mut(&s.id()) {
+                                st.pending.push_back((first, None));
+                            }
+                        }
                         let _ = reply.send(Ok(s));
                     }
                     Err(e) => {
@@ -869,7 +882,7 @@ impl HopTask {
             }
             Command::Stream(StreamCmd::Data(id, bytes, permit)) => {
                 if let Some(s) = self.streams.get_mut(&id) {
-                    s.pending.push_back((bytes, permit));
+                    s.pending.push_back((bytes, Some(permit)));
                     self.dirty.insert(id);
                 }
             }
