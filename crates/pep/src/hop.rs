@@ -48,6 +48,8 @@ const SOCKET_BUFFER: usize = 8 << 20;
 const READ_RETRY: Duration = Duration::from_millis(50);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
+/// How often [`Hop::wait_quiet`] looks again.
+const QUIET_POLL: Duration = Duration::from_millis(20);
 /// IPv4 + UDP header bytes, charged to the send allocation per datagram.
 pub const IPV4_UDP_OVERHEAD: usize = 28;
 /// IPv6 + UDP header bytes.
@@ -414,6 +416,31 @@ impl Hop {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Status(reply)).await.ok()?;
         rx.await.ok()
+    }
+
+    /// Waits until the hop carries no stream any more — every stream's bytes and end were
+    /// delivered and acknowledged, or it failed — or `deadline` passes; true if none is left.
+    /// A graceful shutdown waits for this after its relays finished, so a clean close that is
+    /// still crossing the hop arrives as one.
+    pub async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            match self.status().await {
+                None => return true,
+                Some(s) if s.streams.is_empty() => return true,
+                Some(_) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + QUIET_POLL)).await;
+        }
+    }
+
+    /// Stops the hop now and waits for its task to end: the connections left are reset (their
+    /// RSTs leave before this returns) and the socket closes.
+    pub async fn close(&self) {
+        let _ = self.tx.send(Command::Close).await;
+        self.tx.closed().await;
     }
 
     /// A handle that asks this hop for its status after the `Hop` itself was handed on (to

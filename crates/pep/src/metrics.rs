@@ -151,26 +151,39 @@ impl RefusalReason {
     }
 }
 
-/// Why a relayed connection ended.
+/// Why a relayed connection ended. Only `Done` is a clean close (a FIN each way after every
+/// byte); every other reason ended the connection with a reset on the TCP side(s) still open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseReason {
     /// Both directions finished (FIN each way).
     Done,
     /// Idle in both directions for `idle_timeout_s`; both sides were reset.
     IdleTimeout,
-    /// A reset or error on either leg (TCP or the STP stream).
+    /// Ended before the relay began (a client protocol error or a failure while opening).
     Error,
     /// Refused after admission (policy, failed connect, client handshake); also counted in
     /// `connections_refused` under its reason.
     Refused,
+    /// This side's TCP connection failed (reset by its peer, or a read or write error): the
+    /// stream was aborted, so the far side resets its TCP connection too.
+    TcpReset,
+    /// The stream failed (the far side reset or aborted it, STP timed out, or the hop is gone):
+    /// this side's TCP connection was reset.
+    HopReset,
+    /// A graceful shutdown's `shutdown_timeout_s` passed with the connection still open: both
+    /// sides were reset.
+    DrainTimeout,
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 4] = [
+    pub const ALL: [CloseReason; 7] = [
         CloseReason::Done,
         CloseReason::IdleTimeout,
         CloseReason::Error,
         CloseReason::Refused,
+        CloseReason::TcpReset,
+        CloseReason::HopReset,
+        CloseReason::DrainTimeout,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -178,6 +191,9 @@ impl CloseReason {
             CloseReason::IdleTimeout => "idle_timeout",
             CloseReason::Error => "error",
             CloseReason::Refused => "refused",
+            CloseReason::TcpReset => "tcp_reset",
+            CloseReason::HopReset => "hop_reset",
+            CloseReason::DrainTimeout => "drain_timeout",
         }
     }
     fn index(self) -> usize {
@@ -401,7 +417,7 @@ pub struct Metrics {
     /// Relayed connections admitted since start.
     pub connections_total: Counter,
     connections_refused: [Counter; 8],
-    connections_closed: [Counter; 4],
+    connections_closed: [Counter; CloseReason::ALL.len()],
     tcp_bytes: [Counter; 2],
     hop_bytes: [Counter; 2],
     hop_datagrams: [Counter; 2],

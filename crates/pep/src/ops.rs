@@ -91,6 +91,8 @@ pub struct Ops {
     metrics: Arc<Metrics>,
     state: Mutex<State>,
     stop: watch::Sender<bool>,
+    /// Set when a drain ran out of time: the connections left are reset.
+    cut: watch::Sender<bool>,
     ended: Notify,
     refusing: Arc<Semaphore>,
 }
@@ -98,11 +100,13 @@ pub struct Ops {
 impl Ops {
     pub fn new(cfg: OpsConfig, metrics: Arc<Metrics>) -> Arc<Ops> {
         let (stop, _) = watch::channel(false);
+        let (cut, _) = watch::channel(false);
         Arc::new(Ops {
             cfg,
             metrics,
             state: Mutex::new(State::default()),
             stop,
+            cut,
             ended: Notify::new(),
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
         })
@@ -231,9 +235,27 @@ impl Ops {
         let _ = rx.wait_for(|stop| *stop).await;
     }
 
+    /// Ends a drain that ran out of time: every connection still relaying resets both its TCP
+    /// connection and its stream, and is counted as closed by `drain_timeout`.
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Completes once [`Self::cut`] has been called.
+    pub async fn cut_called(&self) {
+        let mut rx = self.cut.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` lives.
+        let _ = rx.wait_for(|cut| *cut).await;
+    }
+
     /// Waits until no connection is open or `timeout` passes; true if none is open.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
+        self.wait_idle_until(tokio::time::Instant::now() + timeout)
+            .await
+    }
+
+    /// Waits until no connection is open or `deadline` passes; true if none is open.
+    pub async fn wait_idle_until(&self, deadline: tokio::time::Instant) -> bool {
         loop {
             let ended = self.ended.notified();
             tokio::pin!(ended);

@@ -229,6 +229,9 @@ pub async fn splice(
 /// Abort code a relay sends across the hop when it closes an idle connection.
 pub const ABORT_IDLE: u16 = 4;
 
+/// Abort code a relay sends across the hop when its side's graceful shutdown ran out of time.
+pub const ABORT_DRAIN: u16 = 7;
+
 /// [`splice`], counting the bytes each way into `conn`'s record and the side's metrics, and,
 /// when the side has an idle timeout, closing the connection once no byte has moved either way
 /// for that long: the stream is aborted with [`ABORT_IDLE`] and the TCP connection reset, and
@@ -255,12 +258,13 @@ pub async fn splice_tracked(
                 hop_to_tcp(hr, wr, &pre_client, tracked)
             )
         };
-        match (idle, tracked) {
-            (Some(limit), Some(c)) => tokio::select! {
-                r = relay => Some(r),
-                _ = idle_watch(c.track(), limit) => None,
+        match tracked {
+            Some(c) => tokio::select! {
+                r = relay => Ok(r),
+                _ = idle_watch(c.track(), idle) => Err(CloseReason::IdleTimeout),
+                _ = c.ops().cut_called() => Err(CloseReason::DrainTimeout),
             },
-            _ => Some(relay.await),
+            None => Ok(relay.await),
         }
     };
     let close = |conn: &mut Option<&mut Conn>, reason| {
@@ -269,33 +273,41 @@ pub async fn splice_tracked(
             c.set_close_reason(reason);
         }
     };
-    match outcome {
-        Some(Ok(counts)) => {
+    let (reason, e) = match outcome {
+        Ok(Ok(counts)) => {
             close(&mut conn, CloseReason::Done);
-            Ok(counts)
+            return Ok(counts);
         }
-        Some(Err(SpliceError::Tcp(e))) | Some(Err(SpliceError::Hop(e))) => {
-            // After a stream failure the hop has forgotten the stream and the abort is a no-op;
-            // after a TCP failure it resets the connection across the hop.
-            close(&mut conn, CloseReason::Error);
-            hw.abort(ABORT_TCP_FAILED).await;
-            reset_tcp(tcp);
-            Err(e)
+        // After a stream failure the hop has forgotten the stream and the abort below is a
+        // no-op; after a TCP failure it resets the connection across the hop.
+        Ok(Err(SpliceError::Tcp(e))) => (CloseReason::TcpReset, e),
+        Ok(Err(SpliceError::Hop(e))) => (CloseReason::HopReset, e),
+        Err(reason) => {
+            let what = if reason == CloseReason::IdleTimeout {
+                "idle in both directions"
+            } else {
+                "the shutdown timeout passed while draining"
+            };
+            (reason, io::Error::new(io::ErrorKind::TimedOut, what))
         }
-        None => {
-            close(&mut conn, CloseReason::IdleTimeout);
-            hw.abort(ABORT_IDLE).await;
-            reset_tcp(tcp);
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "idle in both directions",
-            ))
-        }
-    }
+    };
+    close(&mut conn, reason);
+    let code = match reason {
+        CloseReason::IdleTimeout => ABORT_IDLE,
+        CloseReason::DrainTimeout => ABORT_DRAIN,
+        _ => ABORT_TCP_FAILED,
+    };
+    hw.abort(code).await;
+    reset_tcp(tcp);
+    Err(e)
 }
 
 /// Completes once `track` has seen no byte either way for `limit`.
-async fn idle_watch(track: &ConnTrack, limit: Duration) {
+/// Never completes without a limit.
+async fn idle_watch(track: &ConnTrack, limit: Option<Duration>) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
     loop {
         let idle = track.idle_for();
         if idle >= limit {

@@ -106,8 +106,16 @@ async fn wait_for_signal() -> Result<&'static str> {
 }
 
 /// Graceful shutdown: waits for a signal, stops accepting, and gives open connections up to
-/// `timeout` to finish.
-async fn run_until_signal(side: &str, ops: &Arc<Ops>, timeout: Duration) -> Result<()> {
+/// `timeout` to finish — their relays to end and their last bytes and ends to cross the `hops`
+/// and be acknowledged — so a clean close in progress reaches the far side as a FIN. What is
+/// left at the timeout is reset on both sides (counted as `drain_timeout`), never closed with
+/// a FIN that would pass a cut transfer off as a complete one.
+async fn run_until_signal(
+    side: &str,
+    ops: &Arc<Ops>,
+    hops: &[Arc<Hop>],
+    timeout: Duration,
+) -> Result<()> {
     let sig = wait_for_signal().await?;
     let open = ops.open_connections();
     tracing::info!(
@@ -117,16 +125,36 @@ async fn run_until_signal(side: &str, ops: &Arc<Ops>, timeout: Duration) -> Resu
         "{side}: stopping; draining open connections"
     );
     ops.drain();
-    if ops.wait_idle(timeout).await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut clean = ops.wait_idle_until(deadline).await;
+    for hop in hops {
+        clean = clean && hop.wait_quiet(deadline).await;
+    }
+    if clean {
         tracing::info!("{side}: every connection finished; exiting");
     } else {
         tracing::warn!(
             left = ops.open_connections(),
-            "{side}: shutdown_timeout_s passed; cutting the connections left"
+            "{side}: shutdown_timeout_s passed; resetting the connections left"
         );
+        ops.cut();
+        if !ops.wait_idle(CUT_GRACE).await {
+            tracing::warn!(
+                left = ops.open_connections(),
+                "{side}: relays did not end within {CUT_GRACE:?} of the reset"
+            );
+        }
+    }
+    // Streams without a relay any more (their bytes were still crossing) are reset here; the
+    // hop's RSTs leave before the process exits.
+    for hop in hops {
+        hop.close().await;
     }
     Ok(())
 }
+
+/// How long relays get to reset their connections once a drain ran out of time.
+const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The settings both daemons share: the allocation, the relay buffer and the timeouts, which
 /// size their operations and which they log when they start.
@@ -171,7 +199,13 @@ impl Settings {
 /// Logs that the daemon `side` started, with `details` (its own settings, `key=value` each),
 /// `settings` and the limits of `ops`; then runs until a signal and drains for up to
 /// `shutdown_timeout_s`.
-async fn run_started(side: &str, details: &str, settings: &Settings, ops: &Arc<Ops>) -> Result<()> {
+async fn run_started(
+    side: &str,
+    details: &str,
+    settings: &Settings,
+    ops: &Arc<Ops>,
+    hops: &[Arc<Hop>],
+) -> Result<()> {
     let c = ops.config();
     tracing::info!(
         up_rate_bps = settings.up_rate_bps,
@@ -187,7 +221,7 @@ async fn run_started(side: &str, details: &str, settings: &Settings, ops: &Arc<O
         "satstp {side} started {details}"
     );
     let drain = Duration::from_secs(u64::from(settings.shutdown_timeout_s));
-    run_until_signal(side, ops, drain).await
+    run_until_signal(side, ops, hops, drain).await
 }
 
 /// Checks the TCP hop's socket options on this host (an error names the field, e.g.
@@ -347,7 +381,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             hop.local_addr(),
             cfg.hop_transport
         );
-        run_started("terminal", &details, &settings, &ops).await
+        run_started("terminal", &details, &settings, &ops, &[hop]).await
     })
 }
 
@@ -455,9 +489,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             cfg.policy.allow_private,
             cfg.tcp.congestion.as_deref().unwrap_or("system default"),
         );
-        let r = run_started("gateway", &details, &settings, &ops).await;
         drop(hop);
-        drop(running);
-        r
+        run_started("gateway", &details, &settings, &ops, &running).await
     })
 }

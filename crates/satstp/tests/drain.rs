@@ -1,0 +1,254 @@
+//! Clean closes survive a graceful shutdown: terminal and gateway daemons as separate processes
+//! with the UDP link emulator (`geo`: 600 ms round trip) between them, stopped with SIGTERM
+//! while closes and the last bytes of a response are still crossing the hop.
+//!
+//! This is how `satstp bench link` lost runs to `Connection reset by peer` at its origin: it
+//! stopped both daemons right after the client closed its six page connections, while those
+//! closes were still on their way across the satellite hop. A daemon then exited as soon as its
+//! relays had ended — before the stream's last bytes and end had crossed the hop — and whatever
+//! was still open was torn down at random (a reset from a relay that ran in time, a FIN from the
+//! runtime's teardown). Now a drain also waits for the hop to deliver and have acknowledged every
+//! stream's bytes and end, and what is left at `shutdown_timeout_s` is reset, always.
+
+mod common;
+
+use common::{daemon, free_port, fresh_dir, satstp, socks_connect, wait_listening, Keys, Kill};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How an origin connection ended, seen from the origin.
+#[derive(Debug, PartialEq)]
+enum End {
+    /// Read EOF after the peer's FIN.
+    Fin,
+    /// Read or write failed with a reset.
+    Reset,
+    /// Anything else (a timeout, another error).
+    Other(String),
+}
+
+/// An origin speaking a tiny protocol: a line `N\n` asks for N pattern bytes; EOF ends the
+/// connection (the origin then closes its side too). Each connection's end is reported.
+fn origin() -> (SocketAddr, mpsc::Receiver<End>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let end = serve(&mut s);
+                let _ = tx.send(end);
+            });
+        }
+    });
+    (addr, rx)
+}
+
+fn serve(s: &mut TcpStream) -> End {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match s.read(&mut byte) {
+            Ok(0) => return End::Fin,
+            Ok(_) if byte[0] == b'\n' => {
+                let n: usize = String::from_utf8_lossy(&line).trim().parse().unwrap_or(0);
+                line.clear();
+                if let Err(e) = s.write_all(&common::pattern(n)) {
+                    return classify(&e);
+                }
+            }
+            Ok(_) => line.push(byte[0]),
+            Err(e) => return classify(&e),
+        }
+    }
+}
+
+fn classify(e: &std::io::Error) -> End {
+    match e.kind() {
+        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => End::Reset,
+        _ => End::Other(e.to_string()),
+    }
+}
+
+struct Pair {
+    dir: std::path::PathBuf,
+    gw: Kill,
+    term: Kill,
+    _emu: Kill,
+    socks: SocketAddr,
+}
+
+impl Pair {
+    fn log(&self, side: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{side}.log"))).unwrap_or_default()
+    }
+}
+
+/// Gateway, `satstp emulate udp --profile geo` and terminal, each its own process; both
+/// daemons sized for the profile and given `shutdown_timeout_s`.
+fn start(name: &str, shutdown_timeout_s: u32) -> Pair {
+    let dir = fresh_dir(name);
+    let keys = Keys::generate(&dir);
+    let (gw_port, emu_port, socks_port) = (free_port(), free_port(), free_port());
+    let rates = format!(
+        "up_rate_bps = 5000000\ndown_rate_bps = 50000000\nrtt_ms = 600\n\
+         shutdown_timeout_s = {shutdown_timeout_s}\n"
+    );
+    let gw_config = keys.write_gateway_config(
+        "gateway.toml",
+        gw_port,
+        &format!("{rates}[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n"),
+    );
+    let term_config = keys.write_terminal_config("terminal.toml", socks_port, emu_port, &rates);
+    let gw = daemon("gateway", &gw_config, Some(&dir.join("gateway.log")));
+    let emu = Kill(
+        satstp()
+            .args(["emulate", "udp", "--profile", "geo", "--listen"])
+            .arg(format!("127.0.0.1:{emu_port}"))
+            .arg("--to")
+            .arg(format!("127.0.0.1:{gw_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let term = daemon("terminal", &term_config, Some(&dir.join("terminal.log")));
+    let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
+    wait_listening(&[socks]);
+    Pair {
+        dir,
+        gw,
+        term,
+        _emu: emu,
+        socks,
+    }
+}
+
+fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A SOCKS connection through the pair to `origin` that has fetched `n` bytes.
+fn fetched(socks: SocketAddr, origin: SocketAddr, n: usize) -> TcpStream {
+    let (mut s, code) = socks_connect(socks, "127.0.0.1", origin.port());
+    assert_eq!(code, 0, "SOCKS connect failed");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    writeln!(s, "{n}").unwrap();
+    let mut got = vec![0u8; n];
+    s.read_exact(&mut got).unwrap();
+    assert!(got == common::pattern(n));
+    s
+}
+
+#[test]
+fn closes_in_flight_when_sigterm_arrives_reach_the_far_side_as_fins() {
+    let mut p = start("drain-inflight", 30);
+    let (origin, ends) = origin();
+    // Twenty keep-alive connections that have each fetched an object, as a browser leaves them.
+    let idle: Vec<TcpStream> = (0..20).map(|_| fetched(p.socks, origin, 20_000)).collect();
+    // One more asks for a 2 MB response and half-closes at once: the response (which takes
+    // more than half a second to cross the 50 Mb/s hop) follows the request's FIN.
+    let (mut last, code) = socks_connect(p.socks, "127.0.0.1", origin.port());
+    assert_eq!(code, 0);
+    last.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    writeln!(last, "2000000").unwrap();
+    last.shutdown(Shutdown::Write).unwrap();
+    // Everything closes at once, and both daemons are told to stop at that very moment.
+    drop(idle);
+    sigterm(&p.term.0);
+    sigterm(&p.gw.0);
+    let mut got = Vec::new();
+    let read = last.read_to_end(&mut got);
+    assert!(read.is_ok(), "the half-closed client was cut: {read:?}");
+    assert_eq!(got.len(), 2_000_000, "the response was truncated");
+    assert!(
+        got == common::pattern(2_000_000),
+        "the response was corrupted"
+    );
+    for side in ["terminal", "gateway"] {
+        let child = if side == "terminal" {
+            &mut p.term.0
+        } else {
+            &mut p.gw.0
+        };
+        let st = wait_exit(child, Duration::from_secs(20)).expect("the daemon exits");
+        assert!(st.success(), "{side}: {st:?}\n{}", p.log(side));
+        let log = p.log(side);
+        assert!(log.contains("every connection finished"), "{side}:\n{log}");
+        assert!(!log.contains("drain_timeout"), "{side}:\n{log}");
+    }
+    let mut seen = Vec::new();
+    while let Ok(end) = ends.recv_timeout(Duration::from_secs(5)) {
+        seen.push(end);
+    }
+    assert_eq!(seen.len(), 21, "origin connections ended: {seen:?}");
+    assert!(
+        seen.iter().all(|e| *e == End::Fin),
+        "every origin connection must end with a FIN: {seen:?}"
+    );
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
+#[test]
+fn a_drain_that_runs_out_of_time_resets_what_is_left_on_both_sides() {
+    let mut p = start("drain-cut", 1);
+    let (origin, ends) = origin();
+    // Connections that stay open through the drain: never a clean end for a cut connection.
+    let mut open: Vec<TcpStream> = (0..5).map(|_| fetched(p.socks, origin, 1000)).collect();
+    let signalled = Instant::now();
+    sigterm(&p.term.0);
+    sigterm(&p.gw.0);
+    for (side, child) in [("terminal", &mut p.term.0), ("gateway", &mut p.gw.0)] {
+        let st = wait_exit(child, Duration::from_secs(15)).expect("the daemon exits");
+        assert!(st.success(), "{side}: {st:?}");
+    }
+    assert!(signalled.elapsed() >= Duration::from_millis(900));
+    for s in &mut open {
+        let mut rest = Vec::new();
+        let r = s.read_to_end(&mut rest);
+        assert!(
+            matches!(&r, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+            "a client connection cut by the drain must read a reset, got {r:?}"
+        );
+    }
+    let mut seen = Vec::new();
+    while let Ok(end) = ends.recv_timeout(Duration::from_secs(5)) {
+        seen.push(end);
+    }
+    assert_eq!(seen.len(), 5, "origin connections ended: {seen:?}");
+    assert!(
+        seen.iter().all(|e| *e == End::Reset),
+        "a connection cut by the drain must reach the origin as a reset: {seen:?}"
+    );
+    for side in ["terminal", "gateway"] {
+        let log = p.log(side);
+        assert!(log.contains("shutdown_timeout_s passed"), "{side}:\n{log}");
+        assert!(
+            log.contains("reason=\"drain_timeout\"") || log.contains("reason=drain_timeout"),
+            "{side}:\n{log}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
