@@ -10,6 +10,8 @@
 //!
 //! Times are nanoseconds since an epoch chosen by the caller.
 
+pub mod units;
+
 use rand_core::RngCore;
 use std::collections::VecDeque;
 use thiserror::Error;

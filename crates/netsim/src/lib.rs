@@ -13,7 +13,8 @@ pub mod scenario;
 pub mod sim;
 pub mod stp_agent;
 pub mod tcp;
-pub mod units;
+/// Units in the scenario files and on the command line (shared with the gateway configuration).
+pub use linkmodel::units;
 pub mod web;
 
 pub use metrics::{mean_ci95, FlowMetrics, Metrics};

@@ -114,8 +114,8 @@ pub struct TerminalConfig {
     pub socks_users: Vec<SocksUser>,
     /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
     /// destination, saving a satellite round trip per connection; a failed connect then resets
-    /// the client instead of returning a SOCKS5 error code (default false).
-    #[serde(default)]
+    /// the client instead of returning a SOCKS5 error code (default true).
+    #[serde(default = "default_true")]
     pub socks_fast_open: bool,
     /// HTTP CONNECT proxy listener (default none).
     #[serde(default)]
@@ -131,10 +131,10 @@ pub struct TerminalConfig {
     /// This terminal's private key file (written by `satstp keygen`). Required.
     pub private_key_file: PathBuf,
     /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rate_bps")]
     pub up_rate_bps: Option<u64>,
     /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rate_bps")]
     pub down_rate_bps: Option<u64>,
     /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
     #[serde(default)]
@@ -331,9 +331,15 @@ impl TerminalConfig {
     /// The STP connection parameters: the engine's defaults, sized from the allocation when it
     /// is known ([`crate::sizing`]), with `[terminal.stp]` applied on top.
     pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
+        // Datagrams sized for the gateway's address family; a host name may resolve to IPv6.
+        let ipv4 = self
+            .gateway
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.is_ipv4());
+        let defaults = crate::sizing::hop_stp_defaults(!ipv4);
         let base = match self.hop_link() {
-            Some(l) => l.stp_config(stp::Config::default()),
-            None => stp::Config::default(),
+            Some(l) => l.stp_config(defaults),
+            None => defaults,
         };
         self.stp.apply(base).map_err(|e| e.prefixed("terminal"))
     }
@@ -484,10 +490,10 @@ pub struct GatewayConfig {
     #[serde(default)]
     pub source_transparent: bool,
     /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rate_bps")]
     pub up_rate_bps: Option<u64>,
     /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "rate_bps")]
     pub down_rate_bps: Option<u64>,
     /// The hop's base round-trip time, ms, for buffer sizing (default unknown).
     #[serde(default)]
@@ -616,9 +622,10 @@ impl GatewayConfig {
     /// The STP connection parameters: the engine's defaults, sized from the allocation when it
     /// is known ([`crate::sizing`]), with `[gateway.stp]` applied on top.
     pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
+        let defaults = crate::sizing::hop_stp_defaults(self.listen.is_ipv6());
         let base = match self.hop_link() {
-            Some(l) => l.stp_config(stp::Config::default()),
-            None => stp::Config::default(),
+            Some(l) => l.stp_config(defaults),
+            None => defaults,
         };
         self.stp.apply(base).map_err(|e| e.prefixed("gateway"))
     }
@@ -967,6 +974,26 @@ fn check_common(
     if matches!(rtt_ms, Some(r) if r == 0 || r > 60_000) {
         return Err(bad("rtt_ms", "must be 1..=60000"));
     }
+    // The allocation needs all three; some without the others would silently fall back to
+    // slow start and default buffers.
+    let set = [
+        ("up_rate_bps", up_rate_bps.is_some()),
+        ("down_rate_bps", down_rate_bps.is_some()),
+        ("rtt_ms", rtt_ms.is_some()),
+    ];
+    if set.iter().any(|(_, s)| *s) {
+        if let Some((missing, _)) = set.iter().find(|(_, s)| !*s) {
+            let given: Vec<&str> = set.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect();
+            return Err(bad(
+                *missing,
+                format!(
+                    "missing: the hop's allocation needs up_rate_bps, down_rate_bps and rtt_ms \
+                     together (only {} given)",
+                    given.join(" and ")
+                ),
+            ));
+        }
+    }
     if idle_timeout_s == 0 {
         return Err(bad("idle_timeout_s", "must be positive"));
     }
@@ -974,6 +1001,24 @@ fn check_common(
         return Err(bad("connect_timeout_s", "must be 1..=3600"));
     }
     Ok(())
+}
+
+/// A rate in bit/s written as a number (`5000000`) or with a unit as on the command line
+/// (`"5Mbps"`, `"512kbps"`, `"1.5Mb/s"`).
+fn rate_bps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rate {
+        Number(u64),
+        Text(String),
+    }
+    match Option::<Rate>::deserialize(d)? {
+        None => Ok(None),
+        Some(Rate::Number(n)) => Ok(Some(n)),
+        Some(Rate::Text(t)) => linkmodel::units::parse_rate_bps(&t)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
 }
 
 fn check_path(p: &Path, field: &str) -> Result<(), ConfigError> {
@@ -1091,15 +1136,45 @@ mod tests {
             t.stp_config().unwrap().congestion,
             stp::CongestionMode::Window
         );
-        let t = parse_terminal(&terminal_text(
+        let e = parse_terminal(&terminal_text(
             "up_rate_bps = 1000000\ndown_rate_bps = 8000000\n",
+        ))
+        .unwrap_err();
+        assert_eq!(e.field(), Some("terminal.rtt_ms"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("only up_rate_bps and down_rate_bps given"),
+            "{e}"
+        );
+        let e =
+            parse_gateway(&gateway_text("down_rate_bps = \"50Mbps\"\nrtt_ms = 600\n")).unwrap_err();
+        assert_eq!(e.field(), Some("gateway.up_rate_bps"), "{e}");
+    }
+
+    #[test]
+    fn rates_take_units_as_on_the_command_line() {
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = \"5Mbps\"\ndown_rate_bps = \"1.5Mb/s\"\nrtt_ms = 600\n",
         ))
         .unwrap();
         assert_eq!(
-            t.stp_config().unwrap().congestion,
-            stp::CongestionMode::Window,
-            "without rtt_ms the allocation is unknown"
+            (t.up_rate_bps, t.down_rate_bps),
+            (Some(5_000_000), Some(1_500_000))
         );
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = 5000000\ndown_rate_bps = \"512kbps\"\nrtt_ms = 600\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            (t.up_rate_bps, t.down_rate_bps),
+            (Some(5_000_000), Some(512_000))
+        );
+        let e = parse_terminal(&terminal_text(
+            "up_rate_bps = \"5 furlongs\"\ndown_rate_bps = 1\nrtt_ms = 1\n",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("up_rate_bps"), "{e}");
+        assert!(e.to_string().contains("unknown rate unit"), "{e}");
     }
 
     #[test]
@@ -1112,7 +1187,11 @@ mod tests {
         assert_eq!(t.limits.max_connections_per_terminal, 1024);
         assert_eq!(t.limits.max_connections, 10_000);
         assert_eq!(t.limits.memory_cap_bytes, 512 << 20);
-        assert_eq!(t.stp_config().unwrap(), stp::Config::default());
+        // gw.example.net may resolve to IPv6: datagrams sized for it.
+        assert_eq!(
+            t.stp_config().unwrap(),
+            crate::sizing::hop_stp_defaults(true)
+        );
         assert_eq!(t.gateway_public_key().unwrap().to_hex(), KEY_A);
         let g = parse_gateway(&gateway_text("")).unwrap();
         assert!(!g.source_transparent);

@@ -921,6 +921,7 @@ async fn socks_fast_open(
         Err(_) => 0,
     };
     early.truncate(n);
+    conn.add_bytes(conn.directions().0, n as u64);
     match within(limit, open(hop, target, &early, Some(peer))).await {
         Some(Ok((stream, pre))) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open (fast open)");

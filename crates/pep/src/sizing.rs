@@ -25,6 +25,34 @@ pub const MIN_QUEUE_DELAY_MS: u32 = 25;
 /// Pacing granularity on an allocated hop, µs.
 pub const PACING_GRANULARITY_US: u32 = 5000;
 
+/// The path MTU the hop's datagrams are sized for (Ethernet's, and a satellite modem's).
+pub const HOP_PATH_MTU_BYTES: usize = 1500;
+
+/// Largest STP datagram whose sealed form (plus the tunnel's header and tag) travels in one IP
+/// packet of [`HOP_PATH_MTU_BYTES`] — IPv6 headers when `ipv6`, else IPv4. Larger datagrams
+/// are fragmented by the sender's kernel (or refused where it segments a batch), which costs
+/// an extra packet per datagram and loses both fragments' worth when either is lost.
+pub fn hop_max_datagram_bytes(ipv6: bool) -> u16 {
+    let ip_udp = if ipv6 { 40 + 8 } else { IPV4_UDP_OVERHEAD };
+    (HOP_PATH_MTU_BYTES - ip_udp - DATA_OVERHEAD) as u16
+}
+
+/// How long a hop's connection waits through silence before declaring the peer dead, ms:
+/// satellite outages (rain fade, a dish's handover, a gateway switch) last up to about a
+/// minute, and a connection that outlives one resumes where it stopped.
+pub const HOP_DEAD_TIMEOUT_MS: u32 = 120_000;
+
+/// STP's defaults for a hop whose peer is reached over IPv6 (`ipv6`) or IPv4: the engine's
+/// defaults with datagrams that fit [`HOP_PATH_MTU_BYTES`] after tunnel, IP and UDP headers,
+/// and the dead-peer timeout [`HOP_DEAD_TIMEOUT_MS`].
+pub fn hop_stp_defaults(ipv6: bool) -> stp::Config {
+    stp::Config {
+        max_datagram_bytes: hop_max_datagram_bytes(ipv6),
+        dead_timeout_ms: HOP_DEAD_TIMEOUT_MS,
+        ..stp::Config::default()
+    }
+}
+
 /// What a side knows of its satellite link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HopLink {
@@ -116,5 +144,16 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn hop_datagrams_fit_a_1500_byte_path_once_sealed() {
+        for (ipv6, ip_udp) in [(false, 28usize), (true, 48)] {
+            let d = usize::from(hop_max_datagram_bytes(ipv6));
+            assert_eq!(d + DATA_OVERHEAD + ip_udp, HOP_PATH_MTU_BYTES);
+            hop_stp_defaults(ipv6).validate().unwrap();
+        }
+        assert_eq!(hop_max_datagram_bytes(false), 1443);
+        assert_eq!(hop_max_datagram_bytes(true), 1423);
     }
 }

@@ -178,6 +178,7 @@ async fn relay_one(
         Err(_) => 0,
     };
     early.truncate(n);
+    conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
     match relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await {

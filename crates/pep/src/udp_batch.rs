@@ -84,7 +84,8 @@ impl UdpBatch {
                     Ok(_) => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) if sys::gso_refused(&e) => {
-                        // This path cannot segment (no checksum offload, old kernel): stop trying.
+                        // This path cannot segment (no checksum offload, old kernel, segments
+                        // above the route's MTU): stop trying, and send this batch one by one.
                         self.gso = false;
                         break;
                     }
@@ -170,10 +171,16 @@ mod sys {
     }
 
     /// Errors meaning the kernel or the route cannot segment, as opposed to a send that failed.
+    /// `EMSGSIZE`: the segments are larger than the route's MTU allows (the kernel fragments a
+    /// single datagram of that size, but never a segmented send), so every batch would fail.
     pub(super) fn gso_refused(e: &io::Error) -> bool {
         matches!(
             e.raw_os_error(),
-            Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOPROTOOPT)
+            Some(libc::EIO)
+                | Some(libc::EINVAL)
+                | Some(libc::EOPNOTSUPP)
+                | Some(libc::ENOPROTOOPT)
+                | Some(libc::EMSGSIZE)
         )
     }
 

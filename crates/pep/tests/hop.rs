@@ -160,7 +160,10 @@ async fn a_first_piece_larger_than_the_send_buffer_is_queued_not_cut() {
         let mss = stp::Config::default().max_payload() as u32;
         c.endpoint.connection.send_buffer_bytes = mss;
         c.endpoint.connection.recv_buffer_bytes = 2 * mss;
-        c.endpoint.connection.validate().expect("one SD is a legal buffer size");
+        c.endpoint
+            .connection
+            .validate()
+            .expect("one SD is a legal buffer size");
         c
     };
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -168,7 +171,7 @@ async fn a_first_piece_larger_than_the_send_buffer_is_queued_not_cut() {
     let term = terminal_hop(tk, gp, gw.local_addr(), tiny(1)).await;
     let first = pattern(3, 40_000);
     let rest = pattern(4, 20_000);
-    let mut s = term.open(first.clone()).await.unwrap();
+    let s = term.open(first.clone()).await.unwrap();
     s.write(&rest).await.unwrap();
     s.shutdown().await;
     let mut far = gw.incoming.recv().await.expect("a stream arrives");

@@ -155,6 +155,11 @@ const DEFAULT_SIZE: u64 = 100_000_000;
 const DEFAULT_TRANSFER_S: u64 = 30;
 /// How often blocking socket calls wake up to look at the deadline and the stop flag.
 const POLL: Duration = Duration::from_millis(500);
+/// The daemons' `shutdown_timeout_s`: time for the closes still crossing the hop when a run
+/// ends. A drain that needs it all has failed (a connection did not close).
+const DRAIN_S: u64 = 20;
+/// The untimed object fetched before a run's measurements.
+const WARM_UP_BYTES: u64 = 1000;
 
 pub fn run(args: &LinkBenchArgs) -> Result<()> {
     if !(1..=100).contains(&args.runs) {
@@ -419,16 +424,25 @@ fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result<Sam
     };
     let (down_bps, up_bps, _) = plan.profile.parameters();
 
-    // Bulk download, timed from the request to the last byte.
+    // A small object first, untimed: the path is up as it is in use (the terminal's tunnel
+    // established, ARP done), so no contender's figures include a one-time set-up.
+    origin.set_phase("warm-up");
+    let deadline = plan.deadline(WARM_UP_BYTES, down_bps);
+    let mut conn = client.connect(deadline).context("warm-up connect")?;
+    conn.get(0, WARM_UP_BYTES, deadline).context("warm-up")?;
+    drop(conn);
+
+    // Bulk download, timed from the connection attempt to the last byte: what a user waits for
+    // a file on a new connection (a SOCKS verdict, a TCP handshake or neither is included).
+    origin.set_phase("bulk download");
     let deadline = plan.deadline(plan.size, down_bps);
-    let t_connect = Instant::now();
-    let mut conn = client.connect(deadline)?;
-    let connect_s = t_connect.elapsed().as_secs_f64();
     let retrans_before = retransmitted(contender, &gns)?;
     let before = emu.stats();
-    let t0 = Instant::now();
+    let t_connect = Instant::now();
+    let mut conn = client.connect(deadline).context("bulk download connect")?;
+    let connect_s = t_connect.elapsed().as_secs_f64();
     conn.get(1, plan.size, deadline).context("bulk download")?;
-    let download_s = t0.elapsed().as_secs_f64();
+    let download_s = t_connect.elapsed().as_secs_f64();
     let after = emu.stats();
     let retrans_after = retransmitted(contender, &gns)?;
     drop(conn);
@@ -436,6 +450,7 @@ fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result<Sam
     let mb = plan.size as f64 / 1e6;
 
     // Bulk upload, timed from the request's first byte to the origin's answer.
+    origin.set_phase("bulk upload");
     let deadline = plan.deadline(plan.upload_size, up_bps);
     let mut conn = client.connect(deadline)?;
     let t0 = Instant::now();
@@ -445,14 +460,18 @@ fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result<Sam
     drop(conn);
 
     // The web page, from the first connection attempt to the last object's last byte.
+    origin.set_phase("page load");
     let page_bytes: u64 = plan.page.iter().sum();
     let deadline = plan.deadline(page_bytes, down_bps);
     let t0 = Instant::now();
     fetch_page(&client, &plan.page, deadline).context("page load")?;
     let page_load_s = t0.elapsed().as_secs_f64();
 
+    // The client has closed its connections; their closes may still be crossing the hop. The
+    // daemons drain (they wait for every stream's end to be delivered) before they exit.
+    origin.set_phase("daemons' graceful shutdown");
     if let Some(d) = daemons {
-        d.stop()?;
+        d.stop().context("stopping the daemons")?;
     }
     origin.stop()?;
     emu.stop().context("cannot stop the emulator")?;
@@ -761,7 +780,7 @@ impl Daemons {
              rtt_ms = {rtt}\n\
              metrics_listen = \"127.0.0.1:{TERMINAL_METRICS_PORT}\"\n\
              socks_fast_open = {fast_open}\n\
-             shutdown_timeout_s = 0\n{extra}",
+             shutdown_timeout_s = {DRAIN_S}\n{extra}",
             tkey = tkey_path.display().to_string(),
             rtt = rtt_ns / 1_000_000,
             extra = hop_tcp("terminal"),
@@ -776,7 +795,7 @@ impl Daemons {
              down_rate_bps = {down_bps}\n\
              rtt_ms = {rtt}\n\
              metrics_listen = \"127.0.0.1:{GATEWAY_METRICS_PORT}\"\n\
-             shutdown_timeout_s = 0\n\
+             shutdown_timeout_s = {DRAIN_S}\n\
              \n[gateway.policy]\nallow = [\"{origin}/32\"]\n{extra}",
             gkey = gkey_path.display().to_string(),
             rtt = rtt_ns / 1_000_000,
@@ -857,26 +876,28 @@ impl Daemons {
         lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
-    /// Stops both daemons; an error if one had died on its own.
+    /// Stops both daemons gracefully; an error if one had died on its own, did not exit in
+    /// time, exited with a failure, or had to reset connections its drain could not finish.
     fn stop(mut self) -> Result<()> {
-        let mut died = None;
         for (name, child) in self.children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                died = Some((*name, status));
-                break;
+                let name = *name;
+                bail!(
+                    "the {name} daemon exited during the run ({status}): {}",
+                    self.log_tail(name)
+                );
             }
         }
-        if let Some((name, status)) = died {
-            bail!(
-                "the {name} daemon exited during the run ({status}): {}",
-                self.log_tail(name)
-            );
+        let problems = self.shutdown();
+        if let Some(p) = problems.first() {
+            bail!("{p}");
         }
-        self.shutdown();
         Ok(())
     }
 
-    fn shutdown(&mut self) {
+    /// SIGTERM to both daemons at once, then up to the drain time and a margin for each to
+    /// exit (SIGKILL after that); what went wrong, daemon by daemon.
+    fn shutdown(&mut self) -> Vec<String> {
         for (_, child) in self.children.iter_mut() {
             if let Ok(pid) = libc::pid_t::try_from(child.id()) {
                 // SAFETY: SIGTERM to our own child, not yet reaped.
@@ -885,26 +906,48 @@ impl Daemons {
                 }
             }
         }
-        for (_, child) in self.children.iter_mut() {
-            let deadline = Instant::now() + Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(DRAIN_S + 5);
+        let mut problems = Vec::new();
+        let children = std::mem::take(&mut self.children);
+        for (name, mut child) in children {
+            let mut status = None;
             while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
+                if let Ok(Some(st)) = child.try_wait() {
+                    status = Some(st);
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
+            match status {
+                None => {
+                    let _ = child.kill();
+                    problems.push(format!(
+                        "the {name} daemon did not exit within {} s of SIGTERM (killed): {}",
+                        DRAIN_S + 5,
+                        self.log_tail(name)
+                    ));
+                }
+                Some(st) if !st.success() => problems.push(format!(
+                    "the {name} daemon exited with {st} on SIGTERM: {}",
+                    self.log_tail(name)
+                )),
+                Some(_) if self.log_tail(name).contains("shutdown_timeout_s passed") => problems
+                    .push(format!(
+                        "the {name} daemon's drain ran out of time ({DRAIN_S} s) and reset \
+                         connections: {}",
+                        self.log_tail(name)
+                    )),
+                Some(_) => {}
             }
             let _ = child.wait();
         }
-        self.children.clear();
+        problems
     }
 }
 
 impl Drop for Daemons {
     fn drop(&mut self) {
-        self.shutdown();
+        let _ = self.shutdown();
     }
 }
 
@@ -937,6 +980,8 @@ fn first_wrong(key: u64, offset: u64, data: &[u8]) -> Option<u64> {
 
 struct Origin {
     listener: Arc<TcpListener>,
+    /// What the run is doing (set by `measure`), named in the origin's errors.
+    phase: Arc<Mutex<&'static str>>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
     handlers: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -956,25 +1001,36 @@ impl Origin {
         let stop = Arc::new(AtomicBool::new(false));
         let handlers = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let (l, st, hs, es) = (
+        let phase = Arc::new(Mutex::new("start"));
+        let (l, st, hs, es, ph) = (
             listener.clone(),
             stop.clone(),
             handlers.clone(),
             errors.clone(),
+            phase.clone(),
         );
         let acceptor = std::thread::Builder::new()
             .name("bench-origin".into())
             .spawn(move || {
-                while let Ok((s, _)) = l.accept() {
+                let mut accepted = 0u64;
+                while let Ok((s, peer)) = l.accept() {
                     if st.load(Ordering::SeqCst) {
                         break;
                     }
-                    let (st, bs, es) = (st.clone(), bench_stop.clone(), es.clone());
+                    accepted += 1;
+                    let opened_in = ph.lock().map(|p| *p).unwrap_or("?");
+                    let (st, bs, es, ph) = (st.clone(), bench_stop.clone(), es.clone(), ph.clone());
                     let h = std::thread::spawn(move || {
-                        if let Err(e) = serve(s, cc, &st, &bs) {
+                        let mut requests = 0u64;
+                        if let Err(e) = serve(s, cc, &st, &bs, &mut requests) {
                             if !st.load(Ordering::SeqCst) {
+                                let now = ph.lock().map(|p| *p).unwrap_or("?");
                                 if let Ok(mut v) = es.lock() {
-                                    v.push(format!("{e:#}"));
+                                    v.push(format!(
+                                        "connection {accepted} from {peer} (opened during the \
+                                         {opened_in}, {requests} request(s) answered) failed \
+                                         during the {now}: {e:#}"
+                                    ));
                                 }
                             }
                         }
@@ -987,6 +1043,7 @@ impl Origin {
             .context("cannot start the origin")?;
         Ok(Origin {
             listener,
+            phase,
             stop,
             acceptor: Some(acceptor),
             handlers,
@@ -1012,6 +1069,13 @@ impl Origin {
         }
     }
 
+    /// Names what the run does from now on, for the origin's errors.
+    fn set_phase(&self, phase: &'static str) {
+        if let Ok(mut p) = self.phase.lock() {
+            *p = phase;
+        }
+    }
+
     /// Stops the origin; an error if it saw a bad upload or failed on its own.
     fn stop(mut self) -> Result<()> {
         self.shutdown();
@@ -1030,7 +1094,13 @@ impl Drop for Origin {
 }
 
 /// Serves one connection until the peer closes it.
-fn serve(s: TcpStream, cc: Option<&str>, stop: &AtomicBool, bench_stop: &AtomicBool) -> Result<()> {
+fn serve(
+    s: TcpStream,
+    cc: Option<&str>,
+    stop: &AtomicBool,
+    bench_stop: &AtomicBool,
+    requests: &mut u64,
+) -> Result<()> {
     if let Some(cc) = cc {
         set_congestion(&s, cc)?;
     }
@@ -1067,6 +1137,7 @@ fn serve(s: TcpStream, cc: Option<&str>, stop: &AtomicBool, bench_stop: &AtomicB
             [n, key] => (*n, *key),
             _ => bail!("bad request {request:?}"),
         };
+        *requests += 1;
         match method {
             "GET" => {
                 c.write_all(
@@ -1714,7 +1785,7 @@ mod tests {
         let origin = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
             let stop = AtomicBool::new(false);
-            serve(s, Some("reno"), &stop, &stop)
+            serve(s, Some("reno"), &stop, &stop, &mut 0)
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut c = conn(addr);

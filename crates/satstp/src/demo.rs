@@ -41,10 +41,11 @@ pub struct DemoArgs {
     /// Seed for the page's object sizes and the emulated link.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// SOCKS5 fast open at the terminal: success at once, the request rides with the
-    /// destination (one satellite round trip less per connection; failures become resets).
+    /// Turn off the terminal's SOCKS5 fast open (on by default, as in the terminal's
+    /// configuration): wait for the gateway's verdict before answering the client, one
+    /// satellite round trip more per connection, failures reported as SOCKS5 reply codes.
     #[arg(long)]
-    fast_open: bool,
+    no_fast_open: bool,
     /// Run the engine-only demo instead: one STP transfer over the seeds' 1.5 Mb/s GEO path in
     /// virtual time (takes --size, --loss, --seed).
     #[arg(long)]
@@ -109,11 +110,19 @@ async fn demo(
         rtt_ms
     );
     println!("  path: client -SOCKS5-> terminal =STP over Noise (UDP)=> emulator => gateway -TCP-> origin{}\n",
-        if args.fast_open { " (SOCKS5 fast open)" } else { "" }
+        if !args.no_fast_open { " (SOCKS5 fast open)" } else { "" }
     );
 
     let origin = spawn_origin().await?;
-    let stack = Stack::start(profile, down_bps, up_bps, rtt_ms, args.seed, args.fast_open).await?;
+    let stack = Stack::start(
+        profile,
+        down_bps,
+        up_bps,
+        rtt_ms,
+        args.seed,
+        !args.no_fast_open,
+    )
+    .await?;
 
     // One large object; goodput is timed from the request to the last byte.
     let t_connect = Instant::now();
@@ -130,7 +139,7 @@ async fn demo(
     }
     let after_bulk = stack.emulator.stats();
     let goodput = size as f64 * 8.0 / secs;
-    if args.fast_open {
+    if !args.no_fast_open {
         println!(
             "  connection through the terminal: {connect_secs:.2} s (fast open: answered at once; the request travels with the destination)"
         );
@@ -244,7 +253,7 @@ impl Stack {
             let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
             HopConfig {
                 endpoint: EndpointConfig {
-                    connection: link.stp_config(stp::Config::default()),
+                    connection: link.stp_config(pep::sizing::hop_stp_defaults(false)),
                     ..EndpointConfig::default()
                 },
                 relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX).max(1 << 20),

@@ -244,7 +244,8 @@ fn sigterm_cuts_what_is_left_at_the_shutdown_timeout() {
 
 #[test]
 fn metrics_and_host_name_policy_in_the_daemons() {
-    let p = start_pair("metrics", "");
+    // Without fast open (on by default), so the policy refusal comes back as a SOCKS5 code.
+    let p = start_pair("metrics", "socks_fast_open = false");
     let origin = slow_origin(3, false);
     // By name, allowed by the gateway's name rule (and its loopback range).
     let (mut s, code) = socks_connect(p.socks, "localhost", origin.port());

@@ -45,7 +45,7 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
 
 /// Hop parameters sized from a link's allocation, as the daemons size them from their config.
 pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
-    let connection = link.stp_config(stp::Config::default());
+    let connection = link.stp_config(pep::sizing::hop_stp_defaults(false));
     let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
     HopConfig {
         endpoint: EndpointConfig {
