@@ -4,6 +4,7 @@
 //! Both are sans-IO: no sockets, threads or clock; the driver passes datagrams and `now` in.
 
 pub mod config;
+pub mod fdlimit;
 pub mod hop;
 pub mod http_connect;
 pub mod http_endpoint;

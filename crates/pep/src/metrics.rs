@@ -121,10 +121,13 @@ pub enum RefusalReason {
     Timeout,
     /// The client or the peer broke the protocol (SOCKS5, HTTP, STP).
     Protocol,
+    /// The process's open-file limit (`RLIMIT_NOFILE`) was reached: no socket for the client
+    /// or for the connection to the destination.
+    Descriptors,
 }
 
 impl RefusalReason {
-    pub const ALL: [RefusalReason; 8] = [
+    pub const ALL: [RefusalReason; 9] = [
         RefusalReason::ConnectionLimit,
         RefusalReason::TerminalLimit,
         RefusalReason::Memory,
@@ -133,6 +136,7 @@ impl RefusalReason {
         RefusalReason::ConnectFailed,
         RefusalReason::Timeout,
         RefusalReason::Protocol,
+        RefusalReason::Descriptors,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -144,6 +148,7 @@ impl RefusalReason {
             RefusalReason::ConnectFailed => "connect_failed",
             RefusalReason::Timeout => "timeout",
             RefusalReason::Protocol => "protocol",
+            RefusalReason::Descriptors => "descriptors",
         }
     }
     fn index(self) -> usize {

@@ -95,6 +95,11 @@ pub struct Ops {
     cut: watch::Sender<bool>,
     ended: Notify,
     refusing: Arc<Semaphore>,
+    /// A descriptor held back so a listener at the open-file limit can still accept a client
+    /// to refuse it.
+    descriptor_reserve: crate::fdlimit::Reserve,
+    /// When the open-file limit was last logged (the log says so at most once a second).
+    descriptor_logged: Mutex<Option<std::time::Instant>>,
 }
 
 impl Ops {
@@ -109,6 +114,8 @@ impl Ops {
             cut,
             ended: Notify::new(),
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+            descriptor_reserve: crate::fdlimit::Reserve::default(),
+            descriptor_logged: Mutex::new(None),
         })
     }
 
@@ -173,11 +180,23 @@ impl Ops {
             }
             Err(reason) => {
                 self.metrics.refused(reason).inc();
+                let (limit_name, limit) = match reason {
+                    RefusalReason::TerminalLimit => (
+                        "limits.max_connections_per_terminal",
+                        u64::from(self.cfg.max_connections_per_terminal),
+                    ),
+                    RefusalReason::Memory => ("limits.memory_cap_bytes", self.cfg.memory_cap_bytes),
+                    _ => (
+                        "limits.max_connections",
+                        u64::from(self.cfg.max_connections),
+                    ),
+                };
                 tracing::info!(
                     client = client.map(|c| c.to_string()),
                     terminal = terminal.map(|k| k.to_hex()),
                     reason = reason.as_str(),
-                    "connection refused"
+                    limit,
+                    "connection refused: {limit_name} = {limit} reached"
                 );
                 Err(reason)
             }
@@ -217,6 +236,29 @@ impl Ops {
     /// A permit to answer a refused client, if fewer than [`MAX_REFUSING`] are being answered.
     pub fn refusing_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         Arc::clone(&self.refusing).try_acquire_owned().ok()
+    }
+
+    /// The spare descriptor of this side's listeners.
+    pub fn descriptor_reserve(&self) -> &crate::fdlimit::Reserve {
+        &self.descriptor_reserve
+    }
+
+    /// Logs that the open-file limit was reached (`what` names the socket that could not be
+    /// had), with the limit, at most once a second.
+    pub fn log_descriptor_limit(&self, what: &str) {
+        let mut last = self
+            .descriptor_logged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            *last = Some(std::time::Instant::now());
+            let limit = crate::fdlimit::nofile_limit().map_or(0, |(soft, _)| soft);
+            tracing::warn!(
+                limit,
+                "open-file limit (RLIMIT_NOFILE = {limit}) reached: no socket for {what}; \
+                 refusing new connections (established ones carry on)"
+            );
+        }
     }
 
     /// Starts draining: the accept loops stop accepting; open connections carry on.

@@ -619,7 +619,13 @@ pub async fn serve_stream_tracked(
         }
     }
     let Some(mut tcp) = tcp else {
-        let reason = if last_err.kind() == io::ErrorKind::TimedOut {
+        let reason = if crate::fdlimit::is_descriptor_shortage(&last_err) {
+            if let Some(c) = conn.as_deref() {
+                c.ops()
+                    .log_descriptor_limit("the connection to the destination");
+            }
+            RefusalReason::Descriptors
+        } else if last_err.kind() == io::ErrorKind::TimedOut {
             RefusalReason::Timeout
         } else {
             RefusalReason::ConnectFailed
@@ -760,17 +766,36 @@ pub(crate) async fn next_client(
     listener: &TcpListener,
     ops: &Arc<Ops>,
 ) -> Option<(TcpStream, SocketAddr, Result<Conn, RefusalReason>)> {
+    let mut refusing = false;
     loop {
+        if !refusing {
+            ops.descriptor_reserve().refill();
+        }
         let accepted = tokio::select! {
             _ = ops.drained() => return None,
             a = listener.accept() => a,
         };
         match accepted {
+            Ok((tcp, peer)) if refusing => {
+                // Accepted on the reserve's descriptor: answered as refused, then closed.
+                let peer = canonical_addr(peer);
+                return Some((tcp, peer, Err(RefusalReason::Descriptors)));
+            }
             Ok((tcp, peer)) => {
                 let peer = canonical_addr(peer);
                 let _ = tcp.set_nodelay(true);
                 let admitted = ops.admit(None, Some(peer));
                 return Some((tcp, peer, admitted));
+            }
+            // The open-file limit: give up the spare descriptor to accept the client and
+            // refuse it (a SOCKS5 or HTTP error instead of a hanging connect).
+            Err(e) if crate::fdlimit::is_descriptor_shortage(&e) => {
+                ops.log_descriptor_limit("a client's connection");
+                ops.metrics().refused(RefusalReason::Descriptors).inc();
+                refusing = ops.descriptor_reserve().release();
+                if !refusing {
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
             }
             // The listener itself is still good: back off instead of spinning.
             Err(_) => tokio::time::sleep(ACCEPT_RETRY).await,

@@ -23,6 +23,19 @@ pub enum BenchCommand {
     /// Kernel TCP (cubic, bbr, reno), split TCP and split STP over the same emulated link
     /// (root): download, upload, page load, uplink cost, retransmissions.
     Link(Box<crate::bench_link::LinkBenchArgs>),
+    /// A download through the gateway over the emulated geo link while its hop port is flooded
+    /// (random bytes, replays, unknown-key handshakes, opens beyond a terminal's limit): goodput
+    /// kept, memory, drops by cause. Loopback only.
+    Flood(crate::bench_flood::FloodBenchArgs),
+    /// Many concurrent end-to-end connections through the terminal and gateway daemons (each
+    /// process separate): resident memory per connection of each daemon.
+    Soak(crate::bench_soak::SoakBenchArgs),
+    /// The soak's origin process (used by `bench soak`).
+    #[command(hide = true)]
+    SoakOrigin(crate::bench_soak::SoakOriginArgs),
+    /// The soak's client process (used by `bench soak`).
+    #[command(hide = true)]
+    SoakClients(crate::bench_soak::SoakClientsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +71,10 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::Sim(a) => sim_bench(a),
         BenchCommand::Gateway(a) => crate::bench_gateway::run(a),
         BenchCommand::Link(a) => crate::bench_link::run(a),
+        BenchCommand::Flood(a) => crate::bench_flood::run(a),
+        BenchCommand::Soak(a) => crate::bench_soak::run(a),
+        BenchCommand::SoakOrigin(a) => crate::bench_soak::origin(a),
+        BenchCommand::SoakClients(a) => crate::bench_soak::clients(a),
     }
 }
 

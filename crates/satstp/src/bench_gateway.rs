@@ -359,13 +359,13 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
 
 /// Origin server: per connection, reads "D <n>\n" and sends n bytes, then closes. Connections
 /// that send nothing are held (and counted in `held`) until the peer closes them.
-struct Origin {
-    addr: SocketAddr,
+pub(crate) struct Origin {
+    pub(crate) addr: SocketAddr,
     held: Arc<AtomicUsize>,
 }
 
 impl Origin {
-    async fn start() -> Result<Origin> {
+    pub(crate) async fn start() -> Result<Origin> {
         let l = TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding the origin server")?;
@@ -409,7 +409,7 @@ async fn serve_origin(s: TcpStream, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// SOCKS5 handshake (no authentication) and CONNECT to `dest`; fails unless the reply is success.
-async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream> {
+pub(crate) async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream> {
     let SocketAddr::V4(v4) = dest else {
         bail!("the origin must have an IPv4 address");
     };
@@ -438,7 +438,7 @@ async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream>
 }
 
 /// Downloads `n` bytes from the origin through SOCKS; checks the count.
-async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<()> {
+pub(crate) async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<()> {
     let mut s = socks_connect(proxy, origin).await?;
     s.write_all(format!("D {n}\n").as_bytes()).await?;
     let mut buf = vec![0u8; IO_BUF];
@@ -473,7 +473,7 @@ fn cpu_seconds() -> Result<f64> {
 }
 
 /// Resident set size of this process, KiB (VmRSS of /proc/self/status).
-fn rss_kib() -> Result<u64> {
+pub(crate) fn rss_kib() -> Result<u64> {
     let s = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
     s.lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))

@@ -206,6 +206,15 @@ async fn run_started(
     ops: &Arc<Ops>,
     hops: &[Arc<Hop>],
 ) -> Result<()> {
+    // Every relayed connection holds a descriptor or two: use all the system allows.
+    match pep::fdlimit::raise_nofile_limit() {
+        Ok((before, now)) => tracing::info!(
+            open_file_limit = now,
+            was = before,
+            "open-file limit (RLIMIT_NOFILE) {now}"
+        ),
+        Err(e) => tracing::warn!("cannot read or raise the open-file limit: {e}"),
+    }
     let c = ops.config();
     tracing::info!(
         up_rate_bps = settings.up_rate_bps,

@@ -1,8 +1,10 @@
 //! `satstp`: the command-line entry point to the satstp tools.
 
 mod bench;
+mod bench_flood;
 mod bench_gateway;
 mod bench_link;
+mod bench_soak;
 mod daemon;
 mod demo;
 mod demo_engine;

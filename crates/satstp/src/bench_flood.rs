@@ -1,0 +1,554 @@
+//! `satstp bench flood`: a legitimate download through the gateway while its hop port is flooded
+//! with forged and unwanted datagrams, on loopback.
+//!
+//! In-process set-up (the default): an origin, a gateway (its hop and relay, a limit of
+//! `--attacker-limit` connections per terminal), the UDP link emulator with the `geo` profile
+//! (50 Mb/s down, 5 Mb/s up, 600 ms round trip) in front of it, and a terminal with a SOCKS5
+//! listener, sized as the daemons size them. Between the terminal and the emulator a tap copies
+//! the terminal's sealed datagrams, which the flood then replays. The flood goes straight to the
+//! gateway's hop port (an attacker on the Internet side, not behind the satellite link):
+//! random bytes, replays of captured datagrams, handshake initiations from keys the gateway does
+//! not know, and — from a second, authenticated terminal — stream opens (BGNs) beyond its
+//! connection limit. The same download runs without and with the flood; the figures are the
+//! goodput kept, the process's resident memory before and after, and every drop by its cause.
+//!
+//! With `--target ADDR` the flood (random bytes and unknown-key initiations only: the bench has
+//! no key or capture of that deployment) goes to an existing gateway for `--duration`; only
+//! loopback addresses are accepted, optionally inside a network namespace (`--netns`), so the
+//! command cannot be pointed at someone else's host.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use linkem::{EmulatorConfig, Profile, UdpEmulator};
+use netsim::units::{parse_bytes, parse_duration_ns};
+use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
+use pep::keys::{generate_keypair, PublicKey};
+use pep::metrics::{Metrics, RefusalReason, Side};
+use pep::ops::{Ops, OpsConfig};
+use pep::policy::{Policy, PolicyConfig};
+use pep::sizing::{hop_stp_defaults, HopLink};
+use pep::socks::SocksAuth;
+use pep::tunnel::{Initiator, Responder, ResponderConfig};
+use rand_core::{RngCore, SeedableRng};
+use serde_json::json;
+use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stp::EndpointConfig;
+use tokio::net::UdpSocket;
+
+use crate::bench_gateway::{download, rss_kib, Origin};
+
+/// Captured terminal datagrams kept for replay.
+const CAPTURE: usize = 256;
+/// Forged initiations from unknown keys prepared before the flood (generating them is costly).
+const FORGED_INITIATIONS: usize = 64;
+/// Stream opens the authenticated attacker keeps in flight.
+const ATTACKER_OPENS_IN_FLIGHT: usize = 64;
+
+#[derive(Debug, Args)]
+pub struct FloodBenchArgs {
+    /// Datagrams per second the flood aims for, all kinds together.
+    #[arg(long, default_value_t = 120_000)]
+    rate: u64,
+    /// Bytes of each download (units such as 20MB accepted).
+    #[arg(long, default_value = "20MB", value_parser = parse_bytes)]
+    size: u64,
+    /// Connections the authenticated attacker terminal may hold at the gateway.
+    #[arg(long, default_value_t = 64)]
+    attacker_limit: u32,
+    /// Flood an existing gateway's hop port instead (a loopback address only).
+    #[arg(long)]
+    target: Option<SocketAddr>,
+    /// With --target: the network namespace (`ip netns` name) to send from.
+    #[arg(long, requires = "target")]
+    netns: Option<String>,
+    /// With --target: how long to flood (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration_ns)]
+    duration: u64,
+    /// Write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(args: &FloodBenchArgs) -> Result<()> {
+    if args.rate == 0 || args.rate > 10_000_000 {
+        bail!(
+            "--rate must be between 1 and 10000000 datagrams/s, got {}",
+            args.rate
+        );
+    }
+    if args.size == 0 {
+        bail!("--size must be positive");
+    }
+    if let Some(target) = args.target {
+        return flood_target(args, target);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let figures = rt.block_on(bench(args))?;
+    print_figures(&figures);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")
+            .with_context(|| format!("--json: cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The forged datagrams of the flood, by kind, sent round robin.
+struct Ammunition {
+    replays: Vec<Vec<u8>>,
+    initiations: Vec<Vec<u8>>,
+}
+
+/// Counts of what the flood sent.
+#[derive(Default)]
+struct Sent {
+    random: AtomicU64,
+    replayed: AtomicU64,
+    initiations: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Sends the flood to `to` at `rate` datagrams per second until `stop`; round robin over
+/// random bytes, replays and initiations (kinds without ammunition are skipped).
+fn flood(to: SocketAddr, rate: u64, ammo: Ammunition, sent: Arc<Sent>, stop: Arc<AtomicBool>) {
+    let Ok(sock) = StdUdpSocket::bind(if to.is_ipv6() {
+        "[::1]:0"
+    } else {
+        "127.0.0.1:0"
+    }) else {
+        sent.errors.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut random = vec![0u8; 1500];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        // Keep to the rate: send what is due, then sleep a little.
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        if n >= due {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        for _ in 0..(due - n).min(1000) {
+            let kind = n % 3;
+            n += 1;
+            let (data, counter): (&[u8], &AtomicU64) = match kind {
+                1 if !ammo.replays.is_empty() => (
+                    &ammo.replays[(n as usize / 3) % ammo.replays.len()],
+                    &sent.replayed,
+                ),
+                2 if !ammo.initiations.is_empty() => (
+                    &ammo.initiations[(n as usize / 3) % ammo.initiations.len()],
+                    &sent.initiations,
+                ),
+                _ => {
+                    let len = 20 + (rng.next_u32() as usize % 1400);
+                    rng.fill_bytes(&mut random[..len]);
+                    (&random[..len], &sent.random)
+                }
+            };
+            match sock.send_to(data, to) {
+                Ok(_) => counter.fetch_add(1, Ordering::Relaxed),
+                Err(_) => sent.errors.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+    }
+}
+
+/// Handshake initiations towards `gateway` from freshly generated keys it does not know.
+fn forged_initiations(gateway: &PublicKey) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(FORGED_INITIATIONS);
+    for i in 0..FORGED_INITIATIONS {
+        let (k, _) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
+        let init = Initiator::new(&k, gateway, i as u32 * 2 + 1, 1)
+            .map_err(|e| anyhow!("forging an initiation: {e}"))?;
+        out.push(init.initiation().to_vec());
+    }
+    Ok(out)
+}
+
+fn flood_target(args: &FloodBenchArgs, target: SocketAddr) -> Result<()> {
+    if !target.ip().is_loopback() {
+        bail!(
+            "--target {target}: only loopback addresses are accepted (flood your own test bed: a \
+             gateway on this host, or one inside a network namespace with --netns)"
+        );
+    }
+    let duration = Duration::from_nanos(args.duration);
+    // Keys are needed only to shape the initiations; the target's key is unknown, so they are
+    // sealed to a random key and fail at the gateway exactly as unknown keys' would.
+    let (_, fake_gateway) = generate_keypair().map_err(|e| anyhow!("generating a key: {e}"))?;
+    let ammo = Ammunition {
+        replays: Vec::new(),
+        initiations: forged_initiations(&fake_gateway)?,
+    };
+    let sent = Arc::new(Sent::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s2, st2, rate) = (Arc::clone(&sent), Arc::clone(&stop), args.rate);
+    let netns = args.netns.clone();
+    let t0 = Instant::now();
+    let worker = std::thread::spawn(move || -> Result<()> {
+        match netns {
+            Some(ns) => linkem::net::in_namespace(&ns, move || flood(target, rate, ammo, s2, st2))
+                .map_err(|e| anyhow!("--netns {ns}: {e}")),
+            None => {
+                flood(target, rate, ammo, s2, st2);
+                Ok(())
+            }
+        }
+    });
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::SeqCst);
+    worker
+        .join()
+        .map_err(|_| anyhow!("the flood thread panicked"))??;
+    let secs = t0.elapsed().as_secs_f64();
+    let total = sent.random.load(Ordering::Relaxed) + sent.initiations.load(Ordering::Relaxed);
+    println!(
+        "satstp bench flood: {total} datagrams to {target} in {secs:.1} s = {:.0}/s \
+         (random {}, unknown-key initiations {}, send errors {}); read the gateway's drops in its \
+         /metrics (satstp_auth_failures_total by reason)",
+        total as f64 / secs,
+        sent.random.load(Ordering::Relaxed),
+        sent.initiations.load(Ordering::Relaxed),
+        sent.errors.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// A UDP relay between the terminal and the emulator that keeps copies of the terminal's last
+/// `CAPTURE` datagrams. Returns the address the terminal should use.
+async fn tap(to: SocketAddr, captured: Arc<Mutex<Vec<Vec<u8>>>>) -> Result<SocketAddr> {
+    let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
+    let addr = sock.local_addr()?;
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        let mut terminal: Option<SocketAddr> = None;
+        loop {
+            let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            let data = &buf[..n];
+            if from == to {
+                if let Some(t) = terminal {
+                    let _ = sock.send_to(data, t).await;
+                }
+            } else {
+                terminal = Some(from);
+                if let Ok(mut c) = captured.lock() {
+                    if c.len() == CAPTURE {
+                        c.remove(0);
+                    }
+                    c.push(data.to_vec());
+                }
+                let _ = sock.send_to(data, to).await;
+            }
+        }
+    });
+    Ok(addr)
+}
+
+/// One hop sized for the `geo` profile from one side's view, as the daemons size it.
+fn hop_config(link: HopLink, seed: u64) -> HopConfig {
+    let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
+    HopConfig {
+        endpoint: EndpointConfig {
+            connection: link.stp_config(hop_stp_defaults(false)),
+            ..EndpointConfig::default()
+        },
+        relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX),
+        seed,
+        send_rate_bps: Some(link.shaper_rate_bps()),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Figures {
+    size_bytes: u64,
+    flood_rate_target: u64,
+    flood_rate_achieved: f64,
+    sent_random: u64,
+    sent_replayed: u64,
+    sent_initiations: u64,
+    send_errors: u64,
+    attacker_opens: u64,
+    baseline_mbps: f64,
+    flooded_mbps: f64,
+    goodput_kept: f64,
+    rss_before_kib: u64,
+    rss_after_kib: u64,
+    /// The gateway's drops during the flood, by cause.
+    drops: serde_json::Value,
+}
+
+async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
+    let origin = Origin::start().await?;
+    let key =
+        |what: &str| generate_keypair().map_err(|e| anyhow!("generating the {what} key: {e}"));
+    let (tk, tp) = key("terminal")?;
+    let (ak, ap) = key("attacker terminal")?;
+    let (gk, gp) = key("gateway")?;
+    let (down, up, rtt_ns) = Profile::Geo.parameters();
+    let rtt_ms = (rtt_ns / 1_000_000) as u32;
+    let gw_link = HopLink {
+        send_rate_bps: down,
+        recv_rate_bps: up,
+        rtt_ms,
+    };
+    let term_link = HopLink {
+        send_rate_bps: up,
+        recv_rate_bps: down,
+        rtt_ms,
+    };
+
+    // Gateway: both terminals allowed, each limited to `attacker_limit` connections.
+    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
+    let responder = Responder::new(gk, [tp, ap], ResponderConfig::default(), rng)
+        .map_err(|e| anyhow!("creating the gateway's responder: {e}"))?;
+    let gsock = UdpSocket::bind("127.0.0.1:0").await?;
+    let mut gw = Hop::start(
+        gsock,
+        Security::Gateway {
+            responder: Box::new(responder),
+        },
+        hop_config(gw_link, 2),
+    )
+    .map_err(|e| anyhow!("starting the gateway hop: {e}"))?;
+    let gw_addr = gw.local_addr();
+    let gw_monitor = gw.monitor();
+    let ops = Ops::new(
+        OpsConfig {
+            max_connections_per_terminal: args.attacker_limit,
+            ..OpsConfig::unlimited()
+        },
+        Arc::new(Metrics::new(Side::Gateway)),
+    );
+    let policy = Policy::new(PolicyConfig {
+        allow: vec!["127.0.0.0/8".into()],
+        deny: vec![],
+        allow_private: false,
+        own_addresses: vec![],
+    })
+    .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
+    tokio::spawn(pep::relay::serve_gateway(
+        pep::relay::take_incoming(&mut gw),
+        Arc::new(policy),
+        pep::relay::ConnectOptions::new(Duration::from_secs(5)),
+        Arc::new(pep::config::TcpOptions::default()),
+        Arc::clone(&ops),
+    ));
+
+    // The satellite link, the tap and the legitimate terminal.
+    let (up_link, down_link) = Profile::Geo.links();
+    let emu = UdpEmulator::start(EmulatorConfig {
+        listen: "127.0.0.1:0".parse()?,
+        to: gw_addr,
+        up: up_link,
+        down: down_link,
+        seed: 1,
+    })
+    .await
+    .map_err(|e| anyhow!("starting the link emulator: {e}"))?;
+    let captured = Arc::new(Mutex::new(Vec::new()));
+    let tap_addr = tap(emu.local_addr(), Arc::clone(&captured)).await?;
+    let term = Hop::start(
+        UdpSocket::bind("127.0.0.1:0").await?,
+        Security::Terminal {
+            local: tk,
+            gateway_key: gp,
+            gateway: tap_addr,
+        },
+        hop_config(term_link, 1),
+    )
+    .map_err(|e| anyhow!("starting the terminal hop: {e}"))?;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let socks = l.local_addr()?;
+    tokio::spawn(pep::relay::serve_socks_opts(
+        l,
+        Arc::new(term),
+        Arc::new(SocksAuth::None),
+        Ops::unlimited(Side::Terminal),
+        true,
+    ));
+
+    download(socks, origin.addr, 1000)
+        .await
+        .context("warm-up download")?;
+    let t0 = Instant::now();
+    download(socks, origin.addr, args.size)
+        .await
+        .context("baseline download")?;
+    let baseline_mbps = args.size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6;
+
+    // The flood.
+    let replays = captured.lock().map(|c| c.clone()).unwrap_or_default();
+    let ammo = Ammunition {
+        replays,
+        initiations: forged_initiations(&gp)?,
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before_kib = rss_kib()?;
+    let before = status(&gw_monitor).await?;
+    let kernel_before = udp_rcvbuf_errors();
+    let refused_before = ops.metrics().refused(RefusalReason::TerminalLimit).get();
+    let sent = Arc::new(Sent::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s2, st2, rate) = (Arc::clone(&sent), Arc::clone(&stop), args.rate);
+    let flood_start = Instant::now();
+    let flooder = std::thread::spawn(move || flood(gw_addr, rate, ammo, s2, st2));
+    let attacker = Hop::start(
+        UdpSocket::bind("127.0.0.1:0").await?,
+        Security::Terminal {
+            local: ak,
+            gateway_key: gp,
+            gateway: gw_addr,
+        },
+        hop_config(gw_link, 4),
+    )
+    .map_err(|e| anyhow!("starting the attacker's hop: {e}"))?;
+    let opens = Arc::new(AtomicU64::new(0));
+    let attack = tokio::spawn(attack_opens(
+        Arc::new(attacker),
+        origin.addr,
+        Arc::clone(&opens),
+        Arc::clone(&stop),
+    ));
+    let t0 = Instant::now();
+    let flooded = download(socks, origin.addr, args.size).await;
+    let flooded_secs = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::SeqCst);
+    let flood_secs = flood_start.elapsed().as_secs_f64();
+    flooder
+        .join()
+        .map_err(|_| anyhow!("the flood thread panicked"))?;
+    let _ = attack.await;
+    flooded.context("download under the flood")?;
+    let after = status(&gw_monitor).await?;
+    let kernel_drops = udp_rcvbuf_errors().saturating_sub(kernel_before);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after_kib = rss_kib()?;
+    let flooded_mbps = args.size as f64 * 8.0 / flooded_secs / 1e6;
+
+    let (t0c, t1c) = (before.tunnel, after.tunnel);
+    let (e0, e1) = (&before.endpoint, &after.endpoint);
+    let drops = json!({
+        "tunnel_malformed": t1c.malformed - t0c.malformed,
+        "tunnel_unknown_session": t1c.unknown_session - t0c.unknown_session,
+        "tunnel_auth_failures": t1c.auth_failures - t0c.auth_failures,
+        "tunnel_replays": t1c.replays - t0c.replays,
+        "tunnel_unknown_key": t1c.unknown_key - t0c.unknown_key,
+        "tunnel_rate_limited": t1c.rate_limited - t0c.rate_limited,
+        "tunnel_session_limit": t1c.session_limit - t0c.session_limit,
+        "stp_malformed": e1.malformed - e0.malformed,
+        "stp_unknown_connection": e1.unknown_connection - e0.unknown_connection,
+        "stp_refused": e1.refused - e0.refused,
+        "kernel_receive_buffer_full": kernel_drops,
+        "relay_refused_terminal_limit":
+            ops.metrics().refused(RefusalReason::TerminalLimit).get() - refused_before,
+    });
+    let (random, replayed, initiations) = (
+        sent.random.load(Ordering::Relaxed),
+        sent.replayed.load(Ordering::Relaxed),
+        sent.initiations.load(Ordering::Relaxed),
+    );
+    Ok(Figures {
+        size_bytes: args.size,
+        flood_rate_target: args.rate,
+        flood_rate_achieved: (random + replayed + initiations) as f64 / flood_secs,
+        sent_random: random,
+        sent_replayed: replayed,
+        sent_initiations: initiations,
+        send_errors: sent.errors.load(Ordering::Relaxed),
+        attacker_opens: opens.load(Ordering::Relaxed),
+        baseline_mbps,
+        flooded_mbps,
+        goodput_kept: flooded_mbps / baseline_mbps,
+        rss_before_kib,
+        rss_after_kib,
+        drops,
+    })
+}
+
+/// UDP datagrams the kernel dropped because a socket's receive buffer was full (`RcvbufErrors`
+/// of `/proc/net/snmp`, all sockets of this network namespace); 0 where it cannot be read.
+fn udp_rcvbuf_errors() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/net/snmp") else {
+        return 0;
+    };
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn status(m: &HopMonitor) -> Result<HopStatus> {
+    m.status().await.context("the gateway hop stopped")
+}
+
+/// The authenticated attacker: opens streams to `origin` as fast as the gateway answers,
+/// `ATTACKER_OPENS_IN_FLIGHT` at a time, keeping the ones admitted; counts the opens.
+async fn attack_opens(
+    hop: Arc<Hop>,
+    origin: SocketAddr,
+    opens: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) {
+    let target = pep::socks::Target::Ip(origin);
+    let mut kept = Vec::new();
+    let mut set = tokio::task::JoinSet::new();
+    while !stop.load(Ordering::Relaxed) {
+        while set.len() < ATTACKER_OPENS_IN_FLIGHT {
+            let (hop, target) = (Arc::clone(&hop), target.clone());
+            set.spawn(async move { pep::relay::open(&hop, &target, &[], None).await });
+            opens.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(Ok(Ok((stream, _)))) = set.join_next().await {
+            kept.push(stream);
+        }
+    }
+    set.abort_all();
+}
+
+fn print_figures(f: &Figures) {
+    println!("satstp bench flood: a {} byte download over the emulated geo link (50 Mb/s down) while the gateway's hop port is flooded from loopback", f.size_bytes);
+    println!(
+        "  flood: {:.0} datagrams/s achieved (target {}): random {}, replayed {}, unknown-key initiations {}; send errors {}; attacker stream opens {}",
+        f.flood_rate_achieved,
+        f.flood_rate_target,
+        f.sent_random,
+        f.sent_replayed,
+        f.sent_initiations,
+        f.send_errors,
+        f.attacker_opens
+    );
+    println!(
+        "  goodput: {:.2} Mb/s without the flood, {:.2} Mb/s under it = {:.1} % kept",
+        f.baseline_mbps,
+        f.flooded_mbps,
+        f.goodput_kept * 100.0
+    );
+    println!(
+        "  process RSS (gateway, terminal, emulator, flooder): {} KiB before the flood, {} KiB after",
+        f.rss_before_kib, f.rss_after_kib
+    );
+    println!("  gateway drops during the flood, by cause:");
+    if let Some(m) = f.drops.as_object() {
+        for (k, v) in m {
+            println!("    {k:<32} {v}");
+        }
+    }
+}
