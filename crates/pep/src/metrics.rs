@@ -421,7 +421,7 @@ pub struct Metrics {
     pub connections_active: Gauge,
     /// Relayed connections admitted since start.
     pub connections_total: Counter,
-    connections_refused: [Counter; 8],
+    connections_refused: [Counter; RefusalReason::ALL.len()],
     connections_closed: [Counter; CloseReason::ALL.len()],
     tcp_bytes: [Counter; 2],
     hop_bytes: [Counter; 2],
