@@ -947,7 +947,11 @@ async fn socks_fast_open(
     };
     early.truncate(n);
     conn.add_bytes(conn.directions().0, n as u64);
-    match within(limit, open(hop, target, &early, Some(peer))).await {
+    let opened = within(limit, open(hop, target, &early, Some(peer))).await;
+    // The early bytes are in the stream now; the buffer must not live as long as the
+    // connection (4 KiB of every idle connection).
+    drop(early);
+    match opened {
         Some(Ok((stream, pre))) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open (fast open)");
             let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;

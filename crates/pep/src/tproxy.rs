@@ -181,7 +181,10 @@ async fn relay_one(
     conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
-    match relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await {
+    let opened = relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
+    // Freed before the relay: it would otherwise stay for the connection's whole life.
+    drop(early);
+    match opened {
         Ok((stream, pre)) => relay::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
         Err(code) => {
             conn.refuse(relay::refusal_for(code));

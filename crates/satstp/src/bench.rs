@@ -83,6 +83,8 @@ struct EngineResult {
     seconds: f64,
     datagrams: u64,
     control_datagrams: u64,
+    /// Resident memory added by the idle connections (both endpoints' halves), KiB.
+    idle_rss_kib: u64,
 }
 
 fn engine(args: &EngineArgs) -> Result<()> {
@@ -112,6 +114,8 @@ fn engine(args: &EngineArgs) -> Result<()> {
             "packets_per_second": pps,
             "datagrams": r.datagrams,
             "control_datagrams": r.control_datagrams,
+            "idle_rss_kib": r.idle_rss_kib,
+            "idle_bytes_per_connection": idle_per_conn(&r, args.idle),
         });
         println!("{v}");
     } else {
@@ -131,8 +135,19 @@ fn engine(args: &EngineArgs) -> Result<()> {
             "  control datagrams  {} of {}",
             r.control_datagrams, r.datagrams
         );
+        if let Some(b) = idle_per_conn(&r, args.idle) {
+            println!(
+                "  idle connections' memory {} KiB resident: {b:.0} bytes per connection (its two ends, initiator and responder)",
+                r.idle_rss_kib
+            );
+        }
     }
     Ok(())
+}
+
+/// Resident bytes per idle connection (both ends), when there are idle connections.
+fn idle_per_conn(r: &EngineResult, idle: u32) -> Option<f64> {
+    (idle > 0).then(|| r.idle_rss_kib as f64 * 1024.0 / f64::from(idle))
 }
 
 fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
@@ -156,6 +171,7 @@ fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
     let addr_b: SocketAddr = "192.0.2.2:1".parse()?;
     let mut buf = Vec::with_capacity(usize::from(payload) + 64);
     // Open the idle connections first and let their handshakes finish.
+    let rss_before = crate::bench_gateway::rss_kib()?;
     for _ in 0..idle {
         a.connect(Instant::ZERO, addr_b)?;
     }
@@ -163,6 +179,7 @@ fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
     while b.accept().is_some() {}
     while a.poll_event().is_some() {}
     while b.poll_event().is_some() {}
+    let idle_rss_kib = crate::bench_gateway::rss_kib()?.saturating_sub(rss_before);
     let start = std::time::Instant::now();
     let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);
     let ha = a.connect(clock(), addr_b)?;
@@ -220,6 +237,7 @@ fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
         seconds: start.elapsed().as_secs_f64(),
         datagrams,
         control_datagrams: control,
+        idle_rss_kib,
     })
 }
 

@@ -59,6 +59,14 @@ pub struct FloodBenchArgs {
     /// Connections the authenticated attacker terminal may hold at the gateway.
     #[arg(long, default_value_t = 64)]
     attacker_limit: u32,
+    /// Which kinds of flood to send: random, replay, handshake (initiations from unknown keys),
+    /// open (stream opens from an authenticated terminal beyond its limit); comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "random,replay,handshake,open"
+    )]
+    kinds: Vec<Kind>,
     /// Flood an existing gateway's hop port instead (a loopback address only).
     #[arg(long)]
     target: Option<SocketAddr>,
@@ -71,6 +79,15 @@ pub struct FloodBenchArgs {
     /// Write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// A kind of unwanted traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Random,
+    Replay,
+    Handshake,
+    Open,
 }
 
 pub fn run(args: &FloodBenchArgs) -> Result<()> {
@@ -102,6 +119,7 @@ pub fn run(args: &FloodBenchArgs) -> Result<()> {
 
 /// The forged datagrams of the flood, by kind, sent round robin.
 struct Ammunition {
+    random: bool,
     replays: Vec<Vec<u8>>,
     initiations: Vec<Vec<u8>>,
 }
@@ -138,8 +156,20 @@ fn flood(to: SocketAddr, rate: u64, ammo: Ammunition, sent: Arc<Sent>, stop: Arc
             continue;
         }
         for _ in 0..(due - n).min(1000) {
-            let kind = n % 3;
             n += 1;
+            // Round robin over the kinds that have ammunition.
+            let mut kind = n % 3;
+            for _ in 0..3 {
+                let ready = match kind {
+                    0 => ammo.random,
+                    1 => !ammo.replays.is_empty(),
+                    _ => !ammo.initiations.is_empty(),
+                };
+                if ready {
+                    break;
+                }
+                kind = (kind + 1) % 3;
+            }
             let (data, counter): (&[u8], &AtomicU64) = match kind {
                 1 if !ammo.replays.is_empty() => (
                     &ammo.replays[(n as usize / 3) % ammo.replays.len()],
@@ -149,6 +179,7 @@ fn flood(to: SocketAddr, rate: u64, ammo: Ammunition, sent: Arc<Sent>, stop: Arc
                     &ammo.initiations[(n as usize / 3) % ammo.initiations.len()],
                     &sent.initiations,
                 ),
+                _ if !ammo.random => break,
                 _ => {
                     let len = 20 + (rng.next_u32() as usize % 1400);
                     rng.fill_bytes(&mut random[..len]);
@@ -187,8 +218,13 @@ fn flood_target(args: &FloodBenchArgs, target: SocketAddr) -> Result<()> {
     // sealed to a random key and fail at the gateway exactly as unknown keys' would.
     let (_, fake_gateway) = generate_keypair().map_err(|e| anyhow!("generating a key: {e}"))?;
     let ammo = Ammunition {
+        random: args.kinds.contains(&Kind::Random),
         replays: Vec::new(),
-        initiations: forged_initiations(&fake_gateway)?,
+        initiations: if args.kinds.contains(&Kind::Handshake) {
+            forged_initiations(&fake_gateway)?
+        } else {
+            Vec::new()
+        },
     };
     let sent = Arc::new(Sent::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -389,10 +425,19 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     let baseline_mbps = args.size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6;
 
     // The flood.
-    let replays = captured.lock().map(|c| c.clone()).unwrap_or_default();
+    let replays = if args.kinds.contains(&Kind::Replay) {
+        captured.lock().map(|c| c.clone()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let ammo = Ammunition {
+        random: args.kinds.contains(&Kind::Random),
         replays,
-        initiations: forged_initiations(&gp)?,
+        initiations: if args.kinds.contains(&Kind::Handshake) {
+            forged_initiations(&gp)?
+        } else {
+            Vec::new()
+        },
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before_kib = rss_kib()?;
@@ -415,12 +460,14 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     )
     .map_err(|e| anyhow!("starting the attacker's hop: {e}"))?;
     let opens = Arc::new(AtomicU64::new(0));
-    let attack = tokio::spawn(attack_opens(
-        Arc::new(attacker),
-        origin.addr,
-        Arc::clone(&opens),
-        Arc::clone(&stop),
-    ));
+    let attack = args.kinds.contains(&Kind::Open).then(|| {
+        tokio::spawn(attack_opens(
+            Arc::new(attacker),
+            origin.addr,
+            Arc::clone(&opens),
+            Arc::clone(&stop),
+        ))
+    });
     let t0 = Instant::now();
     let flooded = download(socks, origin.addr, args.size).await;
     let flooded_secs = t0.elapsed().as_secs_f64();
@@ -429,7 +476,9 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     flooder
         .join()
         .map_err(|_| anyhow!("the flood thread panicked"))?;
-    let _ = attack.await;
+    if let Some(a) = attack {
+        let _ = a.await;
+    }
     flooded.context("download under the flood")?;
     let after = status(&gw_monitor).await?;
     let kernel_drops = udp_rcvbuf_errors().saturating_sub(kernel_before);
@@ -451,6 +500,7 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         "stp_unknown_connection": e1.unknown_connection - e0.unknown_connection,
         "stp_refused": e1.refused - e0.refused,
         "kernel_receive_buffer_full": kernel_drops,
+        "hop_opens_rate_limited": after.opens_rate_limited - before.opens_rate_limited,
         "relay_refused_terminal_limit":
             ops.metrics().refused(RefusalReason::TerminalLimit).get() - refused_before,
     });

@@ -233,6 +233,14 @@ async fn run_started(
     run_until_signal(side, ops, hops, drain).await
 }
 
+/// Most STP connections the hop's endpoint holds: the configured connection limit, with room
+/// for connections whose relay has ended while their closing handshake still crosses the hop
+/// (an eighth more, at least 64), so `limits.max_connections` is the limit users meet.
+fn hop_connection_limit(limits: &Limits) -> u32 {
+    let m = limits.max_connections;
+    m.saturating_add((m / 8).max(64))
+}
+
 /// Checks the TCP hop's socket options on this host (an error names the field, e.g.
 /// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
 fn check_hop_tcp(field: &str, tuning: &pep::tcp_hop::TcpTuning) -> Result<()> {
@@ -281,6 +289,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
     let gateway_key = cfg.gateway_public_key()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
+        max_connections: hop_connection_limit(&cfg.limits),
         ..EndpointConfig::default()
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
@@ -401,6 +410,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let allowed = cfg.allowed_terminal_keys()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
+        max_connections: hop_connection_limit(&cfg.limits),
         ..EndpointConfig::default()
     };
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);

@@ -102,6 +102,14 @@ pub enum WireError {
     Invalid(&'static str),
 }
 
+/// The packet types a datagram says it carries, read from its first two bytes alone (no other
+/// check): for a driver that must sort datagrams cheaply before handing them to an endpoint,
+/// such as a gateway budgeting new connections. `None` if the datagram is shorter than that.
+pub fn peek_types(data: &[u8]) -> Option<Types> {
+    let b = data.get(..2)?;
+    Some(Types(u16::from_be_bytes([b[0], b[1]]) & 0x0fff))
+}
+
 /// The 12-byte common header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -644,6 +652,26 @@ mod tests {
             expected.header.seq = 0;
         }
         assert_eq!(q, expected);
+    }
+
+    #[test]
+    fn peek_types_reads_what_parse_reads() {
+        let mut p = Packet::new(header());
+        p.bgn = Some(Bgn {
+            isn: 1,
+            rwnd: 2,
+            max_datagram: 1400,
+            versions: 1,
+            timestamp: 3,
+        });
+        let mut buf = Vec::new();
+        p.emit(&mut buf);
+        assert_eq!(
+            peek_types(&buf),
+            Some(Packet::parse(&buf).unwrap().header.types)
+        );
+        assert!(peek_types(&buf).unwrap().contains(Types::BGN));
+        assert_eq!(peek_types(&buf[..1]), None);
     }
 
     #[test]
