@@ -12,7 +12,7 @@ use crate::wire::{
     VERSION,
 };
 use rand_core::RngCore;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use thiserror::Error;
@@ -63,7 +63,9 @@ const MAX_STATELESS_QUEUE: usize = 1024;
 pub struct Endpoint {
     config: EndpointConfig,
     rng: Box<dyn RngCore + Send>,
-    conns: BTreeMap<ConnectionHandle, Slot>,
+    /// By handle; a hash map, because a lookup per datagram must not grow with the number of
+    /// connections (nothing iterates it but `handles`, which sorts).
+    conns: HashMap<ConnectionHandle, Slot>,
     by_key: HashMap<Key, ConnectionHandle>,
     /// Connections that may have something to send: touched by a datagram, a timer or the
     /// application since they last had nothing to send. Only these are polled.
@@ -104,7 +106,7 @@ impl Endpoint {
             reset_tokens: f64::from(config.stateless_resets_per_s),
             config,
             rng,
-            conns: BTreeMap::new(),
+            conns: HashMap::new(),
             by_key: HashMap::new(),
             active: BTreeSet::new(),
             eventful: BTreeSet::new(),
@@ -139,7 +141,9 @@ impl Endpoint {
 
     /// Handles of every connection held, in creation order.
     pub fn handles(&self) -> Vec<ConnectionHandle> {
-        self.conns.keys().copied().collect()
+        let mut h: Vec<ConnectionHandle> = self.conns.keys().copied().collect();
+        h.sort_unstable();
+        h
     }
 
     /// Opens a connection to `remote`. Data written before the BGNAK rides on the BGN and the
@@ -213,6 +217,11 @@ impl Endpoint {
     }
 
     fn set_deadline(&mut self, h: ConnectionHandle, t: Option<Instant>) {
+        // Unchanged: leave the ordered set alone (with many connections an update walks a deep
+        // tree, and a busy connection's next deadline often stays put between datagrams).
+        if self.deadline_of.get(&h) == t.as_ref() {
+            return;
+        }
         if let Some(old) = self.deadline_of.remove(&h) {
             self.deadlines.remove(&(old, h));
         }
