@@ -335,6 +335,17 @@ impl Drop for Hop {
 impl Hop {
     /// Starts the hop task on `socket`.
     pub fn start(socket: UdpSocket, security: Security, config: HopConfig) -> Result<Hop, String> {
+        Self::start_with_capture(socket, security, config, None)
+    }
+
+    /// As [`Hop::start`], writing every STP datagram the hop sends or receives (in clear, with
+    /// its UDP addresses) to `capture` ([`crate::capture`]).
+    pub fn start_with_capture(
+        socket: UdpSocket,
+        security: Security,
+        config: HopConfig,
+        capture: Option<crate::capture::Capture>,
+    ) -> Result<Hop, String> {
         use rand_core::SeedableRng;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
         // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
@@ -395,6 +406,8 @@ impl Hop {
             sealed: Vec::with_capacity(2048),
             sent_since_heard: None,
             shutting_down: false,
+            capture,
+            local,
         };
         tokio::spawn(task.run());
         Ok(Hop {
@@ -623,6 +636,10 @@ struct HopTask {
     /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
     batch: Batch,
     sealed: Vec<u8>,
+    /// Where the STP datagrams are copied in clear, when capturing (`--capture`).
+    capture: Option<crate::capture::Capture>,
+    /// The socket's address, the source of captured sent datagrams.
+    local: SocketAddr,
 }
 
 impl HopTask {
@@ -825,6 +842,9 @@ impl HopTask {
                     Ok(Opened::Data { .. }) => {
                         self.last_heard = Some(tokio::time::Instant::now());
                         self.sent_since_heard = None;
+                        if let Some(c) = &mut self.capture {
+                            c.record(from, self.local, plain);
+                        }
                         self.endpoint.handle_datagram(now, from, plain);
                     }
                     Ok(_) => {
@@ -839,7 +859,12 @@ impl HopTask {
                     self.counts.datagrams_sent += 1;
                     self.counts.bytes_sent += plain.len() as u64;
                 }
-                Ok(Opened::Data { .. }) => self.endpoint.handle_datagram(now, from, plain),
+                Ok(Opened::Data { .. }) => {
+                    if let Some(c) = &mut self.capture {
+                        c.record(from, self.local, plain);
+                    }
+                    self.endpoint.handle_datagram(now, from, plain)
+                }
                 _ => {}
             },
         }
@@ -1081,6 +1106,9 @@ impl HopTask {
             let Some(datagram) = plain.get(..t.size) else {
                 continue;
             };
+            if let Some(c) = &mut self.capture {
+                c.record(self.local, t.destination, datagram);
+            }
             let ok = match &mut self.security {
                 Sec::Terminal { init, .. } => init.seal(datagram, &mut sealed).is_ok(),
                 Sec::Gateway { responder } => responder

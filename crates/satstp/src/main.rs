@@ -3,6 +3,7 @@
 mod bench;
 mod bench_gateway;
 mod bench_link;
+mod capture_args;
 mod daemon;
 mod demo;
 mod demo_engine;

@@ -1,0 +1,205 @@
+//! The Wireshark dissector (`tools/wireshark/stp.lua`) under tshark: on the pcaps `satstp sim
+//! --pcap` writes, every field it decodes equals what the reference parser reads from the same
+//! bytes (which are the datagrams the simulator sent), every packet type occurs, and
+//! retransmitted SDs are marked; on hand-made datagrams, RST is decoded and a bad checksum and
+//! a malformed datagram are flagged. Skips with a printed reason when tshark is missing
+//! (`scripts/install-deps.sh` installs it).
+
+mod common;
+mod tshark;
+
+use common::{fresh_dir, satstp};
+use std::path::Path;
+use stp::wire::Types;
+use tshark::compare;
+
+/// A short lossy GEO transfer: every packet type of a connection's life, losses reported by
+/// USTAT and STAT gap lists, and retransmissions.
+const SCENARIO: &str = r#"
+name = "dissector"
+duration = "30s"
+runs = 1
+seed = 7
+
+[[node]]
+name = "server"
+[[node]]
+name = "router"
+[[node]]
+name = "client"
+
+# A link is traced where it accepts a packet: SDs lost on the satellite link still show on
+# the terrestrial one, next to their retransmissions.
+[[link]]
+a = "server"
+b = "router"
+rate = "10Mbps"
+delay = "5ms"
+queue_packets = 200
+
+[[link]]
+a = "router"
+b = "client"
+rate = "2Mbps"
+delay = "250ms"
+queue_bytes = "200KB"
+loss = 0.03
+
+[[flow]]
+name = "bulk"
+protocol = "stp"
+from = "server"
+to = "client"
+bytes = "400KB"
+"#;
+
+#[test]
+fn dissector_decodes_the_simulators_pcaps_field_for_field() {
+    if !tshark::available("dissector_decodes_the_simulators_pcaps_field_for_field") {
+        return;
+    }
+    let dir = fresh_dir("dissector-sim");
+    let file = dir.join("scenario.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let pcaps = dir.join("pcap");
+    let o = satstp()
+        .arg("sim")
+        .arg(&file)
+        .arg("--pcap")
+        .arg(&pcaps)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut types = 0;
+    let mut retransmissions = 0;
+    let mut files = 0;
+    for entry in std::fs::read_dir(&pcaps).unwrap() {
+        let path = entry.unwrap().path();
+        let (t, r) = compare(&path, &[]);
+        types |= t;
+        retransmissions += r;
+        files += 1;
+    }
+    assert_eq!(files, 4, "one pcap per direction of each link");
+    for (bit, name) in [
+        (Types::SD, "SD"),
+        (Types::POLL, "POLL"),
+        (Types::STAT, "STAT"),
+        (Types::USTAT, "USTAT"),
+        (Types::BGN, "BGN"),
+        (Types::BGNAK, "BGNAK"),
+        (Types::END, "END"),
+        (Types::ENDAK, "ENDAK"),
+    ] {
+        assert!(
+            types & bit.bits() != 0,
+            "no {name} in the simulator's pcaps"
+        );
+    }
+    assert!(retransmissions > 0, "a lossy run retransmits");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes `datagrams` as UDP/IPv4 packets from 10.0.0.1:40000 to 10.0.0.2:4433.
+fn write_pcap(path: &Path, datagrams: &[Vec<u8>]) {
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 101] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for (i, d) in datagrams.iter().enumerate() {
+        let total = 28 + d.len();
+        let mut ip = vec![
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            i as u8,
+            0,
+            0,
+            64,
+            17,
+        ];
+        ip.extend_from_slice(&[0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        let udp_len = 8 + d.len();
+        ip.extend_from_slice(&[
+            0x9c,
+            0x40,
+            0x11,
+            0x51,
+            (udp_len >> 8) as u8,
+            udp_len as u8,
+            0,
+            0,
+        ]);
+        ip.extend_from_slice(d);
+        for v in [i as u32, 0, total as u32, total as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&ip);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    s.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn dissector_decodes_rst_and_flags_bad_checksums_and_malformed_datagrams() {
+    if !tshark::available("dissector_decodes_rst_and_flags_bad_checksums_and_malformed_datagrams") {
+        return;
+    }
+    let dir = fresh_dir("dissector-vectors");
+    // docs/stp-spec.md Appendix A.1-A.4.
+    let sd_poll = hex("10 03 2a b1 de ad be ef d5 00 00 09 00 00 0a 00 00 00 04 d2 68 65 6c 6c 6f");
+    let stat = hex("10 04 ea 84 de ad be ef 55 00 00 00 00 00 01 00 00 00 0a 00 00 00 04 d2 00 01 00 00 00 01 00 00 00 00 03 00 00 05");
+    let bgn =
+        hex("10 10 72 7c de ad be ef d5 00 00 00 00 00 01 00 00 40 00 00 05 ac 00 01 00 00 03 e8");
+    let rst = hex("11 00 fb 61 de ad be ef 55 00 00 00 01 00 00 00");
+    let mut bad_checksum = sd_poll.clone();
+    bad_checksum[3] ^= 0x01;
+    let mut trailing = rst.clone();
+    trailing.push(0);
+    let pcap = dir.join("vectors.pcap");
+    write_pcap(
+        &pcap,
+        &[
+            sd_poll.clone(),
+            stat.clone(),
+            bgn.clone(),
+            rst.clone(),
+            bad_checksum,
+            trailing,
+        ],
+    );
+    // The valid ones decode field for field.
+    let valid = dir.join("valid.pcap");
+    write_pcap(&valid, &[sd_poll, stat, bgn, rst]);
+    let (types, _) = compare(&valid, &[]);
+    assert_eq!(types, 0x003 | 0x004 | 0x010 | 0x100);
+
+    let cols = [
+        "satstp.type_names",
+        "satstp.checksum.status",
+        "_ws.expert.message",
+    ];
+    let heur = tshark::fields(&pcap, &cols, &[]);
+    assert_eq!(heur[3][0], "RST");
+    assert!(heur[3][2].contains("UnknownConnection"), "{:?}", heur[3]);
+    assert_eq!(heur[4][1], "Bad");
+    assert!(
+        heur[4][2].contains("Bad checksum 0x2ab0, should be 0x2ab1"),
+        "{:?}",
+        heur[4]
+    );
+    // A datagram with bytes after its last body is not STP to the heuristic ...
+    assert_eq!(heur[5][0], "", "{:?}", heur[5]);
+    // ... but decoded, and flagged, when the port is STP's.
+    let by_port = tshark::fields(&pcap, &cols, &["-o", "satstp.udp_ports:4433"]);
+    assert_eq!(by_port[5][0], "RST");
+    assert!(by_port[5][2].contains("trailing bytes"), "{:?}", by_port[5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
