@@ -48,6 +48,9 @@ const SOCKET_BUFFER: usize = 8 << 20;
 const READ_RETRY: Duration = Duration::from_millis(50);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
+/// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
+/// the terminal moves on to the next one (one every `HANDSHAKE_RETRY`).
+pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
 /// IPv4 + UDP header bytes, charged to the send allocation per datagram.
 pub const IPV4_UDP_OVERHEAD: usize = 28;
 /// IPv6 + UDP header bytes.
@@ -303,6 +306,14 @@ pub enum Security {
     },
     /// Gateway: serves the terminals of the allow-list.
     Gateway { responder: Box<Responder> },
+    /// Terminal with several gateways (address and key), in order of preference: it uses the
+    /// first that answers; when the one in use stops answering (no answer to a new handshake
+    /// for [`FAILOVER_AFTER_HANDSHAKES`] tries), its connections are reset and the terminal
+    /// moves to the next, after the last back to the first. `docs/scaling.md`.
+    TerminalFailover {
+        local: PrivateKey,
+        gateways: Vec<(SocketAddr, PublicKey)>,
+    },
 }
 
 /// Parameters of a hop.
@@ -359,12 +370,20 @@ impl Hop {
         }
         let (tx, rx) = mpsc::channel(1024);
         let (in_tx, in_rx) = mpsc::channel(256);
-        let security = match security {
+        let terminal = match security {
             Security::Terminal {
                 local,
                 gateway_key,
                 gateway,
-            } => {
+            } => Ok((local, vec![(gateway, gateway_key)])),
+            Security::TerminalFailover { local, gateways } => Ok((local, gateways)),
+            Security::Gateway { responder } => Err(responder),
+        };
+        let security = match terminal {
+            Ok((local, gateways)) => {
+                let &(gateway, gateway_key) = gateways
+                    .first()
+                    .ok_or("a terminal needs at least one gateway")?;
                 let index = config.seed as u32 | 1;
                 let init = new_initiator(&local, &gateway_key, index)?;
                 Sec::Terminal {
@@ -373,9 +392,12 @@ impl Hop {
                     local_key: local,
                     gateway_key,
                     handshakes: 1,
+                    gateways,
+                    current: 0,
+                    unanswered: 0,
                 }
             }
-            Security::Gateway { responder } => Sec::Gateway { responder },
+            Err(responder) => Sec::Gateway { responder },
         };
         let overhead = if local.is_ipv6() {
             IPV6_UDP_OVERHEAD
@@ -581,6 +603,11 @@ enum Sec {
         local_key: PrivateKey,
         gateway_key: PublicKey,
         handshakes: u64,
+        /// Every gateway in order of preference; `gateway` and `gateway_key` are entry `current`.
+        gateways: Vec<(SocketAddr, PublicKey)>,
+        current: usize,
+        /// Handshake initiations sent to the current gateway since it was last heard.
+        unanswered: u32,
     },
     Gateway {
         responder: Box<Responder>,
@@ -774,6 +801,7 @@ impl HopTask {
             }
             self.check_gateway_silence(&mut next_handshake);
             if !self.established() && tokio::time::Instant::now() >= next_handshake {
+                self.fail_over_if_unanswered();
                 if let Sec::Terminal { init, gateway, .. } = &self.security {
                     let _ = self.socket.send_to(init.initiation(), *gateway).await;
                 }
@@ -798,6 +826,60 @@ impl HopTask {
                     c.abort(ABORT_HOP_CLOSED);
                 }
                 let _ = s.events.try_send(StreamEvent::Failed("hop closed".into()));
+            }
+        }
+    }
+
+    /// Terminal with several gateways: counts the initiation about to be sent to the current
+    /// gateway; when it has left [`FAILOVER_AFTER_HANDSHAKES`] unanswered, resets the
+    /// connections through it and moves to the next gateway with a fresh handshake.
+    fn fail_over_if_unanswered(&mut self) {
+        let Sec::Terminal {
+            init,
+            gateway,
+            local_key,
+            gateway_key,
+            handshakes,
+            gateways,
+            current,
+            unanswered,
+        } = &mut self.security
+        else {
+            return;
+        };
+        *unanswered += 1;
+        if gateways.len() < 2 || *unanswered <= FAILOVER_AFTER_HANDSHAKES {
+            return;
+        }
+        let next = (*current + 1) % gateways.len();
+        let (addr, key) = gateways[next];
+        let index = init.index().wrapping_add(2) | 1;
+        let Ok(fresh) = new_initiator(local_key, &key, index) else {
+            return;
+        };
+        tracing::warn!(
+            from = %gateway,
+            to = %addr,
+            "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
+        );
+        **init = fresh;
+        *gateway = addr;
+        *gateway_key = key;
+        *current = next;
+        *unanswered = 1;
+        *handshakes += 1;
+        self.sent_since_heard = None;
+        // Connections through the old gateway cannot move: reset them so their clients see
+        // the failure at once rather than at their idle timeout.
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            if let Some(st) = self.remove_stream(id) {
+                if let Some(c) = self.endpoint.connection(st.handle) {
+                    c.abort(ABORT_HOP_CLOSED);
+                }
+                let _ = st
+                    .events
+                    .try_send(StreamEvent::Failed("gateway failed over".into()));
             }
         }
     }
@@ -834,11 +916,20 @@ impl HopTask {
         self.counts.datagrams_received += 1;
         self.counts.bytes_received += data.len() as u64;
         match &mut self.security {
-            Sec::Terminal { init, gateway, .. } => {
+            Sec::Terminal {
+                init,
+                gateway,
+                unanswered,
+                ..
+            } => {
                 if from != *gateway {
                     return;
                 }
-                match init.open(data, plain) {
+                let opened = init.open(data, plain);
+                if opened.is_ok() {
+                    *unanswered = 0;
+                }
+                match opened {
                     Ok(Opened::Data { .. }) => {
                         self.last_heard = Some(tokio::time::Instant::now());
                         self.sent_since_heard = None;

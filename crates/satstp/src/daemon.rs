@@ -275,11 +275,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 .context("cannot bind the hop's UDP socket")?;
             Hop::start_with_capture(
                 sock,
-                Security::Terminal {
-                    local: key,
-                    gateway_key,
-                    gateway,
-                },
+                crate::failover::terminal_security(&cfg, key, gateway, gateway_key).await?,
                 HopConfig {
                     endpoint,
                     relay_buffer_bytes: relay,

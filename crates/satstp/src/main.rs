@@ -8,6 +8,7 @@ mod daemon;
 mod demo;
 mod demo_engine;
 mod emulate;
+mod failover;
 mod keygen;
 mod plot;
 mod reproduce;
