@@ -198,3 +198,74 @@ fn sharded_reproduction_merges_to_the_unsharded_outputs() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `deploy/cluster/satstp-shard.sh` takes its shard from a Slurm array task, a Kubernetes
+/// Indexed Job pod or plain variables; three tasks of a sweep (one of each kind) merge to the
+/// unsharded JSON.
+#[test]
+fn the_cluster_shard_script_reads_slurm_and_kubernetes_indices() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join("deploy/cluster/satstp-shard.sh");
+    let dir = fresh_dir("shard-script");
+    let file = dir.join("s.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let one = dir.join("one.json");
+    ok(satstp()
+        .arg("sim")
+        .arg(&file)
+        .arg("--json")
+        .arg(&one)
+        .output()
+        .unwrap());
+    let parts = dir.join("parts");
+    let envs: [&[(&str, &str)]; 3] = [
+        &[
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ],
+        &[("JOB_COMPLETION_INDEX", "1"), ("SATSTP_SHARDS", "3")],
+        &[("SATSTP_SHARD_INDEX", "2"), ("SATSTP_SHARDS", "3")],
+    ];
+    for env in envs {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(&script).arg(&parts).arg("sim").arg(&file);
+        cmd.env("SATSTP", env!("CARGO_BIN_EXE_satstp"));
+        for v in [
+            "SLURM_ARRAY_TASK_ID",
+            "SLURM_ARRAY_TASK_MIN",
+            "SLURM_ARRAY_TASK_COUNT",
+            "JOB_COMPLETION_INDEX",
+            "SATSTP_SHARD_INDEX",
+            "SATSTP_SHARDS",
+        ] {
+            cmd.env_remove(v);
+        }
+        cmd.envs(env.iter().copied());
+        ok(cmd.output().unwrap());
+    }
+    let merged = dir.join("merged");
+    ok(satstp()
+        .arg("merge")
+        .arg(&parts)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    assert!(read(&one) == read(&merged.join("shard-identity.json")));
+    // An array that does not start at 0 is refused with the reason.
+    let o = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&parts)
+        .arg("sim")
+        .arg(&file)
+        .env("SATSTP", env!("CARGO_BIN_EXE_satstp"))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .env("SLURM_ARRAY_TASK_MIN", "1")
+        .env("SLURM_ARRAY_TASK_COUNT", "3")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--array=0-"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
