@@ -308,8 +308,9 @@ pub enum Security {
     Gateway { responder: Box<Responder> },
     /// Terminal with several gateways (address and key), in order of preference: it uses the
     /// first that answers; when the one in use stops answering (no answer to a new handshake
-    /// for [`FAILOVER_AFTER_HANDSHAKES`] tries), its connections are reset and the terminal
-    /// moves to the next, after the last back to the first. `docs/scaling.md`.
+    /// for [`FAILOVER_AFTER_HANDSHAKES`] tries), the connections that reached it are reset and
+    /// the terminal moves to the next, after the last back to the first; connections that had
+    /// sent nothing yet open at the next one. `docs/scaling.md`.
     TerminalFailover {
         local: PrivateKey,
         gateways: Vec<(SocketAddr, PublicKey)>,
@@ -604,6 +605,8 @@ enum Sec {
         gateway_key: PublicKey,
         handshakes: u64,
         /// Every gateway in order of preference; `gateway` and `gateway_key` are entry `current`.
+        /// The STP endpoint knows the gateway in use by the first one's address, whichever it
+        /// is: datagrams go to `gateway` and come from it under that name.
         gateways: Vec<(SocketAddr, PublicKey)>,
         current: usize,
         /// Handshake initiations sent to the current gateway since it was last heard.
@@ -869,10 +872,18 @@ impl HopTask {
         *unanswered = 1;
         *handshakes += 1;
         self.sent_since_heard = None;
-        // Connections through the old gateway cannot move: reset them so their clients see
-        // the failure at once rather than at their idle timeout.
+        // Connections that reached the old gateway cannot move: reset them so their clients
+        // see the failure at once rather than at their idle timeout. Connections that have
+        // sent nothing yet (opened while no gateway answered) open at the new one.
         let ids: Vec<u64> = self.streams.keys().copied().collect();
         for id in ids {
+            let handle = self.streams.get(&id).map(|st| st.handle);
+            let sent = handle
+                .and_then(|h| self.endpoint.connection(h))
+                .is_some_and(|c| c.stats().datagrams_sent > 0);
+            if !sent {
+                continue;
+            }
             if let Some(st) = self.remove_stream(id) {
                 if let Some(c) = self.endpoint.connection(st.handle) {
                     c.abort(ABORT_HOP_CLOSED);
@@ -920,11 +931,14 @@ impl HopTask {
                 init,
                 gateway,
                 unanswered,
+                gateways,
                 ..
             } => {
                 if from != *gateway {
                     return;
                 }
+                // The endpoint's name for whichever gateway is in use.
+                let endpoint_from = gateways.first().map_or(from, |g| g.0);
                 let opened = init.open(data, plain);
                 if opened.is_ok() {
                     *unanswered = 0;
@@ -936,7 +950,7 @@ impl HopTask {
                         if let Some(c) = &mut self.capture {
                             c.record(from, self.local, plain);
                         }
-                        self.endpoint.handle_datagram(now, from, plain);
+                        self.endpoint.handle_datagram(now, endpoint_from, plain);
                     }
                     Ok(_) => {
                         self.last_heard = Some(tokio::time::Instant::now());
@@ -964,11 +978,16 @@ impl HopTask {
     fn on_command(&mut self, c: Command) {
         match c {
             Command::Open { first, reply } => {
-                let Sec::Terminal { gateway, .. } = &self.security else {
+                let Sec::Terminal { gateways, .. } = &self.security else {
                     let _ = reply.send(Err("only a terminal opens streams".into()));
                     return;
                 };
-                let gateway = *gateway;
+                // The endpoint knows every gateway by the first one's address (see
+                // `Sec::Terminal::gateways`), so connections not yet sent survive a failover.
+                let Some(&(gateway, _)) = gateways.first() else {
+                    let _ = reply.send(Err("no gateway".into()));
+                    return;
+                };
                 let now = self.now();
                 match self.endpoint.connect(now, gateway) {
                     Ok(h) => {
@@ -1197,8 +1216,14 @@ impl HopTask {
             let Some(datagram) = plain.get(..t.size) else {
                 continue;
             };
+            // A terminal sends everything to the gateway in use (its endpoint names it by the
+            // first gateway's address).
+            let destination = match &self.security {
+                Sec::Terminal { gateway, .. } => *gateway,
+                Sec::Gateway { .. } => t.destination,
+            };
             if let Some(c) = &mut self.capture {
-                c.record(self.local, t.destination, datagram);
+                c.record(self.local, destination, datagram);
             }
             let ok = match &mut self.security {
                 Sec::Terminal { init, .. } => init.seal(datagram, &mut sealed).is_ok(),
@@ -1212,10 +1237,10 @@ impl HopTask {
             if let Some(sh) = &mut self.shaper {
                 sh.charge(sealed.len());
             }
-            if !batch.fits(t.destination, sealed.len()) {
+            if !batch.fits(destination, sealed.len()) {
                 self.send_batch(&mut batch).await;
             }
-            batch.push(t.destination, &sealed);
+            batch.push(destination, &sealed);
             if !self.udp.segments_sends() || batch.full() {
                 self.send_batch(&mut batch).await;
             }

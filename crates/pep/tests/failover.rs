@@ -1,6 +1,7 @@
 //! A terminal configured with several gateways (`Security::TerminalFailover`): it uses the
-//! first in order; when that one stops answering, its streams fail and new ones go to the next
-//! gateway; a first gateway that never answers is passed over at start. Each gateway has its own
+//! first in order; when that one stops answering, the streams that reached it fail and new ones
+//! go to the next gateway; a first gateway that never answers is passed over at start, and a
+//! stream opened meanwhile opens at the next one. Each gateway has its own
 //! key, so the terminal's new session really is with the other gateway.
 
 mod common;
@@ -126,8 +127,10 @@ async fn a_first_gateway_that_never_answers_is_passed_over() {
         hop_config(1, 1 << 20),
     )
     .unwrap();
-    let (r, _) = ask_until_answered(&term, Duration::from_secs(30)).await;
+    let (r, failed) = ask_until_answered(&term, Duration::from_secs(30)).await;
     assert_eq!(r, b"B:ping");
+    // The request made while no gateway answered had sent nothing: it opened at B.
+    assert_eq!(failed, 0);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_secs(u64::from(FAILOVER_AFTER_HANDSHAKES) - 1),

@@ -24,7 +24,7 @@ pub struct SimArgs {
     pcap: Option<PathBuf>,
     /// Run only shard I of N (0-based): replications i with i mod N = I, written as a partial
     /// result to --shard-out for `satstp merge` (docs/cluster.md).
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", conflicts_with = "json")]
     shard: Option<netsim::shard::Shard>,
     /// Directory of the partial results of --shard.
     #[arg(long, value_name = "DIR", default_value = "shards", requires = "shard")]
