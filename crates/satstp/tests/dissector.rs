@@ -14,10 +14,11 @@ use stp::wire::Types;
 use tshark::compare;
 
 /// A short lossy GEO transfer: every packet type of a connection's life, losses reported by
-/// USTAT and STAT gap lists, and retransmissions.
+/// USTAT and STAT gap lists, and retransmissions; then a transfer cut by an outage, which ends
+/// in a reset.
 const SCENARIO: &str = r#"
 name = "dissector"
-duration = "30s"
+duration = "60s"
 runs = 1
 seed = 7
 
@@ -44,6 +45,9 @@ rate = "2Mbps"
 delay = "250ms"
 queue_bytes = "200KB"
 loss = 0.03
+# The second flow's peer goes silent: after dead_timeout (30 s) its sender gives up with
+# RST(Timeout), which the terrestrial link still carries.
+outages = [["20s", "38s"]]
 
 [[flow]]
 name = "bulk"
@@ -51,6 +55,14 @@ protocol = "stp"
 from = "server"
 to = "client"
 bytes = "400KB"
+
+[[flow]]
+name = "cut"
+protocol = "stp"
+from = "server"
+to = "client"
+bytes = "2MB"
+start = "15s"
 "#;
 
 #[test]
@@ -90,6 +102,7 @@ fn dissector_decodes_the_simulators_pcaps_field_for_field() {
         (Types::BGNAK, "BGNAK"),
         (Types::END, "END"),
         (Types::ENDAK, "ENDAK"),
+        (Types::RST, "RST"),
     ] {
         assert!(
             types & bit.bits() != 0,
