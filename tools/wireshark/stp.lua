@@ -126,8 +126,10 @@ local ef = {
         expert.group.SEQUENCE, expert.severity.NOTE),
     rst = ProtoExpert.new("satstp.expert.rst", "Connection reset",
         expert.group.RESPONSE_CODE, expert.severity.WARN),
+    bad_gaps = ProtoExpert.new("satstp.expert.bad_gaps", "Gap list breaks spec §3.8",
+        expert.group.PROTOCOL, expert.severity.WARN),
 }
-stp.experts = { ef.bad_checksum, ef.malformed, ef.retransmission, ef.gaps, ef.rst }
+stp.experts = { ef.bad_checksum, ef.malformed, ef.retransmission, ef.gaps, ef.rst, ef.bad_gaps }
 
 stp.prefs.udp_ports = Pref.range("STP UDP ports", "",
     "UDP ports always decoded as STP (the heuristic finds STP on other ports)", 65535)
@@ -231,6 +233,36 @@ local function type_names(types)
         table.insert(names, 1, "SD")
     end
     return table.concat(names, "|")
+end
+
+-- a precedes or equals b in 24-bit serial arithmetic (§6.1).
+local function serial_le(a, b)
+    return (b - a) % SEQ_MOD < SEQ_MOD / 2
+end
+
+-- What is wrong with a STAT's gap list (§3.8: the first gap starts at N(R); gaps are non-empty,
+-- ascending, non-overlapping and within [N(R), Covered To]), or nil.
+local function gap_list_fault(nr, covered_to, list)
+    if not serial_le(nr, covered_to) then
+        return "Covered To precedes N(R)"
+    end
+    if #list > 0 and list[1][1] ~= nr then
+        return "the first gap does not start at N(R)"
+    end
+    local prev = nr
+    for i, g in ipairs(list) do
+        if g[1] == g[2] or not serial_le(g[1], g[2]) then
+            return "gap " .. i .. " is empty or reversed"
+        end
+        if not serial_le(prev, g[1]) then
+            return "gap " .. i .. " overlaps or precedes the one before"
+        end
+        if not serial_le(g[2], covered_to) then
+            return "gap " .. i .. " ends beyond Covered To"
+        end
+        prev = g[2]
+    end
+    return nil
 end
 
 -- Gaps as "[a,b) [c,d)" and the number of SDs they name (serial arithmetic, §6.1).
@@ -390,6 +422,10 @@ local function dissect(tvb, pinfo, tree)
             gt:add(f.stat_gap_end, tvb(g + 3, 3))
             list[#list + 1] = { a, b }
             g = g + GAP_LEN
+        end
+        local fault = gap_list_fault(tvb(off, 3):uint(), tvb(off + 4, 3):uint(), list)
+        if fault ~= nil then
+            t:add_proto_expert_info(ef.bad_gaps, "Gap list breaks spec §3.8: " .. fault)
         end
         if #list > 0 then
             local text, missing = gap_text(list)

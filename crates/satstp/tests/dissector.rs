@@ -88,6 +88,14 @@ fn dissector_decodes_the_simulators_pcaps_field_for_field() {
     for entry in std::fs::read_dir(&pcaps).unwrap() {
         let path = entry.unwrap().path();
         let (t, r) = compare(&path, &[]);
+        // The reference implementation's datagrams raise no error or protocol warning.
+        for row in tshark::fields(&path, &["_ws.expert.message"], &[]) {
+            assert!(
+                !row[0].contains("§3.8") && !row[0].contains("Bad checksum"),
+                "{}: {row:?}",
+                path.display()
+            );
+        }
         types |= t;
         retransmissions += r;
         files += 1;
@@ -214,5 +222,61 @@ fn dissector_decodes_rst_and_flags_bad_checksums_and_malformed_datagrams() {
     let by_port = tshark::fields(&pcap, &cols, &["-o", "satstp.udp_ports:4433"]);
     assert_eq!(by_port[5][0], "RST");
     assert!(by_port[5][2].contains("trailing bytes"), "{:?}", by_port[5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A STAT from the responder with N(R) = `nr`, Covered To = `covered` and these gaps.
+fn stat(nr: u32, covered: u32, gaps: &[(u32, u32)]) -> Vec<u8> {
+    let mut p = stp::wire::Packet::new(stp::wire::Header {
+        version: stp::wire::VERSION,
+        types: Types::STAT,
+        from_initiator: false,
+        instance: 1,
+        conn_id: 7,
+        seq: 0,
+    });
+    p.stat = Some(stp::wire::Stat {
+        cum: nr,
+        partial: false,
+        covered_to: covered,
+        echo_timestamp: 5,
+        rwnd: 1000,
+        gaps: stp::wire::Gaps::List(gaps),
+    });
+    let mut buf = Vec::new();
+    p.emit(&mut buf);
+    buf
+}
+
+#[test]
+fn dissector_flags_gap_lists_that_break_the_spec() {
+    if !tshark::available("dissector_flags_gap_lists_that_break_the_spec") {
+        return;
+    }
+    let dir = fresh_dir("dissector-gaps");
+    let pcap = dir.join("gaps.pcap");
+    let cases: [(Vec<u8>, Option<&str>); 6] = [
+        (stat(10, 20, &[(10, 12), (15, 16)]), None),
+        // Across the 24-bit wrap: still ascending in serial arithmetic.
+        (stat(0xff_fffe, 3, &[(0xff_fffe, 1)]), None),
+        (stat(10, 20, &[(11, 12)]), Some("does not start at N(R)")),
+        (stat(10, 20, &[(10, 14), (13, 15)]), Some("gap 2 overlaps")),
+        (stat(10, 20, &[(10, 10)]), Some("gap 1 is empty")),
+        (stat(10, 20, &[(10, 21)]), Some("beyond Covered To")),
+    ];
+    let datagrams: Vec<Vec<u8>> = cases.iter().map(|c| c.0.clone()).collect();
+    write_pcap(&pcap, &datagrams);
+    let rows = tshark::fields(&pcap, &["satstp.stat.gaps", "_ws.expert.message"], &[]);
+    for (i, (row, (_, want))) in rows.iter().zip(&cases).enumerate() {
+        match want {
+            None => assert!(!row[1].contains("§3.8"), "frame {}: {row:?}", i + 1),
+            Some(w) => assert!(
+                row[1].contains("Gap list breaks spec §3.8") && row[1].contains(w),
+                "frame {}: {row:?}",
+                i + 1
+            ),
+        }
+    }
+    assert_eq!(rows[1][0], "[16777214,1)");
     let _ = std::fs::remove_dir_all(&dir);
 }
