@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools some tests need, if they are missing and we can install them:
 #   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs).
+#   tshark         - the Wireshark dissector tests (crates/satstp/tests/dissector.rs), which run
+#                    tools/wireshark/stp.lua over pcaps the simulator and the daemons write.
 # Idempotent: does nothing when every tool is present. Never fails: when a tool cannot be
 # installed (not root, no apt-get, no network) it says why, and the tests that need the tool
 # skip with their own printed reason.
@@ -8,9 +10,10 @@ set -u
 
 need=()
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v tshark >/dev/null 2>&1 || need+=(tshark)
 
 if [ ${#need[@]} -eq 0 ]; then
-    echo "install-deps: nothing to install (nft present)"
+    echo "install-deps: nothing to install (nft and tshark present)"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -23,6 +26,11 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 echo "install-deps: installing ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# tshark's package asks whether non-root users may capture (a setuid dumpcap); answer no, so the
+# install never stops at a prompt and adds no setuid binary. The tests only read pcap files.
+if command -v debconf-set-selections >/dev/null 2>&1; then
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections || true
+fi
 if ! apt-get install -y --no-install-recommends "${need[@]}"; then
     # The package lists may be missing or stale (fresh container): refresh once and retry.
     if ! { apt-get update && apt-get install -y --no-install-recommends "${need[@]}"; }; then

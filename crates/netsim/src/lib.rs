@@ -10,6 +10,7 @@ pub mod packet;
 pub mod pcap;
 pub mod reproduce;
 pub mod scenario;
+pub mod shard;
 pub mod sim;
 pub mod stp_agent;
 pub mod tcp;

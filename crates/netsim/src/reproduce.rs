@@ -242,6 +242,16 @@ impl Reproduction {
                 });
             }
         }
+        self.finish(runs, cases, events)
+    }
+
+    /// Checks the claims against the cases' results and assembles the reproduction's result.
+    pub(crate) fn finish(
+        &self,
+        runs: u32,
+        cases: Vec<CaseResult>,
+        events: u64,
+    ) -> Result<ReproResult, ScenarioError> {
         let claims = self
             .claims
             .iter()

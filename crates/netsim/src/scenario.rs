@@ -944,21 +944,28 @@ pub struct LinkSummary {
 
 /// One link in one replication.
 #[derive(Debug, Clone)]
-struct LinkRun {
-    name: String,
-    utilization: f64,
-    drops_queue: f64,
-    drops_error: f64,
-    drops_outage: f64,
+pub(crate) struct LinkRun {
+    pub(crate) name: String,
+    pub(crate) utilization: f64,
+    pub(crate) drops_queue: f64,
+    pub(crate) drops_error: f64,
+    pub(crate) drops_outage: f64,
 }
 
-/// One replication's results.
-struct RunResult {
-    figs: Vec<FlowRun>,
-    events: u64,
-    flows: Vec<BuiltFlow>,
-    links: Vec<LinkRun>,
-    series: BTreeMap<String, Vec<[f64; 3]>>,
+/// A flow's name and protocol, as a replication reports them.
+#[derive(Debug, Clone)]
+pub(crate) struct FlowMeta {
+    pub(crate) name: String,
+    pub(crate) protocol: String,
+}
+
+/// One replication's results (what `crate::shard` writes to partial files).
+pub(crate) struct RunResult {
+    pub(crate) figs: Vec<FlowRun>,
+    pub(crate) events: u64,
+    pub(crate) flows: Vec<FlowMeta>,
+    pub(crate) links: Vec<LinkRun>,
+    pub(crate) series: BTreeMap<String, Vec<[f64; 3]>>,
 }
 
 type RunOutcome = Result<RunResult, ScenarioError>;
@@ -987,6 +994,27 @@ pub fn run_with_pcap(
 ) -> Result<Summary, ScenarioError> {
     let end = scenario.duration_ns()?;
     let runs = runs.max(1);
+    let indices: Vec<u32> = (0..runs).collect();
+    let results = run_replications(scenario, &indices, seed, threads, progress, pcap_dir)?;
+    Ok(summarise(scenario, runs, seed, end, results))
+}
+
+/// Runs the replications numbered `indices` (replication i has seed `seed + i`; replication 0
+/// writes the pcaps) in parallel over `threads`, and returns their results in the order of
+/// `indices`. `progress` is called after each with (done, total).
+pub(crate) fn run_replications(
+    scenario: &Scenario,
+    indices: &[u32],
+    seed: u64,
+    threads: usize,
+    progress: &(dyn Fn(u32, u32) + Sync),
+    pcap_dir: Option<&std::path::Path>,
+) -> Result<Vec<RunResult>, ScenarioError> {
+    let end = scenario.duration_ns()?;
+    let runs = indices.len() as u32;
+    if runs == 0 {
+        return Ok(Vec::new());
+    }
     let results: Vec<RunOutcome> = {
         let next = std::sync::atomic::AtomicU32::new(0);
         let done = std::sync::atomic::AtomicU32::new(0);
@@ -999,8 +1027,9 @@ pub fn run_with_pcap(
                     if i >= runs {
                         break;
                     }
-                    let pcap = if i == 0 { pcap_dir } else { None };
-                    let r = run_one(scenario, seed.wrapping_add(u64::from(i)), end, pcap);
+                    let rep = indices[i as usize];
+                    let pcap = if rep == 0 { pcap_dir } else { None };
+                    let r = run_one(scenario, seed.wrapping_add(u64::from(rep)), end, pcap);
                     if let Ok(mut slot) = slots[i as usize].lock() {
                         *slot = Some(r);
                     }
@@ -1019,6 +1048,17 @@ pub fn run_with_pcap(
             })
             .collect()
     };
+    results.into_iter().collect()
+}
+
+/// Summarises the results of replications 0..runs, in that order.
+pub(crate) fn summarise(
+    scenario: &Scenario,
+    runs: u32,
+    seed: u64,
+    end: Time,
+    results: Vec<RunResult>,
+) -> Summary {
     let mut per_flow: Vec<Vec<FlowRun>> = Vec::new();
     let mut per_link: Vec<Vec<LinkRun>> = Vec::new();
     let mut fairness = Vec::new();
@@ -1026,7 +1066,6 @@ pub fn run_with_pcap(
     let mut series = BTreeMap::new();
     let mut events = 0;
     for (k, r) in results.into_iter().enumerate() {
-        let r = r?;
         events += r.events;
         if k == 0 {
             per_flow = vec![Vec::new(); r.figs.len()];
@@ -1087,7 +1126,7 @@ pub fn run_with_pcap(
             }
         })
         .collect();
-    Ok(Summary {
+    Summary {
         scenario: scenario.name.clone(),
         runs,
         seed,
@@ -1097,7 +1136,7 @@ pub fn run_with_pcap(
         links,
         series,
         events,
-    })
+    }
 }
 
 fn run_one(
@@ -1161,7 +1200,13 @@ fn run_one(
     Ok(RunResult {
         figs,
         events: sim.events_processed,
-        flows,
+        flows: flows
+            .iter()
+            .map(|f| FlowMeta {
+                name: f.name.clone(),
+                protocol: f.protocol.clone(),
+            })
+            .collect(),
         links,
         series,
     })

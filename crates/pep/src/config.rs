@@ -102,6 +102,18 @@ pub struct SocksUser {
     pub password: String,
 }
 
+/// A gateway the terminal fails over to: one `[[terminal.backup_gateways]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupGateway {
+    /// `host:port`, as `gateway`. Required.
+    pub address: String,
+    /// Its static public key, 64 hex digits (default: `gateway_public_key`, for instances that
+    /// share one key).
+    #[serde(default)]
+    pub public_key: Option<String>,
+}
+
 /// The terminal: accepts client TCP and carries it over STP to the gateway.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +174,10 @@ pub struct TerminalConfig {
     /// encrypted TCP connection per client connection; `docs/gateway.md`).
     #[serde(default)]
     pub hop_transport: HopTransport,
+    /// Gateways to fail over to, in order, when the one in use stops answering (STP hop only;
+    /// default none; `docs/scaling.md`).
+    #[serde(default)]
+    pub backup_gateways: Vec<BackupGateway>,
     /// Socket options of the hop's TCP connections with `hop_transport = "tcp"` (buffers
     /// default to 2 × the hop's bandwidth-delay product when the rates and `rtt_ms` are set).
     #[serde(default)]
@@ -303,7 +319,43 @@ impl TerminalConfig {
             ));
         }
         self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
+        for (i, b) in self.backup_gateways.iter().enumerate() {
+            check_host_port(&b.address)
+                .map_err(|r| bad(format!("backup_gateways[{i}].address"), r))?;
+            if let Some(k) = &b.public_key {
+                PublicKey::from_hex(k)
+                    .map_err(|e| bad(format!("backup_gateways[{i}].public_key"), e.to_string()))?;
+            }
+        }
+        if !self.backup_gateways.is_empty() && self.hop_transport.tcp() {
+            return Err(bad(
+                "backup_gateways",
+                "failover needs hop_transport = \"stp\"",
+            ));
+        }
         Ok(())
+    }
+
+    /// The backup gateways' addresses (unresolved) and keys, in order (validated by
+    /// [`Self::validate`]).
+    pub fn backup_gateways(&self) -> Result<Vec<(String, PublicKey)>, ConfigError> {
+        let primary = self.gateway_public_key()?;
+        self.backup_gateways
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let key = match &b.public_key {
+                    Some(k) => PublicKey::from_hex(k).map_err(|e| {
+                        bad(
+                            format!("terminal.backup_gateways[{i}].public_key"),
+                            e.to_string(),
+                        )
+                    })?,
+                    None => primary,
+                };
+                Ok((b.address.clone(), key))
+            })
+            .collect()
     }
 
     /// The socket options of the TCP hop (`hop_transport = "tcp"`): `[terminal.hop_tcp]`, with
@@ -1077,6 +1129,33 @@ mod tests {
             "[terminal]\nsocks_listen = \"127.0.0.1:1080\"\ngateway = \"gw.example.net:4433\"\n\
              gateway_public_key = \"{KEY_A}\"\nprivate_key_file = \"/etc/satstp/terminal.key\"\n{extra}"
         )
+    }
+
+    #[test]
+    fn backup_gateways_are_checked_and_default_to_the_gateways_key() {
+        let t = parse_terminal(&terminal_text(&format!(
+            "[[terminal.backup_gateways]]\naddress = \"gw2.example.net:4433\"\n\
+             [[terminal.backup_gateways]]\naddress = \"192.0.2.9:4433\"\npublic_key = \"{KEY_B}\"\n"
+        )))
+        .unwrap();
+        let b = t.backup_gateways().unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].1, t.gateway_public_key().unwrap());
+        assert_eq!(b[1].1, PublicKey::from_hex(KEY_B).unwrap());
+        let e = parse_terminal(&terminal_text(
+            "[[terminal.backup_gateways]]\naddress = \"no-port\"\n",
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("terminal.backup_gateways[0].address"),
+            "{e}"
+        );
+        let e = parse_terminal(&terminal_text(
+            "hop_transport = \"tcp\"\n[[terminal.backup_gateways]]\naddress = \"a:1\"\n",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("backup_gateways"), "{e}");
     }
 
     fn gateway_text(extra: &str) -> String {

@@ -50,6 +50,9 @@ const READ_RETRY: Duration = Duration::from_millis(50);
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// How often [`Hop::wait_quiet`] looks again.
 const QUIET_POLL: Duration = Duration::from_millis(20);
+/// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
+/// the terminal moves on to the next one (one every `HANDSHAKE_RETRY`).
+pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
 /// IPv4 + UDP header bytes, charged to the send allocation per datagram.
 pub const IPV4_UDP_OVERHEAD: usize = 28;
 /// IPv6 + UDP header bytes.
@@ -308,6 +311,15 @@ pub enum Security {
     },
     /// Gateway: serves the terminals of the allow-list.
     Gateway { responder: Box<Responder> },
+    /// Terminal with several gateways (address and key), in order of preference: it uses the
+    /// first that answers; when the one in use stops answering (no answer to a new handshake
+    /// for [`FAILOVER_AFTER_HANDSHAKES`] tries), the connections that reached it are reset and
+    /// the terminal moves to the next, after the last back to the first; connections that had
+    /// sent nothing yet open at the next one. `docs/scaling.md`.
+    TerminalFailover {
+        local: PrivateKey,
+        gateways: Vec<(SocketAddr, PublicKey)>,
+    },
 }
 
 /// Parameters of a hop.
@@ -340,6 +352,17 @@ impl Drop for Hop {
 impl Hop {
     /// Starts the hop task on `socket`.
     pub fn start(socket: UdpSocket, security: Security, config: HopConfig) -> Result<Hop, String> {
+        Self::start_with_capture(socket, security, config, None)
+    }
+
+    /// As [`Hop::start`], writing every STP datagram the hop sends or receives (in clear, with
+    /// its UDP addresses) to `capture` ([`crate::capture`]).
+    pub fn start_with_capture(
+        socket: UdpSocket,
+        security: Security,
+        config: HopConfig,
+        capture: Option<crate::capture::Capture>,
+    ) -> Result<Hop, String> {
         use rand_core::SeedableRng;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
         // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
@@ -353,12 +376,20 @@ impl Hop {
         }
         let (tx, rx) = mpsc::channel(1024);
         let (in_tx, in_rx) = mpsc::channel(256);
-        let security = match security {
+        let terminal = match security {
             Security::Terminal {
                 local,
                 gateway_key,
                 gateway,
-            } => {
+            } => Ok((local, vec![(gateway, gateway_key)])),
+            Security::TerminalFailover { local, gateways } => Ok((local, gateways)),
+            Security::Gateway { responder } => Err(responder),
+        };
+        let security = match terminal {
+            Ok((local, gateways)) => {
+                let &(gateway, gateway_key) = gateways
+                    .first()
+                    .ok_or("a terminal needs at least one gateway")?;
                 let index = config.seed as u32 | 1;
                 let init = new_initiator(&local, &gateway_key, index)?;
                 Sec::Terminal {
@@ -367,9 +398,12 @@ impl Hop {
                     local_key: local,
                     gateway_key,
                     handshakes: 1,
+                    gateways,
+                    current: 0,
+                    unanswered: 0,
                 }
             }
-            Security::Gateway { responder } => Sec::Gateway { responder },
+            Err(responder) => Sec::Gateway { responder },
         };
         let overhead = if local.is_ipv6() {
             IPV6_UDP_OVERHEAD
@@ -401,6 +435,8 @@ impl Hop {
             sealed: Vec::with_capacity(2048),
             sent_since_heard: None,
             shutting_down: false,
+            capture,
+            local,
         };
         tokio::spawn(task.run());
         Ok(Hop {
@@ -638,6 +674,13 @@ enum Sec {
         local_key: PrivateKey,
         gateway_key: PublicKey,
         handshakes: u64,
+        /// Every gateway in order of preference; `gateway` and `gateway_key` are entry `current`.
+        /// The STP endpoint knows the gateway in use by the first one's address, whichever it
+        /// is: datagrams go to `gateway` and come from it under that name.
+        gateways: Vec<(SocketAddr, PublicKey)>,
+        current: usize,
+        /// Handshake initiations sent to the current gateway since it was last heard.
+        unanswered: u32,
     },
     Gateway {
         responder: Box<Responder>,
@@ -698,6 +741,10 @@ struct HopTask {
     /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
     batch: Batch,
     sealed: Vec<u8>,
+    /// Where the STP datagrams are copied in clear, when capturing (`--capture`).
+    capture: Option<crate::capture::Capture>,
+    /// The socket's address, the source of captured sent datagrams.
+    local: SocketAddr,
 }
 
 impl HopTask {
@@ -832,6 +879,7 @@ impl HopTask {
             }
             self.check_gateway_silence(&mut next_handshake);
             if !self.established() && tokio::time::Instant::now() >= next_handshake {
+                self.fail_over_if_unanswered();
                 if let Sec::Terminal { init, gateway, .. } = &self.security {
                     let _ = self.socket.send_to(init.initiation(), *gateway).await;
                 }
@@ -856,6 +904,68 @@ impl HopTask {
                     c.abort(ABORT_HOP_CLOSED);
                 }
                 let _ = s.events.try_send(StreamEvent::Failed("hop closed".into()));
+            }
+        }
+    }
+
+    /// Terminal with several gateways: counts the initiation about to be sent to the current
+    /// gateway; when it has left [`FAILOVER_AFTER_HANDSHAKES`] unanswered, resets the
+    /// connections through it and moves to the next gateway with a fresh handshake.
+    fn fail_over_if_unanswered(&mut self) {
+        let Sec::Terminal {
+            init,
+            gateway,
+            local_key,
+            gateway_key,
+            handshakes,
+            gateways,
+            current,
+            unanswered,
+        } = &mut self.security
+        else {
+            return;
+        };
+        *unanswered += 1;
+        if gateways.len() < 2 || *unanswered <= FAILOVER_AFTER_HANDSHAKES {
+            return;
+        }
+        let next = (*current + 1) % gateways.len();
+        let (addr, key) = gateways[next];
+        let index = init.index().wrapping_add(2) | 1;
+        let Ok(fresh) = new_initiator(local_key, &key, index) else {
+            return;
+        };
+        tracing::warn!(
+            from = %gateway,
+            to = %addr,
+            "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
+        );
+        **init = fresh;
+        *gateway = addr;
+        *gateway_key = key;
+        *current = next;
+        *unanswered = 1;
+        *handshakes += 1;
+        self.sent_since_heard = None;
+        // Connections that reached the old gateway cannot move: reset them so their clients
+        // see the failure at once rather than at their idle timeout. Connections that have
+        // sent nothing yet (opened while no gateway answered) open at the new one.
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            let handle = self.streams.get(&id).map(|st| st.handle);
+            let sent = handle
+                .and_then(|h| self.endpoint.connection(h))
+                .is_some_and(|c| c.stats().datagrams_sent > 0);
+            if !sent {
+                continue;
+            }
+            if let Some(st) = self.remove_stream(id) {
+                if let Some(c) = self.endpoint.connection(st.handle) {
+                    c.abort(ABORT_HOP_CLOSED);
+                }
+                let _ = st
+                    .events
+                    .try_send(StreamEvent::Failed("gateway failed over".into()));
             }
         }
     }
@@ -892,15 +1002,30 @@ impl HopTask {
         self.counts.datagrams_received += 1;
         self.counts.bytes_received += data.len() as u64;
         match &mut self.security {
-            Sec::Terminal { init, gateway, .. } => {
+            Sec::Terminal {
+                init,
+                gateway,
+                unanswered,
+                gateways,
+                ..
+            } => {
                 if from != *gateway {
                     return;
                 }
-                match init.open(data, plain) {
+                // The endpoint's name for whichever gateway is in use.
+                let endpoint_from = gateways.first().map_or(from, |g| g.0);
+                let opened = init.open(data, plain);
+                if opened.is_ok() {
+                    *unanswered = 0;
+                }
+                match opened {
                     Ok(Opened::Data { .. }) => {
                         self.last_heard = Some(tokio::time::Instant::now());
                         self.sent_since_heard = None;
-                        self.endpoint.handle_datagram(now, from, plain);
+                        if let Some(c) = &mut self.capture {
+                            c.record(from, self.local, plain);
+                        }
+                        self.endpoint.handle_datagram(now, endpoint_from, plain);
                     }
                     Ok(_) => {
                         self.last_heard = Some(tokio::time::Instant::now());
@@ -915,6 +1040,9 @@ impl HopTask {
                     self.counts.bytes_sent += plain.len() as u64;
                 }
                 Ok(Opened::Data { session }) => {
+                    if let Some(c) = &mut self.capture {
+                        c.record(from, self.local, plain);
+                    }
                     let opens = stp::wire::peek_types(plain)
                         .is_some_and(|t| t.contains(stp::wire::Types::BGN));
                     if opens
@@ -935,11 +1063,16 @@ impl HopTask {
     fn on_command(&mut self, c: Command) {
         match c {
             Command::Open { first, reply } => {
-                let Sec::Terminal { gateway, .. } = &self.security else {
+                let Sec::Terminal { gateways, .. } = &self.security else {
                     let _ = reply.send(Err("only a terminal opens streams".into()));
                     return;
                 };
-                let gateway = *gateway;
+                // The endpoint knows every gateway by the first one's address (see
+                // `Sec::Terminal::gateways`), so connections not yet sent survive a failover.
+                let Some(&(gateway, _)) = gateways.first() else {
+                    let _ = reply.send(Err("no gateway".into()));
+                    return;
+                };
                 let now = self.now();
                 match self.endpoint.connect(now, gateway) {
                     Ok(h) => {
@@ -1179,6 +1312,15 @@ impl HopTask {
             let Some(datagram) = plain.get(..t.size) else {
                 continue;
             };
+            // A terminal sends everything to the gateway in use (its endpoint names it by the
+            // first gateway's address).
+            let destination = match &self.security {
+                Sec::Terminal { gateway, .. } => *gateway,
+                Sec::Gateway { .. } => t.destination,
+            };
+            if let Some(c) = &mut self.capture {
+                c.record(self.local, destination, datagram);
+            }
             let ok = match &mut self.security {
                 Sec::Terminal { init, .. } => init.seal(datagram, &mut sealed).is_ok(),
                 Sec::Gateway { responder } => responder
@@ -1191,10 +1333,10 @@ impl HopTask {
             if let Some(sh) = &mut self.shaper {
                 sh.charge(sealed.len());
             }
-            if !batch.fits(t.destination, sealed.len()) {
+            if !batch.fits(destination, sealed.len()) {
                 self.send_batch(&mut batch).await;
             }
-            batch.push(t.destination, &sealed);
+            batch.push(destination, &sealed);
             if !self.udp.segments_sends() || batch.full() {
                 self.send_batch(&mut batch).await;
             }

@@ -3,6 +3,7 @@
 //! sessions for many terminals on one socket) and [`keys`] (static key pairs and key files).
 //! Both are sans-IO: no sockets, threads or clock; the driver passes datagrams and `now` in.
 
+pub mod capture;
 pub mod config;
 pub mod fdlimit;
 pub mod hop;

@@ -32,6 +32,8 @@ pub struct DaemonArgs {
     /// "info,pep=debug". Default: the RUST_LOG environment variable, else "info".
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
+    #[command(flatten)]
+    capture: crate::capture_args::CaptureArgs,
 }
 
 /// Sends `tracing` events to standard error, filtered by `--log-level`, else `RUST_LOG`, else
@@ -297,6 +299,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
     let settings = settings!(cfg);
     let ops = settings.ops(&cfg.limits, Side::Terminal);
     let seed = os_seed()?;
+    let capture = args.capture.open("terminal", !cfg.hop_transport.tcp())?;
     runtime()?.block_on(async move {
         let gateway = tokio::net::lookup_host(&cfg.gateway)
             .await
@@ -322,19 +325,16 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             let sock = tokio::net::UdpSocket::bind(bind)
                 .await
                 .context("cannot bind the hop's UDP socket")?;
-            Hop::start(
+            Hop::start_with_capture(
                 sock,
-                Security::Terminal {
-                    local: key,
-                    gateway_key,
-                    gateway,
-                },
+                crate::failover::terminal_security(&cfg, key, gateway, gateway_key).await?,
                 HopConfig {
                     endpoint,
                     relay_buffer_bytes: relay,
                     seed,
                     send_rate_bps: send_rate,
                 },
+                capture,
             )
             .map_err(anyhow::Error::msg)?
         };
@@ -427,6 +427,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let settings = settings!(cfg);
     let ops = settings.ops(&cfg.limits, Side::Gateway);
     let seed = os_seed()?;
+    let capture = args.capture.open("gateway", cfg.hop_transport.stp())?;
     let tcp_hop_keys = (key.clone(), allowed.clone());
     let responder = Responder::new(
         key,
@@ -443,7 +444,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             let sock = tokio::net::UdpSocket::bind(cfg.listen)
                 .await
                 .with_context(|| format!("gateway.listen: cannot bind {}", cfg.listen))?;
-            let hop = Hop::start(
+            let hop = Hop::start_with_capture(
                 sock,
                 Security::Gateway {
                     responder: Box::new(responder),
@@ -454,6 +455,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                     seed,
                     send_rate_bps: send_rate,
                 },
+                capture,
             )
             .map_err(anyhow::Error::msg)?;
             hops.push(hop);

@@ -5,13 +5,16 @@ mod bench_flood;
 mod bench_gateway;
 mod bench_link;
 mod bench_soak;
+mod capture_args;
 mod daemon;
 mod demo;
 mod demo_engine;
 mod emulate;
+mod failover;
 mod keygen;
 mod plot;
 mod reproduce;
+mod shard;
 mod signals;
 mod sim;
 
@@ -43,6 +46,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// Reproduce the seeds' experiments: JSON, CSV, plots and a report with seeds' figures beside ours.
     Reproduce(reproduce::ReproduceArgs),
+    /// Merge the partial results of `sim --shard` / `reproduce --shard` runs into the outputs
+    /// of one unsharded run.
+    Merge(shard::MergeArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -60,6 +66,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Terminal(args) => daemon::terminal(&args),
         Command::Gateway(args) => daemon::gateway(&args),
         Command::Reproduce(args) => reproduce::run(&args),
+        Command::Merge(args) => shard::merge(&args),
         Command::Bench(cmd) => bench::run(&cmd),
         Command::Emulate(cmd) => emulate::run(&cmd),
         Command::Keygen(args) => keygen::run(&args),

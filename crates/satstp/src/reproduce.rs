@@ -27,6 +27,10 @@ pub struct ReproduceArgs {
     /// List the reproductions and exit.
     #[arg(long)]
     list: bool,
+    /// Run only shard I of N (0-based) of each reproduction's (case, replication) pairs and
+    /// write partial results to --out for `satstp merge` (docs/cluster.md).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<netsim::shard::Shard>,
 }
 
 fn file(name: &str) -> Option<&'static str> {
@@ -74,6 +78,10 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
     {
         let t0 = std::time::Instant::now();
         eprintln!("{}: {}", r.name, r.title);
+        if let Some(shard) = args.shard {
+            crate::shard::run_repro_shard(r, template, args.quick, shard, &args.out)?;
+            continue;
+        }
         let res = r.run(template, args.quick, threads, &|case| {
             eprintln!("  running {case}")
         })?;
@@ -110,7 +118,7 @@ const METRICS: [&str; 4] = [
     "completion_s",
 ];
 
-fn write_outputs(
+pub(crate) fn write_outputs(
     dir: &Path,
     r: &Reproduction,
     res: &ReproResult,

@@ -22,6 +22,13 @@ pub struct SimArgs {
     /// Write every link's packets of the first replication to DIR/LINK.pcap (Wireshark, tshark).
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Run only shard I of N (0-based): replications i with i mod N = I, written as a partial
+    /// result to --shard-out for `satstp merge` (docs/cluster.md).
+    #[arg(long, value_name = "I/N", conflicts_with = "json")]
+    shard: Option<netsim::shard::Shard>,
+    /// Directory of the partial results of --shard.
+    #[arg(long, value_name = "DIR", default_value = "shards", requires = "shard")]
+    shard_out: PathBuf,
 }
 
 pub fn run_sim(args: &SimArgs) -> Result<()> {
@@ -48,6 +55,16 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
     if let Some(dir) = &args.pcap {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    if let Some(shard) = args.shard {
+        return crate::shard::run_sim_shard(
+            &text,
+            runs,
+            seed,
+            shard,
+            &args.shard_out,
+            args.pcap.as_deref(),
+        );
+    }
     let summary = run_with_pcap(
         &scenario,
         runs,
@@ -73,7 +90,7 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_table(s: &Summary) {
+pub(crate) fn print_table(s: &Summary) {
     println!("scenario {} ({} runs, mean ± 95% CI)", s.scenario, s.runs);
     println!(
         "  {:<18} {:<10} {:>22} {:>17} {:>20} {:>16}",

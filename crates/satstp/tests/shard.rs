@@ -1,0 +1,271 @@
+//! Sharded runs: N separate `satstp sim --shard I/N` processes merged by `satstp merge` give
+//! byte for byte the JSON one unsharded `satstp sim` writes; the same for a reproduction
+//! (JSON, CSV, plots and report section), except the wall time each output states; and the
+//! merge refuses an incomplete set of shards, naming the missing one.
+
+mod common;
+
+use common::{fresh_dir, satstp};
+use std::path::Path;
+use std::process::Output;
+
+/// Two flows sharing a lossy GEO hop: every figure of the summary (fairness, drops,
+/// completions) depends on the seed.
+const SCENARIO: &str = r#"
+name = "shard-identity"
+duration = "20s"
+runs = 5
+seed = 11
+
+[[node]]
+name = "server"
+[[node]]
+name = "client"
+
+[[link]]
+a = "server"
+b = "client"
+rate = "2Mbps"
+delay = "250ms"
+queue_bytes = "100KB"
+loss = 0.01
+
+[[flow]]
+name = "stp"
+protocol = "stp"
+from = "server"
+to = "client"
+bytes = "300KB"
+
+[[flow]]
+name = "tcp"
+protocol = "tcp"
+from = "server"
+to = "client"
+bytes = "300KB"
+"#;
+
+fn ok(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn sharded_sim_merges_to_the_unsharded_json_byte_for_byte() {
+    let dir = fresh_dir("shard-sim");
+    let file = dir.join("s.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let one = dir.join("one.json");
+    ok(satstp()
+        .arg("sim")
+        .arg(&file)
+        .arg("--json")
+        .arg(&one)
+        .output()
+        .unwrap());
+    let parts = dir.join("parts");
+    // Three processes at once, as an array job runs them.
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            satstp()
+                .arg("sim")
+                .arg(&file)
+                .arg("--shard")
+                .arg(format!("{i}/3"))
+                .arg("--shard-out")
+                .arg(&parts)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    // Without shard 1 the merge names what is missing.
+    let lone = dir.join("lone");
+    std::fs::create_dir_all(&lone).unwrap();
+    for i in [0, 2] {
+        let name = format!("sim-shard-identity.shard-{i}-of-3.partial.json");
+        std::fs::copy(parts.join(&name), lone.join(&name)).unwrap();
+    }
+    let o = satstp()
+        .arg("merge")
+        .arg(&lone)
+        .arg("--out")
+        .arg(dir.join("x"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1/3"), "{err}");
+
+    let merged = dir.join("merged");
+    ok(satstp()
+        .arg("merge")
+        .arg(&parts)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    let a = read(&one);
+    let b = read(&merged.join("shard-identity.json"));
+    assert!(
+        a == b,
+        "merged JSON differs:\n{}\n---\n{}",
+        String::from_utf8_lossy(&a),
+        String::from_utf8_lossy(&b)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(v["runs"], 5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The wall time a reproduction's outputs state (JSON `wall_time_s`, the report's "wall time
+/// N s") is the one thing a merge cannot reproduce: it is replaced by a marker.
+fn without_wall_time(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim_start().starts_with("\"wall_time_s\"") {
+                "\"wall_time_s\": <wall>,".to_string()
+            } else if let Some(i) = l.find("wall time ") {
+                format!("{}wall time <wall>", &l[..i])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn sharded_reproduction_merges_to_the_unsharded_outputs() {
+    let name = "fig5.7-ber";
+    let dir = fresh_dir("shard-repro");
+    let one = dir.join("one");
+    ok(satstp()
+        .args(["reproduce", name, "--quick", "--out"])
+        .arg(&one)
+        .output()
+        .unwrap());
+    let parts = dir.join("parts");
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            satstp()
+                .args(["reproduce", name, "--quick", "--shard"])
+                .arg(format!("{i}/2"))
+                .arg("--out")
+                .arg(&parts)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let merged = dir.join("merged");
+    ok(satstp()
+        .arg("merge")
+        .arg(&parts)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    for file in [format!("{name}.csv"), format!("{name}.svg")] {
+        assert!(
+            read(&one.join(&file)) == read(&merged.join(&file)),
+            "{file} differs"
+        );
+    }
+    for file in [format!("{name}.json"), "report.md".to_string()] {
+        let a = String::from_utf8(read(&one.join(&file))).unwrap();
+        let b = String::from_utf8(read(&merged.join(&file))).unwrap();
+        assert_eq!(
+            without_wall_time(&a),
+            without_wall_time(&b),
+            "{file} differs"
+        );
+        assert!(a.contains("wall"), "{file} states a wall time");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `deploy/cluster/satstp-shard.sh` takes its shard from a Slurm array task, a Kubernetes
+/// Indexed Job pod or plain variables; three tasks of a sweep (one of each kind) merge to the
+/// unsharded JSON.
+#[test]
+fn the_cluster_shard_script_reads_slurm_and_kubernetes_indices() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join("deploy/cluster/satstp-shard.sh");
+    let dir = fresh_dir("shard-script");
+    let file = dir.join("s.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let one = dir.join("one.json");
+    ok(satstp()
+        .arg("sim")
+        .arg(&file)
+        .arg("--json")
+        .arg(&one)
+        .output()
+        .unwrap());
+    let parts = dir.join("parts");
+    let envs: [&[(&str, &str)]; 3] = [
+        &[
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ],
+        &[("JOB_COMPLETION_INDEX", "1"), ("SATSTP_SHARDS", "3")],
+        &[("SATSTP_SHARD_INDEX", "2"), ("SATSTP_SHARDS", "3")],
+    ];
+    for env in envs {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(&script).arg(&parts).arg("sim").arg(&file);
+        cmd.env("SATSTP", env!("CARGO_BIN_EXE_satstp"));
+        for v in [
+            "SLURM_ARRAY_TASK_ID",
+            "SLURM_ARRAY_TASK_MIN",
+            "SLURM_ARRAY_TASK_COUNT",
+            "JOB_COMPLETION_INDEX",
+            "SATSTP_SHARD_INDEX",
+            "SATSTP_SHARDS",
+        ] {
+            cmd.env_remove(v);
+        }
+        cmd.envs(env.iter().copied());
+        ok(cmd.output().unwrap());
+    }
+    let merged = dir.join("merged");
+    ok(satstp()
+        .arg("merge")
+        .arg(&parts)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    assert!(read(&one) == read(&merged.join("shard-identity.json")));
+    // An array that does not start at 0 is refused with the reason.
+    let o = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&parts)
+        .arg("sim")
+        .arg(&file)
+        .env("SATSTP", env!("CARGO_BIN_EXE_satstp"))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .env("SLURM_ARRAY_TASK_MIN", "1")
+        .env("SLURM_ARRAY_TASK_COUNT", "3")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--array=0-"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
