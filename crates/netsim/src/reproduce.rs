@@ -3,7 +3,8 @@
 //! flow to measure, the seeds' figures, and the seeds' conclusion as checkable claims.
 //! `docs/scenarios.md` documents the format.
 
-use crate::scenario::{run, FlowSummary, Scenario, ScenarioError, Stat};
+use crate::metrics::Confidence;
+use crate::scenario::{run_replicated, FlowSummary, Replication, Scenario, ScenarioError, Stat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,11 @@ pub struct Reproduction {
     pub claims: Vec<Claim>,
     /// The seeds' qualitative conclusion, in one line.
     pub conclusion: String,
+    /// Why our set-up or figures differ from the seeds' (modelling causes found), for the
+    /// report.
+    pub note: Option<String>,
+    /// Confidence level of the reported intervals: 0.95 (default) or 0.99.
+    pub confidence: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -134,6 +140,8 @@ pub struct ReproResult {
     pub name: String,
     pub title: String,
     pub runs: u32,
+    /// Confidence level of every `ci`.
+    pub confidence: f64,
     pub cases: Vec<CaseResult>,
     pub claims: Vec<ClaimResult>,
     pub conclusion_holds: bool,
@@ -221,13 +229,19 @@ impl Reproduction {
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<ReproResult, ScenarioError> {
         let runs = if quick { self.quick_runs } else { self.runs };
+        let level = match self.confidence {
+            None => Confidence::P95,
+            Some(c) => Confidence::from_level(c)
+                .ok_or_else(|| bad(format!("confidence {c} is not 0.95 or 0.99")))?,
+        };
         let mut cases = Vec::new();
         let mut events = 0;
         for s in &self.series {
             for p in &self.points {
                 let sc = self.scenario(template, s, p, quick)?;
                 progress(&format!("{} @ {}", s.name, p.label));
-                let summary = run(&sc, runs, sc.seed, threads, &|_, _| {})?;
+                let rule = Replication::Fixed { runs };
+                let summary = run_replicated(&sc, rule, level, sc.seed, threads, &|_, _| {}, None)?;
                 events += summary.events;
                 let flow = summary
                     .flows
@@ -252,6 +266,7 @@ impl Reproduction {
             name: self.name.clone(),
             title: self.title.clone(),
             runs,
+            confidence: level.level(),
             cases,
             claims,
             conclusion_holds,

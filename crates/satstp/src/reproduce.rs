@@ -78,6 +78,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             eprintln!("  running {case}")
         })?;
         write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
+        record_verdict(&args.out.join("verdicts.json"), &res)?;
         eprintln!(
             "  done in {:.1} s: seeds' conclusion {}",
             t0.elapsed().as_secs_f64(),
@@ -145,6 +146,7 @@ fn write_outputs(
         "name": r.name, "title": r.title, "source": r.source, "runs": res.runs, "quick": quick,
         "wall_time_s": wall_s, "events": res.events, "conclusion": r.conclusion,
         "conclusion_holds": res.conclusion_holds, "claims": res.claims, "flows": flows,
+        "confidence": res.confidence, "note": r.note,
     });
     let p = dir.join(format!("{}.json", r.name));
     std::fs::write(&p, serde_json::to_string_pretty(&json)?)
@@ -232,7 +234,11 @@ fn write_outputs(
         if quick { " (--quick)" } else { "" }
     );
     let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
-    let _ = writeln!(sec, "| series | point | metric | seed | ours (mean ± 95% CI) | ratio |\n|---|---|---|---|---|---|");
+    let _ = writeln!(
+        sec,
+        "| series | point | metric | seed | ours (mean ± {:.0}% CI) | ratio |\n|---|---|---|---|---|---|",
+        res.confidence * 100.0
+    );
     for c in &res.cases {
         for m in METRICS {
             let Some(ours) = metric(&c.flow, m) else {
@@ -253,7 +259,7 @@ fn write_outputs(
                 c.series,
                 c.point,
                 fmt_metric(m, ours.mean),
-                fmt_metric(m, ours.ci95)
+                fmt_metric(m, ours.ci)
             );
         }
     }
@@ -277,7 +283,28 @@ fn write_outputs(
             "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
         }
     );
+    if let Some(note) = &r.note {
+        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", note.trim());
+    }
     update_report(&dir.join("report.md"), &r.name, &sec)
+}
+
+/// Adds (or replaces) this reproduction's verdicts in `path`: name → {conclusion_holds, claims:
+/// [bool per claim]}, the file a quick run is compared with (`full-verdicts.json`).
+fn record_verdict(path: &Path, res: &ReproResult) -> Result<()> {
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.insert(
+        res.name.clone(),
+        serde_json::json!({
+            "conclusion_holds": res.conclusion_holds,
+            "claims": res.claims.iter().map(|c| c.holds).collect::<Vec<_>>(),
+        }),
+    );
+    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn fmt_metric(m: &str, v: f64) -> String {

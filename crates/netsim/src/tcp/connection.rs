@@ -315,6 +315,11 @@ impl TcpConnection {
         self.cwnd
     }
 
+    /// Segments sent again so far (cheaper than `stats().retransmitted_segments`).
+    pub fn retransmissions(&self) -> u64 {
+        self.stats.retransmitted_segments
+    }
+
     pub fn ssthresh(&self) -> u64 {
         self.ssthresh
     }
