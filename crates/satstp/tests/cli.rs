@@ -88,6 +88,36 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         .find(|f| f["name"] == "STP @ one-way")
         .unwrap();
     assert_eq!(stp["seed"]["goodput_bps"], 672300.0);
+    // A quick run reaches the full run's verdicts (recorded from `satstp reproduce` without
+    // --quick in scenarios/reproduce/full-verdicts.json), claim by claim.
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scenarios/reproduce/full-verdicts.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let quick: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdicts.json")).unwrap()).unwrap();
+    let recorded = recorded.as_object().unwrap();
+    for want in [
+        "table5.2-leo",
+        "fig3-tcp-variants",
+        "fig9-split-stp",
+        "fig5.7-ber",
+    ] {
+        assert!(
+            recorded.contains_key(want),
+            "no full-run verdict for {want}"
+        );
+    }
+    for (name, full) in recorded {
+        assert_eq!(
+            &quick[name], full,
+            "{name}: quick verdicts differ from the full run's"
+        );
+    }
     // Running one name again replaces its section and keeps the others.
     let again = satstp()
         .args(["reproduce", "fig5.7-ber", "--quick", "--out"])
