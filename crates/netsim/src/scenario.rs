@@ -152,8 +152,12 @@ pub struct LinkParams {
     pub delay_trace: Option<Vec<[String; 2]>>,
     /// Period after which `delay_trace` repeats, e.g. "15s".
     pub delay_trace_period: Option<String>,
-    /// Drop-tail limit in packets.
+    /// Drop-tail limit in packets. By default the packet being serialized counts as queued
+    /// (a 19-packet queue holds 18 waiting packets while one is sent).
     pub queue_packets: Option<u32>,
+    /// Count only waiting packets against `queue_packets`, as ns-2's DropTail does (the limit
+    /// becomes `queue_packets + 1` in this model's convention).
+    pub queue_waiting_only: Option<bool>,
     /// Drop-tail limit in bytes, e.g. "64KB".
     pub queue_bytes: Option<String>,
     /// Random packet loss probability.
@@ -232,9 +236,21 @@ pub struct TcpSpec {
     pub variant: Option<String>,
     /// Data bytes per segment.
     pub mss: Option<u32>,
-    /// "1", "2", "4kss" or "10".
-    pub initial_window: Option<String>,
+    /// Segments (`1`, `"2"`, `10` ...) or "4kss".
+    pub initial_window: Option<CountOrText>,
     pub delayed_ack: Option<bool>,
+    /// Longest delay of an ACK, e.g. "200ms".
+    pub delayed_ack_timeout: Option<String>,
+    /// Duplicate ACKs that trigger fast retransmit (default 3).
+    pub dupack_threshold: Option<u32>,
+    /// Send buffer (written, unacknowledged bytes), e.g. "64KB" (default unlimited).
+    pub send_buffer: Option<String>,
+    /// Initial slow-start threshold, e.g. "64KB" (default unlimited).
+    pub initial_ssthresh: Option<String>,
+    /// Retransmission timeout before the first RTT sample, e.g. "3s" (default 1 s).
+    pub initial_rto: Option<String>,
+    /// Upper bound of the retransmission timeout (default 64 s).
+    pub max_rto: Option<String>,
     /// Acknowledge every k-th full segment.
     pub ack_every: Option<u32>,
     /// Receive buffer (offered window), e.g. "240KB".
@@ -252,11 +268,30 @@ pub struct TcpSpec {
     pub syn_data: Option<bool>,
 }
 
+/// A value written as a number or as text (`initial_window = 1` or `"4kss"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum CountOrText {
+    Count(u32),
+    Text(String),
+}
+
+impl CountOrText {
+    fn text(&self) -> String {
+        match self {
+            CountOrText::Count(n) => n.to_string(),
+            CountOrText::Text(t) => t.clone(),
+        }
+    }
+}
+
 /// A flow between two nodes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSpec {
     pub name: String,
+    /// This many identical flows, named NAME-1 … NAME-N (default 1: one flow named NAME).
+    pub count: Option<u32>,
     /// "stp".
     pub protocol: String,
     /// Data source node.
@@ -404,6 +439,12 @@ impl Scenario {
                 period_ns: period,
             };
         }
+        if p.queue_waiting_only == Some(true) && p.queue_packets.is_none() {
+            return Err(field(
+                format!("{name}.queue_waiting_only"),
+                "applies to queue_packets (give queue_packets in the same table)",
+            ));
+        }
         match (p.queue_packets, &p.queue_bytes) {
             (Some(_), Some(_)) => {
                 return Err(field(
@@ -411,7 +452,10 @@ impl Scenario {
                     "give queue_packets or queue_bytes, not both",
                 ))
             }
-            (Some(n), None) => c.queue = QueueLimit::Packets(n),
+            (Some(n), None) => {
+                let extra = u32::from(p.queue_waiting_only == Some(true));
+                c.queue = QueueLimit::Packets(n.saturating_add(extra));
+            }
             (None, Some(b)) => {
                 c.queue = QueueLimit::Bytes(unit(&format!("{name}.queue_bytes"), parse_bytes(b))?)
             }
@@ -593,18 +637,40 @@ impl Scenario {
             c.mss_bytes = v;
         }
         if let Some(v) = &t.initial_window {
-            c.initial_window = match v.to_ascii_lowercase().as_str() {
+            let v = v.text().to_ascii_lowercase();
+            c.initial_window = match v.as_str() {
                 "1" => TcpInitialWindow::One,
                 "2" => TcpInitialWindow::Two,
                 "4kss" => TcpInitialWindow::FourKss,
                 "10" => TcpInitialWindow::Ten,
-                other => {
-                    return Err(field(
-                        f("initial_window"),
-                        format!("'{other}' is not 1, 2, 4kss or 10"),
-                    ))
-                }
+                other => match other.parse::<u32>() {
+                    Ok(n @ 1..=1000) => TcpInitialWindow::Segments(n),
+                    _ => {
+                        return Err(field(
+                            f("initial_window"),
+                            format!("'{other}' is not a segment count (1 to 1000) or \"4kss\""),
+                        ))
+                    }
+                },
             };
+        }
+        if let Some(v) = &t.delayed_ack_timeout {
+            c.delayed_ack_timeout_ns = unit(&f("delayed_ack_timeout"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = t.dupack_threshold {
+            c.dupack_threshold = v;
+        }
+        if let Some(v) = &t.send_buffer {
+            c.send_buffer_bytes = unit(&f("send_buffer"), parse_bytes(v))?;
+        }
+        if let Some(v) = &t.initial_ssthresh {
+            c.initial_ssthresh_bytes = unit(&f("initial_ssthresh"), parse_bytes(v))?;
+        }
+        if let Some(v) = &t.initial_rto {
+            c.initial_rto_ns = unit(&f("initial_rto"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = &t.max_rto {
+            c.max_rto_ns = unit(&f("max_rto"), parse_duration_ns(v))?;
         }
         if let Some(v) = t.delayed_ack {
             c.delayed_ack = v;
@@ -651,8 +717,40 @@ impl Scenario {
         if let Some(v) = t.syn_data {
             c.data_on_syn = v;
         }
-        c.validate().map_err(|e| field(f(e.field), e.reason))?;
+        c.validate().map_err(|e| {
+            let (key, reason) = tcp_key(e.field, &e.reason);
+            field(f(key), reason)
+        })?;
         Ok(c)
+    }
+
+    /// The flows with every `count` expanded into identical flows NAME-1 … NAME-N.
+    pub fn expanded_flows(&self) -> Result<Vec<FlowSpec>, ScenarioError> {
+        let mut v = Vec::new();
+        for f in &self.flows {
+            match f.count {
+                None => v.push(f.clone()),
+                Some(0) => {
+                    return Err(field(
+                        format!("flow {}.count", f.name),
+                        "must be at least 1",
+                    ))
+                }
+                Some(n) if n > 1000 => {
+                    return Err(field(format!("flow {}.count", f.name), "at most 1000"))
+                }
+                Some(n) => {
+                    for i in 1..=n {
+                        v.push(FlowSpec {
+                            name: format!("{}-{i}", f.name),
+                            count: None,
+                            ..f.clone()
+                        });
+                    }
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Builds the simulation for one replication.
@@ -724,7 +822,8 @@ impl Scenario {
         }
         let mut flows = Vec::new();
         let mut names = BTreeMap::new();
-        for (i, f) in self.flows.iter().enumerate() {
+        let flow_specs = self.expanded_flows()?;
+        for (i, f) in flow_specs.iter().enumerate() {
             if names.insert(f.name.clone(), ()).is_some() {
                 return Err(field(format!("flow {}", f.name), "defined twice"));
             }
@@ -933,6 +1032,7 @@ impl Scenario {
             };
             let spec = FlowSpec {
                 name: w.name.clone(),
+                count: None,
                 protocol: "web".into(),
                 from: w.server.clone(),
                 to: w.client.clone(),
@@ -989,6 +1089,42 @@ impl Scenario {
         }
         Ok(Built { sim, flows })
     }
+}
+
+/// The scenario key (and reason text) of a `TcpConfig` field named in a validation error.
+fn tcp_key(internal: &str, reason: &str) -> (&'static str, String) {
+    const KEYS: [(&str, &str); 11] = [
+        ("recv_buffer_bytes", "rcv_window"),
+        ("mss_bytes", "mss"),
+        ("initial_ssthresh_bytes", "initial_ssthresh"),
+        ("send_buffer_bytes", "send_buffer"),
+        ("delayed_ack_timeout_ns", "delayed_ack_timeout"),
+        ("initial_rto_ns", "initial_rto"),
+        ("min_rto_ns", "min_rto"),
+        ("max_rto_ns", "max_rto"),
+        ("clock_granularity_ns", "rto_granularity"),
+        ("ack_every_segments", "ack_every"),
+        ("dupack_threshold", "dupack_threshold"),
+    ];
+    let mut text = reason.to_string();
+    for (from, to) in KEYS {
+        text = text.replace(from, to);
+    }
+    let key = KEYS
+        .iter()
+        .find(|(from, _)| *from == internal)
+        .map_or("tcp", |(_, to)| to);
+    let key = if key == "tcp" {
+        match internal {
+            "increase" => "increase",
+            "byte_counting_limit_segments" => "byte_counting",
+            "max_sack_blocks" => "sack",
+            _ => "tcp",
+        }
+    } else {
+        key
+    };
+    (key, text)
 }
 
 /// The slowest link on the path from `from` to `to` (the first such, on ties).

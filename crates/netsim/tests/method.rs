@@ -276,3 +276,60 @@ fn static_routes_override_shortest_paths_per_direction() {
     let e = Scenario::from_toml(&looped).unwrap_err().to_string();
     assert!(e.contains("loop"), "{e}");
 }
+
+#[test]
+fn tcp_options_count_and_queue_convention_in_scenarios() {
+    let base = LOSSY.replace("runs = \"until-5%\"\nmax_runs = 80\n", "");
+    let with = |opts: &str| base.replace("rto_granularity = \"0ms\"", opts);
+    // Every exposed option is accepted; an integer initial window too.
+    let ok = with(
+        "initial_window = 3\nsend_buffer = \"64KB\"\ninitial_ssthresh = \"32KB\"\n\
+         delayed_ack_timeout = \"100ms\"\ndupack_threshold = 2\ninitial_rto = \"3s\"\n\
+         max_rto = \"30s\"",
+    );
+    Scenario::from_toml(&ok).unwrap();
+    Scenario::from_toml(&with("initial_window = \"4kss\"")).unwrap();
+    // Errors name the key as written, not the model's field.
+    let e = Scenario::from_toml(&with("rcv_window = \"10B\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("flow bulk.tcp.rcv_window") && !e.contains("recv_buffer_bytes"),
+        "{e}"
+    );
+    let e = Scenario::from_toml(&with("initial_window = 0"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("initial_window"), "{e}");
+    let e = Scenario::from_toml(&with("dupack_threshold = 0"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tcp.dupack_threshold"), "{e}");
+    // count: identical flows NAME-1 … NAME-N.
+    let three = base.replace("name = \"bulk\"", "name = \"bulk\"\ncount = 3");
+    let sc = Scenario::from_toml(&three).unwrap();
+    let s = run_replicated(
+        &sc,
+        Replication::Fixed { runs: 1 },
+        Confidence::P95,
+        1,
+        1,
+        &quiet,
+        None,
+    )
+    .unwrap();
+    let names: Vec<&str> = s.flows.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["bulk-1", "bulk-2", "bulk-3"]);
+    assert!(s.fairness.is_some());
+    // queue_waiting_only: ns-2's convention, one more packet in this model's terms.
+    let q = |extra: &str| {
+        let t = base.replace("queue_packets = 40", &format!("queue_packets = 40{extra}"));
+        let built = Scenario::from_toml(&t).unwrap().build(1).unwrap();
+        built.sim.links()[0].model.config().queue
+    };
+    assert_eq!(q(""), linkmodel::QueueLimit::Packets(40));
+    assert_eq!(
+        q("\nqueue_waiting_only = true"),
+        linkmodel::QueueLimit::Packets(41)
+    );
+}

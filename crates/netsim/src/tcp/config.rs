@@ -63,6 +63,8 @@ pub enum InitialWindow {
     FourKss,
     /// Ten segments (RFC 6928).
     Ten,
+    /// Any number of segments (at least one).
+    Segments(u32),
 }
 
 impl InitialWindow {
@@ -73,6 +75,7 @@ impl InitialWindow {
             InitialWindow::Two => 2 * mss,
             InitialWindow::FourKss => (4 * mss).min((2 * mss).max(4380)),
             InitialWindow::Ten => 10 * mss,
+            InitialWindow::Segments(n) => u64::from(n.max(1)) * mss,
         }
     }
 }
