@@ -251,6 +251,14 @@ pub struct TcpSpec {
     pub initial_rto: Option<String>,
     /// Upper bound of the retransmission timeout (default 64 s).
     pub max_rto: Option<String>,
+    /// Modern TCP: an RTT sample from every ACK (timestamps, RFC 7323) instead of one per RTT.
+    pub timestamps: Option<bool>,
+    /// Modern TCP: RFC 3042 limited transmit.
+    pub limited_transmit: Option<bool>,
+    /// SACK loss marking: "appendix-a" (default, the seeds') or "rfc6675".
+    pub loss_marking: Option<String>,
+    /// Fast recovery: "inflation" (default, the seeds' window inflation) or "prr" (RFC 6937).
+    pub recovery: Option<String>,
     /// Acknowledge every k-th full segment.
     pub ack_every: Option<u32>,
     /// Receive buffer (offered window), e.g. "240KB".
@@ -671,6 +679,36 @@ impl Scenario {
         }
         if let Some(v) = &t.max_rto {
             c.max_rto_ns = unit(&f("max_rto"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = t.timestamps {
+            c.rtt_per_ack = v;
+        }
+        if let Some(v) = t.limited_transmit {
+            c.limited_transmit = v;
+        }
+        if let Some(v) = &t.loss_marking {
+            c.rfc6675_loss_marking = match v.as_str() {
+                "appendix-a" => false,
+                "rfc6675" => true,
+                other => {
+                    return Err(field(
+                        f("loss_marking"),
+                        format!("'{other}' is not \"appendix-a\" or \"rfc6675\""),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &t.recovery {
+            c.prr = match v.as_str() {
+                "inflation" => false,
+                "prr" => true,
+                other => {
+                    return Err(field(
+                        f("recovery"),
+                        format!("'{other}' is not \"inflation\" or \"prr\""),
+                    ))
+                }
+            };
         }
         if let Some(v) = t.delayed_ack {
             c.delayed_ack = v;

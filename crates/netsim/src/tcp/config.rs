@@ -164,6 +164,25 @@ pub struct TcpConfig {
     /// Nagle's algorithm: hold a short segment while data is unacknowledged, unless it ends the
     /// stream after `close` (default true).
     pub nagle: bool,
+    /// Modern option (default false, the seeds' BSD timing): take an RTT sample from every ACK
+    /// of new data, as TCP timestamps (RFC 7323) allow, from the last transmission of the
+    /// highest segment it covers (retransmissions included: timestamps have no Karn
+    /// ambiguity), instead of timing one segment per round trip.
+    pub rtt_per_ack: bool,
+    /// Modern option (default false): RFC 3042 limited transmit, one new segment beyond the
+    /// window on each of the first `dupack_threshold − 1` duplicate ACKs.
+    pub limited_transmit: bool,
+    /// Modern option (default false, appendix A's rule): RFC 6675 loss marking in SACK
+    /// recovery. A hole is lost once more than (`dupack_threshold` − 1)·MSS bytes above it are
+    /// SACKed (appendix A instead needs SACKed data `dupack_threshold` segments beyond it), and
+    /// recovery starts as soon as the first unacknowledged segment is lost, even before
+    /// `dupack_threshold` duplicate ACKs.
+    pub rfc6675_loss_marking: bool,
+    /// Modern option (default false, the seeds' window inflation and deflation): RFC 6937
+    /// Proportional Rate Reduction in fast recovery. Each ACK allows sending in proportion to
+    /// the data it reports delivered (`ssthresh / flight at entry`), so the sender keeps
+    /// sending through recovery instead of waiting for half a window of duplicate ACKs.
+    pub prr: bool,
 }
 
 impl Default for TcpConfig {
@@ -193,6 +212,10 @@ impl Default for TcpConfig {
             max_syn_retries: 6,
             data_on_syn: false,
             nagle: true,
+            rtt_per_ack: false,
+            limited_transmit: false,
+            rfc6675_loss_marking: false,
+            prr: false,
         }
     }
 }
