@@ -735,6 +735,7 @@ impl Scenario {
             let p = t.increase_param;
             c.increase = match v.to_ascii_lowercase().as_str() {
                 "standard" => IncreasePolicy::Standard,
+                "cubic" => IncreasePolicy::Cubic,
                 "constant-rate" => IncreasePolicy::ConstantRate {
                     c: p.ok_or_else(|| field(f("increase_param"), "required with constant-rate"))?,
                 },
@@ -744,7 +745,7 @@ impl Scenario {
                 other => {
                     return Err(field(
                         f("increase"),
-                        format!("'{other}' is not standard, constant-rate or increase-by-k"),
+                        format!("'{other}' is not standard, cubic, constant-rate or increase-by-k"),
                     ))
                 }
             };

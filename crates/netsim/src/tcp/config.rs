@@ -94,7 +94,17 @@ pub enum IncreasePolicy {
     ConstantRate { c: f64 },
     /// Increase-by-K: `cwnd += min(K·MSS·MSS/cwnd, MSS)` per ACK, about K segments per RTT.
     IncreaseByK { k: f64 },
+    /// CUBIC's window growth (RFC 9438, growth function only): after a reduction to β = 0.7 of
+    /// the window `W_max` at the loss, the window follows `C·(t − K)³ + W_max` segments (C =
+    /// 0.4, `K = ∛(W_max·(1 − β)/C)` seconds since the reduction): concave up to `W_max`, a
+    /// plateau near it, then convex probing; never slower than the Reno-friendly estimate
+    /// (α = 3(1 − β)/(1 + β) segments per RTT). Loss recovery is the variant's.
+    Cubic,
 }
+
+/// CUBIC constants (RFC 9438).
+pub const CUBIC_C: f64 = 0.4;
+pub const CUBIC_BETA: f64 = 0.7;
 
 /// Parameters of one TCP endpoint. The two ends of a connection may use different values; the
 /// sender variant only matters on the side that sends data.
@@ -244,7 +254,7 @@ impl TcpConfig {
             return Err(bad("initial_ssthresh_bytes", "must be at least 2·MSS"));
         }
         match self.increase {
-            IncreasePolicy::Standard => {}
+            IncreasePolicy::Standard | IncreasePolicy::Cubic => {}
             IncreasePolicy::ConstantRate { c } => {
                 if !(c.is_finite() && c > 0.0) {
                     return Err(bad(

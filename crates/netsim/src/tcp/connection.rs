@@ -8,7 +8,9 @@
 //! Sequence numbers are 64-bit and never wrap; both ends use an initial sequence number of 0, so
 //! data byte `i` of a stream has sequence number `i + 1`.
 
-use super::config::{IncreasePolicy, TcpConfig, MAX_WINDOW_BYTES, UNSCALED_WINDOW_BYTES};
+use super::config::{
+    IncreasePolicy, TcpConfig, CUBIC_BETA, CUBIC_C, MAX_WINDOW_BYTES, UNSCALED_WINDOW_BYTES,
+};
 use super::ranges::RangeSet;
 use super::receiver::Receiver;
 use super::rto::RtoEstimator;
@@ -160,6 +162,12 @@ pub struct TcpConnection {
     last_ack_sent: u64,
     /// TSecr of the ACK being processed.
     echoed: u64,
+    /// CUBIC: window at the last reduction (segments), start of the current growth epoch, K
+    /// (seconds), and the Reno-friendly estimate (segments).
+    cubic_w_max: f64,
+    cubic_epoch: Option<Time>,
+    cubic_k: f64,
+    cubic_w_est: f64,
     /// PRR (RFC 6937) state of the current recovery: flight at entry, bytes reported delivered,
     /// bytes sent, and how many bytes may be sent now.
     prr_recover_fs: u64,
@@ -219,6 +227,10 @@ impl TcpConnection {
             ts_recent: 0,
             last_ack_sent: 0,
             echoed: 0,
+            cubic_w_max: 0.0,
+            cubic_epoch: None,
+            cubic_k: 0.0,
+            cubic_w_est: 0.0,
             prr_recover_fs: 0,
             prr_delivered: 0,
             prr_out: 0,
@@ -712,7 +724,7 @@ impl TcpConnection {
 
     fn enter_fast_recovery(&mut self, now: Time) {
         let flight = self.snd_max - self.snd_una;
-        self.ssthresh = (flight / 2).max(2 * self.mss);
+        self.ssthresh = self.reduced_window(flight);
         self.cwnd = self.ssthresh + u64::from(self.config.dupack_threshold) * self.mss;
         if self.config.prr {
             // No inflation: PRR meters sending; the fast retransmit goes at once.
@@ -790,14 +802,14 @@ impl TcpConnection {
                 }
                 self.dupacks = 0;
                 if grow {
-                    self.grow_cwnd(acked);
+                    self.grow_cwnd(now, acked);
                 }
             }
         }
     }
 
     /// Window growth on an ACK of `acked` new bytes outside fast recovery.
-    fn grow_cwnd(&mut self, acked: u64) {
+    fn grow_cwnd(&mut self, now: Time, acked: u64) {
         let mss = self.mss;
         let units = if self.config.byte_counting {
             acked.min(u64::from(self.config.byte_counting_limit_segments) * mss)
@@ -806,9 +818,11 @@ impl TcpConnection {
         };
         if self.cwnd < self.ssthresh {
             self.cwnd += units;
+        } else if self.config.increase == IncreasePolicy::Cubic {
+            self.cubic_grow(now, units);
         } else {
             let factor = match self.config.increase {
-                IncreasePolicy::Standard => 1.0,
+                IncreasePolicy::Standard | IncreasePolicy::Cubic => 1.0,
                 IncreasePolicy::IncreaseByK { k } => k,
                 IncreasePolicy::ConstantRate { c } => match self.rto.exact_srtt() {
                     Some(rtt) => {
@@ -826,6 +840,56 @@ impl TcpConnection {
             self.cwnd += whole as u64;
         }
         self.cwnd = self.cwnd.min(MAX_WINDOW_BYTES);
+    }
+
+    /// RFC 9438 §4.2–4.3 on an ACK of `units` bytes in congestion avoidance.
+    fn cubic_grow(&mut self, now: Time, units: u64) {
+        let mss = self.mss as f64;
+        let cwnd = self.cwnd as f64 / mss;
+        let epoch = match self.cubic_epoch {
+            Some(e) => e,
+            None => {
+                // A new epoch: aim back at W_max (or, above it already, probe from here).
+                if self.cubic_w_max < cwnd {
+                    self.cubic_w_max = cwnd;
+                }
+                self.cubic_k = ((self.cubic_w_max - cwnd) / CUBIC_C).cbrt();
+                self.cubic_w_est = cwnd;
+                self.cubic_epoch = Some(now);
+                now
+            }
+        };
+        let rtt = self.rto.exact_srtt().unwrap_or(0) as f64 / SEC as f64;
+        let t = (now - epoch) as f64 / SEC as f64;
+        let target =
+            (CUBIC_C * (t + rtt - self.cubic_k).powi(3) + self.cubic_w_max).clamp(cwnd, 1.5 * cwnd);
+        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        self.cubic_w_est += alpha * (units as f64 / mss) / cwnd.max(1.0);
+        let goal = target.max(self.cubic_w_est);
+        let inc = ((goal - cwnd) / cwnd.max(1.0) * mss)
+            .min(units as f64)
+            .max(0.0);
+        self.cwnd_frac += inc;
+        let whole = self.cwnd_frac.floor();
+        self.cwnd_frac -= whole;
+        self.cwnd += whole as u64;
+    }
+
+    /// The window after a congestion event with `flight` bytes outstanding: half of it, or
+    /// β = 0.7 of it with CUBIC (which also notes W_max and ends the growth epoch).
+    fn reduced_window(&mut self, flight: u64) -> u64 {
+        if self.config.increase != IncreasePolicy::Cubic {
+            return (flight / 2).max(2 * self.mss);
+        }
+        let cwnd = self.cwnd as f64 / self.mss as f64;
+        // Fast convergence: below the last W_max, release more.
+        self.cubic_w_max = if cwnd < self.cubic_w_max {
+            cwnd * (1.0 + CUBIC_BETA) / 2.0
+        } else {
+            cwnd
+        };
+        self.cubic_epoch = None;
+        ((flight as f64 * CUBIC_BETA) as u64).max(2 * self.mss)
     }
 
     // ----- retransmission -----
@@ -924,7 +988,7 @@ impl TcpConnection {
                 self.stats.timeouts += 1;
                 if self.timeout_una != Some(self.snd_una) {
                     // RFC 5681: ssthresh is not lowered again for the same segment.
-                    self.ssthresh = ((self.snd_max - self.snd_una) / 2).max(2 * self.mss);
+                    self.ssthresh = self.reduced_window(self.snd_max - self.snd_una);
                     self.timeout_una = Some(self.snd_una);
                 }
                 self.cwnd = self.mss;

@@ -201,3 +201,60 @@ fn per_ack_rtt_samples_avoid_the_spurious_timeout_of_a_queued_retransmission() {
     let (ts, _) = full_buffer(true);
     assert_eq!(ts, 0, "per-ACK samples: {ts} timeouts");
 }
+
+/// One loss at a window of about 100 segments (RTT 100 ms, one ACK per segment), then
+/// congestion avoidance: cwnd in segments after the reduction and after each round trip.
+fn after_loss(increase: IncreasePolicy, rounds: usize) -> Vec<f64> {
+    let c = TcpConfig {
+        initial_window: InitialWindow::Segments(100),
+        initial_ssthresh_bytes: 2000,
+        increase,
+        clock_granularity_ns: 0,
+        recv_buffer_bytes: 16 << 20,
+        ..cfg(Variant::Reno)
+    };
+    let mut a = established(c, 100 * MS, u64::MAX / 8);
+    let mut t = 100 * MS;
+    ack_window(&mut a, t, 100 * MS, 1);
+    t += 100 * MS;
+    // The next window loses its first segment: three duplicate ACKs, the retransmission,
+    // then everything is acknowledged (Reno leaves recovery with cwnd = ssthresh).
+    let sent = drain(&mut a, t);
+    let first = sent[0].seq;
+    let n = sent.iter().filter(|s| s.len > 0).count() as u64;
+    for k in 1..=3 {
+        a.on_segment(
+            t + 100 * MS,
+            &ack_of(first, vec![(first + 1000, first + (k + 1) * 1000)]),
+        );
+    }
+    drain(&mut a, t + 100 * MS);
+    a.on_segment(t + 200 * MS, &ack_of(first + n * 1000, vec![]));
+    t += 200 * MS;
+    let mut v = vec![a.cwnd() as f64 / 1000.0];
+    for _ in 0..rounds {
+        ack_window(&mut a, t, 100 * MS, 1);
+        t += 100 * MS;
+        v.push(a.cwnd() as f64 / 1000.0);
+    }
+    v
+}
+
+#[test]
+fn cubic_grows_concave_to_the_last_maximum_then_convex() {
+    let w = after_loss(IncreasePolicy::Cubic, 70);
+    // β = 0.7 of the ~101-segment window; K = ∛(30/0.4) ≈ 4.2 s ≈ 42 round trips.
+    assert!((69.0..=72.0).contains(&w[0]), "after the loss: {}", w[0]);
+    assert!((96.0..=105.0).contains(&w[42]), "at K: {} ({w:?})", w[42]);
+    let grew = |a: usize, b: usize| w[b] - w[a];
+    // Concave: fast just after the reduction, a plateau near W_max ...
+    assert!(grew(0, 10) > 3.0 * grew(32, 42), "{w:?}");
+    // ... then convex probing beyond it.
+    assert!(grew(52, 62) > 2.0 * grew(42, 52), "{w:?}");
+    // W(7 s) = 0.4·(7 − 4.2)³ + 100 ≈ 109 segments.
+    assert!(w[70] > 105.0, "{w:?}");
+    // The seeds' standard increase halves and adds about one segment per round trip.
+    let r = after_loss(IncreasePolicy::Standard, 42);
+    assert!((49.0..=52.0).contains(&r[0]), "{}", r[0]);
+    assert!((88.0..=95.0).contains(&r[42]), "{}", r[42]);
+}
