@@ -7,6 +7,7 @@ use crate::plot::{Chart, Series, XAxis};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use netsim::reproduce::{metric, ReproResult, Reproduction};
+use netsim::scenario::Replication;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -129,6 +130,7 @@ fn write_outputs(
                 o.insert("series".into(), c.series.clone().into());
                 o.insert("point".into(), c.point.clone().into());
                 o.insert("x".into(), c.x.into());
+                o.insert("runs".into(), c.runs.into());
                 let mut seed = serde_json::Map::new();
                 for m in METRICS {
                     if let Some((val, _)) = seed_value(r, &c.series, &c.point, m) {
@@ -146,7 +148,7 @@ fn write_outputs(
         "name": r.name, "title": r.title, "source": r.source, "runs": res.runs, "quick": quick,
         "wall_time_s": wall_s, "events": res.events, "conclusion": r.conclusion,
         "conclusion_holds": res.conclusion_holds, "claims": res.claims, "flows": flows,
-        "confidence": res.confidence, "note": r.note,
+        "confidence": res.confidence, "note": r.note, "replication": res.replication,
     });
     let p = dir.join(format!("{}.json", r.name));
     std::fs::write(&p, serde_json::to_string_pretty(&json)?)
@@ -226,11 +228,23 @@ fn write_outputs(
     // Report section.
     let mut sec = String::new();
     let _ = writeln!(sec, "## {} — {}\n", r.name, r.title);
+    let replications = match res.replication {
+        Replication::Fixed { runs } => format!("{runs} replications"),
+        Replication::Until {
+            percent, max_runs, ..
+        } => {
+            let least = res.cases.iter().map(|c| c.runs).min().unwrap_or(0);
+            format!(
+                "replicated until every flow's standard error was ≤ {percent} % of its mean \
+                 (cap {max_runs}): {least}–{} replications per case",
+                res.runs
+            )
+        }
+    };
     let _ = writeln!(
         sec,
-        "Source: {}. {} replications{}; wall time {wall_s:.1} s.\n",
+        "Source: {}. {replications}{}; wall time {wall_s:.1} s.\n",
         r.source,
-        res.runs,
         if quick { " (--quick)" } else { "" }
     );
     let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
