@@ -614,7 +614,21 @@ impl Scenario {
             c.pacing_granularity_us = u32::try_from(ns / 1000)
                 .map_err(|_| field(f("pacing_granularity"), "too large"))?;
         }
-        cfg.validate().map_err(|e| field(f(e.field), e.reason))?;
+        cfg.validate().map_err(|e| {
+            // Name the scenario's key, not the engine's field.
+            let key = match e.field {
+                "recv_buffer_bytes" => "recv_buffer",
+                "send_buffer_bytes" => "send_buffer",
+                "congestion.rate_bps" => "rate",
+                "min_rate_bps" => "min_rate",
+                "max_rate_bps" => "max_rate",
+                "reverse_rate_bps" => "reverse_rate",
+                "pacing_granularity_us" => "pacing_granularity",
+                "max_datagram_bytes" => "max_datagram",
+                other => other,
+            };
+            field(f(key), e.reason)
+        })?;
         Ok(cfg)
     }
 

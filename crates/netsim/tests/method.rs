@@ -333,3 +333,14 @@ fn tcp_options_count_and_queue_convention_in_scenarios() {
         linkmodel::QueueLimit::Packets(41)
     );
 }
+
+#[test]
+fn stp_errors_name_the_scenario_key() {
+    let text = SIMPLEX.replace("protocol = \"tcp\"", "protocol = \"stp\"")
+        + "[flow.stp]\nrecv_buffer = \"1KB\"\n";
+    let e = Scenario::from_toml(&text).unwrap_err().to_string();
+    assert!(
+        e.contains("flow bulk.stp.recv_buffer") && !e.contains("recv_buffer_bytes"),
+        "{e}"
+    );
+}
