@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/reproduce");
+    // Read at run time: `env!` would bake in the directory the build script was compiled in,
+    // so a target directory copied from another checkout would embed that checkout's files.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("../../scenarios/reproduce");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut entries: Vec<String> = Vec::new();
     if let Ok(rd) = std::fs::read_dir(&dir) {

@@ -4,9 +4,9 @@
 //!
 //! Data content is not modelled on the TCP side (byte counts), so the STP side carries zeros.
 
-use crate::packet::{Addr, Direction, FlowId, Packet, Payload, IP_HEADER, UDP_HEADER};
+use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time};
-use crate::stp_agent::{addr_of, socket_of};
+use crate::stp_agent::{addr_of, socket_of, Framing};
 use crate::tcp::{TcpConfig, TcpConnection};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -44,6 +44,8 @@ pub struct GatewaySpec {
     pub relay_buffer: u64,
     /// Seed of the hop's random stream.
     pub seed: u64,
+    /// Wire framing of an STP hop's datagrams.
+    pub framing: Framing,
 }
 
 /// A split-connection gateway for one flow.
@@ -58,6 +60,7 @@ pub struct SplitGateway {
     hop_kind: Hop,
     relay_buffer: u64,
     seed: u64,
+    framing: Framing,
     incoming: Option<(Addr, TcpConnection)>,
     hop: Option<HopConn>,
     hop_closed: bool,
@@ -82,6 +85,7 @@ impl SplitGateway {
             hop_kind: spec.hop,
             relay_buffer: spec.relay_buffer.max(1),
             seed: spec.seed,
+            framing: spec.framing,
             incoming: None,
             hop: None,
             hop_closed: false,
@@ -188,6 +192,7 @@ impl SplitGateway {
         }
         match self.hop.as_mut() {
             Some(HopConn::Tcp(t)) => {
+                let mut retx = t.retransmissions();
                 while let Some(seg) = t.poll_segment(now) {
                     let size = seg.wire_size();
                     ctx.send(
@@ -198,6 +203,10 @@ impl SplitGateway {
                         size,
                         Payload::Tcp(seg),
                     );
+                    if t.retransmissions() > retx {
+                        retx = t.retransmissions();
+                        ctx.mark_retransmission();
+                    }
                 }
                 next = min_opt(next, t.poll_timeout());
                 ctx.metrics
@@ -205,8 +214,13 @@ impl SplitGateway {
             }
             Some(HopConn::Stp { ep, conn }) => {
                 let t = Instant::from_nanos(now);
+                let retx = |ep: &mut Endpoint| {
+                    ep.connection(*conn)
+                        .map_or(0, |c| c.stats().retransmitted_packets)
+                };
+                let mut before = retx(ep);
                 while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
-                    let size = tx.size as u32 + IP_HEADER + UDP_HEADER;
+                    let size = tx.size as u32 + self.framing.overhead();
                     ctx.send(
                         self.out_port,
                         addr_of(tx.destination),
@@ -215,6 +229,11 @@ impl SplitGateway {
                         size,
                         Payload::Stp(self.buf[..tx.size].to_vec()),
                     );
+                    let after = retx(ep);
+                    if after > before {
+                        before = after;
+                        ctx.mark_retransmission();
+                    }
                 }
                 while ep.poll_event().is_some() {}
                 if let Some(c) = ep.connection(*conn) {
@@ -299,7 +318,14 @@ impl Agent for SplitGateway {
 
     fn finish(&mut self, ctx: &mut Ctx<'_>) {
         let retx = match &self.hop {
-            Some(HopConn::Tcp(t)) => t.stats().retransmitted_segments,
+            Some(HopConn::Tcp(t)) => {
+                let st = t.stats();
+                for _ in 0..st.timeouts {
+                    ctx.metrics.timeout(self.flow);
+                }
+                ctx.metrics.fast_recoveries(self.flow, st.fast_retransmits);
+                st.retransmitted_segments
+            }
             Some(HopConn::Stp { .. }) => self.stp_retransmissions,
             None => 0,
         };

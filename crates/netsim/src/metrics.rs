@@ -17,6 +17,8 @@ pub struct FlowMetrics {
     pub completed_ns: Option<Time>,
     pub retransmitted_packets: u64,
     pub timeouts: u64,
+    /// Entries into fast recovery (TCP).
+    pub fast_recoveries: u64,
     /// (time, congestion window in bytes) samples, when `trace` is on.
     pub cwnd_series: Vec<(Time, u64)>,
     /// (time, highest sequence number sent) samples, when `trace` is on.
@@ -40,6 +42,8 @@ pub struct LinkMetrics {
     pub by_flow: BTreeMap<(FlowId, bool), Volume>,
     /// Everything transmitted.
     pub transmitted: Volume,
+    /// Transmitted packets that were not retransmissions (original bits).
+    pub original: Volume,
     pub dropped_queue: u64,
     pub dropped_error: u64,
     pub dropped_outage: u64,
@@ -95,6 +99,10 @@ impl Metrics {
         v.bytes += u64::from(pkt.size);
         m.transmitted.packets += 1;
         m.transmitted.bytes += u64::from(pkt.size);
+        if !pkt.retransmission {
+            m.original.packets += 1;
+            m.original.bytes += u64::from(pkt.size);
+        }
     }
 
     /// The receiving application got `bytes` more of `flow`.
@@ -120,6 +128,11 @@ impl Metrics {
         self.flow(flow).timeouts += 1;
     }
 
+    /// The flow's sender entered fast recovery `n` more times.
+    pub fn fast_recoveries(&mut self, flow: FlowId, n: u64) {
+        self.flow(flow).fast_recoveries += n;
+    }
+
     /// Turns on cwnd/sequence series for `flow`.
     pub fn enable_trace(&mut self, flow: FlowId) {
         self.flow(flow).trace = true;
@@ -143,6 +156,64 @@ impl Metrics {
 /// Mean and half-width of the 95 % confidence interval of a sample (Student t; zero width for
 /// fewer than two values).
 pub fn mean_ci95(values: &[f64]) -> (f64, f64) {
+    mean_ci(values, Confidence::P95)
+}
+
+/// A two-sided confidence level for intervals of the mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum Confidence {
+    /// 95 % (the default; the seeds' ch. 5 and testbed figures).
+    #[default]
+    #[serde(rename = "0.95")]
+    P95,
+    /// 99 % (the seeds' ch. 4 simulation studies).
+    #[serde(rename = "0.99")]
+    P99,
+}
+
+impl Confidence {
+    /// The level from a fraction (0.95, 0.99) or percentage (95, 99).
+    pub fn from_level(level: f64) -> Option<Confidence> {
+        let l = if level > 1.0 { level / 100.0 } else { level };
+        if (l - 0.95).abs() < 1e-9 {
+            Some(Confidence::P95)
+        } else if (l - 0.99).abs() < 1e-9 {
+            Some(Confidence::P99)
+        } else {
+            None
+        }
+    }
+
+    /// The level as a fraction.
+    pub fn level(self) -> f64 {
+        match self {
+            Confidence::P95 => 0.95,
+            Confidence::P99 => 0.99,
+        }
+    }
+
+    /// Two-sided quantile of Student's t distribution with `df` degrees of freedom.
+    pub fn t(self, df: usize) -> f64 {
+        match self {
+            Confidence::P95 => t_975(df),
+            Confidence::P99 => t_995(df),
+        }
+    }
+}
+
+/// Sample standard deviation (n − 1 in the denominator; 0 for fewer than two values).
+pub fn sample_sd(values: &[f64]) -> f64 {
+    let n = values.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+}
+
+/// Mean and half-width of the confidence interval at `level` (Student t; zero width for fewer
+/// than two values).
+pub fn mean_ci(values: &[f64], level: Confidence) -> (f64, f64) {
     let n = values.len();
     if n == 0 {
         return (f64::NAN, f64::NAN);
@@ -151,8 +222,7 @@ pub fn mean_ci95(values: &[f64]) -> (f64, f64) {
     if n < 2 {
         return (mean, 0.0);
     }
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    (mean, t_975(n - 1) * (var / n as f64).sqrt())
+    (mean, level.t(n - 1) * sample_sd(values) / (n as f64).sqrt())
 }
 
 /// Two-sided 95 % quantile of Student's t distribution with `df` degrees of freedom.
@@ -168,6 +238,22 @@ fn t_975(df: usize) -> f64 {
         31..=60 => 2.042 - (df - 30) as f64 * (2.042 - 2.000) / 30.0,
         61..=120 => 2.000 - (df - 60) as f64 * (2.000 - 1.980) / 60.0,
         _ => 1.960,
+    }
+}
+
+/// Two-sided 99 % quantile of Student's t distribution with `df` degrees of freedom.
+fn t_995(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012,
+        2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779,
+        2.771, 2.763, 2.756, 2.750,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        31..=60 => 2.750 - (df - 30) as f64 * (2.750 - 2.660) / 30.0,
+        61..=120 => 2.660 - (df - 60) as f64 * (2.660 - 2.617) / 60.0,
+        _ => 2.576,
     }
 }
 
@@ -193,6 +279,23 @@ mod tests {
         // s = 2, n = 3: 4.303 * 2 / sqrt(3)
         assert!((h - 4.303 * 2.0 / 3f64.sqrt()).abs() < 1e-9);
         assert_eq!(mean_ci95(&[5.0]), (5.0, 0.0));
+    }
+
+    #[test]
+    fn ninety_nine_percent_intervals_are_wider() {
+        let v = [10.0, 12.0, 14.0];
+        let (_, h99) = mean_ci(&v, Confidence::P99);
+        // s = 2, n = 3, t(0.995, 2) = 9.925
+        assert!((h99 - 9.925 * 2.0 / 3f64.sqrt()).abs() < 1e-9);
+        let many: Vec<f64> = (0..200).map(|i| f64::from(i % 7)).collect();
+        let (_, a) = mean_ci(&many, Confidence::P95);
+        let (_, b) = mean_ci(&many, Confidence::P99);
+        // Large samples: the ratio tends to 2.576 / 1.960.
+        assert!((b / a - 2.576 / 1.960).abs() < 1e-3, "{}", b / a);
+        assert_eq!(Confidence::from_level(99.0), Some(Confidence::P99));
+        assert_eq!(Confidence::from_level(0.95), Some(Confidence::P95));
+        assert_eq!(Confidence::from_level(0.9), None);
+        assert!((sample_sd(&v) - 2.0).abs() < 1e-12);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct Packet {
     /// Bytes on the wire, network and transport headers included.
     pub size: u32,
     pub payload: Payload,
+    /// The packet repeats data its sender sent before (a retransmission): its bits count in a
+    /// link's utilization but not in its utilization in original bits.
+    pub retransmission: bool,
 }
 
 /// IPv4 header bytes.

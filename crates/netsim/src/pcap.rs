@@ -436,6 +436,7 @@ mod tests {
             direction: Direction::Forward,
             size,
             payload,
+            retransmission: false,
         }
     }
 

@@ -3,7 +3,11 @@
 //! flow to measure, the seeds' figures, and the seeds' conclusion as checkable claims.
 //! `docs/scenarios.md` documents the format.
 
-use crate::scenario::{run, FlowSummary, Scenario, ScenarioError, Stat};
+use crate::metrics::Confidence;
+use crate::scenario::{
+    run_replicated, FlowSummary, Replication, RunsSpec, Scenario, ScenarioError, Stat,
+    DEFAULT_MAX_RUNS,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -31,8 +35,10 @@ pub struct Reproduction {
     /// Optional second plot of another metric (e.g. reverse_bps).
     pub plot2_metric: Option<String>,
     pub y2_label: Option<String>,
-    /// Replications of the full run and of `--quick`.
-    pub runs: u32,
+    /// Replications of the full run (a count, or a rule such as "until-5%", capped by
+    /// `max_runs`) and of `--quick`.
+    pub runs: RunsSpec,
+    pub max_runs: Option<u32>,
     pub quick_runs: u32,
     /// Variables for every case; `quick_vars` override them with `--quick`.
     #[serde(default)]
@@ -49,6 +55,11 @@ pub struct Reproduction {
     pub claims: Vec<Claim>,
     /// The seeds' qualitative conclusion, in one line.
     pub conclusion: String,
+    /// Why our set-up or figures differ from the seeds' (modelling causes found), for the
+    /// report.
+    pub note: Option<String>,
+    /// Confidence level of the reported intervals: 0.95 (default) or 0.99.
+    pub confidence: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -116,6 +127,8 @@ pub struct CaseResult {
     pub series: String,
     pub point: String,
     pub x: f64,
+    /// Replications of this case.
+    pub runs: u32,
     pub flow: FlowSummary,
 }
 
@@ -133,7 +146,12 @@ pub struct ClaimResult {
 pub struct ReproResult {
     pub name: String,
     pub title: String,
+    /// Most replications of a case.
     pub runs: u32,
+    /// How the replications were decided.
+    pub replication: Replication,
+    /// Confidence level of every `ci`.
+    pub confidence: f64,
     pub cases: Vec<CaseResult>,
     pub claims: Vec<ClaimResult>,
     pub conclusion_holds: bool,
@@ -212,6 +230,33 @@ impl Reproduction {
             .map_err(|e| bad(format!("case {} @ {}: {e}", series.name, point.label)))
     }
 
+    /// How many replications a case gets: `quick_runs` with `--quick`, else `runs` (a count or a
+    /// rule).
+    pub(crate) fn rule(&self, quick: bool) -> Result<Replication, ScenarioError> {
+        Ok(if quick {
+            Replication::Fixed {
+                runs: self.quick_runs.max(1),
+            }
+        } else {
+            match &self.runs {
+                RunsSpec::Count(n) => Replication::Fixed { runs: (*n).max(1) },
+                RunsSpec::Rule(r) => {
+                    Replication::parse_rule(r, self.max_runs.unwrap_or(DEFAULT_MAX_RUNS))
+                        .map_err(|e| bad(format!("runs: {e}")))?
+                }
+            }
+        })
+    }
+
+    /// The confidence level of the reproduction's intervals (95 % unless it says 99 %).
+    pub(crate) fn level(&self) -> Result<Confidence, ScenarioError> {
+        match self.confidence {
+            None => Ok(Confidence::P95),
+            Some(c) => Confidence::from_level(c)
+                .ok_or_else(|| bad(format!("confidence {c} is not 0.95 or 0.99"))),
+        }
+    }
+
     /// Runs every case and checks the claims.
     pub fn run(
         &self,
@@ -220,14 +265,18 @@ impl Reproduction {
         threads: usize,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<ReproResult, ScenarioError> {
-        let runs = if quick { self.quick_runs } else { self.runs };
+        let rule = self.rule(quick)?;
+        let level = self.level()?;
+        let mut runs = 0;
         let mut cases = Vec::new();
         let mut events = 0;
         for s in &self.series {
             for p in &self.points {
                 let sc = self.scenario(template, s, p, quick)?;
                 progress(&format!("{} @ {}", s.name, p.label));
-                let summary = run(&sc, runs, sc.seed, threads, &|_, _| {})?;
+                let summary = run_replicated(&sc, rule, level, sc.seed, threads, &|_, _| {}, None)?;
+                runs = runs.max(summary.runs);
+                let case_runs = summary.runs;
                 events += summary.events;
                 let flow = summary
                     .flows
@@ -238,17 +287,20 @@ impl Reproduction {
                     series: s.name.clone(),
                     point: p.label.clone(),
                     x: p.x,
+                    runs: case_runs,
                     flow,
                 });
             }
         }
-        self.finish(runs, cases, events)
+        self.finish(runs, rule, level, cases, events)
     }
 
     /// Checks the claims against the cases' results and assembles the reproduction's result.
     pub(crate) fn finish(
         &self,
         runs: u32,
+        rule: Replication,
+        level: Confidence,
         cases: Vec<CaseResult>,
         events: u64,
     ) -> Result<ReproResult, ScenarioError> {
@@ -262,6 +314,8 @@ impl Reproduction {
             name: self.name.clone(),
             title: self.title.clone(),
             runs,
+            replication: rule,
+            confidence: level.level(),
             cases,
             claims,
             conclusion_holds,
@@ -309,6 +363,80 @@ impl Reproduction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TEMPLATE: &str = r#"
+name = "t-{SERIES}"
+duration = "10s"
+[[node]]
+name = "a"
+[[node]]
+name = "b"
+[[link]]
+a = "a"
+b = "b"
+rate = "2Mbps"
+delay = "50ms"
+queue_packets = 40
+loss = {LOSS}
+[[flow]]
+name = "main"
+protocol = "tcp"
+from = "a"
+to = "b"
+"#;
+
+    const REPRO: &str = r#"
+name = "t"
+title = "t"
+source = "s"
+template = "t.template.toml"
+flow = "main"
+x_label = "x"
+x_axis = "linear"
+plot_metric = "goodput_bps"
+y_label = "y"
+runs = "until-5%"
+max_runs = 40
+quick_runs = 2
+confidence = 0.99
+conclusion = "c"
+[[series]]
+name = "tcp"
+[[point]]
+x = 1
+label = "1%"
+vars = { LOSS = "0.01" }
+[[claim]]
+text = "positive"
+lhs = { series = "tcp", point = "1%", metric = "goodput_bps" }
+op = ">"
+rhs = { value = 0.0 }
+"#;
+
+    #[test]
+    fn until_rule_and_99_percent_in_reproductions() {
+        let r = Reproduction::from_toml(REPRO).unwrap();
+        let res = r.run(TEMPLATE, false, 2, &|_| {}).unwrap();
+        assert!(matches!(
+            res.replication,
+            Replication::Until { max_runs: 40, .. }
+        ));
+        assert_eq!(res.confidence, 0.99);
+        let c = &res.cases[0];
+        assert!(c.runs >= 5 && c.runs <= 40, "{}", c.runs);
+        let g = c.flow.goodput_bps;
+        assert!(g.ci > g.ci95);
+        assert!(g.sd / f64::from(c.runs).sqrt() <= 0.05 * g.mean || c.runs == 40);
+        let quick = r.run(TEMPLATE, true, 2, &|_| {}).unwrap();
+        assert_eq!(quick.runs, 2);
+        let bad = REPRO.replace("until-5%", "until-never");
+        let e = Reproduction::from_toml(&bad)
+            .unwrap()
+            .run(TEMPLATE, false, 1, &|_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("until-never"), "{e}");
+    }
 
     #[test]
     fn substitution_reports_missing_variables() {

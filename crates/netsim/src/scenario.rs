@@ -3,10 +3,10 @@
 //! run (replications in parallel, each deterministic per seed) and summarised per flow.
 
 use crate::gateway::{GatewaySpec, Hop, SplitGateway};
-use crate::metrics::{mean_ci95, Metrics};
-use crate::packet::{Addr, Direction, FlowId, LinkId};
+use crate::metrics::{mean_ci, sample_sd, Confidence, Metrics};
+use crate::packet::{Addr, Direction, FlowId, LinkId, NodeId};
 use crate::sim::{Sim, SimError, Time, SEC};
-use crate::stp_agent::{StpAgent, StpRole};
+use crate::stp_agent::{Framing, StpAgent, StpRole};
 use crate::tcp::{IncreasePolicy, InitialWindow as TcpInitialWindow, TcpAgent, TcpConfig, Variant};
 use crate::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
 use crate::web::{WebClient, WebServer};
@@ -24,9 +24,14 @@ pub struct Scenario {
     pub description: String,
     /// Simulated time per run, e.g. "60s".
     pub duration: String,
-    /// Replications (each with its own seed).
-    #[serde(default = "default_runs")]
-    pub runs: u32,
+    /// Replications (each with its own seed): a count, or `"until-5%"` (replicate until every
+    /// flow's throughput has a standard error within 5 % of its mean, up to `max_runs`).
+    #[serde(default)]
+    pub runs: RunsSpec,
+    /// Cap of a `runs = "until-…%"` rule (default 200).
+    pub max_runs: Option<u32>,
+    /// Confidence level of the reported intervals: 0.95 (default) or 0.99.
+    pub confidence: Option<f64>,
     /// Seed of the first replication; replication i uses seed + i.
     #[serde(default = "default_seed")]
     pub seed: u64,
@@ -38,6 +43,18 @@ pub struct Scenario {
     pub flows: Vec<FlowSpec>,
     #[serde(rename = "web", default)]
     pub web: Vec<WebSpec>,
+    /// Static routes that override the shortest paths (e.g. a different return path).
+    #[serde(rename = "route", default)]
+    pub routes: Vec<RouteSpec>,
+}
+
+/// A static route: at node `at`, packets for `to` leave on link `via` ("at->next").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    pub at: String,
+    pub to: String,
+    pub via: String,
 }
 
 /// Web-like background traffic between a server and a client (`web` module).
@@ -54,8 +71,63 @@ pub struct WebSpec {
     pub tcp: Option<TcpSpec>,
 }
 
-fn default_runs() -> u32 {
-    1
+/// `runs` as written: a count or a rule such as `"until-5%"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RunsSpec {
+    Count(u32),
+    Rule(String),
+}
+
+impl Default for RunsSpec {
+    fn default() -> Self {
+        RunsSpec::Count(1)
+    }
+}
+
+/// How many replications to run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "rule", rename_all = "kebab-case")]
+pub enum Replication {
+    /// Exactly `runs` replications.
+    Fixed { runs: u32 },
+    /// Replicate until every flow's throughput (web sources excluded) has a standard error of
+    /// the mean, σ/√n, at most `percent` % of its mean; at least `min_runs`, at most `max_runs`.
+    /// The seeds (thesis §4.1.2) state the rule as the sample standard deviation within 5 % of
+    /// the mean, "generally around fifty runs": a sample standard deviation does not shrink
+    /// with more runs, so only its standard-error reading is a stopping rule.
+    Until {
+        percent: f64,
+        min_runs: u32,
+        max_runs: u32,
+    },
+}
+
+/// Fewest replications of an `until` rule (a standard deviation needs a few samples).
+pub const MIN_ADAPTIVE_RUNS: u32 = 5;
+/// Default cap of an `until` rule.
+pub const DEFAULT_MAX_RUNS: u32 = 200;
+
+impl Replication {
+    /// Parses `"until-5%"` (any positive percentage) with the cap `max_runs`.
+    pub fn parse_rule(rule: &str, max_runs: u32) -> Result<Replication, String> {
+        let pct = rule
+            .strip_prefix("until-")
+            .and_then(|r| r.strip_suffix('%'))
+            .and_then(|p| p.trim().parse::<f64>().ok())
+            .filter(|p| p.is_finite() && *p > 0.0 && *p < 100.0)
+            .ok_or_else(|| {
+                format!("'{rule}' is not a replication count or a rule like \"until-5%\"")
+            })?;
+        if max_runs < MIN_ADAPTIVE_RUNS {
+            return Err(format!("max_runs must be at least {MIN_ADAPTIVE_RUNS}"));
+        }
+        Ok(Replication::Until {
+            percent: pct,
+            min_runs: MIN_ADAPTIVE_RUNS,
+            max_runs,
+        })
+    }
 }
 fn default_seed() -> u64 {
     1
@@ -80,8 +152,12 @@ pub struct LinkParams {
     pub delay_trace: Option<Vec<[String; 2]>>,
     /// Period after which `delay_trace` repeats, e.g. "15s".
     pub delay_trace_period: Option<String>,
-    /// Drop-tail limit in packets.
+    /// Drop-tail limit in packets. By default the packet being serialized counts as queued
+    /// (a 19-packet queue holds 18 waiting packets while one is sent).
     pub queue_packets: Option<u32>,
+    /// Count only waiting packets against `queue_packets`, as ns-2's DropTail does (the limit
+    /// becomes `queue_packets + 1` in this model's convention).
+    pub queue_waiting_only: Option<bool>,
     /// Drop-tail limit in bytes, e.g. "64KB".
     pub queue_bytes: Option<String>,
     /// Random packet loss probability.
@@ -110,12 +186,15 @@ pub struct RedSpec {
 }
 
 /// A duplex link between `a` and `b`: `a→b` uses the top-level parameters, `b→a` the same
-/// unless overridden in `reverse`.
+/// unless overridden in `reverse`. With `simplex = true` only `a→b` exists.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
     pub a: String,
     pub b: String,
+    /// One-way link `a→b` only (e.g. a broadcast satellite downlink).
+    #[serde(default)]
+    pub simplex: bool,
     #[serde(flatten)]
     pub forward: LinkParams,
     #[serde(default)]
@@ -144,6 +223,9 @@ pub struct StpSpec {
     pub max_rate: Option<String>,
     pub reorder_threshold: Option<u32>,
     pub pacing_granularity: Option<String>,
+    /// "udp" (default: STP/UDP/IP, 28 bytes below STP) or "ip" (STP directly over IP, 20 bytes,
+    /// as in the seeds' simulations and kernel implementation).
+    pub framing: Option<String>,
 }
 
 /// TCP options of a flow (all optional; defaults are the model's).
@@ -154,9 +236,29 @@ pub struct TcpSpec {
     pub variant: Option<String>,
     /// Data bytes per segment.
     pub mss: Option<u32>,
-    /// "1", "2", "4kss" or "10".
-    pub initial_window: Option<String>,
+    /// Segments (`1`, `"2"`, `10` ...) or "4kss".
+    pub initial_window: Option<CountOrText>,
     pub delayed_ack: Option<bool>,
+    /// Longest delay of an ACK, e.g. "200ms".
+    pub delayed_ack_timeout: Option<String>,
+    /// Duplicate ACKs that trigger fast retransmit (default 3).
+    pub dupack_threshold: Option<u32>,
+    /// Send buffer (written, unacknowledged bytes), e.g. "64KB" (default unlimited).
+    pub send_buffer: Option<String>,
+    /// Initial slow-start threshold, e.g. "64KB" (default unlimited).
+    pub initial_ssthresh: Option<String>,
+    /// Retransmission timeout before the first RTT sample, e.g. "3s" (default 1 s).
+    pub initial_rto: Option<String>,
+    /// Upper bound of the retransmission timeout (default 64 s).
+    pub max_rto: Option<String>,
+    /// Modern TCP: an RTT sample from every ACK (timestamps, RFC 7323) instead of one per RTT.
+    pub timestamps: Option<bool>,
+    /// Modern TCP: RFC 3042 limited transmit.
+    pub limited_transmit: Option<bool>,
+    /// SACK loss marking: "appendix-a" (default, the seeds') or "rfc6675".
+    pub loss_marking: Option<String>,
+    /// Fast recovery: "inflation" (default, the seeds' window inflation) or "prr" (RFC 6937).
+    pub recovery: Option<String>,
     /// Acknowledge every k-th full segment.
     pub ack_every: Option<u32>,
     /// Receive buffer (offered window), e.g. "240KB".
@@ -174,11 +276,30 @@ pub struct TcpSpec {
     pub syn_data: Option<bool>,
 }
 
+/// A value written as a number or as text (`initial_window = 1` or `"4kss"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum CountOrText {
+    Count(u32),
+    Text(String),
+}
+
+impl CountOrText {
+    fn text(&self) -> String {
+        match self {
+            CountOrText::Count(n) => n.to_string(),
+            CountOrText::Text(t) => t.clone(),
+        }
+    }
+}
+
 /// A flow between two nodes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowSpec {
     pub name: String,
+    /// This many identical flows, named NAME-1 … NAME-N (default 1: one flow named NAME).
+    pub count: Option<u32>,
     /// "stp".
     pub protocol: String,
     /// Data source node.
@@ -192,6 +313,9 @@ pub struct FlowSpec {
     /// Link whose forward bytes define efficiency and whose reverse direction defines the
     /// reverse-channel use, as "x->y"; default: the slowest link on the path.
     pub bottleneck: Option<String>,
+    /// Link where reverse-channel use is counted, as "x->y"; default: the bottleneck's reverse
+    /// direction, or (when the bottleneck is simplex) the slowest link of the return path.
+    pub reverse_channel: Option<String>,
     /// Record cwnd/sequence time series.
     #[serde(default)]
     pub trace: bool,
@@ -237,9 +361,38 @@ impl Scenario {
     /// Parses and validates a scenario.
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
         let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        s.replication()?;
+        s.confidence()?;
         // Building once checks names, units, routes and options.
         s.build(s.seed)?;
         Ok(s)
+    }
+
+    /// The replication rule of `runs` (and `max_runs`).
+    pub fn replication(&self) -> Result<Replication, ScenarioError> {
+        let max = self.max_runs.unwrap_or(DEFAULT_MAX_RUNS);
+        match &self.runs {
+            RunsSpec::Count(0) => Err(field("runs", "must be at least 1")),
+            RunsSpec::Count(n) => {
+                if self.max_runs.is_some() {
+                    return Err(field(
+                        "max_runs",
+                        "only applies to a rule such as runs = \"until-5%\"",
+                    ));
+                }
+                Ok(Replication::Fixed { runs: *n })
+            }
+            RunsSpec::Rule(r) => Replication::parse_rule(r, max).map_err(|e| field("runs", e)),
+        }
+    }
+
+    /// The confidence level of `confidence` (0.95 unless given).
+    pub fn confidence(&self) -> Result<Confidence, ScenarioError> {
+        match self.confidence {
+            None => Ok(Confidence::P95),
+            Some(c) => Confidence::from_level(c)
+                .ok_or_else(|| field("confidence", format!("{c} is not 0.95 or 0.99"))),
+        }
     }
 
     /// Simulated duration in nanoseconds.
@@ -294,6 +447,12 @@ impl Scenario {
                 period_ns: period,
             };
         }
+        if p.queue_waiting_only == Some(true) && p.queue_packets.is_none() {
+            return Err(field(
+                format!("{name}.queue_waiting_only"),
+                "applies to queue_packets (give queue_packets in the same table)",
+            ));
+        }
         match (p.queue_packets, &p.queue_bytes) {
             (Some(_), Some(_)) => {
                 return Err(field(
@@ -301,7 +460,10 @@ impl Scenario {
                     "give queue_packets or queue_bytes, not both",
                 ))
             }
-            (Some(n), None) => c.queue = QueueLimit::Packets(n),
+            (Some(n), None) => {
+                let extra = u32::from(p.queue_waiting_only == Some(true));
+                c.queue = QueueLimit::Packets(n.saturating_add(extra));
+            }
             (None, Some(b)) => {
                 c.queue = QueueLimit::Bytes(unit(&format!("{name}.queue_bytes"), parse_bytes(b))?)
             }
@@ -369,6 +531,17 @@ impl Scenario {
         c.validate()
             .map_err(|e| field(format!("{name}.{}", e.field), e.reason))?;
         Ok(c)
+    }
+
+    fn stp_framing(&self, flow: &FlowSpec) -> Result<Framing, ScenarioError> {
+        match flow.stp.as_ref().and_then(|s| s.framing.as_deref()) {
+            None | Some("udp") => Ok(Framing::Udp),
+            Some("ip") => Ok(Framing::Ip),
+            Some(other) => Err(field(
+                format!("flow {}.stp.framing", flow.name),
+                format!("'{other}' is not \"udp\" or \"ip\""),
+            )),
+        }
     }
 
     fn stp_config(&self, flow: &FlowSpec) -> Result<EndpointConfig, ScenarioError> {
@@ -441,7 +614,21 @@ impl Scenario {
             c.pacing_granularity_us = u32::try_from(ns / 1000)
                 .map_err(|_| field(f("pacing_granularity"), "too large"))?;
         }
-        cfg.validate().map_err(|e| field(f(e.field), e.reason))?;
+        cfg.validate().map_err(|e| {
+            // Name the scenario's key, not the engine's field.
+            let key = match e.field {
+                "recv_buffer_bytes" => "recv_buffer",
+                "send_buffer_bytes" => "send_buffer",
+                "congestion.rate_bps" => "rate",
+                "min_rate_bps" => "min_rate",
+                "max_rate_bps" => "max_rate",
+                "reverse_rate_bps" => "reverse_rate",
+                "pacing_granularity_us" => "pacing_granularity",
+                "max_datagram_bytes" => "max_datagram",
+                other => other,
+            };
+            field(f(key), e.reason)
+        })?;
         Ok(cfg)
     }
 
@@ -472,15 +659,67 @@ impl Scenario {
             c.mss_bytes = v;
         }
         if let Some(v) = &t.initial_window {
-            c.initial_window = match v.to_ascii_lowercase().as_str() {
+            let v = v.text().to_ascii_lowercase();
+            c.initial_window = match v.as_str() {
                 "1" => TcpInitialWindow::One,
                 "2" => TcpInitialWindow::Two,
                 "4kss" => TcpInitialWindow::FourKss,
                 "10" => TcpInitialWindow::Ten,
+                other => match other.parse::<u32>() {
+                    Ok(n @ 1..=1000) => TcpInitialWindow::Segments(n),
+                    _ => {
+                        return Err(field(
+                            f("initial_window"),
+                            format!("'{other}' is not a segment count (1 to 1000) or \"4kss\""),
+                        ))
+                    }
+                },
+            };
+        }
+        if let Some(v) = &t.delayed_ack_timeout {
+            c.delayed_ack_timeout_ns = unit(&f("delayed_ack_timeout"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = t.dupack_threshold {
+            c.dupack_threshold = v;
+        }
+        if let Some(v) = &t.send_buffer {
+            c.send_buffer_bytes = unit(&f("send_buffer"), parse_bytes(v))?;
+        }
+        if let Some(v) = &t.initial_ssthresh {
+            c.initial_ssthresh_bytes = unit(&f("initial_ssthresh"), parse_bytes(v))?;
+        }
+        if let Some(v) = &t.initial_rto {
+            c.initial_rto_ns = unit(&f("initial_rto"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = &t.max_rto {
+            c.max_rto_ns = unit(&f("max_rto"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = t.timestamps {
+            c.rtt_per_ack = v;
+        }
+        if let Some(v) = t.limited_transmit {
+            c.limited_transmit = v;
+        }
+        if let Some(v) = &t.loss_marking {
+            c.rfc6675_loss_marking = match v.as_str() {
+                "appendix-a" => false,
+                "rfc6675" => true,
                 other => {
                     return Err(field(
-                        f("initial_window"),
-                        format!("'{other}' is not 1, 2, 4kss or 10"),
+                        f("loss_marking"),
+                        format!("'{other}' is not \"appendix-a\" or \"rfc6675\""),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &t.recovery {
+            c.prr = match v.as_str() {
+                "inflation" => false,
+                "prr" => true,
+                other => {
+                    return Err(field(
+                        f("recovery"),
+                        format!("'{other}' is not \"inflation\" or \"prr\""),
                     ))
                 }
             };
@@ -510,6 +749,7 @@ impl Scenario {
             let p = t.increase_param;
             c.increase = match v.to_ascii_lowercase().as_str() {
                 "standard" => IncreasePolicy::Standard,
+                "cubic" => IncreasePolicy::Cubic,
                 "constant-rate" => IncreasePolicy::ConstantRate {
                     c: p.ok_or_else(|| field(f("increase_param"), "required with constant-rate"))?,
                 },
@@ -519,7 +759,7 @@ impl Scenario {
                 other => {
                     return Err(field(
                         f("increase"),
-                        format!("'{other}' is not standard, constant-rate or increase-by-k"),
+                        format!("'{other}' is not standard, cubic, constant-rate or increase-by-k"),
                     ))
                 }
             };
@@ -530,8 +770,40 @@ impl Scenario {
         if let Some(v) = t.syn_data {
             c.data_on_syn = v;
         }
-        c.validate().map_err(|e| field(f(e.field), e.reason))?;
+        c.validate().map_err(|e| {
+            let (key, reason) = tcp_key(e.field, &e.reason);
+            field(f(key), reason)
+        })?;
         Ok(c)
+    }
+
+    /// The flows with every `count` expanded into identical flows NAME-1 … NAME-N.
+    pub fn expanded_flows(&self) -> Result<Vec<FlowSpec>, ScenarioError> {
+        let mut v = Vec::new();
+        for f in &self.flows {
+            match f.count {
+                None => v.push(f.clone()),
+                Some(0) => {
+                    return Err(field(
+                        format!("flow {}.count", f.name),
+                        "must be at least 1",
+                    ))
+                }
+                Some(n) if n > 1000 => {
+                    return Err(field(format!("flow {}.count", f.name), "at most 1000"))
+                }
+                Some(n) => {
+                    for i in 1..=n {
+                        v.push(FlowSpec {
+                            name: format!("{}-{i}", f.name),
+                            count: None,
+                            ..f.clone()
+                        });
+                    }
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Builds the simulation for one replication.
@@ -553,17 +825,58 @@ impl Scenario {
             let b = node(&sim, &l.b, "link.b")?;
             let name = format!("link {}->{}", l.a, l.b);
             let fwd = self.link_config(&name, &l.forward, None)?;
+            if l.simplex && l.reverse.is_some() {
+                return Err(field(
+                    format!("{name}.reverse"),
+                    "a simplex link has no reverse direction",
+                ));
+            }
             let rev = match &l.reverse {
-                Some(r) => self.link_config(&format!("link {}->{}", l.b, l.a), r, Some(&fwd))?,
-                None => fwd.clone(),
+                Some(r) => {
+                    Some(self.link_config(&format!("link {}->{}", l.b, l.a), r, Some(&fwd))?)
+                }
+                None => (!l.simplex).then(|| fwd.clone()),
             };
             sim.add_link(&format!("{}->{}", l.a, l.b), a, b, fwd)?;
-            sim.add_link(&format!("{}->{}", l.b, l.a), b, a, rev)?;
+            if let Some(rev) = rev {
+                sim.add_link(&format!("{}->{}", l.b, l.a), b, a, rev)?;
+            }
         }
         sim.compute_routes();
+        for r in &self.routes {
+            let what = format!("route at {} to {}", r.at, r.to);
+            let at = node(&sim, &r.at, &format!("{what}.at"))?;
+            let to = node(&sim, &r.to, &format!("{what}.to"))?;
+            let via = sim.link_by_name(&r.via).ok_or_else(|| {
+                field(format!("{what}.via"), format!("no link named '{}'", r.via))
+            })?;
+            if !sim.set_route(at, to, via) {
+                return Err(field(
+                    format!("{what}.via"),
+                    format!("link '{}' does not leave node '{}'", r.via, r.at),
+                ));
+            }
+        }
+        if !self.routes.is_empty() {
+            for (i, a) in self.nodes.iter().enumerate() {
+                for (j, b) in self.nodes.iter().enumerate() {
+                    let (x, y) = (NodeId(i as u32), NodeId(j as u32));
+                    if sim.reachable(x, y) && !sim.route_arrives(x, y) {
+                        return Err(field(
+                            "route",
+                            format!(
+                                "the routes from '{}' to '{}' loop or end before arriving",
+                                a.name, b.name
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         let mut flows = Vec::new();
         let mut names = BTreeMap::new();
-        for (i, f) in self.flows.iter().enumerate() {
+        let flow_specs = self.expanded_flows()?;
+        for (i, f) in flow_specs.iter().enumerate() {
             if names.insert(f.name.clone(), ()).is_some() {
                 return Err(field(format!("flow {}", f.name), "defined twice"));
             }
@@ -594,6 +907,17 @@ impl Scenario {
                     )
                 })?,
             };
+            let reverse_channel = match &f.reverse_channel {
+                Some(r) => Some(sim.link_by_name(r).ok_or_else(|| {
+                    field(
+                        format!("flow {}.reverse_channel", f.name),
+                        format!("no link named '{r}'"),
+                    )
+                })?),
+                None => sim
+                    .reverse_link(bottleneck)
+                    .or_else(|| slowest_on_path(&sim, to, from)),
+            };
             if f.trace {
                 sim.metrics.enable_trace(id);
             }
@@ -621,8 +945,14 @@ impl Scenario {
                         seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
                     )
                     .map_err(|e| field(format!("flow {}.stp", f.name), e.to_string()))?;
-                    sim.add_agent(from, src_port, start, Box::new(sender))?;
-                    sim.add_agent(to, dst_port, start, Box::new(sink))?;
+                    let framing = self.stp_framing(f)?;
+                    sim.add_agent(
+                        from,
+                        src_port,
+                        start,
+                        Box::new(sender.with_framing(framing)),
+                    )?;
+                    sim.add_agent(to, dst_port, start, Box::new(sink.with_framing(framing)))?;
                 }
                 "tcp" => {
                     let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
@@ -673,6 +1003,7 @@ impl Scenario {
                                 seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
                             )
                             .map_err(|e| field(name("stp"), e.to_string()))?;
+                            let sink = sink.with_framing(self.stp_framing(f)?);
                             sim.add_agent(to, dst_port, start, Box::new(sink))?;
                             Hop::Stp(cfg)
                         }
@@ -701,6 +1032,7 @@ impl Scenario {
                         hop,
                         relay_buffer: relay,
                         seed: gw_seed,
+                        framing: self.stp_framing(f)?,
                     });
                     sim.add_agent(at, gw_in, start, Box::new(gw))?;
                     let sender = TcpAgent::bulk_sender(
@@ -730,6 +1062,7 @@ impl Scenario {
                 start,
                 bytes,
                 bottleneck,
+                reverse_channel,
             });
         }
         for (j, w) in self.web.iter().enumerate() {
@@ -752,12 +1085,14 @@ impl Scenario {
             };
             let spec = FlowSpec {
                 name: w.name.clone(),
+                count: None,
                 protocol: "web".into(),
                 from: w.server.clone(),
                 to: w.client.clone(),
                 bytes: None,
                 start: None,
                 bottleneck: None,
+                reverse_channel: None,
                 trace: false,
                 stp: None,
                 tcp: w.tcp.clone(),
@@ -802,10 +1137,47 @@ impl Scenario {
                 start,
                 bytes: None,
                 bottleneck,
+                reverse_channel: sim.reverse_link(bottleneck),
             });
         }
         Ok(Built { sim, flows })
     }
+}
+
+/// The scenario key (and reason text) of a `TcpConfig` field named in a validation error.
+fn tcp_key(internal: &str, reason: &str) -> (&'static str, String) {
+    const KEYS: [(&str, &str); 11] = [
+        ("recv_buffer_bytes", "rcv_window"),
+        ("mss_bytes", "mss"),
+        ("initial_ssthresh_bytes", "initial_ssthresh"),
+        ("send_buffer_bytes", "send_buffer"),
+        ("delayed_ack_timeout_ns", "delayed_ack_timeout"),
+        ("initial_rto_ns", "initial_rto"),
+        ("min_rto_ns", "min_rto"),
+        ("max_rto_ns", "max_rto"),
+        ("clock_granularity_ns", "rto_granularity"),
+        ("ack_every_segments", "ack_every"),
+        ("dupack_threshold", "dupack_threshold"),
+    ];
+    let mut text = reason.to_string();
+    for (from, to) in KEYS {
+        text = text.replace(from, to);
+    }
+    let key = KEYS
+        .iter()
+        .find(|(from, _)| *from == internal)
+        .map_or("tcp", |(_, to)| to);
+    let key = if key == "tcp" {
+        match internal {
+            "increase" => "increase",
+            "byte_counting_limit_segments" => "byte_counting",
+            "max_sack_blocks" => "sack",
+            _ => "tcp",
+        }
+    } else {
+        key
+    };
+    (key, text)
 }
 
 /// The slowest link on the path from `from` to `to` (the first such, on ties).
@@ -845,6 +1217,8 @@ pub struct BuiltFlow {
     pub start: Time,
     pub bytes: Option<u64>,
     pub bottleneck: LinkId,
+    /// Where reverse-channel use is counted.
+    pub reverse_channel: Option<LinkId>,
 }
 
 /// One flow's figures in one run.
@@ -855,6 +1229,8 @@ pub struct FlowRun {
     pub reverse_bps: f64,
     pub completion_s: Option<f64>,
     pub retransmissions: f64,
+    pub timeouts: f64,
+    pub fast_recoveries: f64,
 }
 
 /// Computes one flow's figures from a finished run.
@@ -867,8 +1243,9 @@ pub fn flow_figures(sim: &Sim, metrics: &Metrics, f: &BuiltFlow, end: Time) -> F
     let fwd = links
         .get(&f.bottleneck)
         .map_or(0, |l| l.flow_bytes(f.id, Direction::Forward));
-    let reverse_link = sim.reverse_link(f.bottleneck);
-    let rev = reverse_link
+    let _ = sim;
+    let rev = f
+        .reverse_channel
         .and_then(|r| links.get(&r))
         .map_or(0, |l| l.flow_bytes(f.id, Direction::Reverse));
     FlowRun {
@@ -883,20 +1260,33 @@ pub fn flow_figures(sim: &Sim, metrics: &Metrics, f: &BuiltFlow, end: Time) -> F
             .completed_ns
             .map(|c| (c.saturating_sub(f.start)) as f64 / 1e9),
         retransmissions: m.retransmitted_packets as f64,
+        timeouts: m.timeouts as f64,
+        fast_recoveries: m.fast_recoveries as f64,
     }
 }
 
-/// Mean and 95 % confidence half-width.
+/// Mean, sample standard deviation and confidence half-widths over the replications.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Stat {
     pub mean: f64,
+    /// Half-width of the 95 % confidence interval.
     pub ci95: f64,
+    /// Half-width of the interval at the summary's `confidence` level.
+    pub ci: f64,
+    /// Sample standard deviation of one replication's value.
+    pub sd: f64,
 }
 
 impl Stat {
-    fn of(values: &[f64]) -> Stat {
-        let (mean, ci95) = mean_ci95(values);
-        Stat { mean, ci95 }
+    fn of(values: &[f64], level: Confidence) -> Stat {
+        let (mean, ci95) = mean_ci(values, Confidence::P95);
+        let (_, ci) = mean_ci(values, level);
+        Stat {
+            mean,
+            ci95,
+            ci,
+            sd: sample_sd(values),
+        }
     }
 }
 
@@ -911,6 +1301,21 @@ pub struct FlowSummary {
     /// Present when every replication completed the transfer.
     pub completion_s: Option<Stat>,
     pub retransmissions: Stat,
+    /// Retransmission timeouts (TCP senders; STP has none).
+    pub timeouts: Stat,
+    /// Entries into fast recovery (TCP senders).
+    pub fast_recoveries: Stat,
+}
+
+/// How the replications were decided.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicationReport {
+    #[serde(flatten)]
+    pub rule: Replication,
+    /// For an `until` rule: whether every flow met it (false: the cap was reached first).
+    pub converged: Option<bool>,
+    /// Largest standard error of a flow's mean throughput, as a fraction of the mean.
+    pub worst_relative_se: f64,
 }
 
 /// A scenario's results.
@@ -920,6 +1325,9 @@ pub struct Summary {
     pub runs: u32,
     pub seed: u64,
     pub duration_s: f64,
+    /// Confidence level of every `ci` (0.95 or 0.99); `ci95` is always at 95 %.
+    pub confidence: f64,
+    pub replication: ReplicationReport,
     pub flows: Vec<FlowSummary>,
     /// Jain's fairness index of the flows' goodputs (web sources excluded), when there are at
     /// least two flows.
@@ -935,8 +1343,13 @@ pub struct Summary {
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkSummary {
     pub name: String,
-    /// Transmitted bits ÷ (rate × duration).
+    /// Link utilization: every transmitted bit (retransmissions, headers and feedback included)
+    /// ÷ (rate × duration).
     pub utilization: Stat,
+    /// Utilization in original bits: as `utilization` without retransmitted packets.
+    pub original_utilization: Stat,
+    /// Packets transmitted (crossed the link, or lost to bit errors on it).
+    pub packets: Stat,
     pub drops_queue: Stat,
     pub drops_error: Stat,
     pub drops_outage: Stat,
@@ -947,6 +1360,8 @@ pub struct LinkSummary {
 pub(crate) struct LinkRun {
     pub(crate) name: String,
     pub(crate) utilization: f64,
+    pub(crate) original_utilization: f64,
+    pub(crate) packets: f64,
     pub(crate) drops_queue: f64,
     pub(crate) drops_error: f64,
     pub(crate) drops_outage: f64,
@@ -992,11 +1407,9 @@ pub fn run_with_pcap(
     progress: &(dyn Fn(u32, u32) + Sync),
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Summary, ScenarioError> {
-    let end = scenario.duration_ns()?;
-    let runs = runs.max(1);
-    let indices: Vec<u32> = (0..runs).collect();
-    let results = run_replications(scenario, &indices, seed, threads, progress, pcap_dir)?;
-    Ok(summarise(scenario, runs, seed, end, results))
+    let rule = Replication::Fixed { runs: runs.max(1) };
+    let level = scenario.confidence()?;
+    run_replicated(scenario, rule, level, seed, threads, progress, pcap_dir)
 }
 
 /// Runs the replications numbered `indices` (replication i has seed `seed + i`; replication 0
@@ -1051,14 +1464,189 @@ pub(crate) fn run_replications(
     results.into_iter().collect()
 }
 
-/// Summarises the results of replications 0..runs, in that order.
-pub(crate) fn summarise(
+/// Summarises replications 0..runs of a fixed count, in that order, with the scenario's
+/// confidence level (what a sharded run's merge needs).
+pub(crate) fn summarise_fixed(
     scenario: &Scenario,
     runs: u32,
+    level: Confidence,
     seed: u64,
     end: Time,
     results: Vec<RunResult>,
 ) -> Summary {
+    summarise(
+        scenario,
+        Replication::Fixed { runs },
+        None,
+        level,
+        seed,
+        end,
+        results,
+    )
+}
+
+/// Replications `first..first + count` (seeds `seed + i`), in parallel over `threads`.
+fn run_batch(
+    scenario: &Scenario,
+    range: std::ops::Range<u32>,
+    seed: u64,
+    end: Time,
+    threads: usize,
+    progress: &(dyn Fn(u32) + Sync),
+    pcap_dir: Option<&std::path::Path>,
+) -> Vec<RunOutcome> {
+    let (first, count) = (range.start, range.end.saturating_sub(range.start));
+    let next = std::sync::atomic::AtomicU32::new(0);
+    let slots: Vec<std::sync::Mutex<Option<RunOutcome>>> =
+        (0..count).map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, count.max(1) as usize) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= count {
+                    break;
+                }
+                let k = first + i;
+                let pcap = if k == 0 { pcap_dir } else { None };
+                let r = run_one(scenario, seed.wrapping_add(u64::from(k)), end, pcap);
+                if let Ok(mut slot) = slots[i as usize].lock() {
+                    *slot = Some(r);
+                }
+                progress(k);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| Err(field("run", "a replication did not finish")))
+        })
+        .collect()
+}
+
+/// Largest σ/√n ÷ mean of the flows' throughputs (web sources excluded) over `results`.
+fn worst_relative_se(results: &[RunResult]) -> f64 {
+    let Some(first) = results.first() else {
+        return f64::INFINITY;
+    };
+    let mut worst: f64 = 0.0;
+    for (i, meta) in first.flows.iter().enumerate() {
+        if meta.protocol == "web" {
+            continue;
+        }
+        let v: Vec<f64> = results
+            .iter()
+            .filter_map(|r| r.figs.get(i).map(|f| f.goodput_bps))
+            .collect();
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let se = sample_sd(&v) / (v.len().max(1) as f64).sqrt();
+        let rel = if se == 0.0 {
+            0.0
+        } else if mean > 0.0 {
+            se / mean
+        } else {
+            f64::INFINITY
+        };
+        worst = worst.max(rel);
+    }
+    if results.len() < 2 {
+        f64::INFINITY
+    } else {
+        worst
+    }
+}
+
+/// Runs replications as `rule` says (replication i with seed `seed + i`) and summarises them
+/// with intervals at `level`. An `until` rule runs batches and keeps the fewest replications
+/// (at least `min_runs`) whose every flow meets it, so the result does not depend on `threads`.
+/// `progress` gets (replications done, most that may run).
+pub fn run_replicated(
+    scenario: &Scenario,
+    rule: Replication,
+    level: Confidence,
+    seed: u64,
+    threads: usize,
+    progress: &(dyn Fn(u32, u32) + Sync),
+    pcap_dir: Option<&std::path::Path>,
+) -> Result<Summary, ScenarioError> {
+    let end = scenario.duration_ns()?;
+    let done = std::sync::atomic::AtomicU32::new(0);
+    let (total, mut converged) = match rule {
+        Replication::Fixed { runs } => (runs.max(1), None),
+        Replication::Until { max_runs, .. } => (max_runs.max(1), Some(false)),
+    };
+    let tick = |_k: u32| {
+        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        progress(d, total);
+    };
+    let mut results: Vec<RunResult> = Vec::new();
+    match rule {
+        Replication::Fixed { runs } => {
+            for r in run_batch(
+                scenario,
+                0..runs.max(1),
+                seed,
+                end,
+                threads,
+                &tick,
+                pcap_dir,
+            ) {
+                results.push(r?);
+            }
+        }
+        Replication::Until {
+            percent,
+            min_runs,
+            max_runs,
+        } => {
+            // Fixed batch sizes, so which replications run never depends on `threads`.
+            const BATCH: u32 = 8;
+            let limit = percent / 100.0;
+            let min = min_runs.clamp(2, max_runs.max(2));
+            while (results.len() as u32) < max_runs {
+                let have = results.len() as u32;
+                let want = if have == 0 { min.max(BATCH) } else { BATCH }.min(max_runs - have);
+                for r in run_batch(
+                    scenario,
+                    have..have + want,
+                    seed,
+                    end,
+                    threads,
+                    &tick,
+                    pcap_dir,
+                ) {
+                    results.push(r?);
+                }
+                let from = (have + 1).max(min) as usize;
+                if let Some(n) =
+                    (from..=results.len()).find(|&n| worst_relative_se(&results[..n]) <= limit)
+                {
+                    results.truncate(n);
+                    converged = Some(true);
+                    break;
+                }
+            }
+        }
+    }
+    Ok(summarise(
+        scenario, rule, converged, level, seed, end, results,
+    ))
+}
+
+pub(crate) fn summarise(
+    scenario: &Scenario,
+    rule: Replication,
+    converged: Option<bool>,
+    level: Confidence,
+    seed: u64,
+    end: Time,
+    results: Vec<RunResult>,
+) -> Summary {
+    let runs = results.len() as u32;
+    let worst = worst_relative_se(&results);
     let mut per_flow: Vec<Vec<FlowRun>> = Vec::new();
     let mut per_link: Vec<Vec<LinkRun>> = Vec::new();
     let mut fairness = Vec::new();
@@ -1098,7 +1686,8 @@ pub(crate) fn summarise(
         .iter()
         .zip(per_flow.iter())
         .map(|(m, v)| {
-            let pick = |g: fn(&FlowRun) -> f64| Stat::of(&v.iter().map(g).collect::<Vec<_>>());
+            let pick =
+                |g: fn(&FlowRun) -> f64| Stat::of(&v.iter().map(g).collect::<Vec<_>>(), level);
             let completions: Vec<f64> = v.iter().filter_map(|r| r.completion_s).collect();
             FlowSummary {
                 name: m.name.clone(),
@@ -1107,8 +1696,10 @@ pub(crate) fn summarise(
                 fwd_efficiency: pick(|r| r.fwd_efficiency),
                 reverse_bps: pick(|r| r.reverse_bps),
                 completion_s: (completions.len() == v.len() && !v.is_empty())
-                    .then(|| Stat::of(&completions)),
+                    .then(|| Stat::of(&completions, level)),
                 retransmissions: pick(|r| r.retransmissions),
+                timeouts: pick(|r| r.timeouts),
+                fast_recoveries: pick(|r| r.fast_recoveries),
             }
         })
         .collect();
@@ -1116,10 +1707,13 @@ pub(crate) fn summarise(
         .iter()
         .filter(|v| !v.is_empty())
         .map(|v| {
-            let col = |g: fn(&LinkRun) -> f64| Stat::of(&v.iter().map(g).collect::<Vec<_>>());
+            let col =
+                |g: fn(&LinkRun) -> f64| Stat::of(&v.iter().map(g).collect::<Vec<_>>(), level);
             LinkSummary {
                 name: v[0].name.clone(),
                 utilization: col(|l| l.utilization),
+                original_utilization: col(|l| l.original_utilization),
+                packets: col(|l| l.packets),
                 drops_queue: col(|l| l.drops_queue),
                 drops_error: col(|l| l.drops_error),
                 drops_outage: col(|l| l.drops_outage),
@@ -1131,8 +1725,14 @@ pub(crate) fn summarise(
         runs,
         seed,
         duration_s: end as f64 / SEC as f64,
+        confidence: level.level(),
+        replication: ReplicationReport {
+            rule,
+            converged,
+            worst_relative_se: worst,
+        },
         flows,
-        fairness: (!fairness.is_empty()).then(|| Stat::of(&fairness)),
+        fairness: (!fairness.is_empty()).then(|| Stat::of(&fairness, level)),
         links,
         series,
         events,
@@ -1172,10 +1772,12 @@ fn run_one(
                 .get(&LinkId(i as u32))
                 .cloned()
                 .unwrap_or_default();
-            let util = m.transmitted.bytes as f64 * 8.0 / (l.model.config().rate_bps as f64 * secs);
+            let capacity = l.model.config().rate_bps as f64 * secs;
             LinkRun {
                 name: l.name.clone(),
-                utilization: util,
+                utilization: m.transmitted.bytes as f64 * 8.0 / capacity,
+                original_utilization: m.original.bytes as f64 * 8.0 / capacity,
+                packets: m.transmitted.packets as f64,
                 drops_queue: m.dropped_queue as f64,
                 drops_error: m.dropped_error as f64,
                 drops_outage: m.dropped_outage as f64,

@@ -18,8 +18,8 @@
 
 use crate::reproduce::{CaseResult, ReproResult, Reproduction};
 use crate::scenario::{
-    run_replications, summarise, FlowMeta, FlowRun, LinkRun, RunResult, Scenario, ScenarioError,
-    Summary,
+    run_replications, summarise_fixed, FlowMeta, FlowRun, LinkRun,
+    Replication as ScenarioReplication, RunResult, Scenario, ScenarioError, Summary,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -107,6 +107,8 @@ pub struct FlowRecord {
     pub reverse_bps: ExactF64,
     pub completion_s: Option<ExactF64>,
     pub retransmissions: ExactF64,
+    pub timeouts: ExactF64,
+    pub fast_recoveries: ExactF64,
 }
 
 /// One link of one replication.
@@ -115,6 +117,8 @@ pub struct FlowRecord {
 pub struct LinkRecord {
     pub name: String,
     pub utilization: ExactF64,
+    pub original_utilization: ExactF64,
+    pub packets: ExactF64,
     pub drops_queue: ExactF64,
     pub drops_error: ExactF64,
     pub drops_outage: ExactF64,
@@ -151,6 +155,8 @@ impl Replication {
                     reverse_bps: x(f.reverse_bps),
                     completion_s: f.completion_s.map(x),
                     retransmissions: x(f.retransmissions),
+                    timeouts: x(f.timeouts),
+                    fast_recoveries: x(f.fast_recoveries),
                 })
                 .collect(),
             links: r
@@ -159,6 +165,8 @@ impl Replication {
                 .map(|l| LinkRecord {
                     name: l.name.clone(),
                     utilization: x(l.utilization),
+                    original_utilization: x(l.original_utilization),
+                    packets: x(l.packets),
                     drops_queue: x(l.drops_queue),
                     drops_error: x(l.drops_error),
                     drops_outage: x(l.drops_outage),
@@ -183,6 +191,8 @@ impl Replication {
                     reverse_bps: f.reverse_bps.0,
                     completion_s: f.completion_s.map(|c| c.0),
                     retransmissions: f.retransmissions.0,
+                    timeouts: f.timeouts.0,
+                    fast_recoveries: f.fast_recoveries.0,
                 })
                 .collect(),
             events: self.events,
@@ -200,6 +210,8 @@ impl Replication {
                 .map(|l| LinkRun {
                     name: l.name,
                     utilization: l.utilization.0,
+                    original_utilization: l.original_utilization.0,
+                    packets: l.packets.0,
                     drops_queue: l.drops_queue.0,
                     drops_error: l.drops_error.0,
                     drops_outage: l.drops_outage.0,
@@ -347,7 +359,8 @@ pub fn merge_sim(parts: Vec<SimPartial>) -> Result<Summary, ShardError> {
         runs,
         parts.into_iter().flat_map(|p| p.replications),
     )?;
-    Ok(summarise(&scenario, runs, seed, end, results))
+    let level = scenario.confidence()?;
+    Ok(summarise_fixed(&scenario, runs, level, seed, end, results))
 }
 
 /// One case of a reproduction in a partial result.
@@ -382,6 +395,19 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 impl Reproduction {
+    /// The fixed replication count a sharded run splits: `quick_runs`, or `runs` when it is a
+    /// count (a replicate-until rule decides from the results as it goes and cannot be split).
+    fn fixed_runs(&self, quick: bool) -> Result<u32, ShardError> {
+        match self.rule(quick)? {
+            ScenarioReplication::Fixed { runs } => Ok(runs),
+            ScenarioReplication::Until { .. } => Err(ShardError::Mismatch(format!(
+                "reproduction {}: its runs follow a replicate-until rule, which cannot be split \
+                 into shards (run it unsharded, or with --quick)",
+                self.name
+            ))),
+        }
+    }
+
     /// A fingerprint of this reproduction with `template`: partials of different inputs have
     /// different fingerprints.
     pub fn fingerprint(&self, template: &str) -> String {
@@ -398,7 +424,7 @@ impl Reproduction {
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<ReproPartial, ShardError> {
         let started = std::time::Instant::now();
-        let runs = if quick { self.quick_runs } else { self.runs };
+        let runs = self.fixed_runs(quick)?;
         let mut cases = Vec::new();
         let mut case_no = 0u64;
         for s in &self.series {
@@ -457,6 +483,7 @@ impl Reproduction {
             .first()
             .ok_or_else(|| ShardError::Missing(format!("{what}: no partial results")))?;
         let (quick, runs) = (first.quick, first.runs);
+        let level = self.level()?;
         let fingerprint = self.fingerprint(template);
         for p in &parts {
             if p.name != self.name {
@@ -497,7 +524,7 @@ impl Reproduction {
                 let results = in_order(&case, runs, reps)?;
                 let sc = self.scenario(template, s, p, quick)?;
                 let end = sc.duration_ns()?;
-                let summary = summarise(&sc, runs, sc.seed, end, results);
+                let summary = summarise_fixed(&sc, runs, level, sc.seed, end, results);
                 events += summary.events;
                 let flow = summary
                     .flows
@@ -513,6 +540,7 @@ impl Reproduction {
                     series: s.name.clone(),
                     point: p.label.clone(),
                     x: p.x,
+                    runs,
                     flow,
                 });
             }
@@ -522,7 +550,13 @@ impl Reproduction {
                 "{what}: a partial holds case {series} @ {point}, which the reproduction does not have"
             )));
         }
-        Ok(self.finish(runs, cases, events)?)
+        Ok(self.finish(
+            runs,
+            ScenarioReplication::Fixed { runs },
+            level,
+            cases,
+            events,
+        )?)
     }
 }
 

@@ -79,7 +79,15 @@ impl Ctx<'_> {
             direction,
             size,
             payload,
+            retransmission: false,
         });
+    }
+
+    /// Marks the packet sent last as a retransmission (see [`Packet::retransmission`]).
+    pub fn mark_retransmission(&mut self) {
+        if let Some(p) = self.out.last_mut() {
+            p.retransmission = true;
+        }
     }
 
     /// Asks for `on_timer(token)` at time `at` (immediately if in the past).
@@ -347,6 +355,39 @@ impl Sim {
             .iter()
             .position(|r| r.from == l.to && r.to == l.from)
             .map(|i| LinkId(i as u32))
+    }
+
+    /// Overrides the route at `at` towards `to` (call after `compute_routes`): packets for `to`
+    /// leave `at` on `link`, which must start at `at`. Returns false (and changes nothing) if it
+    /// does not.
+    pub fn set_route(&mut self, at: NodeId, to: NodeId, link: LinkId) -> bool {
+        let starts_here = self
+            .links
+            .get(link.0 as usize)
+            .is_some_and(|l| l.from == at);
+        match self.nodes.get_mut(at.0 as usize) {
+            Some(n) if starts_here && at != to => {
+                n.routes.insert(to, link);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether following the routes hop by hop from `from` arrives at `to` (no dead end, no
+    /// loop).
+    pub fn route_arrives(&self, from: NodeId, to: NodeId) -> bool {
+        let mut at = from;
+        for _ in 0..=self.nodes.len() {
+            if at == to {
+                return true;
+            }
+            match self.next_hop(at, to) {
+                Some((_, l)) => at = l.to,
+                None => return false,
+            }
+        }
+        false
     }
 
     /// Whether `to` can be reached from `from`.

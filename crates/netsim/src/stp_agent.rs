@@ -62,6 +62,29 @@ pub struct StpAgent {
     /// Failures seen, as text.
     pub failures: Vec<String>,
     pub received: u64,
+    /// Bytes added to every datagram on the wire (IP and UDP headers by default).
+    framing: u32,
+}
+
+/// How STP datagrams are carried: the wire bytes added to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// STP over UDP over IPv4 (28 bytes), as this implementation runs on a real network.
+    #[default]
+    Udp,
+    /// STP directly over IPv4 (20 bytes), as the seeds' ns module and BSD kernel STP ran
+    /// ("STP/IP header = 32 bytes", thesis §5.2.3).
+    Ip,
+}
+
+impl Framing {
+    /// Bytes of headers below STP on the wire.
+    pub fn overhead(self) -> u32 {
+        match self {
+            Framing::Udp => IP_HEADER + UDP_HEADER,
+            Framing::Ip => IP_HEADER,
+        }
+    }
 }
 
 impl StpAgent {
@@ -89,7 +112,14 @@ impl StpAgent {
             stats: None,
             failures: Vec::new(),
             received: 0,
+            framing: Framing::Udp.overhead(),
         })
+    }
+
+    /// Carries datagrams as `framing` says (default UDP/IP).
+    pub fn with_framing(mut self, framing: Framing) -> Self {
+        self.framing = framing.overhead();
+        self
     }
 
     fn direction(&self) -> Direction {
@@ -173,8 +203,13 @@ impl StpAgent {
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
         let now = Instant::from_nanos(ctx.now);
         let dir = self.direction();
+        let retx = |ep: &mut Endpoint, h: Option<ConnectionHandle>| {
+            h.and_then(|h| ep.connection(h))
+                .map_or(0, |c| c.stats().retransmitted_packets)
+        };
+        let mut before = retx(&mut self.ep, self.conn);
         while let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
-            let size = t.size as u32 + IP_HEADER + UDP_HEADER;
+            let size = t.size as u32 + self.framing;
             ctx.metrics.started(self.flow, ctx.now);
             ctx.send(
                 self.port,
@@ -184,6 +219,11 @@ impl StpAgent {
                 size,
                 Payload::Stp(self.buf[..t.size].to_vec()),
             );
+            let after = retx(&mut self.ep, self.conn);
+            if after > before {
+                before = after;
+                ctx.mark_retransmission();
+            }
         }
         if let Some(deadline) = self.ep.poll_timeout(now) {
             let at = deadline.as_nanos().max(ctx.now);

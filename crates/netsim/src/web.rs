@@ -74,9 +74,14 @@ fn drive(
     let now = ctx.now;
     for (key, ex) in conns.iter_mut() {
         let (port, peer) = port_of(key);
+        let mut retx = ex.conn.retransmissions();
         while let Some(seg) = ex.conn.poll_segment(now) {
             let size = seg.wire_size();
             ctx.send(port, peer, flow, dir, size, Payload::Tcp(seg));
+            if ex.conn.retransmissions() > retx {
+                retx = ex.conn.retransmissions();
+                ctx.mark_retransmission();
+            }
         }
         if let Some(t) = ex.conn.poll_timeout() {
             *next = Some(next.map_or(t, |n: Time| n.min(t)));

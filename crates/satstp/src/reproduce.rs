@@ -7,6 +7,7 @@ use crate::plot::{Chart, Series, XAxis};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use netsim::reproduce::{metric, ReproResult, Reproduction};
+use netsim::scenario::Replication;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -86,6 +87,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             eprintln!("  running {case}")
         })?;
         write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
+        record_verdict(&args.out.join("verdicts.json"), &res)?;
         eprintln!(
             "  done in {:.1} s: seeds' conclusion {}",
             t0.elapsed().as_secs_f64(),
@@ -136,6 +138,7 @@ pub(crate) fn write_outputs(
                 o.insert("series".into(), c.series.clone().into());
                 o.insert("point".into(), c.point.clone().into());
                 o.insert("x".into(), c.x.into());
+                o.insert("runs".into(), c.runs.into());
                 let mut seed = serde_json::Map::new();
                 for m in METRICS {
                     if let Some((val, _)) = seed_value(r, &c.series, &c.point, m) {
@@ -153,6 +156,7 @@ pub(crate) fn write_outputs(
         "name": r.name, "title": r.title, "source": r.source, "runs": res.runs, "quick": quick,
         "wall_time_s": wall_s, "events": res.events, "conclusion": r.conclusion,
         "conclusion_holds": res.conclusion_holds, "claims": res.claims, "flows": flows,
+        "confidence": res.confidence, "note": r.note, "replication": res.replication,
     });
     let p = dir.join(format!("{}.json", r.name));
     std::fs::write(&p, serde_json::to_string_pretty(&json)?)
@@ -232,15 +236,31 @@ pub(crate) fn write_outputs(
     // Report section.
     let mut sec = String::new();
     let _ = writeln!(sec, "## {} — {}\n", r.name, r.title);
+    let replications = match res.replication {
+        Replication::Fixed { runs } => format!("{runs} replications"),
+        Replication::Until {
+            percent, max_runs, ..
+        } => {
+            let least = res.cases.iter().map(|c| c.runs).min().unwrap_or(0);
+            format!(
+                "replicated until every flow's standard error was ≤ {percent} % of its mean \
+                 (cap {max_runs}): {least}–{} replications per case",
+                res.runs
+            )
+        }
+    };
     let _ = writeln!(
         sec,
-        "Source: {}. {} replications{}; wall time {wall_s:.1} s.\n",
+        "Source: {}. {replications}{}; wall time {wall_s:.1} s.\n",
         r.source,
-        res.runs,
         if quick { " (--quick)" } else { "" }
     );
     let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
-    let _ = writeln!(sec, "| series | point | metric | seed | ours (mean ± 95% CI) | ratio |\n|---|---|---|---|---|---|");
+    let _ = writeln!(
+        sec,
+        "| series | point | metric | seed | ours (mean ± {:.0}% CI) | ratio |\n|---|---|---|---|---|---|",
+        res.confidence * 100.0
+    );
     for c in &res.cases {
         for m in METRICS {
             let Some(ours) = metric(&c.flow, m) else {
@@ -261,7 +281,7 @@ pub(crate) fn write_outputs(
                 c.series,
                 c.point,
                 fmt_metric(m, ours.mean),
-                fmt_metric(m, ours.ci95)
+                fmt_metric(m, ours.ci)
             );
         }
     }
@@ -285,7 +305,28 @@ pub(crate) fn write_outputs(
             "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
         }
     );
+    if let Some(note) = &r.note {
+        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", note.trim());
+    }
     update_report(&dir.join("report.md"), &r.name, &sec)
+}
+
+/// Adds (or replaces) this reproduction's verdicts in `path`: name → {conclusion_holds, claims:
+/// [bool per claim]}, the file a quick run is compared with (`full-verdicts.json`).
+fn record_verdict(path: &Path, res: &ReproResult) -> Result<()> {
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.insert(
+        res.name.clone(),
+        serde_json::json!({
+            "conclusion_holds": res.conclusion_holds,
+            "claims": res.claims.iter().map(|c| c.holds).collect::<Vec<_>>(),
+        }),
+    );
+    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn fmt_metric(m: &str, v: f64) -> String {

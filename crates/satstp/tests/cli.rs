@@ -88,6 +88,36 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         .find(|f| f["name"] == "STP @ one-way")
         .unwrap();
     assert_eq!(stp["seed"]["goodput_bps"], 672300.0);
+    // A quick run reaches the full run's verdicts (recorded from `satstp reproduce` without
+    // --quick in scenarios/reproduce/full-verdicts.json), claim by claim.
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scenarios/reproduce/full-verdicts.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let quick: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdicts.json")).unwrap()).unwrap();
+    let recorded = recorded.as_object().unwrap();
+    for want in [
+        "table5.2-leo",
+        "fig3-tcp-variants",
+        "fig9-split-stp",
+        "fig5.7-ber",
+    ] {
+        assert!(
+            recorded.contains_key(want),
+            "no full-run verdict for {want}"
+        );
+    }
+    for (name, full) in recorded {
+        assert_eq!(
+            &quick[name], full,
+            "{name}: quick verdicts differ from the full run's"
+        );
+    }
     // Running one name again replaces its section and keeps the others.
     let again = satstp()
         .args(["reproduce", "fig5.7-ber", "--quick", "--out"])
@@ -176,4 +206,56 @@ fn engine_demo_is_deterministic() {
     assert!(a.status.success());
     assert_eq!(a.stdout, b.stdout);
     assert!(String::from_utf8_lossy(&a.stdout).contains("every byte verified"));
+}
+
+#[test]
+fn sim_replicates_until_the_rule_and_reports_99_percent_intervals() {
+    let dir = temp_dir("until");
+    let f = dir.join("lossy.toml");
+    std::fs::write(
+        &f,
+        "name = \"lossy\"\nduration = \"10s\"\n[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+         [[link]]\na = \"a\"\nb = \"b\"\nrate = \"2Mbps\"\ndelay = \"50ms\"\nloss = 0.01\n\
+         [[flow]]\nname = \"bulk\"\nprotocol = \"tcp\"\nfrom = \"a\"\nto = \"b\"\n",
+    )
+    .unwrap();
+    let json = dir.join("out.json");
+    let o = satstp()
+        .arg("sim")
+        .arg(&f)
+        .args([
+            "--runs",
+            "until-5%",
+            "--max-runs",
+            "30",
+            "--confidence",
+            "0.99",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("99% CI") && out.contains("original-bit"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["confidence"], 0.99);
+    assert_eq!(v["replication"]["rule"], "until");
+    assert_eq!(v["replication"]["max_runs"], 30);
+    let runs = v["runs"].as_u64().unwrap();
+    assert!((5..=30).contains(&runs), "{runs}");
+    assert!(v["links"][0]["original_utilization"]["mean"].is_number());
+    let bad = satstp()
+        .arg("sim")
+        .arg(&f)
+        .args(["--runs", "until-forever"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("until-forever"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

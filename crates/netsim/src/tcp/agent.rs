@@ -36,6 +36,7 @@ struct SenderSide {
     started: bool,
     reported_retransmissions: u64,
     reported_timeouts: u64,
+    reported_recoveries: u64,
 }
 
 #[derive(Debug)]
@@ -82,6 +83,7 @@ impl TcpAgent {
                 started: false,
                 reported_retransmissions: 0,
                 reported_timeouts: 0,
+                reported_recoveries: 0,
             })),
             wakeups: BTreeSet::new(),
         })
@@ -146,6 +148,7 @@ impl TcpAgent {
                 }
                 conn.read(u64::MAX);
                 let mut sent = 0;
+                let mut retx = conn.retransmissions();
                 while let Some(seg) = conn.poll_segment(now) {
                     if !s.started {
                         s.started = true;
@@ -160,6 +163,10 @@ impl TcpAgent {
                         size,
                         Payload::Tcp(seg),
                     );
+                    if conn.retransmissions() > retx {
+                        retx = conn.retransmissions();
+                        ctx.mark_retransmission();
+                    }
                     ctx.metrics
                         .sample(s.flow, now, conn.cwnd(), conn.highest_data_sent());
                     sent += 1;
@@ -180,6 +187,11 @@ impl TcpAgent {
                     ctx.metrics.timeout(s.flow);
                     s.reported_timeouts += 1;
                 }
+                if st.fast_retransmits > s.reported_recoveries {
+                    ctx.metrics
+                        .fast_recoveries(s.flow, st.fast_retransmits - s.reported_recoveries);
+                    s.reported_recoveries = st.fast_retransmits;
+                }
                 next = conn.poll_timeout();
             }
             Side::Sink(conns) => {
@@ -194,6 +206,7 @@ impl TcpAgent {
                         a.conn.close();
                     }
                     let mut sent = 0;
+                    let mut retx = a.conn.retransmissions();
                     while let Some(seg) = a.conn.poll_segment(now) {
                         let size = seg.wire_size();
                         ctx.send(
@@ -204,6 +217,10 @@ impl TcpAgent {
                             size,
                             Payload::Tcp(seg),
                         );
+                        if a.conn.retransmissions() > retx {
+                            retx = a.conn.retransmissions();
+                            ctx.mark_retransmission();
+                        }
                         sent += 1;
                         if sent >= MAX_SEGMENTS_PER_EVENT {
                             more = true;

@@ -63,6 +63,8 @@ pub enum InitialWindow {
     FourKss,
     /// Ten segments (RFC 6928).
     Ten,
+    /// Any number of segments (at least one).
+    Segments(u32),
 }
 
 impl InitialWindow {
@@ -73,6 +75,7 @@ impl InitialWindow {
             InitialWindow::Two => 2 * mss,
             InitialWindow::FourKss => (4 * mss).min((2 * mss).max(4380)),
             InitialWindow::Ten => 10 * mss,
+            InitialWindow::Segments(n) => u64::from(n.max(1)) * mss,
         }
     }
 }
@@ -91,7 +94,17 @@ pub enum IncreasePolicy {
     ConstantRate { c: f64 },
     /// Increase-by-K: `cwnd += min(K·MSS·MSS/cwnd, MSS)` per ACK, about K segments per RTT.
     IncreaseByK { k: f64 },
+    /// CUBIC's window growth (RFC 9438, growth function only): after a reduction to β = 0.7 of
+    /// the window `W_max` at the loss, the window follows `C·(t − K)³ + W_max` segments (C =
+    /// 0.4, `K = ∛(W_max·(1 − β)/C)` seconds since the reduction): concave up to `W_max`, a
+    /// plateau near it, then convex probing; never slower than the Reno-friendly estimate
+    /// (α = 3(1 − β)/(1 + β) segments per RTT). Loss recovery is the variant's.
+    Cubic,
 }
+
+/// CUBIC constants (RFC 9438).
+pub const CUBIC_C: f64 = 0.4;
+pub const CUBIC_BETA: f64 = 0.7;
 
 /// Parameters of one TCP endpoint. The two ends of a connection may use different values; the
 /// sender variant only matters on the side that sends data.
@@ -161,6 +174,25 @@ pub struct TcpConfig {
     /// Nagle's algorithm: hold a short segment while data is unacknowledged, unless it ends the
     /// stream after `close` (default true).
     pub nagle: bool,
+    /// Modern option (default false, the seeds' BSD timing): take an RTT sample from every ACK
+    /// of new data, as TCP timestamps (RFC 7323) allow, from the last transmission of the
+    /// highest segment it covers (retransmissions included: timestamps have no Karn
+    /// ambiguity), instead of timing one segment per round trip.
+    pub rtt_per_ack: bool,
+    /// Modern option (default false): RFC 3042 limited transmit, one new segment beyond the
+    /// window on each of the first `dupack_threshold − 1` duplicate ACKs.
+    pub limited_transmit: bool,
+    /// Modern option (default false, appendix A's rule): RFC 6675 loss marking in SACK
+    /// recovery. A hole is lost once more than (`dupack_threshold` − 1)·MSS bytes above it are
+    /// SACKed (appendix A instead needs SACKed data `dupack_threshold` segments beyond it), and
+    /// recovery starts as soon as the first unacknowledged segment is lost, even before
+    /// `dupack_threshold` duplicate ACKs.
+    pub rfc6675_loss_marking: bool,
+    /// Modern option (default false, the seeds' window inflation and deflation): RFC 6937
+    /// Proportional Rate Reduction in fast recovery. Each ACK allows sending in proportion to
+    /// the data it reports delivered (`ssthresh / flight at entry`), so the sender keeps
+    /// sending through recovery instead of waiting for half a window of duplicate ACKs.
+    pub prr: bool,
 }
 
 impl Default for TcpConfig {
@@ -190,6 +222,10 @@ impl Default for TcpConfig {
             max_syn_retries: 6,
             data_on_syn: false,
             nagle: true,
+            rtt_per_ack: false,
+            limited_transmit: false,
+            rfc6675_loss_marking: false,
+            prr: false,
         }
     }
 }
@@ -218,7 +254,7 @@ impl TcpConfig {
             return Err(bad("initial_ssthresh_bytes", "must be at least 2·MSS"));
         }
         match self.increase {
-            IncreasePolicy::Standard => {}
+            IncreasePolicy::Standard | IncreasePolicy::Cubic => {}
             IncreasePolicy::ConstantRate { c } => {
                 if !(c.is_finite() && c > 0.0) {
                     return Err(bad(

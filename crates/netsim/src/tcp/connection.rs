@@ -8,7 +8,9 @@
 //! Sequence numbers are 64-bit and never wrap; both ends use an initial sequence number of 0, so
 //! data byte `i` of a stream has sequence number `i + 1`.
 
-use super::config::{IncreasePolicy, TcpConfig, MAX_WINDOW_BYTES, UNSCALED_WINDOW_BYTES};
+use super::config::{
+    IncreasePolicy, TcpConfig, CUBIC_BETA, CUBIC_C, MAX_WINDOW_BYTES, UNSCALED_WINDOW_BYTES,
+};
 use super::ranges::RangeSet;
 use super::receiver::Receiver;
 use super::rto::RtoEstimator;
@@ -154,6 +156,24 @@ pub struct TcpConnection {
     force_probe: bool,
     /// A zero-window probe is outstanding.
     probing: bool,
+    /// TS.Recent (RFC 7323): the TSval to echo, 0 for none.
+    ts_recent: u64,
+    /// The acknowledgement number last sent (RFC 7323 Last.ACK.sent).
+    last_ack_sent: u64,
+    /// TSecr of the ACK being processed.
+    echoed: u64,
+    /// CUBIC: window at the last reduction (segments), start of the current growth epoch, K
+    /// (seconds), and the Reno-friendly estimate (segments).
+    cubic_w_max: f64,
+    cubic_epoch: Option<Time>,
+    cubic_k: f64,
+    cubic_w_est: f64,
+    /// PRR (RFC 6937) state of the current recovery: flight at entry, bytes reported delivered,
+    /// bytes sent, and how many bytes may be sent now.
+    prr_recover_fs: u64,
+    prr_delivered: u64,
+    prr_out: u64,
+    prr_allow: u64,
 
     // Receive side.
     rcv: Option<Receiver>,
@@ -204,6 +224,17 @@ impl TcpConnection {
             rtx_deadline: None,
             force_probe: false,
             probing: false,
+            ts_recent: 0,
+            last_ack_sent: 0,
+            echoed: 0,
+            cubic_w_max: 0.0,
+            cubic_epoch: None,
+            cubic_k: 0.0,
+            cubic_w_est: 0.0,
+            prr_recover_fs: 0,
+            prr_delivered: 0,
+            prr_out: 0,
+            prr_allow: 0,
             rcv: None,
             ack: AckState::default(),
             last_window_sent: 0,
@@ -315,6 +346,11 @@ impl TcpConnection {
         self.cwnd
     }
 
+    /// Segments sent again so far (cheaper than `stats().retransmitted_segments`).
+    pub fn retransmissions(&self) -> u64 {
+        self.stats.retransmitted_segments
+    }
+
     pub fn ssthresh(&self) -> u64 {
         self.ssthresh
     }
@@ -393,7 +429,10 @@ impl TcpConnection {
             }
             TcpState::Established => {}
         }
-        while let Some(start) = self.rexmit_queue.pop_front() {
+        while !self.prr_blocks_sending() {
+            let Some(start) = self.rexmit_queue.pop_front() else {
+                break;
+            };
             if let Some(seg) = self.retransmit(now, start) {
                 return Some(seg);
             }
@@ -530,6 +569,10 @@ impl TcpConnection {
         let Some(rcv) = self.rcv.as_mut() else {
             return;
         };
+        // RFC 7323: remember TSval of a segment at or below the last acknowledgement sent.
+        if seg.ts_val > 0 && data_seq <= self.last_ack_sent {
+            self.ts_recent = seg.ts_val;
+        }
         let a = rcv.on_data(data_seq, u64::from(seg.len), seg.fin);
         let immediate =
             a.out_of_order || a.filled_hole || a.duplicate || a.fin || !self.config.delayed_ack;
@@ -572,6 +615,8 @@ impl TcpConnection {
         if ack < self.snd_una {
             return;
         }
+        self.echoed = seg.ts_ecr;
+        let sacked_before = self.scoreboard.bytes_above(self.snd_una);
         if self.sack_in_use() {
             for &(s, e) in seg.sack.iter().take(4) {
                 let s = s.max(ack);
@@ -580,6 +625,9 @@ impl TcpConnection {
                 }
             }
         }
+        // RFC 6937 DeliveredData: the change in snd_una plus the change in SACKed bytes above it.
+        let delivered =
+            ((ack - self.snd_una) + self.scoreboard.bytes_above(ack)).saturating_sub(sacked_before);
         let window_changed = seg.window != self.snd_wnd;
         self.snd_wnd = seg.window;
         self.max_sndwnd = self.max_sndwnd.max(seg.window);
@@ -597,10 +645,47 @@ impl TcpConnection {
                 && seg.window > 0;
             if dup {
                 self.on_dupack(now);
+                self.prr_on_ack(delivered);
             }
             return;
         }
         self.on_new_ack(now, ack, grow);
+        self.prr_on_ack(delivered);
+    }
+
+    /// PRR is steering the current fast recovery.
+    fn prr_active(&self) -> bool {
+        self.config.prr && self.recovery == RecoveryState::FastRecovery
+    }
+
+    /// PRR holds back retransmissions and new data until ACKs allow more.
+    fn prr_blocks_sending(&self) -> bool {
+        self.prr_active() && self.prr_allow == 0
+    }
+
+    /// RFC 6937 on an ACK in recovery: how much may be sent now.
+    fn prr_on_ack(&mut self, delivered: u64) {
+        if !self.prr_active() {
+            return;
+        }
+        self.prr_delivered += delivered;
+        let pipe =
+            (self.snd_max - self.snd_una).saturating_sub(self.scoreboard.bytes_above(self.snd_una));
+        let sndcnt = if pipe > self.ssthresh {
+            // Proportional part: ssthresh / RecoverFS of what was delivered.
+            (self.prr_delivered * self.ssthresh)
+                .div_ceil(self.prr_recover_fs.max(1))
+                .saturating_sub(self.prr_out)
+        } else {
+            // Slow-start reduction bound back up to ssthresh.
+            let limit = self
+                .prr_delivered
+                .saturating_sub(self.prr_out)
+                .max(delivered)
+                + self.mss;
+            (self.ssthresh - pipe).min(limit)
+        };
+        self.prr_allow = sndcnt;
     }
 
     fn on_dupack(&mut self, now: Time) {
@@ -616,11 +701,17 @@ impl TcpConnection {
                 };
                 match eligible {
                     Some(s) => self.queue_retransmission(s),
+                    None if self.config.prr => {}
                     None => self.cwnd = (self.cwnd + self.mss).min(MAX_WINDOW_BYTES),
                 }
             }
             RecoveryState::Open | RecoveryState::Loss => {
-                if self.dupacks == self.config.dupack_threshold.max(1) {
+                let lost = self.config.rfc6675_loss_marking
+                    && self.sack_in_use()
+                    && self.is_lost(self.snd_una);
+                if self.dupacks == self.config.dupack_threshold.max(1)
+                    || (lost && self.dupacks < self.config.dupack_threshold.max(1))
+                {
                     // Rule 2: no new recovery for data sent before the last one (or timeout).
                     if self.config.variant.newreno_recovery() && self.snd_una < self.snd_recover {
                         return;
@@ -633,8 +724,16 @@ impl TcpConnection {
 
     fn enter_fast_recovery(&mut self, now: Time) {
         let flight = self.snd_max - self.snd_una;
-        self.ssthresh = (flight / 2).max(2 * self.mss);
+        self.ssthresh = self.reduced_window(flight);
         self.cwnd = self.ssthresh + u64::from(self.config.dupack_threshold) * self.mss;
+        if self.config.prr {
+            // No inflation: PRR meters sending; the fast retransmit goes at once.
+            self.cwnd = self.ssthresh;
+            self.prr_recover_fs = flight;
+            self.prr_delivered = 0;
+            self.prr_out = 0;
+            self.prr_allow = self.mss;
+        }
         self.cwnd_frac = 0.0;
         self.snd_recover = self.snd_max;
         self.recovery = RecoveryState::FastRecovery;
@@ -651,7 +750,12 @@ impl TcpConnection {
         self.snd_nxt = self.snd_nxt.max(ack);
         self.rexmit_hwm = self.rexmit_hwm.max(ack);
         self.scoreboard.remove_below(ack);
-        if let Some((seq, sent)) = self.timing {
+        if self.config.rtt_per_ack {
+            // The echoed timestamp of an ACK of new data gives a sample (RFC 7323).
+            if self.echoed > 0 {
+                self.rto.sample(self.echoed - 1, now);
+            }
+        } else if let Some((seq, sent)) = self.timing {
             if ack > seq {
                 self.rto.sample(sent, now);
                 self.timing = None;
@@ -667,7 +771,9 @@ impl TcpConnection {
                 if !self.config.variant.newreno_recovery() || ack >= self.snd_recover {
                     // Reno: the first new ACK ends recovery. NewReno rule 3: so does one that
                     // covers snd_recover, with cwnd no larger than the flight plus one segment.
-                    self.cwnd = if self.config.variant.newreno_recovery() {
+                    self.cwnd = if self.config.prr {
+                        self.ssthresh
+                    } else if self.config.variant.newreno_recovery() {
                         self.ssthresh.min(self.snd_max - self.snd_una + self.mss)
                     } else {
                         self.ssthresh
@@ -678,7 +784,9 @@ impl TcpConnection {
                     // Rule 4: partial ACK. Without SACK retransmit the next unacknowledged
                     // segment; always deflate by the data acknowledged and add one segment.
                     self.dupacks = 0;
-                    self.cwnd = self.cwnd.saturating_sub(acked) + self.mss;
+                    if !self.config.prr {
+                        self.cwnd = self.cwnd.saturating_sub(acked) + self.mss;
+                    }
                     if self.sack_in_use() {
                         if let Some(s) = self.next_eligible() {
                             self.queue_retransmission(s);
@@ -694,14 +802,14 @@ impl TcpConnection {
                 }
                 self.dupacks = 0;
                 if grow {
-                    self.grow_cwnd(acked);
+                    self.grow_cwnd(now, acked);
                 }
             }
         }
     }
 
     /// Window growth on an ACK of `acked` new bytes outside fast recovery.
-    fn grow_cwnd(&mut self, acked: u64) {
+    fn grow_cwnd(&mut self, now: Time, acked: u64) {
         let mss = self.mss;
         let units = if self.config.byte_counting {
             acked.min(u64::from(self.config.byte_counting_limit_segments) * mss)
@@ -710,9 +818,11 @@ impl TcpConnection {
         };
         if self.cwnd < self.ssthresh {
             self.cwnd += units;
+        } else if self.config.increase == IncreasePolicy::Cubic {
+            self.cubic_grow(now, units);
         } else {
             let factor = match self.config.increase {
-                IncreasePolicy::Standard => 1.0,
+                IncreasePolicy::Standard | IncreasePolicy::Cubic => 1.0,
                 IncreasePolicy::IncreaseByK { k } => k,
                 IncreasePolicy::ConstantRate { c } => match self.rto.exact_srtt() {
                     Some(rtt) => {
@@ -730,6 +840,56 @@ impl TcpConnection {
             self.cwnd += whole as u64;
         }
         self.cwnd = self.cwnd.min(MAX_WINDOW_BYTES);
+    }
+
+    /// RFC 9438 §4.2–4.3 on an ACK of `units` bytes in congestion avoidance.
+    fn cubic_grow(&mut self, now: Time, units: u64) {
+        let mss = self.mss as f64;
+        let cwnd = self.cwnd as f64 / mss;
+        let epoch = match self.cubic_epoch {
+            Some(e) => e,
+            None => {
+                // A new epoch: aim back at W_max (or, above it already, probe from here).
+                if self.cubic_w_max < cwnd {
+                    self.cubic_w_max = cwnd;
+                }
+                self.cubic_k = ((self.cubic_w_max - cwnd) / CUBIC_C).cbrt();
+                self.cubic_w_est = cwnd;
+                self.cubic_epoch = Some(now);
+                now
+            }
+        };
+        let rtt = self.rto.exact_srtt().unwrap_or(0) as f64 / SEC as f64;
+        let t = (now - epoch) as f64 / SEC as f64;
+        let target =
+            (CUBIC_C * (t + rtt - self.cubic_k).powi(3) + self.cubic_w_max).clamp(cwnd, 1.5 * cwnd);
+        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        self.cubic_w_est += alpha * (units as f64 / mss) / cwnd.max(1.0);
+        let goal = target.max(self.cubic_w_est);
+        let inc = ((goal - cwnd) / cwnd.max(1.0) * mss)
+            .min(units as f64)
+            .max(0.0);
+        self.cwnd_frac += inc;
+        let whole = self.cwnd_frac.floor();
+        self.cwnd_frac -= whole;
+        self.cwnd += whole as u64;
+    }
+
+    /// The window after a congestion event with `flight` bytes outstanding: half of it, or
+    /// β = 0.7 of it with CUBIC (which also notes W_max and ends the growth epoch).
+    fn reduced_window(&mut self, flight: u64) -> u64 {
+        if self.config.increase != IncreasePolicy::Cubic {
+            return (flight / 2).max(2 * self.mss);
+        }
+        let cwnd = self.cwnd as f64 / self.mss as f64;
+        // Fast convergence: below the last W_max, release more.
+        self.cubic_w_max = if cwnd < self.cubic_w_max {
+            cwnd * (1.0 + CUBIC_BETA) / 2.0
+        } else {
+            cwnd
+        };
+        self.cubic_epoch = None;
+        ((flight as f64 * CUBIC_BETA) as u64).max(2 * self.mss)
     }
 
     // ----- retransmission -----
@@ -757,11 +917,21 @@ impl TcpConnection {
         let end = self.retransmission_end(s);
         let thresh = u64::from(self.config.dupack_threshold.max(1));
         let by_dupacks = s == self.snd_una && u64::from(self.dupacks) >= thresh;
-        let by_sack = self
-            .scoreboard
-            .max_end()
-            .is_some_and(|fack| fack >= end.saturating_add(thresh * self.mss));
+        let by_sack = if self.config.rfc6675_loss_marking {
+            self.is_lost(s)
+        } else {
+            self.scoreboard
+                .max_end()
+                .is_some_and(|fack| fack >= end.saturating_add(thresh * self.mss))
+        };
         (by_dupacks || by_sack).then_some(s)
+    }
+
+    /// RFC 6675 IsLost: more than (DupThresh − 1)·MSS bytes above the segment at `s` are SACKed.
+    fn is_lost(&self, s: u64) -> bool {
+        let thresh = u64::from(self.config.dupack_threshold.max(1));
+        let end = self.retransmission_end(s);
+        self.scoreboard.bytes_above(end) > (thresh - 1) * self.mss
     }
 
     fn queue_retransmission(&mut self, s: u64) {
@@ -818,7 +988,7 @@ impl TcpConnection {
                 self.stats.timeouts += 1;
                 if self.timeout_una != Some(self.snd_una) {
                     // RFC 5681: ssthresh is not lowered again for the same segment.
-                    self.ssthresh = ((self.snd_max - self.snd_una) / 2).max(2 * self.mss);
+                    self.ssthresh = self.reduced_window(self.snd_max - self.snd_una);
                     self.timeout_una = Some(self.snd_una);
                 }
                 self.cwnd = self.mss;
@@ -859,8 +1029,24 @@ impl TcpConnection {
         let data_end = self.write_end;
         let limit = if self.state == TcpState::SynSent {
             (self.iss + 1).saturating_add(self.cwnd)
+        } else if self.prr_active() {
+            // PRR: the receiver's window bounds new data; `prr_allow` meters it below.
+            if self.prr_allow == 0 {
+                return None;
+            }
+            self.snd_una.saturating_add(self.snd_wnd)
         } else {
-            self.snd_una.saturating_add(self.cwnd.min(self.snd_wnd))
+            // RFC 3042: one segment beyond cwnd per duplicate ACK below the threshold.
+            let extra = if self.config.limited_transmit
+                && self.recovery == RecoveryState::Open
+                && self.dupacks < self.config.dupack_threshold
+            {
+                u64::from(self.dupacks) * self.mss
+            } else {
+                0
+            };
+            self.snd_una
+                .saturating_add((self.cwnd + extra).min(self.snd_wnd))
         };
         let mut start = self.snd_nxt.max(self.snd_una);
         if self.sack_in_use() {
@@ -926,6 +1112,10 @@ impl TcpConnection {
             self.snd_nxt = end;
         }
         self.snd_max = self.snd_max.max(end);
+        if len > 0 && self.prr_active() {
+            self.prr_out += len;
+            self.prr_allow = self.prr_allow.saturating_sub(len);
+        }
         if occupies {
             if retransmission {
                 self.stats.retransmitted_segments += 1;
@@ -934,7 +1124,10 @@ impl TcpConnection {
                     self.stats.syn_retransmissions += 1;
                 }
                 self.timing = None;
-            } else if self.timing.is_none() && self.recovery != RecoveryState::FastRecovery {
+            } else if self.timing.is_none()
+                && self.recovery != RecoveryState::FastRecovery
+                && !self.config.rtt_per_ack
+            {
                 self.timing = Some((seq, now));
             }
             if self.rtx_deadline.is_none() {
@@ -949,9 +1142,14 @@ impl TcpConnection {
             window: self.local_window(),
             ..TcpSegment::default()
         };
+        if self.config.rtt_per_ack {
+            seg.ts_val = now.saturating_add(1);
+            seg.ts_ecr = self.ts_recent;
+        }
         if let Some(rcv) = &self.rcv {
             seg.ack_flag = true;
             seg.ack = rcv.rcv_nxt();
+            self.last_ack_sent = seg.ack;
             if self.sack_ok() && rcv.has_out_of_order() {
                 seg.sack = rcv.sack_blocks(usize::from(self.config.max_sack_blocks));
             }

@@ -48,16 +48,22 @@ pub struct TcpSegment {
     pub sack_permitted: bool,
     /// SYN option: window scale present (RFC 1323); windows above 65535 need it on both SYNs.
     pub window_scaling: bool,
+    /// Timestamp option (RFC 7323), as simulated time + 1 (0: no option): TSval ...
+    pub ts_val: u64,
+    /// ... and TSecr, the TSval echoed.
+    pub ts_ecr: u64,
 }
 
 impl TcpSegment {
     /// Bytes of TCP options on the wire (SACK: 2 + 8 per block, padded to 4). The options of a
     /// SYN (MSS, window scale, SACK-permitted) are not counted.
     pub fn option_bytes(&self) -> u32 {
+        // Timestamps: 10 bytes, padded to 12.
+        let ts = if self.ts_val > 0 { 12 } else { 0 };
         if self.sack.is_empty() {
-            0
+            ts
         } else {
-            (2 + 8 * self.sack.len() as u32).div_ceil(4) * 4
+            ts + (2 + 8 * self.sack.len() as u32).div_ceil(4) * 4
         }
     }
 

@@ -66,6 +66,14 @@ impl RangeSet {
         self.ranges.get(i).map(|&(s, _)| s)
     }
 
+    /// Bytes covered by the ranges at or above `seq`.
+    pub fn bytes_above(&self, seq: u64) -> u64 {
+        self.ranges
+            .iter()
+            .map(|&(s, e)| e.saturating_sub(s.max(seq)))
+            .sum()
+    }
+
     /// End of the highest range.
     pub fn max_end(&self) -> Option<u64> {
         self.ranges.last().map(|&(_, e)| e)

@@ -1155,6 +1155,8 @@ fn odd_segments_never_panic_or_stall() {
                         .collect(),
                     sack_permitted: rng.next_u32() % 2 == 0,
                     window_scaling: rng.next_u32() % 2 == 0,
+                    ts_val: u64::from(rng.next_u32() % 3) * now,
+                    ts_ecr: u64::from(rng.next_u32() % 3) * now,
                 };
                 conn.on_segment(now, &seg);
                 if step % 7 == 0 {
@@ -1172,3 +1174,6 @@ fn odd_segments_never_panic_or_stall() {
         }
     }
 }
+
+#[path = "tests_modern.rs"]
+mod modern;
