@@ -23,6 +23,9 @@ pub enum BenchCommand {
     /// Kernel TCP (cubic, bbr, reno), split TCP and split STP over the same emulated link
     /// (root): download, upload, page load, uplink cost, retransmissions.
     Link(Box<crate::bench_link::LinkBenchArgs>),
+    /// Deterministic fault sweep of the STP engine over the in-memory network: one random
+    /// scenario per seed; prints the seeds whose transfer was not byte-exact or did not end cleanly.
+    Sweep(crate::bench_sweep::SweepArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +61,7 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::Sim(a) => sim_bench(a),
         BenchCommand::Gateway(a) => crate::bench_gateway::run(a),
         BenchCommand::Link(a) => crate::bench_link::run(a),
+        BenchCommand::Sweep(a) => crate::bench_sweep::run(a),
     }
 }
 

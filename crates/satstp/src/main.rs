@@ -3,6 +3,7 @@
 mod bench;
 mod bench_gateway;
 mod bench_link;
+mod bench_sweep;
 mod daemon;
 mod demo;
 mod demo_engine;
