@@ -104,10 +104,11 @@ fn size(d: &mut Draw, rate_bps: u64) -> u64 {
         15..=29 => d.range(1, 100),
         30..=59 => d.range(101, 20_000),
         60..=89 => d.range(20_001, 200_000),
-        _ => d.range(200_001, 1_000_000),
+        _ => d.range(200_001, 3_000_000),
     };
-    // At most about 20 s of the link's rate, so the slowest links keep the sweep quick.
-    s.min((rate_bps / 8 * 20).max(100))
+    // At most about 30 s of what the direction can carry, so the slowest links keep the sweep
+    // quick.
+    s.min((rate_bps / 8 * 30).max(100))
 }
 
 fn link(d: &mut Draw, rate_bps: u64, delay_ns: u64) -> LinkConfig {
