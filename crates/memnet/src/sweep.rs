@@ -146,6 +146,24 @@ fn link(d: &mut Draw, rate_bps: u64, delay_ns: u64) -> LinkConfig {
     l
 }
 
+/// The long-run fraction of `bytes`-sized packets a link loses on the medium.
+fn packet_loss(link: &LinkConfig, bytes: u32) -> f64 {
+    match link.loss {
+        Loss::None => 0.0,
+        Loss::Random { p } => p,
+        Loss::Ber { ber } => 1.0 - (1.0 - ber).powf(f64::from(bytes) * 8.0),
+        Loss::GilbertElliott {
+            p_good_to_bad,
+            p_bad_to_good,
+            loss_good,
+            loss_bad,
+        } => {
+            let bad = p_good_to_bad / (p_good_to_bad + p_bad_to_good);
+            (1.0 - bad) * loss_good + bad * loss_bad
+        }
+    }
+}
+
 fn config(d: &mut Draw, link_rate_bps: u64, rtt_ms: u64) -> Config {
     let max_datagram_bytes = match d.range(0, 3) {
         0 => MIN_DATAGRAM as u16,
@@ -215,15 +233,25 @@ pub fn scenario(seed: u64) -> Scenario {
     let rtt_ms = 2 * delay_ms;
     let cfg_a = config(&mut d, rate_ab, rtt_ms);
     let cfg_b = config(&mut d, rate_ba, rtt_ms);
-    // What a direction can carry: the link's rate, or a window (the smaller of the sender's send
-    // buffer and the receiver's receive buffer) per round trip, whichever is less.
-    let carry = |rate: u64, snd: &Config, rcv: &Config| {
+    // What a direction can carry: the least of the link's rate, a window (the smaller of the
+    // sender's send buffer and the receiver's receive buffer) per round trip, and what a window
+    // controller keeps under the link's packet loss (about MSS / RTT · 1.22 / √p).
+    let carry = |rate: u64, link: &LinkConfig, snd: &Config, rcv: &Config| {
         let window = u64::from(snd.send_buffer_bytes.min(rcv.recv_buffer_bytes));
         let rtt_s = (rtt_ms.max(1) as f64 / 1e3) + 3.0 * 1500.0 * 8.0 / rate as f64;
-        rate.min((window as f64 * 8.0 / rtt_s) as u64).max(1000)
+        let dgram = snd.max_datagram_bytes.min(rcv.max_datagram_bytes);
+        let mss = f64::from(dgram) - SD_RESERVE as f64;
+        let p = packet_loss(link, u32::from(dgram) + link.overhead_bytes);
+        let loss_bound = if p > 0.0 {
+            mss * 8.0 / rtt_s * 1.22 / p.sqrt()
+        } else {
+            f64::MAX
+        };
+        let bound = (window as f64 * 8.0 / rtt_s).min(loss_bound);
+        rate.min(bound as u64).max(1000)
     };
-    let eff_ab = carry(rate_ab, &cfg_a, &cfg_b);
-    let eff_ba = carry(rate_ba, &cfg_b, &cfg_a);
+    let eff_ab = carry(rate_ab, &ab, &cfg_a, &cfg_b);
+    let eff_ba = carry(rate_ba, &ba, &cfg_b, &cfg_a);
     let a_to_b = size(&mut d, eff_ab);
     let b_to_a = size(&mut d, eff_ba);
     let pattern = match d.range(0, 3) {
