@@ -449,7 +449,7 @@ pub fn sweep(start: u64, count: u64, mut progress: impl FnMut(&SeedReport)) -> S
     sum
 }
 
-/// Runs `sc` without catching panics (tests and `--seed` reruns use this through [`run_seed`]).
+/// Runs `sc` and checks its outcome, without catching panics ([`run_seed`] wraps it).
 pub fn run_scenario(sc: &Scenario) -> SeedReport {
     let ep = |c: &Config| EndpointConfig {
         connection: c.clone(),
