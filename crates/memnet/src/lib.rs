@@ -11,6 +11,8 @@ use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 
+pub mod sweep;
+
 pub const NS_PER_MS: u64 = 1_000_000;
 
 /// Which endpoint.
@@ -279,9 +281,13 @@ impl Net {
     }
 }
 
-/// Deterministic pseudo-random payload generator with a running FNV-1a hash.
+/// Deterministic pseudo-random payload generator with a running FNV-1a hash. The bytes depend
+/// only on the seed, never on how they are chunked (the generator's words are taken whole into a
+/// block and handed out from there), so a writer and a checker may ask for different sizes.
 pub struct Stream {
     rng: ChaCha8Rng,
+    block: [u8; 64],
+    block_used: usize,
     pub total: u64,
     pub done: u64,
     pub hash: u64,
@@ -291,6 +297,8 @@ impl Stream {
     pub fn new(seed: u64, total: u64) -> Stream {
         Stream {
             rng: ChaCha8Rng::seed_from_u64(seed),
+            block: [0; 64],
+            block_used: 64,
             total,
             done: 0,
             hash: 0xcbf2_9ce4_8422_2325,
@@ -300,8 +308,16 @@ impl Stream {
     /// Next chunk of up to `max` bytes (empty at the end).
     pub fn next_chunk(&mut self, max: usize) -> Vec<u8> {
         let n = (self.total - self.done).min(max as u64) as usize;
-        let mut v = vec![0u8; n];
-        self.rng.fill_bytes(&mut v);
+        let mut v = Vec::with_capacity(n);
+        while v.len() < n {
+            if self.block_used == self.block.len() {
+                self.rng.fill_bytes(&mut self.block);
+                self.block_used = 0;
+            }
+            let take = (n - v.len()).min(self.block.len() - self.block_used);
+            v.extend_from_slice(&self.block[self.block_used..self.block_used + take]);
+            self.block_used += take;
+        }
         v
     }
 
@@ -576,5 +592,27 @@ impl Bulk {
             a_stats,
             b_stats,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_bytes_do_not_depend_on_chunking() {
+        let mut whole = Stream::new(9, 10_000);
+        let all = whole.next_chunk(10_000);
+        let mut pieces = Stream::new(9, 10_000);
+        let mut got = Vec::new();
+        for n in [1usize, 3, 5, 2881, 7, 64, 63, 10_000].iter().cycle() {
+            let c = pieces.next_chunk(*n);
+            if c.is_empty() {
+                break;
+            }
+            pieces.consume(&c);
+            got.extend_from_slice(&c);
+        }
+        assert_eq!(got, all);
     }
 }

@@ -54,7 +54,7 @@ fn status_with(code: u16, reason: &str, extra: &str) -> Vec<u8> {
 }
 
 /// Where the request head ends in `buf` (the index just past its empty line), if it does.
-fn head_end(buf: &[u8]) -> Option<usize> {
+pub fn head_end(buf: &[u8]) -> Option<usize> {
     let mut start = 0;
     let mut seen_request_line = false;
     while let Some(offset) = buf.get(start..)?.iter().position(|&b| b == b'\n') {
@@ -73,7 +73,7 @@ fn head_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Parses a complete request head; the error is the status to answer with.
-fn parse_head(head: &[u8]) -> Result<Target, HttpConnectError> {
+pub fn parse_head(head: &[u8]) -> Result<Target, HttpConnectError> {
     let request_line = head
         .split(|&b| b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l))

@@ -36,6 +36,9 @@ pub enum BenchCommand {
     /// The soak's client process (used by `bench soak`).
     #[command(hide = true)]
     SoakClients(crate::bench_soak::SoakClientsArgs),
+    /// Deterministic fault sweep of the STP engine over the in-memory network: one random
+    /// scenario per seed; prints the seeds whose transfer was not byte-exact or did not end cleanly.
+    Sweep(crate::bench_sweep::SweepArgs),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +78,7 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::Soak(a) => crate::bench_soak::run(a),
         BenchCommand::SoakOrigin(a) => crate::bench_soak::origin(a),
         BenchCommand::SoakClients(a) => crate::bench_soak::clients(a),
+        BenchCommand::Sweep(a) => crate::bench_sweep::run(a),
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_flood;
 mod bench_gateway;
 mod bench_link;
 mod bench_soak;
+mod bench_sweep;
 mod capture_args;
 mod daemon;
 mod demo;

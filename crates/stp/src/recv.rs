@@ -123,9 +123,12 @@ impl RecvBuffer {
         let charge = sd_charge(payload.len());
         let used = self.ready.len() as u64 + self.ooo_charge;
         // The SD at the cumulative point is always admitted when the reader has room for it, so a
-        // buffer full of out-of-order data cannot wedge the stream.
+        // buffer full of out-of-order data cannot wedge the stream; and when nothing waits to be
+        // read, whatever its size: an SD cut before the sender learned this side's limits (fast
+        // start at the initiator's MSS) may exceed the whole buffer, and would otherwise never be
+        // taken. The buffer then holds at most one SD beyond its capacity.
         let fits = if seq == self.next {
-            self.ready.len() as u64 + charge <= self.capacity
+            self.ready.len() == 0 || self.ready.len() as u64 + charge <= self.capacity
         } else {
             used + charge <= self.capacity
         };
@@ -461,6 +464,26 @@ mod tests {
         assert_eq!(r.read(&mut sink), 300);
         assert_eq!(r.window(), 200);
         assert_eq!(r.on_sd(MAX_SEQ_SPAN + 3, b"x"), Arrival::OutOfRange);
+    }
+
+    #[test]
+    fn an_in_order_sd_larger_than_the_buffer_is_taken_once_the_reader_emptied_it() {
+        // A fast-start SD cut at the initiator's MSS (1412) reaching a responder whose buffer is
+        // two of its own small SDs (2 × 216): the fault sweep found this stalling for ever.
+        let mut r = RecvBuffer::new(0, 432, 3, 16);
+        assert_eq!(r.on_sd(0, &[1u8; 300]), Arrival::New);
+        assert_eq!(
+            r.on_sd(1, &[2u8; 1412]),
+            Arrival::NoRoom,
+            "reader not done yet"
+        );
+        let mut sink = [0u8; 2000];
+        assert_eq!(r.read(&mut sink), 300);
+        assert_eq!(r.on_sd(1, &[2u8; 1412]), Arrival::New);
+        assert_eq!(r.window(), 0);
+        assert_eq!(r.on_sd(2, &[3u8; 10]), Arrival::NoRoom);
+        assert_eq!(r.read(&mut sink), 1412);
+        assert_eq!(r.window(), 432);
     }
 
     #[test]

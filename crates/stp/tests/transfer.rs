@@ -502,3 +502,31 @@ fn in_avoidance_the_window_covers_one_poll_interval_beyond_cwnd() {
         "in flight exceeded cwnd by {max_excess_ratio:.3} × cwnd (allowance is 1/3)"
     );
 }
+
+#[test]
+fn fast_start_sds_larger_than_the_responders_whole_buffer_still_get_through() {
+    // The initiator cuts its first SDs at its own MSS (1412) before it learns that the responder
+    // takes 256-byte datagrams and buffers only two of its own SDs (432 bytes). Found by
+    // `satstp bench sweep`: the responder refused those SDs for ever and the transfer stalled
+    // with both sides alive.
+    let initiator = EndpointConfig::default();
+    let responder = EndpointConfig {
+        connection: Config {
+            max_datagram_bytes: 256,
+            recv_buffer_bytes: 432,
+            send_buffer_bytes: 216,
+            ..Config::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let link = LinkConfig::simple(2_000_000, 20 * NS_PER_MS, 100);
+    let r = Bulk {
+        net: Net::new(initiator, responder, link.clone(), link, 5),
+        a_to_b: 20_000,
+        b_to_a: 3_000,
+        limit_ns: 120_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.done && r.ab_exact && r.ba_exact, "{r:?}");
+    assert!(r.a.closed && r.b.closed, "{r:?}");
+}
