@@ -105,7 +105,16 @@ fn start(name: &str, shutdown_timeout_s: u32) -> Pair {
         gw_port,
         &format!("{rates}[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n"),
     );
-    let term_config = keys.write_terminal_config("terminal.toml", socks_port, emu_port, &rates);
+    // Without fast open: a connection then exists at the gateway once the client's SOCKS
+    // connect returns, so the test can stop the daemons at a known moment. (With fast open a
+    // stream still on its way when the gateway starts draining is refused: a reset, as fast
+    // open's refusals are.)
+    let term_config = keys.write_terminal_config(
+        "terminal.toml",
+        socks_port,
+        emu_port,
+        &format!("{rates}socks_fast_open = false\n"),
+    );
     let gw = daemon("gateway", &gw_config, Some(&dir.join("gateway.log")));
     let emu = Kill(
         satstp()
