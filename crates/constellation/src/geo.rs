@@ -7,7 +7,7 @@ use rand_core::RngCore;
 /// Mean Earth radius (km), the sphere of the thesis' model.
 pub const EARTH_RADIUS_KM: f64 = 6371.0;
 /// Earth's gravitational parameter (km³/s²).
-pub const MU_KM3_S2: f64 = 398_600.4418;
+pub const MU_KM3_S2: f64 = 398_600.441_8;
 /// Speed of light in vacuum (km/s); every link's delay is its length over this.
 pub const C_KM_S: f64 = 299_792.458;
 /// Earth's rotation rate relative to the stars (rad/s).
@@ -28,7 +28,7 @@ impl Vec3 {
     pub fn dot(self, o: Vec3) -> f64 {
         self.x * o.x + self.y * o.y + self.z * o.z
     }
-    pub fn sub(self, o: Vec3) -> Vec3 {
+    pub fn minus(self, o: Vec3) -> Vec3 {
         Vec3::new(self.x - o.x, self.y - o.y, self.z - o.z)
     }
     pub fn scale(self, k: f64) -> Vec3 {
@@ -38,7 +38,7 @@ impl Vec3 {
         self.dot(self).sqrt()
     }
     pub fn dist(self, o: Vec3) -> f64 {
-        self.sub(o).norm()
+        self.minus(o).norm()
     }
     /// Latitude and longitude (degrees) of the direction of this vector.
     pub fn lat_lon_deg(self) -> (f64, f64) {
@@ -71,7 +71,7 @@ pub fn great_circle_km(lat1: f64, lon1: f64, lat2: f64, lon2: f64) -> f64 {
 
 /// Elevation (degrees) of `sat` seen from the ground point `ground` (both Earth-fixed).
 pub fn elevation_deg(ground: Vec3, sat: Vec3) -> f64 {
-    let d = sat.sub(ground);
+    let d = sat.minus(ground);
     let up = ground.scale(1.0 / ground.norm().max(1e-12));
     (d.dot(up) / d.norm().max(1e-12))
         .clamp(-1.0, 1.0)
@@ -82,7 +82,7 @@ pub fn elevation_deg(ground: Vec3, sat: Vec3) -> f64 {
 /// Whether the straight segment a–b stays above `floor_km` from the Earth's centre (an ISL's
 /// line of sight must clear the Earth and the lower atmosphere).
 pub fn clears(a: Vec3, b: Vec3, floor_km: f64) -> bool {
-    let d = b.sub(a);
+    let d = b.minus(a);
     let len2 = d.dot(d);
     if len2 == 0.0 {
         return a.norm() >= floor_km;

@@ -312,7 +312,8 @@ mod tests {
             }
             for (j, _) in snap.neighbours(i) {
                 let q = j / sh.sats_per_plane;
-                assert!(!(p == 0 && q == sh.planes - 1) && !(q == 0 && p == sh.planes - 1));
+                let across = (p == 0 && q == sh.planes - 1) || (q == 0 && p == sh.planes - 1);
+                assert!(!across);
             }
         }
     }
