@@ -8,22 +8,23 @@
 //!
 //! Everything is a pure function of time and a seed: no clock, no global randomness.
 
-// pub mod cells;
+pub mod cells;
 // pub mod central;
 // pub mod experiments;
 pub mod geo;
-// pub mod geographic;
+pub mod geographic;
 pub mod ground;
 pub mod routing;
 pub mod tle;
 pub mod topology;
-// pub mod trace;
+pub mod trace;
 pub mod walker;
 
 pub use geo::{Place, Vec3};
 pub use ground::{AttachPolicy, HandoffMode};
 pub use routing::Metric;
 pub use topology::{Constellation, Snapshot};
+pub use trace::{PathSpec, PathTrace, Routing, TraceSpec};
 pub use walker::Shell;
 
 /// What is wrong with a constellation, a place, a TLE or a request, named.
