@@ -9,8 +9,8 @@
 //! Everything is a pure function of time and a seed: no clock, no global randomness.
 
 pub mod cells;
-// pub mod central;
-// pub mod experiments;
+pub mod central;
+pub mod experiments;
 pub mod geo;
 pub mod geographic;
 pub mod ground;
