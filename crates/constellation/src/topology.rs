@@ -1,8 +1,9 @@
 //! The network at one instant: satellite positions and the active ISLs with their delays
 //! (length / c), by the thesis' rules (§6.2): intra-plane ISLs always on; inter-plane ISLs off
 //! while either end is above the latitude threshold; at most one cross-seam ISL per satellite,
-//! to its mutually nearest satellite in the counter-rotating plane, off while the two are
-//! within a few degrees of longitude (near where the planes cross) or above the threshold.
+//! to a satellite of the counter-rotating plane (the shortest eligible pairs matched first),
+//! never while the two are within a few degrees of longitude (near where the planes cross) or
+//! above the threshold.
 //! Every ISL must also clear the Earth by 80 km.
 
 use crate::geo::{clears, Vec3, C_KM_S, EARTH_RADIUS_KM};
@@ -216,26 +217,31 @@ fn walker_isls(sh: &Shell, snap: &mut Snapshot) {
         }
     }
     if sh.kind == ShellKind::Star && sh.cross_seam && np >= 2 {
+        // Each satellite has one cross-seam terminal: among the pairs that may hold a link,
+        // the shortest are matched first, one partner per satellite.
         let (first, last) = (0, np - 1);
-        let nearest = |snap: &Snapshot, from: u32, plane: u32| -> u32 {
-            let x = snap.positions[from as usize];
-            (0..ns)
-                .map(|s| idx(plane, s))
-                .min_by(|&i, &j| {
-                    x.dist(snap.positions[i as usize])
-                        .total_cmp(&x.dist(snap.positions[j as usize]))
-                })
-                .unwrap_or(idx(plane, 0))
-        };
+        let mut pairs: Vec<(f64, u32, u32)> = Vec::new();
         for s in 0..ns {
             let a = idx(last, s);
-            let b = nearest(snap, a, first);
-            if nearest(snap, b, last) != a {
-                continue;
+            for k in 0..ns {
+                let b = idx(first, k);
+                let far_enough = lon_diff_deg(snap.lon_deg[a as usize], snap.lon_deg[b as usize])
+                    >= sh.cross_seam_min_longitude_deg;
+                if far_enough && low(snap, a) && low(snap, b) {
+                    pairs.push((
+                        snap.positions[a as usize].dist(snap.positions[b as usize]),
+                        a,
+                        b,
+                    ));
+                }
             }
-            let far_enough = lon_diff_deg(snap.lon_deg[a as usize], snap.lon_deg[b as usize])
-                >= sh.cross_seam_min_longitude_deg;
-            if far_enough && low(snap, a) && low(snap, b) {
+        }
+        pairs.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+        let mut used = vec![false; snap.positions.len()];
+        for (_, a, b) in pairs {
+            if !used[a as usize] && !used[b as usize] {
+                used[a as usize] = true;
+                used[b as usize] = true;
                 add_if_clear(snap, a, b);
             }
         }

@@ -91,6 +91,8 @@ pub struct Sample {
     /// One-way delay, or `None` when there is no path (outage).
     pub delay_s: Option<f64>,
     pub isl_hops: u32,
+    /// Highest |latitude| of a satellite on the path (degrees): over-the-pole detours show.
+    pub max_lat_deg: f32,
 }
 
 /// A path's delay over time, with its events.
@@ -201,11 +203,16 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
                 t_s: t,
                 delay_s: Some(path_delay_s(&snap, ta.position, p, tb.position)),
                 isl_hops: p.len().saturating_sub(1) as u32,
+                max_lat_deg: p
+                    .iter()
+                    .map(|&x| snap.lat_deg[x as usize].abs())
+                    .fold(0.0, f64::max) as f32,
             },
             None => Sample {
                 t_s: t,
                 delay_s: None,
                 isl_hops: 0,
+                max_lat_deg: 0.0,
             },
         };
         if sample.delay_s.is_none() != in_outage {

@@ -23,6 +23,8 @@ pub enum BenchCommand {
     /// Kernel TCP (cubic, bbr, reno), split TCP and split STP over the same emulated link
     /// (root): download, upload, page load, uplink cost, retransmissions.
     Link(Box<crate::bench_link::LinkBenchArgs>),
+    /// Min-delay routes between all pairs of ground terminals over a LEO shell, every step.
+    Leo(crate::leo::bench::LeoBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +60,7 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::Sim(a) => sim_bench(a),
         BenchCommand::Gateway(a) => crate::bench_gateway::run(a),
         BenchCommand::Link(a) => crate::bench_link::run(a),
+        BenchCommand::Leo(a) => crate::leo::bench::run(a),
     }
 }
 
