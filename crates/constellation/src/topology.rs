@@ -198,18 +198,21 @@ fn walker_isls(sh: &Shell, snap: &mut Snapshot) {
     let thr = sh.isl_latitude_threshold_deg;
     let low = |snap: &Snapshot, i: u32| snap.lat_deg[i as usize].abs() <= thr;
     for p in 0..np {
+        let shifts: Vec<i64> = (1..=sh.isl_planes_each_side)
+            .map(|d| plane_shift(sh, p, p + d))
+            .collect();
         for s in 0..ns {
             let a = idx(p, s);
             for k in 1..=sh.isl_in_plane_each_side {
                 add_if_clear(snap, a, idx(p, (s + k) % ns));
             }
-            for d in 1..=sh.isl_planes_each_side {
-                let q = p + d;
+            for (d, &k) in shifts.iter().enumerate() {
+                let q = p + d as u32 + 1;
                 if q >= np && sh.kind == ShellKind::Star {
                     continue; // the seam
                 }
                 let qq = q % np;
-                let b = idx(qq, inter_plane_partner(sh, p, s, qq));
+                let b = idx(qq, (s as i64 + k).rem_euclid(ns as i64) as u32);
                 if low(snap, a) && low(snap, b) {
                     add_if_clear(snap, a, b);
                 }
@@ -248,15 +251,30 @@ fn walker_isls(sh: &Shell, snap: &mut Snapshot) {
     }
 }
 
-/// Index in plane `q` of the satellite nearest in phase to satellite `s` of plane `p` (fixed:
-/// co-rotating planes keep their relative phase).
+/// Index in plane `q` of the satellite linked to satellite `s` of plane `p` (`q` may be
+/// `planes` or more for the wrap-around of a delta shell). Co-rotating planes keep their
+/// relative phase, so the pairing is fixed and one-to-one: the satellite nearest in phase.
+/// When two are equally near (a half-spacing stagger, as Iridium and Teledesic have), the
+/// choice alternates from plane to plane, so a ladder of inter-plane ISLs zig-zags along the
+/// equator instead of spiralling with the stagger.
 pub fn inter_plane_partner(sh: &Shell, p: u32, s: u32, q: u32) -> u32 {
-    let ns = sh.sats_per_plane as f64;
-    let shift = (p as f64 - q as f64) * sh.phase_offset_deg * ns / 360.0;
-    // One whole shift for the whole plane (a half-spacing offset rounds the same way for
-    // every satellite), so the pairing is one-to-one.
-    let k = (shift + 0.5 + 1e-6).floor() as i64;
-    (s as i64 + k).rem_euclid(sh.sats_per_plane as i64) as u32
+    (s as i64 + plane_shift(sh, p, q)).rem_euclid(sh.sats_per_plane as i64) as u32
+}
+
+fn plane_shift(sh: &Shell, p: u32, q: u32) -> i64 {
+    let x = sh.phase_offset_deg * sh.sats_per_plane as f64 / 360.0;
+    let round = |v: f64| (v + 0.5 + 1e-6).floor() as i64;
+    let shift = (p as f64 - q as f64) * x;
+    let mut k = if (shift - shift.floor() - 0.5).abs() < 1e-6 {
+        round(p as f64 * x) - round(q as f64 * x)
+    } else {
+        round(shift)
+    };
+    if q >= sh.planes {
+        // Plane q is plane q - planes, whose satellites' phases lag by planes × offset.
+        k += round(sh.planes as f64 * x);
+    }
+    k
 }
 
 /// ISLs for satellites without plane structure: each to its `k` nearest satellites within

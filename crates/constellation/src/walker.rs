@@ -115,7 +115,9 @@ impl Shell {
                 isl_rate_bps: 155_000_000,
                 ..base("teledesic")
             },
-            // SpaceX FCC modification (2019): 72 planes × 22 at 53°, 550 km; 25° mask.
+            // SpaceX FCC modification (2019): 72 planes × 22 at 53°, 550 km; 25° mask. The
+            // filing gives no phasing: Walker F = 1 (adjacent planes' satellites abreast, so the
+            // +Grid ISLs cross the orbits).
             "starlink-550" | "starlink" => Shell {
                 altitude_km: 550.0,
                 planes: 72,
@@ -123,13 +125,14 @@ impl Shell {
                 inclination_deg: 53.0,
                 kind: ShellKind::Delta,
                 interplane_separation_deg: 5.0,
-                phase_offset_deg: 180.0 / 22.0,
+                phase_offset_deg: 360.0 / 1584.0,
                 elevation_mask_deg: 25.0,
                 isl_rate_bps: 10_000_000_000,
                 gsl_rate_bps: 100_000_000,
                 ..base("starlink-550")
             },
-            // Amazon Kuiper FCC application (2019), 630 km shell: 34 × 34 at 51.9°; 35° mask.
+            // Amazon Kuiper FCC application (2019), 630 km shell: 34 × 34 at 51.9°; 35° mask;
+            // Walker F = 1 as for Starlink.
             "kuiper-630" | "kuiper" => Shell {
                 altitude_km: 630.0,
                 planes: 34,
@@ -137,7 +140,7 @@ impl Shell {
                 inclination_deg: 51.9,
                 kind: ShellKind::Delta,
                 interplane_separation_deg: 360.0 / 34.0,
-                phase_offset_deg: 180.0 / 34.0,
+                phase_offset_deg: 360.0 / 1156.0,
                 elevation_mask_deg: 35.0,
                 isl_rate_bps: 10_000_000_000,
                 gsl_rate_bps: 100_000_000,
