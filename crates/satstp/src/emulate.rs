@@ -59,6 +59,10 @@ pub struct UdpArgs {
     /// (rates default to the preset's GSL rate; see docs/leo.md).
     #[arg(long, conflicts_with_all = ["delay", "profile"])]
     leo: Option<String>,
+    /// One-way delay of each direction over time, from a file of 'TIME_MS DELAY_MS' lines
+    /// (as `satstp leo trace` writes; format in docs/emulate-net.md).
+    #[arg(long, conflicts_with_all = ["delay", "leo"])]
+    delay_trace: Option<PathBuf>,
     /// Random packet loss of each direction, as a fraction from 0 to 1.
     #[arg(long, conflicts_with = "ber")]
     loss: Option<f64>,
@@ -116,7 +120,15 @@ fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
             down_rate: args.down_rate.or(gsl),
             up_rate: args.up_rate.or(gsl),
             delay: args.delay,
-            delay_trace: leo.as_ref().map(|l| l.delay.clone()),
+            delay_trace: match &leo {
+                Some(l) => Some(l.delay.clone()),
+                None => args
+                    .delay_trace
+                    .as_deref()
+                    .map(linkem::net::read_delay_trace)
+                    .transpose()
+                    .context("--delay-trace")?,
+            },
             queue: args.queue,
             loss: args.loss,
             ber: args.ber,

@@ -33,7 +33,8 @@ pub struct LeoBenchArgs {
     json: bool,
 }
 
-/// `n` terminals: the cities, then uniform random points.
+/// `n` terminals: the cities, then random points spread uniformly over the band within 50° of
+/// the equator (which every preset covers; starlink-550 and kuiper-630 do not reach the poles).
 pub fn terminals(n: usize) -> Vec<Place> {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     (0..n)
@@ -43,7 +44,12 @@ pub fn terminals(n: usize) -> Vec<Place> {
                 lat_deg: la,
                 lon_deg: lo,
             },
-            None => random_place(&mut rng, &format!("random-{i}")),
+            None => loop {
+                let p = random_place(&mut rng, &format!("random-{i}"));
+                if p.lat_deg.abs() <= 50.0 {
+                    break p;
+                }
+            },
         })
         .collect()
 }
