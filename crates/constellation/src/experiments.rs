@@ -172,10 +172,13 @@ pub fn all_pairs(
                     if i == j {
                         continue;
                     }
-                    match sj.and_then(|sj| router.path(sj)) {
-                        Some(p) => {
+                    // ISL delay from the search's cost (ns), plus both GSLs.
+                    match sj.and_then(|sj| router.cost(sj).map(|c| (sj, c))) {
+                        Some((sj, c)) => {
                             acc.paths += 1;
-                            acc.sum_delay_s += path_delay_s(&snap, positions[i], &p, positions[j]);
+                            let up = positions[i].dist(snap.positions[si as usize]);
+                            let down = snap.positions[sj as usize].dist(positions[j]);
+                            acc.sum_delay_s += c * 1e-9 + (up + down) / C_KM_S;
                         }
                         None => acc.unreachable += 1,
                     }

@@ -50,17 +50,25 @@ pub fn choose(
     mask_deg: f64,
     policy: AttachPolicy,
 ) -> Option<u32> {
+    // Compare sines of elevations: no inverse trigonometry in this hot loop.
+    let up = ground.scale(1.0 / ground.norm().max(1e-12));
+    let min_sin = mask_deg.to_radians().sin();
     let mut best: Option<(u32, f64)> = None;
     for (i, &s) in positions.iter().enumerate() {
-        let e = elevation_deg(ground, s);
-        if e < mask_deg || s.norm() == 0.0 {
+        let d = s.minus(ground);
+        let along = d.dot(up);
+        if along <= 0.0 && min_sin >= 0.0 {
+            continue;
+        }
+        let sin_e = along / d.norm().max(1e-12);
+        if sin_e < min_sin || s.norm() == 0.0 {
             continue;
         }
         match policy {
             AttachPolicy::FirstFound => return Some(i as u32),
             AttachPolicy::HighestElevation => {
-                if best.is_none_or(|(_, b)| e > b) {
-                    best = Some((i as u32, e));
+                if best.is_none_or(|(_, b)| sin_e > b) {
+                    best = Some((i as u32, sin_e));
                 }
             }
         }

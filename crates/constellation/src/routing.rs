@@ -27,6 +27,7 @@ pub struct Router {
     cost: Vec<u64>,
     prev: Vec<u32>,
     done: Vec<bool>,
+    target: Vec<bool>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     src: u32,
 }
@@ -50,13 +51,21 @@ impl Router {
         if src as usize >= n {
             return;
         }
-        let mut left = targets.map_or(usize::MAX, |t| {
-            let mut v: Vec<u32> = t.to_vec();
-            v.sort_unstable();
-            v.dedup();
-            v.len()
-        });
-        let is_target = |v: u32| targets.is_none_or(|t| t.contains(&v));
+        self.target.clear();
+        self.target.resize(n, false);
+        let mut left = usize::MAX;
+        if let Some(t) = targets {
+            left = 0;
+            for &v in t {
+                if (v as usize) < n && !self.target[v as usize] {
+                    self.target[v as usize] = true;
+                    left += 1;
+                }
+            }
+            if left == 0 {
+                return;
+            }
+        }
         self.cost[src as usize] = 0;
         self.heap.push(Reverse((0, src)));
         while let Some(Reverse((c, u))) = self.heap.pop() {
@@ -64,7 +73,7 @@ impl Router {
                 continue;
             }
             self.done[u as usize] = true;
-            if targets.is_some() && is_target(u) {
+            if self.target[u as usize] {
                 left -= 1;
                 if left == 0 {
                     break;
@@ -82,6 +91,15 @@ impl Router {
                     self.heap.push(Reverse((nc, v)));
                 }
             }
+        }
+    }
+
+    /// The cost of the path to `dst`: its ISL delay in seconds (for [`Metric::Delay`], to the
+    /// nanosecond) or its hop count (for [`Metric::Hops`]).
+    pub fn cost(&self, dst: u32) -> Option<f64> {
+        match self.cost.get(dst as usize) {
+            Some(&c) if c != UNREACHED => Some(c as f64),
+            _ => None,
         }
     }
 
