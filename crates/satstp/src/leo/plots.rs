@@ -120,7 +120,8 @@ pub fn scatter(
     write(dir, name, &s)
 }
 
-/// Satellites (dots) and active ISLs (lines; those crossing the map's edge are omitted) on a
+/// Satellites (dots) and active ISLs (lines; those crossing the map's edge or a pole are
+/// omitted) on a
 /// longitude/latitude map, with the given ground places marked.
 pub fn map(
     dir: &Path,
@@ -170,7 +171,8 @@ pub fn map(
             snap.lat_deg[b as usize],
             snap.lon_deg[b as usize],
         );
-        if (lo1 - lo2).abs() > 180.0 {
+        // Links that cross the map's edge or pass over a pole would streak across the map.
+        if (lo1 - lo2).abs() > 90.0 {
             continue;
         }
         let _ = write!(
