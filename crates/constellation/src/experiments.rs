@@ -4,9 +4,10 @@
 
 use crate::geo::{random_place, Place, C_KM_S};
 use crate::geographic::GeoRouter;
-use crate::ground::{choose, AttachPolicy};
+use crate::ground::{choose, AttachPolicy, HandoffMode};
 use crate::routing::{path_delay_s, Metric, Router};
 use crate::topology::{Constellation, Snapshot};
+use crate::trace::{compute, Routing, TraceSpec};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -206,6 +207,47 @@ pub fn all_pairs(
         unreachable: a.unreachable + b.unreachable,
         sum_delay_s: a.sum_delay_s + b.sum_delay_s,
     })
+}
+
+/// A window of a path with a large delay step: (start orbit time, time of the step within the
+/// window, delay before, delay after), all in seconds. Terminals are always on their best
+/// satellite ([`HandoffMode::Continuous`], which has no memory, so a trace started at the
+/// window's start sees the same path as the day's). Searches a day at 10 s for steps of at least
+/// `min_step_s`, largest first, and returns the first `window_s` window (1 s samples) holding
+/// such a step in its middle half.
+pub fn step_window(
+    c: &Constellation,
+    from: &Place,
+    to: &Place,
+    min_step_s: f64,
+    window_s: f64,
+) -> Option<(f64, f64, f64, f64)> {
+    let mut day = TraceSpec::new(from.clone(), to.clone(), Routing::MinDelay, 86_400.0, 10.0);
+    day.handoff = HandoffMode::Continuous;
+    let day = compute(c, &day).ok()?;
+    let mut steps: Vec<(f64, f64)> = day
+        .samples
+        .windows(2)
+        .filter_map(|w| Some((w[1].t_s, (w[1].delay_s? - w[0].delay_s?).abs())))
+        .filter(|&(_, d)| d >= min_step_s)
+        .collect();
+    steps.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (t, _) in steps {
+        for back in [0.5, 0.4, 0.6, 0.3, 0.7] {
+            let mut spec =
+                TraceSpec::new(from.clone(), to.clone(), Routing::MinDelay, window_s, 1.0);
+            spec.start_s = (t - back * window_s).max(0.0);
+            spec.handoff = HandoffMode::Continuous;
+            let w = compute(c, &spec).ok()?;
+            if let Some((at, a, b)) = w.largest_step() {
+                if (b - a).abs() >= min_step_s && (0.25 * window_s..=0.75 * window_s).contains(&at)
+                {
+                    return Some((spec.start_s, at, a, b));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The lowest one-way delay physically possible between two places: along the surface at c.

@@ -2,8 +2,8 @@
 //! read by the emulators' delay-trace parser, drives `emulate udp`, and drives a simulated STP
 //! and TCP transfer in a scenario; `--leo` works; bad input is named.
 
-use constellation::trace::compute;
-use constellation::{geo, Constellation, HandoffMode, Routing, TraceSpec};
+use constellation::experiments::step_window;
+use constellation::{geo, Constellation};
 use linkmodel::Delay;
 use std::process::Command;
 
@@ -11,41 +11,17 @@ fn satstp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_satstp"))
 }
 
-/// An orbit time from which a 60 s trace holds a seam step of at least 40 ms between 10 s and
-/// 50 s. Terminals are always on their best satellite (`--handoff continuous`), which has no
-/// memory, so a trace started anywhere sees the same path as the day's trace.
+/// An orbit time from which a 60 s trace holds a seam step of more than 40 ms in its middle.
 fn seam_window() -> f64 {
     let c = Constellation::preset("iridium").unwrap();
     let (ny, sf) = (
         geo::place("New York").unwrap(),
         geo::place("San Francisco").unwrap(),
     );
-    let day = compute(
-        &c,
-        &TraceSpec::new(ny.clone(), sf.clone(), Routing::MinDelay, 86_400.0, 10.0),
-    )
-    .unwrap();
-    let mut steps: Vec<(f64, f64)> = day
-        .samples
-        .windows(2)
-        .filter_map(|w| Some((w[1].t_s, (w[1].delay_s? - w[0].delay_s?).abs())))
-        .filter(|&(_, d)| d > 0.04)
-        .collect();
-    steps.sort_by(|a, b| b.1.total_cmp(&a.1));
-    for (t, _) in steps {
-        for back in [30.0, 20.0, 40.0, 25.0, 35.0] {
-            let mut spec = TraceSpec::new(ny.clone(), sf.clone(), Routing::MinDelay, 60.0, 1.0);
-            spec.start_s = (t - back).max(0.0);
-            spec.handoff = HandoffMode::Continuous;
-            let w = compute(&c, &spec).unwrap();
-            if let Some((at, a, b)) = w.largest_step() {
-                if (b - a).abs() > 0.04 && (10.0..=50.0).contains(&at) {
-                    return spec.start_s;
-                }
-            }
-        }
-    }
-    panic!("no seam step found in a day of Iridium NY-SF");
+    let (start, at, before, after) =
+        step_window(&c, &ny, &sf, 0.04, 60.0).expect("a seam step in a day of Iridium NY-SF");
+    assert!((after - before).abs() > 0.04 && (15.0..=45.0).contains(&at));
+    start
 }
 
 fn scenario(trace: &std::path::Path, flow: &str) -> String {
