@@ -147,6 +147,12 @@ fn write_section(
         "claims": s.claims.iter().map(|c| json!({"text": c.0, "holds": c.1, "ours": c.2})).collect::<Vec<_>>(),
         "conclusion_holds": holds, "data": s.json,
     });
+    let mut csv = String::from("quantity,seed,ours\n");
+    for r in &s.rows {
+        let q = |x: &str| format!("\"{}\"", x.replace('"', "\"\""));
+        let _ = writeln!(csv, "{},{},{}", q(&r[0]), q(&r[1]), q(&r[2]));
+    }
+    std::fs::write(dir.join(format!("{}.csv", s.name)), csv)?;
     let p = dir.join(format!("{}.json", s.name));
     std::fs::write(&p, serde_json::to_string_pretty(&value)?)?;
     let mut md = String::new();
