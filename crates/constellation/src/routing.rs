@@ -73,15 +73,20 @@ impl Router {
                 continue;
             }
             self.done[u as usize] = true;
+            let (lo, hi) = (
+                snap.offsets[u as usize] as usize,
+                snap.offsets[u as usize + 1] as usize,
+            );
             if self.target[u as usize] {
                 left -= 1;
                 if left == 0 {
                     break;
                 }
             }
-            for (v, d) in snap.neighbours(u) {
+            for k in lo..hi {
+                let v = snap.targets[k];
                 let w = match metric {
-                    Metric::Delay => ((d * 1e9).round() as u64).max(1),
+                    Metric::Delay => snap.delay_ns[k],
                     Metric::Hops => 1,
                 };
                 let nc = c + w;

@@ -84,6 +84,8 @@ pub struct Snapshot {
     pub offsets: Vec<u32>,
     pub targets: Vec<u32>,
     pub delay_s: Vec<f64>,
+    /// `delay_s` in whole nanoseconds (at least 1): the search weights.
+    pub delay_ns: Vec<u64>,
 }
 
 impl Snapshot {
@@ -137,6 +139,8 @@ impl Snapshot {
         self.targets.resize(acc as usize, 0);
         self.delay_s.clear();
         self.delay_s.resize(acc as usize, 0.0);
+        self.delay_ns.clear();
+        self.delay_ns.resize(acc as usize, 0);
         let mut fill: Vec<u32> = self.offsets[..n].to_vec();
         for &(a, b) in &self.edges {
             let d = self.positions[a as usize].dist(self.positions[b as usize]) / C_KM_S;
@@ -144,6 +148,7 @@ impl Snapshot {
                 let k = fill[x as usize] as usize;
                 self.targets[k] = y;
                 self.delay_s[k] = d;
+                self.delay_ns[k] = ((d * 1e9).round() as u64).max(1);
                 fill[x as usize] += 1;
             }
         }
