@@ -105,6 +105,10 @@ pub struct TraceArgs {
     /// Destination terminal.
     #[arg(long)]
     to: String,
+    /// A file of 'NAME, LAT, LON' lines whose names --from and --to may use (looked up before
+    /// the built-in cities).
+    #[arg(long)]
+    places: Option<PathBuf>,
     /// min-delay, min-hop or geographic.
     #[arg(long, default_value = "min-delay")]
     routing: String,
@@ -286,7 +290,16 @@ fn write_out(out: Option<&PathBuf>, text: &str) -> Result<()> {
 fn trace(a: &TraceArgs) -> Result<()> {
     let c = a.constellation.build()?;
     let routing: Routing = a.routing.parse()?;
-    let mut spec = TraceSpec::new(place(&a.from)?, place(&a.to)?, routing, a.duration, a.step);
+    let user = match &a.places {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read places file {}", p.display()))?;
+            parse_places(&text, &p.display().to_string())?
+        }
+        None => Vec::new(),
+    };
+    let (from, to) = (lookup(&user, &a.from)?, lookup(&user, &a.to)?);
+    let mut spec = TraceSpec::new(from, to, routing, a.duration, a.step);
     spec.start_s = a.start;
     spec.handoff = parse_handoff(&a.handoff)?;
     spec.seed = a.seed;
@@ -322,6 +335,17 @@ fn trace(a: &TraceArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A place named in `user` (case ignored), else a built-in city or LAT,LON.
+fn lookup(user: &[constellation::Place], name: &str) -> Result<constellation::Place> {
+    match user
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name.trim()))
+    {
+        Some(p) => Ok(p.clone()),
+        None => Ok(place(name)?),
+    }
 }
 
 /// The link a `--leo CONSTELLATION:FROM:TO[:ROUTING]` flag describes, over `duration_s` (one
@@ -400,6 +424,15 @@ mod tests {
         );
         assert!(parse_handoff("sometimes").is_err());
         assert!(parse_handoff("async:4-2").is_err());
+    }
+
+    #[test]
+    fn user_places_come_before_cities() {
+        let user = parse_places("Home, 10, 20\nLondon, 1, 2\n", "f").unwrap();
+        assert_eq!(lookup(&user, "home").unwrap().lat_deg, 10.0);
+        assert_eq!(lookup(&user, "London").unwrap().lat_deg, 1.0);
+        assert_eq!(lookup(&user, "Tokyo").unwrap().name, "Tokyo");
+        assert!(lookup(&user, "Atlantis").is_err());
     }
 
     #[test]
