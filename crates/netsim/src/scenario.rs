@@ -152,6 +152,15 @@ pub struct LinkParams {
     pub delay_trace: Option<Vec<[String; 2]>>,
     /// Period after which `delay_trace` repeats, e.g. "15s".
     pub delay_trace_period: Option<String>,
+    /// Delay over time from a file in the emulators' delay-trace format (`TIME_MS DELAY_MS`
+    /// lines, e.g. written by `satstp leo trace`); a relative path is taken from the working
+    /// directory.
+    pub delay_trace_file: Option<String>,
+    /// Delay and outages of a LEO path computed when the scenario is built:
+    /// "CONSTELLATION:FROM:TO[:ROUTING]" (docs/leo.md), sampled every 10 ms.
+    pub leo: Option<String>,
+    /// Orbit time at which the `leo` path starts, e.g. "57600s" (default 0s).
+    pub leo_start: Option<String>,
     /// Drop-tail limit in packets. By default the packet being serialized counts as queued
     /// (a 19-packet queue holds 18 waiting packets while one is sent).
     pub queue_packets: Option<u32>,
@@ -400,6 +409,68 @@ impl Scenario {
         unit("duration", parse_duration_ns(&self.duration))
     }
 
+    /// Applies `delay_trace_file` and `leo` of a link's parameters.
+    fn leo_delay(
+        &self,
+        name: &str,
+        p: &LinkParams,
+        c: &mut LinkConfig,
+    ) -> Result<(), ScenarioError> {
+        if p.delay_trace_file.is_some() && p.leo.is_some() {
+            return Err(field(
+                format!("{name}.leo"),
+                "give delay_trace_file or leo, not both",
+            ));
+        }
+        if let Some(path) = &p.delay_trace_file {
+            let f = format!("{name}.delay_trace_file");
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| field(&f, format!("cannot read {path}: {e}")))?;
+            let (points, period_ns) = constellation::trace::parse_delay_points(&text, path)
+                .map_err(|e| field(&f, e.to_string()))?;
+            c.delay = Delay::Trace { points, period_ns };
+        }
+        if let Some(spec) = &p.leo {
+            let f = format!("{name}.leo");
+            let path: constellation::PathSpec = spec
+                .parse()
+                .map_err(|e: constellation::ConstellationError| field(&f, e.to_string()))?;
+            let start = match &p.leo_start {
+                Some(x) => unit(&format!("{name}.leo_start"), parse_duration_ns(x))? as f64 / 1e9,
+                None => 0.0,
+            };
+            let c0 = constellation::Constellation::preset(&path.constellation)
+                .map_err(|e| field(&f, e.to_string()))?;
+            let mut spec = constellation::TraceSpec::new(
+                path.from,
+                path.to,
+                path.routing,
+                self.duration_ns()? as f64 / 1e9,
+                0.01,
+            );
+            spec.start_s = start;
+            let tr =
+                constellation::trace::compute(&c0, &spec).map_err(|e| field(&f, e.to_string()))?;
+            if tr.delays().next().is_none() {
+                return Err(field(
+                    &f,
+                    "no path between the two places at any time of the run",
+                ));
+            }
+            c.delay = Delay::Trace {
+                points: tr.delay_points_ns(1e-6),
+                period_ns: None,
+            };
+            for (b, d) in tr.outages() {
+                c.outages.push(Outage {
+                    start_ns: (b * 1e9) as u64,
+                    duration_ns: (d * 1e9).max(1.0) as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn link_config(
         &self,
         name: &str,
@@ -453,6 +524,7 @@ impl Scenario {
                 "applies to queue_packets (give queue_packets in the same table)",
             ));
         }
+        self.leo_delay(name, p, &mut c)?;
         match (p.queue_packets, &p.queue_bytes) {
             (Some(_), Some(_)) => {
                 return Err(field(

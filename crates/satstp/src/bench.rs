@@ -39,6 +39,8 @@ pub enum BenchCommand {
     /// Deterministic fault sweep of the STP engine over the in-memory network: one random
     /// scenario per seed; prints the seeds whose transfer was not byte-exact or did not end cleanly.
     Sweep(crate::bench_sweep::SweepArgs),
+    /// Min-delay routes between all pairs of ground terminals over a LEO shell, every step.
+    Leo(crate::leo::bench::LeoBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -79,6 +81,7 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
         BenchCommand::SoakOrigin(a) => crate::bench_soak::origin(a),
         BenchCommand::SoakClients(a) => crate::bench_soak::clients(a),
         BenchCommand::Sweep(a) => crate::bench_sweep::run(a),
+        BenchCommand::Leo(a) => crate::leo::bench::run(a),
     }
 }
 

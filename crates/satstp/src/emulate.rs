@@ -54,6 +54,15 @@ pub struct UdpArgs {
     /// product of that direction, at least 24000 bytes).
     #[arg(long, value_parser = parse_bytes)]
     queue: Option<u64>,
+    /// The one-way delay (and outages) of a LEO path, computed at start:
+    /// CONSTELLATION:FROM:TO[:ROUTING], e.g. "iridium:New York:San Francisco:min-delay"
+    /// (rates default to the preset's GSL rate; see docs/leo.md).
+    #[arg(long, conflicts_with_all = ["delay", "profile"])]
+    leo: Option<String>,
+    /// One-way delay of each direction over time, from a file of 'TIME_MS DELAY_MS' lines
+    /// (as `satstp leo trace` writes; format in docs/emulate-net.md).
+    #[arg(long, conflicts_with_all = ["delay", "leo"])]
+    delay_trace: Option<PathBuf>,
     /// Random packet loss of each direction, as a fraction from 0 to 1.
     #[arg(long, conflicts_with = "ber")]
     loss: Option<f64>,
@@ -103,19 +112,47 @@ fn nominal_delay_ns(delay: &Delay) -> u64 {
 }
 
 fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
-    link_configs(
+    let leo = leo_path(args.leo.as_deref(), args.duration)?;
+    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
+    let (mut up, mut down) = link_configs(
         &LinkFlags {
             profile: args.profile,
-            down_rate: args.down_rate,
-            up_rate: args.up_rate,
+            down_rate: args.down_rate.or(gsl),
+            up_rate: args.up_rate.or(gsl),
             delay: args.delay,
-            delay_trace: None,
+            delay_trace: match &leo {
+                Some(l) => Some(l.delay.clone()),
+                None => args
+                    .delay_trace
+                    .as_deref()
+                    .map(linkem::net::read_delay_trace)
+                    .transpose()
+                    .context("--delay-trace")?,
+            },
             queue: args.queue,
             loss: args.loss,
             ber: args.ber,
         },
         false,
-    )
+    )?;
+    if let Some(l) = leo {
+        up.outages = l.outages.clone();
+        down.outages = l.outages;
+    }
+    Ok((up, down))
+}
+
+/// The LEO path of a `--leo` flag, traced over `duration_ns` (an hour if absent).
+pub fn leo_path(
+    spec: Option<&str>,
+    duration_ns: Option<u64>,
+) -> Result<Option<crate::leo::LeoLink>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let l = crate::leo::leo_link(spec, duration_ns.map(|d| d as f64 / 1e9))?;
+    println!("LEO path {}", l.summary);
+    Ok(Some(l))
 }
 
 /// The `(up, down)` links the flags describe: the profile's, with explicit flags overriding.

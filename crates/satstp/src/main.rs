@@ -13,6 +13,7 @@ mod demo_engine;
 mod emulate;
 mod failover;
 mod keygen;
+mod leo;
 mod plot;
 mod reproduce;
 mod shard;
@@ -56,6 +57,9 @@ enum Command {
     /// Real-time link emulators on the shared link model.
     #[command(subcommand)]
     Emulate(emulate::EmulateCommand),
+    /// LEO constellations (thesis ch. 6): path delay traces, presets, TLEs, maps.
+    #[command(subcommand)]
+    Leo(leo::LeoCommand),
     /// Make a static key pair for the encrypted satellite hop (terminal or gateway).
     Keygen(keygen::KeygenArgs),
 }
@@ -71,6 +75,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(cmd) => bench::run(&cmd),
         Command::Emulate(cmd) => emulate::run(&cmd),
         Command::Keygen(args) => keygen::run(&args),
+        Command::Leo(cmd) => leo::run(&cmd),
     }
 }
 

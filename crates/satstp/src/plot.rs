@@ -289,7 +289,7 @@ fn errbar(s: &mut String, x: f64, top: f64, bottom: f64) {
     );
 }
 
-fn render_png(svg: &str, path: &Path) -> Result<()> {
+pub(crate) fn render_png(svg: &str, path: &Path) -> Result<()> {
     let mut opt = resvg::usvg::Options::default();
     opt.fontdb_mut().load_system_fonts();
     let tree = resvg::usvg::Tree::from_str(svg, &opt)?;

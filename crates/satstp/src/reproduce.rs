@@ -62,10 +62,12 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
         for (r, _) in &all {
             println!("{:<20} {}  [{}]", r.name, r.title, r.source);
         }
+        crate::leo::reproduce::list();
         return Ok(());
     }
     for n in &args.names {
-        if !all.iter().any(|(r, _)| &r.name == n) {
+        if !all.iter().any(|(r, _)| &r.name == n) && !crate::leo::reproduce::names().any(|l| l == n)
+        {
             bail!("unknown reproduction '{n}' (see --list)");
         }
     }
@@ -98,6 +100,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             }
         );
     }
+    crate::leo::reproduce::run(&args.names, args.quick, &args.out)?;
     eprintln!(
         "all done in {:.1} s; report: {}",
         started.elapsed().as_secs_f64(),
@@ -341,7 +344,7 @@ fn fmt_metric(m: &str, v: f64) -> String {
 }
 
 /// Replaces (or appends) the section of `name` in the report, keeping the others.
-fn update_report(path: &Path, name: &str, section: &str) -> Result<()> {
+pub(crate) fn update_report(path: &Path, name: &str, section: &str) -> Result<()> {
     let begin = format!("<!-- begin {name} -->");
     let end = format!("<!-- end {name} -->");
     let mut text = std::fs::read_to_string(path).unwrap_or_else(|_| {

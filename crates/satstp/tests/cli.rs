@@ -52,6 +52,26 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
     );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     for n in &names {
+        if n.starts_with("leo-") {
+            // LEO reproductions (docs/leo.md): figures and checked claims, not flows.
+            for ext in ["json", "csv", "svg", "png"] {
+                assert!(out.join(format!("{n}.{ext}")).exists(), "{n}.{ext} missing");
+            }
+            assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
+            let v: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap(),
+            )
+            .unwrap();
+            assert!(
+                !v["claims"].as_array().unwrap().is_empty(),
+                "{n}: no claims"
+            );
+            assert!(
+                !v["figures"].as_array().unwrap().is_empty(),
+                "{n}: no figures"
+            );
+            continue;
+        }
         for ext in ["json", "csv", "svg", "png"] {
             let p = out.join(format!("{n}.{ext}"));
             assert!(

@@ -37,6 +37,11 @@ pub struct NetArgs {
     /// (optional 'period MS' line to repeat; format in docs/emulate-net.md).
     #[arg(long)]
     delay_trace: Option<PathBuf>,
+    /// The one-way delay (and outages) of a LEO path, computed at start:
+    /// CONSTELLATION:FROM:TO[:ROUTING], e.g. "iridium:New York:San Francisco" (rates default
+    /// to the preset's GSL rate; see docs/leo.md).
+    #[arg(long, conflicts_with_all = ["delay", "delay_trace", "profile"])]
+    leo: Option<String>,
     /// Gateway → terminal rate from a mahimahi packet-delivery trace (one line per 1500-byte
     /// delivery opportunity, in ms; repeats).
     #[arg(long)]
@@ -131,12 +136,17 @@ fn parse_outage(text: &str) -> Result<Outage> {
 /// The emulator's configuration from the flags; every file is read and checked here, before
 /// anything is created.
 pub fn config(args: &NetArgs) -> Result<NetConfig> {
-    let delay_trace = args
-        .delay_trace
-        .as_deref()
-        .map(net::read_delay_trace)
-        .transpose()
-        .context("--delay-trace")?;
+    let leo = super::leo_path(args.leo.as_deref(), args.duration)?;
+    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
+    let delay_trace = match &leo {
+        Some(l) => Some(l.delay.clone()),
+        None => args
+            .delay_trace
+            .as_deref()
+            .map(net::read_delay_trace)
+            .transpose()
+            .context("--delay-trace")?,
+    };
     let read_rate = |p: &Option<PathBuf>, flag: &str| {
         p.as_deref()
             .map(DeliveryTrace::read)
@@ -153,10 +163,12 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
         // A rate trace stands in for the rate (its mean sizes the default queue).
         down_rate: args
             .down_rate
-            .or(down_trace.as_ref().map(DeliveryTrace::mean_rate_bps)),
+            .or(down_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
+            .or(gsl),
         up_rate: args
             .up_rate
-            .or(up_trace.as_ref().map(DeliveryTrace::mean_rate_bps)),
+            .or(up_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
+            .or(gsl),
         delay: args.delay,
         delay_trace,
         queue: args.queue,
@@ -173,11 +185,14 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
         up.loss = ge;
         down.loss = ge;
     }
-    let outages = args
+    let mut outages = args
         .outage
         .iter()
         .map(|o| parse_outage(o))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(l) = leo {
+        outages.extend(l.outages);
+    }
     up.outages = outages.clone();
     down.outages = outages;
     for (name, l) in [("up", &up), ("down", &down)] {

@@ -1,0 +1,275 @@
+//! Real satellites from two-line element sets (TLEs), propagated with SGP4 (the `sgp4` crate),
+//! and the reverse: TLEs equivalent to a Walker shell (for cross-checking and for tools that
+//! read TLEs). Time 0 is the first satellite's epoch; positions are rotated from SGP4's TEME
+//! frame to Earth-fixed by the IAU sidereal time (polar motion ignored).
+
+use crate::geo::{Vec3, EARTH_ROTATION_RAD_S, MU_KM3_S2};
+use crate::walker::Shell;
+use crate::ConstellationError;
+use std::f64::consts::PI;
+
+const MINUTES_PER_JULIAN_YEAR: f64 = 365.25 * 1440.0;
+
+/// Satellites read from TLEs, with the link parameters the file cannot carry.
+#[derive(Debug, Clone)]
+pub struct TleSet {
+    pub name: String,
+    pub satellites: Vec<TleSatellite>,
+    /// Sidereal angle (radians) of the Greenwich meridian at time 0.
+    pub gmst0_rad: f64,
+    pub elevation_mask_deg: f64,
+    /// ISLs of each satellite to its nearest neighbours (no plane structure is assumed).
+    pub isls_per_satellite: u32,
+    pub max_isl_km: f64,
+    pub isl_latitude_threshold_deg: f64,
+}
+
+/// One satellite.
+#[derive(Debug, Clone)]
+pub struct TleSatellite {
+    pub name: String,
+    constants: sgp4::Constants,
+    /// Minutes from this satellite's epoch to time 0.
+    offset_min: f64,
+}
+
+impl TleSatellite {
+    /// TEME position (km) at `t_s` after time 0, or `None` when SGP4 cannot propagate (e.g.
+    /// the orbit has decayed).
+    pub fn teme_position(&self, t_s: f64) -> Option<Vec3> {
+        let p = self
+            .constants
+            .propagate(sgp4::MinutesSinceEpoch(self.offset_min + t_s / 60.0))
+            .ok()?;
+        Some(Vec3::new(p.position[0], p.position[1], p.position[2]))
+    }
+}
+
+/// Rotates a TEME vector into the Earth-fixed frame for Greenwich sidereal angle `theta`.
+pub fn teme_to_ecef(v: Vec3, theta: f64) -> Vec3 {
+    let (s, c) = theta.sin_cos();
+    Vec3::new(c * v.x + s * v.y, -s * v.x + c * v.y, v.z)
+}
+
+impl TleSet {
+    /// Parses TLEs: two-line sets, or three-line sets whose first line is the name (an
+    /// optional leading "0 " is dropped). Errors name the file line and what is wrong.
+    pub fn parse(text: &str, source_name: &str) -> Result<TleSet, ConstellationError> {
+        let err = |line: usize, reason: String| ConstellationError::Line {
+            source_name: source_name.to_string(),
+            line,
+            reason,
+        };
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim_end()))
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let mut elements = Vec::new();
+        let mut i = 0;
+        while i < lines.len() {
+            let (n, l) = lines[i];
+            let (name, first) = if l.starts_with("1 ") {
+                (None, i)
+            } else {
+                let name = l.trim().strip_prefix("0 ").unwrap_or(l.trim()).to_string();
+                (Some(name), i + 1)
+            };
+            let (Some(&(n1, l1)), Some(&(n2, l2))) = (lines.get(first), lines.get(first + 1))
+            else {
+                return Err(err(n, "incomplete TLE: expected line 1 and line 2".into()));
+            };
+            if !l1.starts_with("1 ") {
+                return Err(err(
+                    n1,
+                    format!("expected TLE line 1 (starting '1 '), got '{l1}'"),
+                ));
+            }
+            if !l2.starts_with("2 ") {
+                return Err(err(
+                    n2,
+                    format!("expected TLE line 2 (starting '2 '), got '{l2}'"),
+                ));
+            }
+            let e = sgp4::Elements::from_tle(name.clone(), l1.as_bytes(), l2.as_bytes())
+                .map_err(|e| err(n1, format!("{e}")))?;
+            elements.push((n1, e));
+            i = first + 2;
+        }
+        if elements.is_empty() {
+            return Err(ConstellationError::Request(format!(
+                "{source_name}: no TLEs"
+            )));
+        }
+        let epoch0 = elements[0].1.epoch();
+        let mut satellites = Vec::new();
+        for (n, e) in &elements {
+            let constants = sgp4::Constants::from_elements(e)
+                .map_err(|x| err(*n, format!("elements cannot be propagated: {x}")))?;
+            satellites.push(TleSatellite {
+                name: e
+                    .object_name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}", e.norad_id)),
+                constants,
+                offset_min: (epoch0 - e.epoch()) * MINUTES_PER_JULIAN_YEAR,
+            });
+        }
+        Ok(TleSet {
+            name: source_name.to_string(),
+            satellites,
+            gmst0_rad: sgp4::iau_epoch_to_sidereal_time(epoch0),
+            elevation_mask_deg: 25.0,
+            isls_per_satellite: 4,
+            max_isl_km: 5000.0,
+            isl_latitude_threshold_deg: 70.0,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.satellites.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.satellites.is_empty()
+    }
+
+    /// Earth-fixed positions at `t_s`; a satellite SGP4 cannot propagate is placed at the
+    /// Earth's centre, where it is never visible and has no ISLs.
+    pub fn positions(&self, t_s: f64, out: &mut Vec<Vec3>) {
+        out.clear();
+        let theta = self.gmst0_rad + EARTH_ROTATION_RAD_S * t_s;
+        for s in &self.satellites {
+            out.push(
+                s.teme_position(t_s)
+                    .map_or(Vec3::default(), |v| teme_to_ecef(v, theta)),
+            );
+        }
+    }
+}
+
+fn checksum(line: &str) -> u32 {
+    line.bytes()
+        .map(|b| match b {
+            b'0'..=b'9' => (b - b'0') as u32,
+            b'-' => 1,
+            _ => 0,
+        })
+        .sum::<u32>()
+        % 10
+}
+
+/// One TLE (two lines, with checksums) for a circular orbit: epoch 2000-01-01 12:00 UTC (J2000),
+/// no drag.
+pub fn circular_tle(
+    number: u32,
+    inclination_deg: f64,
+    raan_deg: f64,
+    mean_anomaly_deg: f64,
+    revs_per_day: f64,
+) -> (String, String) {
+    let l1 = format!(
+        "1 {:05}U 00000A   00001.50000000  .00000000  00000-0  00000-0 0  999",
+        number % 100_000
+    );
+    let l2 = format!(
+        "2 {:05} {:8.4} {:8.4} 0000000 {:8.4} {:8.4} {:11.8}{:5}",
+        number % 100_000,
+        inclination_deg,
+        raan_deg.rem_euclid(360.0),
+        0.0,
+        mean_anomaly_deg.rem_euclid(360.0),
+        revs_per_day,
+        1
+    );
+    let (c1, c2) = (checksum(&l1), checksum(&l2));
+    (format!("{l1}{c1}"), format!("{l2}{c2}"))
+}
+
+/// TLEs equivalent to a Walker shell at the J2000 epoch: same planes, phases and mean motion,
+/// with right ascensions shifted by the sidereal angle at the epoch so that time 0 of the
+/// shell and of the TLEs coincide. Returned as text (three-line sets).
+pub fn shell_to_tles(shell: &Shell) -> String {
+    let gmst0 = sgp4::iau_epoch_to_sidereal_time(0.0).to_degrees();
+    let revs = shell.mean_motion_rad_s() * 86_400.0 / (2.0 * PI);
+    let mut out = String::new();
+    for p in 0..shell.planes {
+        for s in 0..shell.sats_per_plane {
+            let n = p * shell.sats_per_plane + s + 1;
+            let (l1, l2) = circular_tle(
+                n,
+                shell.inclination_deg,
+                shell.raan_rad(p).to_degrees() + gmst0,
+                shell.phase_rad(p, s).to_degrees(),
+                revs,
+            );
+            out.push_str(&format!("{}-P{}-S{}\n{l1}\n{l2}\n", shell.name, p, s));
+        }
+    }
+    out
+}
+
+/// Semi-major axis (km) of a mean motion given in revolutions per day (Kepler).
+pub fn semi_major_axis_km(revs_per_day: f64) -> f64 {
+    let n = revs_per_day * 2.0 * PI / 86_400.0;
+    (MU_KM3_S2 / (n * n)).cbrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ISS: &str = "ISS (ZARYA)\n1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2927\n2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537\n";
+
+    #[test]
+    fn parses_three_and_two_line_sets() {
+        let t = TleSet::parse(ISS, "iss.tle").unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.satellites[0].name, "ISS (ZARYA)");
+        let two: String = ISS.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        let t2 = TleSet::parse(&two, "x").unwrap();
+        assert_eq!(t2.satellites[0].name, "25544");
+        let mut v = Vec::new();
+        t.positions(0.0, &mut v);
+        let r = v[0].norm();
+        assert!((6600.0..6800.0).contains(&r), "ISS radius {r}");
+    }
+
+    #[test]
+    fn errors_name_line_and_problem() {
+        let bad_sum = ISS.replace("0  2927", "0  2928");
+        let e = TleSet::parse(&bad_sum, "iss.tle").unwrap_err().to_string();
+        assert!(
+            e.contains("iss.tle line 2") && e.to_lowercase().contains("checksum"),
+            "{e}"
+        );
+        let e = TleSet::parse(
+            "ISS\n1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2927\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("f line 1") && e.contains("incomplete"), "{e}");
+        let e = TleSet::parse("X\n1 25544U\nfoo\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3") && e.contains("line 2"), "{e}");
+        let short = ISS.replace("15.72125391563537", "15.7");
+        let e = TleSet::parse(&short, "f").unwrap_err().to_string();
+        assert!(
+            e.contains("f line 2") && e.to_lowercase().contains("length"),
+            "{e}"
+        );
+        assert!(TleSet::parse("\n\n", "f").is_err());
+    }
+
+    #[test]
+    fn generated_tles_parse_with_valid_checksums() {
+        let sh = Shell::preset("iridium").unwrap();
+        let text = shell_to_tles(&sh);
+        let t = TleSet::parse(&text, "iridium.tle").unwrap();
+        assert_eq!(t.len(), 66);
+        let a = semi_major_axis_km(sh.mean_motion_rad_s() * 86_400.0 / (2.0 * PI));
+        assert!((a - sh.radius_km()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,540 @@
+//! The one-way delay of a terminal-to-terminal path over time: terminals hand off as
+//! [`crate::ground`] describes, routes are recomputed at every step (min-delay, min-hop or
+//! geographic), and each sample's delay is the path's length / c at that instant. Written in
+//! the delay-trace format `satstp emulate net|udp --delay-trace` and scenario links read
+//! (`TIME_MS DELAY_MS` lines), with hop counts, handoffs and outages as `#` comments.
+
+use crate::geo::Place;
+use crate::geographic::GeoRouter;
+use crate::ground::{AttachPolicy, HandoffMode, Terminal};
+use crate::routing::{path_delay_s, Metric, Router};
+use crate::topology::{Constellation, Snapshot};
+use crate::ConstellationError;
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+/// How a path is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    MinDelay,
+    MinHop,
+    Geographic,
+}
+
+impl FromStr for Routing {
+    type Err = ConstellationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "min-delay" | "delay" => Ok(Routing::MinDelay),
+            "min-hop" | "hop" | "hops" => Ok(Routing::MinHop),
+            "geographic" | "geo" => Ok(Routing::Geographic),
+            _ => Err(ConstellationError::Request(format!(
+                "unknown routing '{s}' (min-delay, min-hop or geographic)"
+            ))),
+        }
+    }
+}
+
+impl Routing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::MinDelay => "min-delay",
+            Routing::MinHop => "min-hop",
+            Routing::Geographic => "geographic",
+        }
+    }
+}
+
+/// What to trace.
+#[derive(Debug, Clone)]
+pub struct TraceSpec {
+    pub from: Place,
+    pub to: Place,
+    pub routing: Routing,
+    /// Orbit time of the trace's time 0 (s).
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub step_s: f64,
+    pub handoff: HandoffMode,
+    pub policy: AttachPolicy,
+    pub seed: u64,
+}
+
+impl TraceSpec {
+    /// The thesis' defaults: asynchronous handoff (5–15 s), highest-elevation attachment.
+    pub fn new(
+        from: Place,
+        to: Place,
+        routing: Routing,
+        duration_s: f64,
+        step_s: f64,
+    ) -> TraceSpec {
+        TraceSpec {
+            from,
+            to,
+            routing,
+            start_s: 0.0,
+            duration_s,
+            step_s,
+            handoff: HandoffMode::THESIS,
+            policy: AttachPolicy::HighestElevation,
+            seed: 1,
+        }
+    }
+}
+
+/// One sample of the path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Since the trace's start (s).
+    pub t_s: f64,
+    /// One-way delay, or `None` when there is no path (outage).
+    pub delay_s: Option<f64>,
+    pub isl_hops: u32,
+    /// Highest |latitude| of a satellite on the path (degrees): over-the-pole detours show.
+    pub max_lat_deg: f32,
+}
+
+/// A path's delay over time, with its events.
+#[derive(Debug, Clone)]
+pub struct PathTrace {
+    pub constellation: String,
+    pub spec: TraceSpec,
+    pub samples: Vec<Sample>,
+    /// (time since start in s, description) of handoffs and outages.
+    pub events: Vec<(f64, String)>,
+}
+
+/// Samples at most this many steps.
+pub const MAX_STEPS: f64 = 20_000_000.0;
+
+/// Computes the trace.
+pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, ConstellationError> {
+    if !(spec.step_s > 0.0 && spec.step_s.is_finite()) {
+        return Err(ConstellationError::Request(format!(
+            "step must be positive, got {} s",
+            spec.step_s
+        )));
+    }
+    if !(spec.duration_s > 0.0 && spec.duration_s.is_finite()) {
+        return Err(ConstellationError::Request(format!(
+            "duration must be positive, got {} s",
+            spec.duration_s
+        )));
+    }
+    if spec.duration_s / spec.step_s > MAX_STEPS {
+        return Err(ConstellationError::Request(format!(
+            "{} s in steps of {} s is more than {MAX_STEPS} samples; use a larger step",
+            spec.duration_s, spec.step_s
+        )));
+    }
+    if spec.routing == Routing::Geographic && c.shell().is_none() {
+        return Err(ConstellationError::Request(
+            "geographic routing needs a Walker shell (planes), not TLE input".into(),
+        ));
+    }
+    let mask = c.elevation_mask_deg();
+    let mut ta = Terminal::new(
+        spec.from.clone(),
+        spec.handoff,
+        spec.policy,
+        mask,
+        spec.seed,
+    );
+    let mut tb = Terminal::new(
+        spec.to.clone(),
+        spec.handoff,
+        spec.policy,
+        mask,
+        spec.seed.wrapping_add(0x9e37_79b9),
+    );
+    let mut snap = Snapshot::default();
+    let mut router = Router::new();
+    let mut geo = GeoRouter::new();
+    let mut samples = Vec::new();
+    let mut events = Vec::new();
+    let steps = (spec.duration_s / spec.step_s).floor() as u64;
+    let mut in_outage = false;
+    for k in 0..=steps {
+        let t = k as f64 * spec.step_s;
+        snap.rebuild(c, spec.start_s + t);
+        for (term, h) in [
+            (
+                &spec.from.name,
+                ta.update(spec.start_s + t, &snap.positions),
+            ),
+            (&spec.to.name, tb.update(spec.start_s + t, &snap.positions)),
+        ] {
+            if let Some(h) = h {
+                if h.from.is_some() {
+                    let name = |s: Option<u32>| s.map_or("none".to_string(), |s| s.to_string());
+                    events.push((
+                        t,
+                        format!(
+                            "handoff {term}: satellite {} -> {}{}",
+                            name(h.from),
+                            name(h.to),
+                            if h.forced { " (forced)" } else { "" }
+                        ),
+                    ));
+                }
+            }
+        }
+        let path = match (ta.serving, tb.serving) {
+            (Some(sa), Some(sb)) => match spec.routing {
+                Routing::MinDelay | Routing::MinHop => {
+                    let m = if spec.routing == Routing::MinDelay {
+                        Metric::Delay
+                    } else {
+                        Metric::Hops
+                    };
+                    router.run(&snap, sa, m, Some(&[sb]));
+                    router.path(sb)
+                }
+                Routing::Geographic => c.shell().and_then(|sh| {
+                    geo.route(&snap, sh, sa, sb, spec.to.lat_deg, spec.to.lon_deg)
+                        .ok()
+                }),
+            },
+            _ => None,
+        };
+        let sample = match &path {
+            Some(p) => Sample {
+                t_s: t,
+                delay_s: Some(path_delay_s(&snap, ta.position, p, tb.position)),
+                isl_hops: p.len().saturating_sub(1) as u32,
+                max_lat_deg: p
+                    .iter()
+                    .map(|&x| snap.lat_deg[x as usize].abs())
+                    .fold(0.0, f64::max) as f32,
+            },
+            None => Sample {
+                t_s: t,
+                delay_s: None,
+                isl_hops: 0,
+                max_lat_deg: 0.0,
+            },
+        };
+        if sample.delay_s.is_none() != in_outage {
+            in_outage = !in_outage;
+            events.push((
+                t,
+                if in_outage {
+                    "outage begins: no path".into()
+                } else {
+                    "outage ends".into()
+                },
+            ));
+        }
+        samples.push(sample);
+    }
+    Ok(PathTrace {
+        constellation: c.name().to_string(),
+        spec: spec.clone(),
+        samples,
+        events,
+    })
+}
+
+impl PathTrace {
+    /// Outages as (start, duration) in seconds since the start.
+    pub fn outages(&self) -> Vec<(f64, f64)> {
+        let mut out = Vec::new();
+        let mut start: Option<f64> = None;
+        for s in &self.samples {
+            match (s.delay_s, start) {
+                (None, None) => start = Some(s.t_s),
+                (Some(_), Some(b)) => {
+                    out.push((b, s.t_s - b));
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(b) = start {
+            out.push((b, self.spec.duration_s - b + self.spec.step_s));
+        }
+        out
+    }
+
+    /// Delays of the samples with a path (s).
+    pub fn delays(&self) -> impl Iterator<Item = f64> + '_ {
+        self.samples.iter().filter_map(|s| s.delay_s)
+    }
+
+    /// The largest change of delay between consecutive samples with paths: (time, before,
+    /// after) in seconds.
+    pub fn largest_step(&self) -> Option<(f64, f64, f64)> {
+        let with: Vec<(f64, f64)> = self
+            .samples
+            .iter()
+            .filter_map(|s| s.delay_s.map(|d| (s.t_s, d)))
+            .collect();
+        with.windows(2)
+            .map(|w| (w[1].0, w[0].1, w[1].1))
+            .max_by(|a, b| (a.2 - a.1).abs().total_cmp(&(b.2 - b.1).abs()))
+    }
+
+    /// Piecewise-constant (time, delay) points in nanoseconds, first at 0: a point whenever the
+    /// delay moves by at least `min_change_s` from the last point written; during an outage the
+    /// last delay holds (the outage itself is reported separately).
+    pub fn delay_points_ns(&self, min_change_s: f64) -> Vec<(u64, u64)> {
+        let first = self.delays().next().unwrap_or(0.0);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut last = f64::NAN;
+        for s in &self.samples {
+            let d = s
+                .delay_s
+                .unwrap_or(if last.is_nan() { first } else { last });
+            if out.is_empty() || (d - last).abs() >= min_change_s {
+                out.push(((s.t_s * 1e9).round() as u64, (d * 1e9).round() as u64));
+                last = d;
+            }
+        }
+        out
+    }
+
+    /// The trace as text: `TIME_MS DELAY_MS # hops N` lines, events as comments.
+    pub fn to_text(&self, min_change_s: f64) -> String {
+        let sp = &self.spec;
+        let handoff = match sp.handoff {
+            HandoffMode::Async { min_s, max_s } => format!(
+                "asynchronous handoff every {min_s}-{max_s} s (seed {})",
+                sp.seed
+            ),
+            HandoffMode::Sync { interval_s } => format!("synchronous handoff every {interval_s} s"),
+            HandoffMode::Continuous => "continuous (best satellite always)".to_string(),
+        };
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# satstp leo trace: {}, {} -> {}, {} routing, {handoff}",
+            self.constellation,
+            sp.from.name,
+            sp.to.name,
+            sp.routing.name()
+        );
+        let _ = writeln!(s, "# orbit time {} s to {} s, sampled every {} ms; one-way delay of the path (GSLs + ISLs, length / c)", sp.start_s, sp.start_s + sp.duration_s, sp.step_s * 1e3);
+        if let (Some(lo), Some(hi)) = (
+            self.delays().reduce(f64::min),
+            self.delays().reduce(f64::max),
+        ) {
+            let _ = writeln!(s, "# delay {:.3} .. {:.3} ms; events below are handoffs and outages (an outage holds the last delay)", lo * 1e3, hi * 1e3);
+        }
+        let _ = writeln!(s, "# time_ms delay_ms");
+        let points = self.delay_points_ns(min_change_s);
+        let mut ev = self.events.iter().peekable();
+        let mut pi = points.iter().peekable();
+        let mut si = self.samples.iter().peekable();
+        while let Some(&&(t, d)) = pi.peek() {
+            while let Some((et, text)) = ev.peek() {
+                if (*et * 1e9).round() as u64 <= t {
+                    let _ = writeln!(s, "# {:.3} s: {text}", et);
+                    ev.next();
+                } else {
+                    break;
+                }
+            }
+            while si
+                .peek()
+                .is_some_and(|x| ((x.t_s * 1e9).round() as u64) < t)
+            {
+                si.next();
+            }
+            let hops = si.peek().map_or(0, |x| x.isl_hops);
+            let _ = writeln!(s, "{} {} # hops {hops}", fmt_ms(t), fmt_ms(d));
+            pi.next();
+        }
+        for (et, text) in ev {
+            let _ = writeln!(s, "# {:.3} s: {text}", et);
+        }
+        for (b, d) in self.outages() {
+            let _ = writeln!(
+                s,
+                "# outage {} ms for {} ms",
+                fmt_ms((b * 1e9) as u64),
+                fmt_ms((d * 1e9) as u64)
+            );
+        }
+        s
+    }
+}
+
+/// Nanoseconds as milliseconds with up to 6 decimals, trailing zeros trimmed.
+fn fmt_ms(ns: u64) -> String {
+    let t = format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000);
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Nanosecond (time, delay) points and an optional period.
+pub type DelayPoints = (Vec<(u64, u64)>, Option<u64>);
+
+/// Parses the `TIME_MS DELAY_MS` lines of a delay trace (the emulators' format: `#` comments,
+/// an optional final `period PERIOD_MS`) into nanosecond points and the period.
+pub fn parse_delay_points(
+    text: &str,
+    source_name: &str,
+) -> Result<DelayPoints, ConstellationError> {
+    let mut points: Vec<(u64, u64)> = Vec::new();
+    let mut period = None;
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.split('#').next().unwrap_or("").trim();
+        if l.is_empty() {
+            continue;
+        }
+        let err = |reason: String| ConstellationError::Line {
+            source_name: source_name.to_string(),
+            line: i + 1,
+            reason,
+        };
+        if period.is_some() {
+            return Err(err("nothing may follow the 'period' line".into()));
+        }
+        let ms = |x: &str, what: &str| -> Result<u64, ConstellationError> {
+            let v: f64 = x
+                .parse()
+                .map_err(|_| err(format!("{what} '{x}' is not a number of milliseconds")))?;
+            if !v.is_finite() || !(0.0..1e12).contains(&v) {
+                return Err(err(format!("{what} '{x}' is out of range")));
+            }
+            Ok((v * 1e6).round() as u64)
+        };
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["period", p] => {
+                let p = ms(p, "period")?;
+                if points.last().is_none_or(|&(t, _)| p <= t) {
+                    return Err(err("the period must exceed the last entry's time".into()));
+                }
+                period = Some(p);
+            }
+            [t, d] => {
+                let (t, d) = (ms(t, "time")?, ms(d, "delay")?);
+                match points.last() {
+                    None if t != 0 => return Err(err("the first entry must be at time 0".into())),
+                    Some(&(p, _)) if t <= p => return Err(err("times must increase".into())),
+                    _ => points.push((t, d)),
+                }
+            }
+            _ => {
+                return Err(err(format!(
+                    "expected 'TIME_MS DELAY_MS' or 'period PERIOD_MS', got '{l}'"
+                )))
+            }
+        }
+    }
+    if points.is_empty() {
+        return Err(ConstellationError::Request(format!(
+            "{source_name}: the delay trace has no entries"
+        )));
+    }
+    Ok((points, period))
+}
+
+/// A `CONSTELLATION:FROM:TO[:ROUTING]` path description (as `--leo` takes it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathSpec {
+    pub constellation: String,
+    pub from: Place,
+    pub to: Place,
+    pub routing: Routing,
+}
+
+impl FromStr for PathSpec {
+    type Err = ConstellationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(':').map(str::trim).collect();
+        let (c, f, t, r) = match parts.as_slice() {
+            [c, f, t] => (c, f, t, "min-delay"),
+            [c, f, t, r] => (c, f, t, *r),
+            _ => {
+                return Err(ConstellationError::Request(format!(
+                    "expected CONSTELLATION:FROM:TO[:ROUTING], got '{s}'"
+                )))
+            }
+        };
+        crate::walker::Shell::preset(c)?;
+        Ok(PathSpec {
+            constellation: c.to_string(),
+            from: crate::geo::place(f)?,
+            to: crate::geo::place(t)?,
+            routing: r.parse()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geo::place;
+
+    #[test]
+    fn iridium_ny_sf_trace_is_continuous_and_bounded() {
+        let c = Constellation::preset("iridium").unwrap();
+        let spec = TraceSpec::new(
+            place("NY").unwrap(),
+            place("SF").unwrap(),
+            Routing::MinDelay,
+            1200.0,
+            1.0,
+        );
+        let tr = compute(&c, &spec).unwrap();
+        assert_eq!(tr.samples.len(), 1201);
+        let gc = spec.from.distance_km(&spec.to) / crate::geo::C_KM_S;
+        for d in tr.delays() {
+            assert!(d >= gc && d < 0.2, "{d}");
+        }
+        let text = tr.to_text(0.0);
+        let (pts, period) = parse_delay_points(&text, "t").unwrap();
+        assert_eq!(period, None);
+        assert_eq!(pts[0].0, 0);
+        assert!(pts.len() > 100);
+    }
+
+    #[test]
+    fn path_specs_parse_with_named_errors() {
+        let p: PathSpec = "iridium:New York:San Francisco".parse().unwrap();
+        assert_eq!(p.routing, Routing::MinDelay);
+        let p: PathSpec = "teledesic:London:Tokyo:min-hop".parse().unwrap();
+        assert_eq!(p.routing, Routing::MinHop);
+        assert!("iridium:Atlantis:SF"
+            .parse::<PathSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("Atlantis"));
+        assert!("globalstar:NY:SF"
+            .parse::<PathSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("globalstar"));
+        assert!("iridium:NY:SF:fastest"
+            .parse::<PathSpec>()
+            .unwrap_err()
+            .to_string()
+            .contains("fastest"));
+        assert!("iridium:NY".parse::<PathSpec>().is_err());
+    }
+
+    #[test]
+    fn bad_trace_lines_are_named() {
+        let e = parse_delay_points("0 10\n5 x\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f line 2") && e.contains("'x'"), "{e}");
+        assert!(parse_delay_points("1 10\n", "f")
+            .unwrap_err()
+            .to_string()
+            .contains("time 0"));
+        assert!(parse_delay_points("0 10\n0 11\n", "f")
+            .unwrap_err()
+            .to_string()
+            .contains("increase"));
+        assert_eq!(
+            parse_delay_points("0 10\n5 20\nperiod 10\n", "f").unwrap(),
+            (
+                vec![(0, 10_000_000), (5_000_000, 20_000_000)],
+                Some(10_000_000)
+            )
+        );
+    }
+}

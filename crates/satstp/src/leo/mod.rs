@@ -1,0 +1,449 @@
+//! `satstp leo …`: LEO constellations (thesis ch. 6) from the command line: the delay trace of
+//! a terminal-to-terminal path (`trace`), the presets and cities (`list`), TLEs equivalent to a
+//! preset (`tle`), and a map of satellites and ISLs (`map`). The logic is in the
+//! `constellation` crate; `--leo` of the emulators and the LEO reproductions use it too.
+
+pub mod bench;
+mod plots;
+pub mod reproduce;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use constellation::geo::{parse_places, place, CITIES};
+use constellation::tle::{shell_to_tles, TleSet};
+use constellation::trace::{compute, PathSpec};
+use constellation::walker::PRESETS;
+use constellation::{Constellation, HandoffMode, Routing, Shell, TraceSpec};
+use linkmodel::{Delay, Outage};
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum LeoCommand {
+    /// Write the one-way delay of a terminal-to-terminal path over time, in the delay-trace
+    /// format `emulate net|udp --delay-trace` and scenario links read.
+    Trace(Box<TraceArgs>),
+    /// List the constellation presets and the built-in cities.
+    List,
+    /// Write TLEs equivalent to a preset (three-line sets, epoch J2000).
+    Tle(TleArgs),
+    /// Draw the satellites and active ISLs at an instant (SVG and PNG).
+    Map(MapArgs),
+}
+
+/// The constellation flags shared by the subcommands.
+#[derive(Debug, Args)]
+pub struct ConstellationArgs {
+    /// A preset: iridium, teledesic, starlink-550, kuiper-630, oneweb.
+    #[arg(long, default_value = "iridium", conflicts_with = "tle")]
+    constellation: String,
+    /// Real satellites from a TLE file (SGP4) instead of a preset.
+    #[arg(long)]
+    tle: Option<PathBuf>,
+    /// Elevation mask in degrees (default: the preset's; 25 for TLE input).
+    #[arg(long)]
+    mask: Option<f64>,
+    /// Cross-seam ISLs of a star preset: on or off (default: the preset's).
+    #[arg(long)]
+    cross_seam: Option<OnOff>,
+    /// Latitude above which inter-plane ISLs are off, in degrees (default 70).
+    #[arg(long)]
+    isl_latitude: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl ConstellationArgs {
+    pub fn build(&self) -> Result<Constellation> {
+        let mut c = match &self.tle {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read TLE file {}", p.display()))?;
+                Constellation::Tle(TleSet::parse(&text, &p.display().to_string())?)
+            }
+            None => Constellation::preset(&self.constellation)?,
+        };
+        match &mut c {
+            Constellation::Walker(s) => {
+                if let Some(m) = self.mask {
+                    s.elevation_mask_deg = m;
+                }
+                if let Some(x) = self.cross_seam {
+                    s.cross_seam = x == OnOff::On;
+                }
+                if let Some(l) = self.isl_latitude {
+                    s.isl_latitude_threshold_deg = l;
+                }
+                s.validate()?;
+            }
+            Constellation::Tle(t) => {
+                if let Some(m) = self.mask {
+                    if !(0.0..90.0).contains(&m) {
+                        bail!("--mask must be within 0..90 degrees, got {m}");
+                    }
+                    t.elevation_mask_deg = m;
+                }
+                if let Some(l) = self.isl_latitude {
+                    t.isl_latitude_threshold_deg = l;
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    constellation: ConstellationArgs,
+    /// Source terminal: a built-in city (see `satstp leo list`) or LAT,LON.
+    #[arg(long)]
+    from: String,
+    /// Destination terminal.
+    #[arg(long)]
+    to: String,
+    /// A file of 'NAME, LAT, LON' lines whose names --from and --to may use (looked up before
+    /// the built-in cities).
+    #[arg(long)]
+    places: Option<PathBuf>,
+    /// min-delay, min-hop or geographic.
+    #[arg(long, default_value = "min-delay")]
+    routing: String,
+    /// Length of the trace (e.g. 1h, 600s).
+    #[arg(long, default_value = "1h", value_parser = parse_seconds)]
+    duration: f64,
+    /// Sampling step (e.g. 10ms).
+    #[arg(long, default_value = "10ms", value_parser = parse_seconds)]
+    step: f64,
+    /// Orbit time at which the trace starts (e.g. 57600s).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    start: f64,
+    /// Handoff: async (checks every 5-15 s, the thesis'), async:MIN-MAX (seconds),
+    /// sync:INTERVAL (e.g. sync:10s) or continuous.
+    #[arg(long, default_value = "async")]
+    handoff: String,
+    /// Seed of the handoff timers' dither.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write a line only when the delay moved by at least this much (e.g. 10us).
+    #[arg(long, default_value = "10us", value_parser = parse_seconds)]
+    min_change: f64,
+    /// Output file (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TleArgs {
+    /// The preset to convert.
+    #[arg(long, default_value = "iridium")]
+    constellation: String,
+    /// Output file (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MapArgs {
+    #[command(flatten)]
+    constellation: ConstellationArgs,
+    /// Orbit time of the snapshot (e.g. 0s).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    time: f64,
+    /// Places to mark: a file of 'NAME, LAT, LON' lines.
+    #[arg(long)]
+    places: Option<PathBuf>,
+    /// Output name without extension (writes NAME.svg and NAME.png).
+    #[arg(long, default_value = "leo-map")]
+    out: PathBuf,
+}
+
+/// A duration in seconds: the simulator's units (ns, us, ms, s, min) plus h.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    if let Some(h) = t.strip_suffix('h') {
+        let v: f64 = h
+            .trim()
+            .parse()
+            .map_err(|_| format!("duration '{s}' is not a number of hours"))?;
+        if !(v.is_finite() && (0.0..1e6).contains(&v)) {
+            return Err(format!("duration '{s}' is out of range"));
+        }
+        return Ok(v * 3600.0);
+    }
+    netsim::units::parse_duration_ns(t).map(|ns| ns as f64 / 1e9)
+}
+
+/// Parses a --handoff value.
+pub fn parse_handoff(s: &str) -> Result<HandoffMode> {
+    let bad = || {
+        anyhow::anyhow!(
+            "--handoff '{s}': expected async, async:MIN-MAX, sync:INTERVAL or continuous"
+        )
+    };
+    let (kind, arg) = s.split_once(':').map_or((s, None), |(a, b)| (a, Some(b)));
+    match (kind, arg) {
+        ("async", None) => Ok(HandoffMode::THESIS),
+        ("async", Some(r)) => {
+            let (a, b) = r.split_once('-').ok_or_else(bad)?;
+            let (min_s, max_s): (f64, f64) = (
+                a.trim().parse().map_err(|_| bad())?,
+                b.trim().parse().map_err(|_| bad())?,
+            );
+            if !(min_s > 0.0 && max_s >= min_s) {
+                bail!("--handoff '{s}': need 0 < MIN <= MAX");
+            }
+            Ok(HandoffMode::Async { min_s, max_s })
+        }
+        ("sync", Some(i)) => {
+            let interval_s =
+                parse_seconds(i).map_err(|e| anyhow::anyhow!("--handoff '{s}': {e}"))?;
+            if interval_s <= 0.0 {
+                bail!("--handoff '{s}': the interval must be positive");
+            }
+            Ok(HandoffMode::Sync { interval_s })
+        }
+        ("continuous", None) => Ok(HandoffMode::Continuous),
+        _ => Err(bad()),
+    }
+}
+
+pub fn run(cmd: &LeoCommand) -> Result<()> {
+    match cmd {
+        LeoCommand::Trace(a) => trace(a),
+        LeoCommand::List => {
+            println!("constellations:");
+            for p in PRESETS {
+                let s = Shell::preset(p)?;
+                println!(
+                    "  {:<13} {:>4} satellites, {} planes x {}, {} km, {}°, mask {}°, period {:.1} min",
+                    p,
+                    s.count(),
+                    s.planes,
+                    s.sats_per_plane,
+                    s.altitude_km,
+                    s.inclination_deg,
+                    s.elevation_mask_deg,
+                    s.period_s() / 60.0
+                );
+            }
+            println!("cities:");
+            for (n, la, lo) in CITIES {
+                println!("  {n:<14} {la:>9.4} {lo:>10.4}");
+            }
+            Ok(())
+        }
+        LeoCommand::Tle(a) => {
+            let text = shell_to_tles(&Shell::preset(&a.constellation)?);
+            write_out(a.out.as_ref(), &text)
+        }
+        LeoCommand::Map(a) => {
+            let c = a.constellation.build()?;
+            let snap = c.snapshot(a.time);
+            let places = match &a.places {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("cannot read {}", p.display()))?;
+                    parse_places(&text, &p.display().to_string())?
+                        .into_iter()
+                        .map(|p| (p.name, p.lat_deg, p.lon_deg))
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            let dir = a
+                .out
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or(PathBuf::from("."), PathBuf::from);
+            let name = a
+                .out
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("leo-map");
+            plots::map(
+                &dir,
+                name,
+                &format!("{} at t = {} s", c.name(), a.time),
+                &snap,
+                &places,
+            )?;
+            eprintln!("wrote {}.svg and {}.png", a.out.display(), a.out.display());
+            Ok(())
+        }
+    }
+}
+
+fn write_out(out: Option<&PathBuf>, text: &str) -> Result<()> {
+    match out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn trace(a: &TraceArgs) -> Result<()> {
+    let c = a.constellation.build()?;
+    let routing: Routing = a.routing.parse()?;
+    let user = match &a.places {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read places file {}", p.display()))?;
+            parse_places(&text, &p.display().to_string())?
+        }
+        None => Vec::new(),
+    };
+    let (from, to) = (lookup(&user, &a.from)?, lookup(&user, &a.to)?);
+    let mut spec = TraceSpec::new(from, to, routing, a.duration, a.step);
+    spec.start_s = a.start;
+    spec.handoff = parse_handoff(&a.handoff)?;
+    spec.seed = a.seed;
+    let tr = compute(&c, &spec)?;
+    let text = tr.to_text(a.min_change);
+    write_out(a.out.as_ref(), &text)?;
+    if let (Some(lo), Some(hi)) = (tr.delays().reduce(f64::min), tr.delays().reduce(f64::max)) {
+        let handoffs = tr
+            .events
+            .iter()
+            .filter(|e| e.1.starts_with("handoff"))
+            .count();
+        eprintln!(
+            "{} -> {} over {}: one-way {:.2}..{:.2} ms, {} handoffs, {} outages{}",
+            spec.from.name,
+            spec.to.name,
+            c.name(),
+            lo * 1e3,
+            hi * 1e3,
+            handoffs,
+            tr.outages().len(),
+            tr.largest_step().map_or(String::new(), |(t, x, y)| format!(
+                ", largest step {:+.2} ms at {t:.1} s",
+                (y - x) * 1e3
+            ))
+        );
+    } else {
+        bail!(
+            "no path at all between {} and {} over {}",
+            spec.from.name,
+            spec.to.name,
+            c.name()
+        );
+    }
+    Ok(())
+}
+
+/// A place named in `user` (case ignored), else a built-in city or LAT,LON.
+fn lookup(user: &[constellation::Place], name: &str) -> Result<constellation::Place> {
+    match user
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name.trim()))
+    {
+        Some(p) => Ok(p.clone()),
+        None => Ok(place(name)?),
+    }
+}
+
+/// The link a `--leo CONSTELLATION:FROM:TO[:ROUTING]` flag describes, over `duration_s` (one
+/// hour if not given), sampled every 50 ms: its delay trace, its outages, and the preset's GSL
+/// rate (the default rate of both directions).
+pub struct LeoLink {
+    pub delay: Delay,
+    pub outages: Vec<Outage>,
+    pub gsl_rate_bps: u64,
+    pub summary: String,
+}
+
+pub fn leo_link(text: &str, duration_s: Option<f64>) -> Result<LeoLink> {
+    let p: PathSpec = text.parse().with_context(|| format!("--leo '{text}'"))?;
+    let c = Constellation::preset(&p.constellation)?;
+    let duration = duration_s.unwrap_or(3600.0).max(1.0);
+    let spec = TraceSpec::new(p.from.clone(), p.to.clone(), p.routing, duration, 0.05);
+    let tr = compute(&c, &spec)?;
+    let (lo, hi) = (tr.delays().reduce(f64::min), tr.delays().reduce(f64::max));
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        bail!(
+            "--leo '{text}': no path between {} and {} in {duration} s",
+            p.from.name,
+            p.to.name
+        );
+    };
+    let gsl = c.shell().map_or(1_500_000, |s| s.gsl_rate_bps);
+    Ok(LeoLink {
+        delay: Delay::Trace {
+            points: tr.delay_points_ns(1e-5),
+            period_ns: None,
+        },
+        outages: tr
+            .outages()
+            .into_iter()
+            .map(|(b, d)| Outage {
+                start_ns: (b * 1e9) as u64,
+                duration_ns: (d * 1e9).max(1.0) as u64,
+            })
+            .collect(),
+        gsl_rate_bps: gsl,
+        summary: format!(
+            "{} -> {} over {} ({}): one-way {:.1}..{:.1} ms over {duration} s, {} outages",
+            p.from.name,
+            p.to.name,
+            p.constellation,
+            p.routing.name(),
+            lo * 1e3,
+            hi * 1e3,
+            tr.outages().len()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_handoff_flags() {
+        assert_eq!(parse_seconds("1h").unwrap(), 3600.0);
+        assert_eq!(parse_seconds("10ms").unwrap(), 0.01);
+        assert!(parse_seconds("10").is_err());
+        assert!(parse_seconds("xh").is_err());
+        assert_eq!(parse_handoff("async").unwrap(), HandoffMode::THESIS);
+        assert_eq!(
+            parse_handoff("sync:10s").unwrap(),
+            HandoffMode::Sync { interval_s: 10.0 }
+        );
+        assert_eq!(
+            parse_handoff("async:2-4").unwrap(),
+            HandoffMode::Async {
+                min_s: 2.0,
+                max_s: 4.0
+            }
+        );
+        assert!(parse_handoff("sometimes").is_err());
+        assert!(parse_handoff("async:4-2").is_err());
+    }
+
+    #[test]
+    fn user_places_come_before_cities() {
+        let user = parse_places("Home, 10, 20\nLondon, 1, 2\n", "f").unwrap();
+        assert_eq!(lookup(&user, "home").unwrap().lat_deg, 10.0);
+        assert_eq!(lookup(&user, "London").unwrap().lat_deg, 1.0);
+        assert_eq!(lookup(&user, "Tokyo").unwrap().name, "Tokyo");
+        assert!(lookup(&user, "Atlantis").is_err());
+    }
+
+    #[test]
+    fn leo_link_is_a_valid_trace() {
+        let l = leo_link("iridium:New York:San Francisco", Some(60.0)).unwrap();
+        let Delay::Trace { points, .. } = &l.delay else {
+            panic!("not a trace")
+        };
+        assert_eq!(points[0].0, 0);
+        assert!(points.windows(2).all(|w| w[1].0 > w[0].0));
+        assert_eq!(l.gsl_rate_bps, 1_500_000);
+        assert!(leo_link("iridium:NY", None).is_err());
+    }
+}

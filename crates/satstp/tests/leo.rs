@@ -1,0 +1,257 @@
+//! `satstp leo` end to end: a traced Iridium New York - San Francisco path across the seam is
+//! read by the emulators' delay-trace parser, drives `emulate udp`, and drives a simulated STP
+//! and TCP transfer in a scenario; `--leo` works; bad input is named.
+
+use constellation::experiments::step_window;
+use constellation::{geo, Constellation};
+use linkmodel::Delay;
+use std::process::Command;
+
+fn satstp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_satstp"))
+}
+
+/// An orbit time from which a 60 s trace holds a seam step of more than 40 ms in its middle.
+fn seam_window() -> f64 {
+    let c = Constellation::preset("iridium").unwrap();
+    let (ny, sf) = (
+        geo::place("New York").unwrap(),
+        geo::place("San Francisco").unwrap(),
+    );
+    let (start, at, before, after) =
+        step_window(&c, &ny, &sf, 0.04, 60.0).expect("a seam step in a day of Iridium NY-SF");
+    assert!((after - before).abs() > 0.04 && (15.0..=45.0).contains(&at));
+    start
+}
+
+fn scenario(trace: &std::path::Path, flow: &str) -> String {
+    format!(
+        r#"name = "leo-seam"
+duration = "60s"
+[[node]]
+name = "server"
+[[node]]
+name = "client"
+[[link]]
+a = "server"
+b = "client"
+rate = "1.5Mbps"
+delay_trace_file = "{}"
+queue_packets = 60
+{flow}
+"#,
+        trace.display()
+    )
+}
+
+#[test]
+fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer() {
+    let start = seam_window();
+    let dir = std::env::temp_dir().join(format!("satstp-leo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("seam.trace");
+    let out = satstp()
+        .args([
+            "leo",
+            "trace",
+            "--constellation",
+            "iridium",
+            "--from",
+            "New York",
+            "--to",
+            "San Francisco",
+        ])
+        .args([
+            "--start",
+            &format!("{start}s"),
+            "--duration",
+            "60s",
+            "--step",
+            "10ms",
+            "--handoff",
+            "continuous",
+            "--out",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The emulators' parser (emulate net and udp --delay-trace) accepts it, and it holds the step.
+    let Delay::Trace { points, period_ns } = linkem::net::read_delay_trace(&file).unwrap() else {
+        panic!("not a trace");
+    };
+    assert_eq!(period_ns, None);
+    let step = points
+        .windows(2)
+        .map(|w| w[1].1.abs_diff(w[0].1))
+        .max()
+        .unwrap();
+    assert!(step > 40_000_000, "largest step {step} ns from {start} s");
+    // emulate udp runs on it.
+    let out = satstp()
+        .args([
+            "emulate",
+            "udp",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            "127.0.0.1:9",
+            "--up-rate",
+            "1.5Mbps",
+            "--down-rate",
+            "1.5Mbps",
+            "--duration",
+            "200ms",
+            "--delay-trace",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("traced"));
+    // A scenario link takes it: STP and TCP SACK run across the step.
+    for flow in [
+        "[[flow]]\nname = \"bulk\"\nprotocol = \"stp\"\nfrom = \"server\"\nto = \"client\"",
+        "[[flow]]\nname = \"bulk\"\nprotocol = \"tcp\"\nfrom = \"server\"\nto = \"client\"\ntcp = { variant = \"sack-newreno\", rcv_window = \"240KB\" }",
+    ] {
+        let sc = netsim::scenario::Scenario::from_toml(&scenario(&file, flow)).unwrap();
+        let sum = netsim::scenario::run(&sc, 1, 1, 1, &|_, _| {}).unwrap();
+        let f = &sum.flows[0];
+        assert!(f.goodput_bps.mean > 0.8e6, "{}: {} b/s", f.protocol, f.goodput_bps.mean);
+    }
+    // A missing file is named.
+    let bad = scenario(&dir.join("missing.trace"), "");
+    let e = netsim::scenario::Scenario::from_toml(&bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("delay_trace_file") && e.contains("missing.trace"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn leo_flag_of_emulate_udp_and_scenario_leo_field() {
+    let out = satstp()
+        .args([
+            "emulate",
+            "udp",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            "127.0.0.1:9",
+            "--duration",
+            "200ms",
+            "--leo",
+            "teledesic:London:Tokyo",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("LEO path London -> Tokyo over teledesic"),
+        "{text}"
+    );
+    let out = satstp()
+        .args([
+            "emulate",
+            "udp",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            "127.0.0.1:9",
+            "--leo",
+            "teledesic:Atlantis:Tokyo",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Atlantis"));
+    let sc = r#"name = "leo-field"
+duration = "10s"
+[[node]]
+name = "a"
+[[node]]
+name = "b"
+[[link]]
+a = "a"
+b = "b"
+rate = "1.5Mbps"
+leo = "iridium:New York:San Francisco"
+[[flow]]
+name = "f"
+protocol = "stp"
+from = "a"
+to = "b"
+bytes = "200KB"
+"#;
+    let s = netsim::scenario::Scenario::from_toml(sc).unwrap();
+    let sum = netsim::scenario::run(&s, 1, 1, 1, &|_, _| {}).unwrap();
+    assert!(sum.flows[0].completion_s.is_some());
+    let e = netsim::scenario::Scenario::from_toml(&sc.replace("iridium:", "globalstar:"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("leo") && e.contains("globalstar"), "{e}");
+}
+
+#[test]
+fn leo_trace_names_bad_input() {
+    for (args, what) in [
+        (vec!["--from", "Atlantis", "--to", "SF"], "Atlantis"),
+        (
+            vec!["--from", "NY", "--to", "SF", "--routing", "fastest"],
+            "fastest",
+        ),
+        (
+            vec![
+                "--from",
+                "NY",
+                "--to",
+                "SF",
+                "--constellation",
+                "globalstar",
+            ],
+            "globalstar",
+        ),
+        (
+            vec!["--from", "NY", "--to", "SF", "--handoff", "sometimes"],
+            "--handoff",
+        ),
+    ] {
+        let out = satstp()
+            .args(["leo", "trace", "--duration", "10s"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(what), "{e}");
+    }
+    let dir = std::env::temp_dir().join(format!("satstp-leo-tle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tle = dir.join("bad.tle");
+    std::fs::write(&tle, "SAT\n1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2928\n2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537\n").unwrap();
+    let out = satstp()
+        .args(["leo", "trace", "--from", "NY", "--to", "SF", "--tle"])
+        .arg(&tle)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(e.contains("line 2") && e.contains("checksum"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
