@@ -4,12 +4,11 @@
 mod common;
 
 use common::{
-    daemon, download, free_port, fresh_dir, pattern, satstp, socks_connect, wait_listening, Keys,
-    Kill,
+    daemon, download, free_port, fresh_dir, pattern, satstp, sigterm, socks_connect, wait_exit,
+    wait_listening, Keys, Kill,
 };
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -118,26 +117,6 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_owned()
-}
-
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-}
-
-/// Waits up to `limit` for `child` to exit; its status.
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Origin that sends `chunks` chunks of 100 000 pattern bytes, one every 100 ms, then closes

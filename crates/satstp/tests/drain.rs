@@ -12,10 +12,13 @@
 
 mod common;
 
-use common::{daemon, free_port, fresh_dir, satstp, socks_connect, wait_listening, Keys, Kill};
+use common::{
+    daemon, free_port, fresh_dir, satstp, sigterm, socks_connect, wait_exit, wait_listening, Keys,
+    Kill,
+};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -136,25 +139,6 @@ fn start(name: &str, shutdown_timeout_s: u32) -> Pair {
         term,
         _emu: emu,
         socks,
-    }
-}
-
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -204,3 +204,24 @@ pub fn download(proxy: SocketAddr, body: &[u8]) -> Vec<u8> {
     s.read_to_end(&mut got).unwrap();
     got
 }
+
+/// SIGTERM to `child` (spawned by the test and not yet waited for).
+pub fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+/// Waits up to `limit` for `child` to exit; its status.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
