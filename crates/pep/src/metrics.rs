@@ -206,6 +206,15 @@ impl CloseReason {
     }
 }
 
+/// Reasons the hop drops a datagram before its STP endpoint (`satstp_hop_dropped_total`).
+pub const HOP_DROP_REASONS: [&str; 5] = [
+    "malformed",
+    "unknown_session",
+    "handshake_rate",
+    "session_limit",
+    "open_budget",
+];
+
 /// Kinds of authentication failure counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthFailure {
@@ -433,6 +442,8 @@ pub struct Metrics {
     /// SD payload bytes retransmitted by this side.
     pub stp_retransmitted_bytes: Counter,
     auth_failures: [Counter; 4],
+    /// Datagrams the hop dropped before its STP endpoint, by [`HOP_DROP_REASONS`].
+    hop_dropped: [Counter; HOP_DROP_REASONS.len()],
     /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
     pub stp_srtt_mean_us: Gauge,
     pub stp_srtt_max_us: Gauge,
@@ -474,6 +485,7 @@ impl Metrics {
             stp_retransmissions: Counter::default(),
             stp_retransmitted_bytes: Counter::default(),
             auth_failures: Default::default(),
+            hop_dropped: Default::default(),
             stp_srtt_mean_us: Gauge::default(),
             stp_srtt_max_us: Gauge::default(),
             stp_cwnd_sum_bytes: Gauge::default(),
@@ -589,6 +601,15 @@ impl Metrics {
         self.auth_failures(AuthFailure::Replay)
             .set(st.tunnel.replays);
         self.hop_established.set(i64::from(st.established));
+        for (c, v) in self.hop_dropped.iter().zip([
+            st.tunnel.malformed,
+            st.tunnel.unknown_session,
+            st.tunnel.rate_limited,
+            st.tunnel.session_limit,
+            st.opens_rate_limited,
+        ]) {
+            c.set(v);
+        }
 
         let n = st.streams.len() as u64;
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
@@ -792,6 +813,17 @@ impl Metrics {
             "Authentication failures: tunnel datagrams or handshakes failing authentication, handshakes from unknown keys, replayed datagrams, refused SOCKS5 logins.",
             &auth,
         );
+        let dropped: Vec<_> = HOP_DROP_REASONS
+            .iter()
+            .zip(&self.hop_dropped)
+            .map(|(r, c)| (vec![("reason", *r)], c.get().to_string()))
+            .collect();
+        family(
+            "satstp_hop_dropped_total",
+            "counter",
+            "Datagrams dropped by the hop before its STP endpoint, by reason: malformed tunnel datagrams, unknown sessions, handshakes over the handshake rate, handshakes over the session limit, connection-opening datagrams over a terminal's budget (authentication failures and replays are in satstp_auth_failures_total).",
+            &dropped,
+        );
         family(
             "satstp_hop_established",
             "gauge",
@@ -982,6 +1014,14 @@ mod tests {
         ));
         assert!(text.contains("satstp_tcp_bytes_total{side=\"gateway\",direction=\"down\"} 1000\n"));
         assert!(text.contains("satstp_hop_bytes_total{side=\"gateway\",direction=\"up\"} 77\n"));
+        for r in HOP_DROP_REASONS {
+            assert!(
+                text.contains(&format!(
+                    "satstp_hop_dropped_total{{side=\"gateway\",reason=\"{r}\"}} 0\n"
+                )),
+                "{r}"
+            );
+        }
         assert!(text.contains("satstp_stp_packets_sent_total{side=\"gateway\",type=\"stat\"} 3\n"));
         assert!(
             text.contains("satstp_stp_packets_received_total{side=\"gateway\",type=\"poll\"} 4\n")
