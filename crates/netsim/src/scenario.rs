@@ -1496,44 +1496,15 @@ pub(crate) fn run_replications(
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Vec<RunResult>, ScenarioError> {
     let end = scenario.duration_ns()?;
-    let runs = indices.len() as u32;
-    if runs == 0 {
-        return Ok(Vec::new());
-    }
-    let results: Vec<RunOutcome> = {
-        let next = std::sync::atomic::AtomicU32::new(0);
-        let done = std::sync::atomic::AtomicU32::new(0);
-        let slots: Vec<std::sync::Mutex<Option<RunOutcome>>> =
-            (0..runs).map(|_| std::sync::Mutex::new(None)).collect();
-        std::thread::scope(|s| {
-            for _ in 0..threads.clamp(1, runs as usize) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    if i >= runs {
-                        break;
-                    }
-                    let rep = indices[i as usize];
-                    let pcap = if rep == 0 { pcap_dir } else { None };
-                    let r = run_one(scenario, seed.wrapping_add(u64::from(rep)), end, pcap);
-                    if let Ok(mut slot) = slots[i as usize].lock() {
-                        *slot = Some(r);
-                    }
-                    let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    progress(d, runs);
-                });
-            }
-        });
-        slots
-            .into_iter()
-            .map(|m| {
-                m.into_inner()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| Err(field("run", "a replication did not finish")))
-            })
-            .collect()
+    let total = indices.len() as u32;
+    let done = std::sync::atomic::AtomicU32::new(0);
+    let tick = |_k: u32| {
+        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        progress(d, total);
     };
-    results.into_iter().collect()
+    run_indexed(scenario, indices, seed, end, threads, &tick, pcap_dir)
+        .into_iter()
+        .collect()
 }
 
 /// Summarises replications 0..runs of a fixed count, in that order, with the scenario's
@@ -1567,21 +1538,35 @@ fn run_batch(
     progress: &(dyn Fn(u32) + Sync),
     pcap_dir: Option<&std::path::Path>,
 ) -> Vec<RunOutcome> {
-    let (first, count) = (range.start, range.end.saturating_sub(range.start));
-    let next = std::sync::atomic::AtomicU32::new(0);
+    let indices: Vec<u32> = range.collect();
+    run_indexed(scenario, &indices, seed, end, threads, progress, pcap_dir)
+}
+
+/// The replications numbered `indices` (seeds `seed + i`; replication 0 writes the pcaps), in
+/// parallel over `threads`, in the order of `indices`; `progress` gets each finished number.
+fn run_indexed(
+    scenario: &Scenario,
+    indices: &[u32],
+    seed: u64,
+    end: Time,
+    threads: usize,
+    progress: &(dyn Fn(u32) + Sync),
+    pcap_dir: Option<&std::path::Path>,
+) -> Vec<RunOutcome> {
+    let count = indices.len();
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<std::sync::Mutex<Option<RunOutcome>>> =
         (0..count).map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, count.max(1) as usize) {
+        for _ in 0..threads.clamp(1, count.max(1)) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if i >= count {
+                let Some(&k) = indices.get(i) else {
                     break;
-                }
-                let k = first + i;
+                };
                 let pcap = if k == 0 { pcap_dir } else { None };
                 let r = run_one(scenario, seed.wrapping_add(u64::from(k)), end, pcap);
-                if let Ok(mut slot) = slots[i as usize].lock() {
+                if let Ok(mut slot) = slots[i].lock() {
                     *slot = Some(r);
                 }
                 progress(k);
