@@ -90,6 +90,25 @@ impl RecvBuffer {
         self.capacity.saturating_sub(self.ready.len() as u64)
     }
 
+    /// Asserts (debug builds) the buffer's bounds: out-of-order data is only taken within the
+    /// capacity, and in all the buffer holds at most one SD beyond it (see `on_sd`).
+    pub fn check_bounds(&self) {
+        debug_assert!(
+            self.ooo_charge <= self.capacity,
+            "out-of-order charge {} above capacity {}",
+            self.ooo_charge,
+            self.capacity
+        );
+        debug_assert!(
+            self.ready.len() as u64 + self.ooo_charge <= self.capacity + u64::from(u16::MAX),
+            "receive buffer holds {} + {} bytes, capacity {}",
+            self.ready.len(),
+            self.ooo_charge,
+            self.capacity
+        );
+        debug_assert!(self.next <= self.highest);
+    }
+
     /// Whether every SD before the END has arrived.
     pub fn is_complete(&self) -> bool {
         self.final_seq == Some(self.next)

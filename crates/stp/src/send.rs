@@ -123,6 +123,19 @@ impl SendBuffer {
         n
     }
 
+    /// Asserts (debug builds) the buffer's bounds: the bytes it holds (unsent, plus those in
+    /// flight) never exceed its capacity, and what is in flight is part of what is outstanding.
+    pub fn check_bounds(&self) {
+        debug_assert!(
+            self.pending_len as u64 + self.in_flight <= self.capacity,
+            "send buffer holds {} unsent + {} in flight bytes, capacity {}",
+            self.pending_len,
+            self.in_flight,
+            self.capacity
+        );
+        debug_assert!(self.in_flight <= self.outstanding_charge);
+    }
+
     /// Bytes written but not yet packetized.
     pub fn unsent(&self) -> usize {
         self.pending_len

@@ -13,7 +13,29 @@ pub use allocation::AllocationController;
 pub use rate::RateController;
 pub use window::WindowController;
 
+use crate::config::{Config, CongestionMode};
 use std::time::Duration;
+
+/// The controller `config` asks for, for SDs of `mss` payload bytes: the factory every
+/// connection uses (and uses again when the peer's smaller datagram limit shrinks the MSS
+/// before any acknowledgement arrived).
+pub(crate) fn new_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
+    match config.congestion {
+        CongestionMode::Window => {
+            Box::new(WindowController::new(mss, config.initial_window.bytes(mss)))
+        }
+        CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
+        CongestionMode::Allocated {
+            rate_bps,
+            max_queue_delay_ms,
+        } => Box::new(AllocationController::new(
+            mss,
+            rate_bps,
+            Config::ms(config.initial_rtt_ms),
+            Config::ms(max_queue_delay_ms),
+        )),
+    }
+}
 
 /// Interface between the sender and a congestion controller.
 pub trait Controller: Send + std::fmt::Debug {
