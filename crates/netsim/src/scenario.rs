@@ -13,7 +13,7 @@ use crate::web::{WebClient, WebServer};
 use linkmodel::{Delay, Discipline, LinkConfig, Loss, Outage, QueueLimit, RedParams};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use stp::{CongestionMode, EndpointConfig, InitialWindow};
+use stp::EndpointConfig;
 
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]
@@ -210,31 +210,38 @@ pub struct LinkSpec {
     pub reverse: Option<LinkParams>,
 }
 
-/// STP options of a flow (all optional; defaults are the engine's).
+/// STP options of a flow: the engine's TOML schema ([`stp::ConfigOptions`]: the same keys,
+/// units in the names, as a gateway file's `[terminal.stp]`), plus the simulator's `framing`.
+/// Every key is optional; defaults are the engine's.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "toml::Table")]
 pub struct StpSpec {
-    /// "window" (default) or "rate".
-    pub congestion: Option<String>,
-    /// Sending rate of the rate controller, e.g. "1Mbps".
-    pub rate: Option<String>,
-    /// "1", "4kss", "10" (packets) ...
-    pub initial_window: Option<String>,
-    pub polls_per_rtt: Option<u32>,
-    pub poll_every_sds: Option<u32>,
-    /// Largest datagram, STP header included (bytes).
-    pub max_datagram: Option<u16>,
-    pub recv_buffer: Option<String>,
-    pub send_buffer: Option<String>,
-    /// Feedback budget of the receiver, e.g. "800bps".
-    pub reverse_rate: Option<String>,
-    pub min_rate: Option<String>,
-    pub max_rate: Option<String>,
-    pub reorder_threshold: Option<u32>,
-    pub pacing_granularity: Option<String>,
     /// "udp" (default: STP/UDP/IP, 28 bytes below STP) or "ip" (STP directly over IP, 20 bytes,
     /// as in the seeds' simulations and kernel implementation).
     pub framing: Option<String>,
+    /// Every other key: overrides of the engine's configuration.
+    pub options: stp::ConfigOptions,
+}
+
+impl TryFrom<toml::Table> for StpSpec {
+    type Error = String;
+
+    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+        let framing = match table.remove("framing") {
+            None => None,
+            Some(toml::Value::String(s)) => Some(s),
+            Some(other) => {
+                return Err(format!(
+                    "framing: expected \"udp\" or \"ip\", found a {}",
+                    other.type_str()
+                ))
+            }
+        };
+        let options = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.message().to_string())?;
+        Ok(StpSpec { framing, options })
+    }
 }
 
 /// TCP options of a flow (all optional; defaults are the model's).
@@ -619,88 +626,10 @@ impl Scenario {
     fn stp_config(&self, flow: &FlowSpec) -> Result<EndpointConfig, ScenarioError> {
         let mut cfg = EndpointConfig::default();
         let Some(s) = &flow.stp else { return Ok(cfg) };
-        let c = &mut cfg.connection;
-        let f = |k: &str| format!("flow {}.stp.{k}", flow.name);
-        match s.congestion.as_deref() {
-            None | Some("window") => {}
-            Some("rate") => {
-                let r = s
-                    .rate
-                    .as_deref()
-                    .ok_or_else(|| field(f("rate"), "required with congestion = \"rate\""))?;
-                c.congestion = CongestionMode::Rate {
-                    rate_bps: unit(&f("rate"), parse_rate_bps(r))?,
-                };
-            }
-            Some(other) => {
-                return Err(field(
-                    f("congestion"),
-                    format!("'{other}' is not \"window\" or \"rate\""),
-                ))
-            }
-        }
-        if let Some(iw) = &s.initial_window {
-            c.initial_window = match iw.to_ascii_lowercase().as_str() {
-                "4kss" => InitialWindow::FourKss,
-                n => InitialWindow::Packets(n.parse().map_err(|_| {
-                    field(
-                        f("initial_window"),
-                        format!("'{iw}' is not a packet count or \"4kss\""),
-                    )
-                })?),
-            };
-        }
-        if let Some(v) = s.polls_per_rtt {
-            c.polls_per_rtt = v;
-        }
-        if let Some(v) = s.poll_every_sds {
-            c.poll_every_sds = v;
-        }
-        if let Some(v) = s.max_datagram {
-            c.max_datagram_bytes = v;
-        }
-        if let Some(v) = s.reorder_threshold {
-            c.reorder_threshold = v;
-        }
-        let bytes32 = |k: &str, v: &str| -> Result<u32, ScenarioError> {
-            let b = unit(&f(k), parse_bytes(v))?;
-            u32::try_from(b).map_err(|_| field(f(k), "too large"))
-        };
-        if let Some(v) = &s.recv_buffer {
-            c.recv_buffer_bytes = bytes32("recv_buffer", v)?;
-        }
-        if let Some(v) = &s.send_buffer {
-            c.send_buffer_bytes = bytes32("send_buffer", v)?;
-        }
-        if let Some(v) = &s.reverse_rate {
-            c.reverse_rate_bps = Some(unit(&f("reverse_rate"), parse_rate_bps(v))?);
-        }
-        if let Some(v) = &s.min_rate {
-            c.min_rate_bps = Some(unit(&f("min_rate"), parse_rate_bps(v))?);
-        }
-        if let Some(v) = &s.max_rate {
-            c.max_rate_bps = Some(unit(&f("max_rate"), parse_rate_bps(v))?);
-        }
-        if let Some(v) = &s.pacing_granularity {
-            let ns = unit(&f("pacing_granularity"), parse_duration_ns(v))?;
-            c.pacing_granularity_us = u32::try_from(ns / 1000)
-                .map_err(|_| field(f("pacing_granularity"), "too large"))?;
-        }
-        cfg.validate().map_err(|e| {
-            // Name the scenario's key, not the engine's field.
-            let key = match e.field {
-                "recv_buffer_bytes" => "recv_buffer",
-                "send_buffer_bytes" => "send_buffer",
-                "congestion.rate_bps" => "rate",
-                "min_rate_bps" => "min_rate",
-                "max_rate_bps" => "max_rate",
-                "reverse_rate_bps" => "reverse_rate",
-                "pacing_granularity_us" => "pacing_granularity",
-                "max_datagram_bytes" => "max_datagram",
-                other => other,
-            };
-            field(f(key), e.reason)
-        })?;
+        cfg.connection = s
+            .options
+            .apply(cfg.connection)
+            .map_err(|e| field(format!("flow {}.stp.{}", flow.name, e.field), e.reason))?;
         Ok(cfg)
     }
 

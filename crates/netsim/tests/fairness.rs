@@ -42,7 +42,7 @@ from = "server"
 to = "terminal"
 bottleneck = "gateway->terminal"
 [flow.stp]
-max_datagram = 1000
+max_datagram_bytes = 1000
 initial_window = "1"
 [[flow]]
 name = "tcp"

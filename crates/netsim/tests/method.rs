@@ -337,10 +337,15 @@ fn tcp_options_count_and_queue_convention_in_scenarios() {
 #[test]
 fn stp_errors_name_the_scenario_key() {
     let text = SIMPLEX.replace("protocol = \"tcp\"", "protocol = \"stp\"")
-        + "[flow.stp]\nrecv_buffer = \"1KB\"\n";
+        + "[flow.stp]\nrecv_buffer_bytes = \"1KB\"\n";
     let e = Scenario::from_toml(&text).unwrap_err().to_string();
+    assert!(e.contains("flow bulk.stp.recv_buffer_bytes"), "{e}");
+    // The spelling of older versions is refused, naming the key that replaced it.
+    let old = SIMPLEX.replace("protocol = \"tcp\"", "protocol = \"stp\"")
+        + "[flow.stp]\nrecv_buffer = \"1MB\"\n";
+    let e = Scenario::from_toml(&old).unwrap_err().to_string();
     assert!(
-        e.contains("flow bulk.stp.recv_buffer") && !e.contains("recv_buffer_bytes"),
+        e.contains("`recv_buffer` is now spelled `recv_buffer_bytes`"),
         "{e}"
     );
 }

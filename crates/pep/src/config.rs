@@ -114,74 +114,142 @@ pub struct BackupGateway {
     pub public_key: Option<String>,
 }
 
-/// The terminal: accepts client TCP and carries it over STP to the gateway.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TerminalConfig {
-    /// SOCKS5 listener (default none). At least one of the three listeners must be set.
-    #[serde(default)]
-    pub socks_listen: Option<SocketAddr>,
-    /// SOCKS5 users; empty means no authentication (default empty).
-    #[serde(default)]
-    pub socks_users: Vec<SocksUser>,
-    /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
-    /// destination, saving a satellite round trip per connection; a failed connect then resets
-    /// the client instead of returning a SOCKS5 error code (default true).
-    #[serde(default = "default_true")]
-    pub socks_fast_open: bool,
-    /// HTTP CONNECT proxy listener (default none).
-    #[serde(default)]
-    pub http_connect_listen: Option<SocketAddr>,
-    /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
-    #[serde(default)]
-    pub tproxy_listen: Option<SocketAddr>,
-    /// The gateway's address, `host:port` (`[v6addr]:port` for an IPv6 literal): UDP with
-    /// `hop_transport = "stp"`, TCP with `"tcp"`. Required.
-    pub gateway: String,
-    /// The gateway's static public key, 64 hex digits. Required.
-    pub gateway_public_key: String,
-    /// This terminal's private key file (written by `satstp keygen`). Required.
-    pub private_key_file: PathBuf,
-    /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
-    #[serde(default, deserialize_with = "rate_bps")]
-    pub up_rate_bps: Option<u64>,
-    /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
-    #[serde(default, deserialize_with = "rate_bps")]
-    pub down_rate_bps: Option<u64>,
-    /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
-    #[serde(default)]
-    pub rtt_ms: Option<u32>,
-    /// HTTP listener for `/metrics` and `/status` (default none).
-    #[serde(default)]
-    pub metrics_listen: Option<SocketAddr>,
-    /// STP parameters for the hop (default: the engine's defaults).
-    #[serde(default)]
-    pub stp: StpOptions,
-    /// Resource limits.
-    #[serde(default)]
-    pub limits: Limits,
-    /// Close a relayed connection idle in both directions for this long, s (default 300).
-    #[serde(default = "default_idle_timeout_s")]
-    pub idle_timeout_s: u32,
-    /// Give up opening a connection through the gateway after this long, s (default 30).
-    #[serde(default = "default_connect_timeout_s")]
-    pub connect_timeout_s: u32,
-    /// On SIGTERM or SIGINT, stop accepting and let open connections finish for at most this
-    /// long, s, before exiting (default 30; 0 exits at once).
-    #[serde(default = "default_shutdown_timeout_s")]
-    pub shutdown_timeout_s: u32,
-    /// How the satellite hop carries connections: "stp" (default) or "tcp" (split TCP, one
-    /// encrypted TCP connection per client connection; `docs/gateway.md`).
-    #[serde(default)]
-    pub hop_transport: HopTransport,
-    /// Gateways to fail over to, in order, when the one in use stops answering (STP hop only;
-    /// default none; `docs/scaling.md`).
-    #[serde(default)]
-    pub backup_gateways: Vec<BackupGateway>,
-    /// Socket options of the hop's TCP connections with `hop_transport = "tcp"` (buffers
-    /// default to 2 × the hop's bandwidth-delay product when the rates and `rtt_ms` are set).
-    #[serde(default)]
-    pub hop_tcp: TcpOptions,
+/// Declares one side's configuration: its own fields, then the fields both sides share —
+/// declared here once, with their documentation — and the methods that only read those.
+/// `$side` is the side's TOML table (`terminal`, `gateway`), the prefix of field names in
+/// errors.
+macro_rules! side_config {
+    ($side:literal, $(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($own)*
+            /// This side's private key file (written by `satstp keygen`). Required.
+            pub private_key_file: PathBuf,
+            /// Capacity of the hop from terminal to gateway, bit/s, as a number or with a unit
+            /// (`"5Mbps"`) (default unknown). With `down_rate_bps` and `rtt_ms` it is the hop's
+            /// allocation: STP starts at it and buffers are sized from it (`pep::sizing`).
+            #[serde(default, deserialize_with = "rate_bps")]
+            pub up_rate_bps: Option<u64>,
+            /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
+            #[serde(default, deserialize_with = "rate_bps")]
+            pub down_rate_bps: Option<u64>,
+            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
+            #[serde(default)]
+            pub rtt_ms: Option<u32>,
+            /// HTTP listener for `/metrics` and `/status` (default none).
+            #[serde(default)]
+            pub metrics_listen: Option<SocketAddr>,
+            /// STP parameters for the hop (default: the engine's defaults, sized from the
+            /// allocation when it is set), in the engine's schema ([`StpOptions`]).
+            #[serde(default)]
+            pub stp: StpOptions,
+            /// Resource limits.
+            #[serde(default)]
+            pub limits: Limits,
+            /// Close a relayed connection idle in both directions for this long, s (default 300).
+            #[serde(default = "default_idle_timeout_s")]
+            pub idle_timeout_s: u32,
+            /// Give up opening a connection after this long, s (default 30): at the terminal,
+            /// through the gateway; at the gateway, to the destination.
+            #[serde(default = "default_connect_timeout_s")]
+            pub connect_timeout_s: u32,
+            /// On SIGTERM or SIGINT, stop accepting and let open connections finish for at most
+            /// this long, s, before exiting (default 30; 0 exits at once).
+            #[serde(default = "default_shutdown_timeout_s")]
+            pub shutdown_timeout_s: u32,
+            /// How the satellite hop carries connections: "stp" (default: STP over the
+            /// Noise-encrypted UDP tunnel), "tcp" (split TCP, one encrypted TCP connection per
+            /// client connection; `docs/gateway.md`) or, at a gateway only, "both" (UDP and TCP
+            /// on the same `listen` address and port).
+            #[serde(default)]
+            pub hop_transport: HopTransport,
+            /// Socket options of the hop's TCP connections with `hop_transport = "tcp"`
+            /// (buffers default to 2 × the hop's bandwidth-delay product when the rates and
+            /// `rtt_ms` are set).
+            #[serde(default)]
+            pub hop_tcp: TcpOptions,
+        }
+
+        impl $name {
+            /// Checks the shared fields (names relative to the side's table).
+            fn validate_shared(&self) -> Result<(), ConfigError> {
+                check_path(&self.private_key_file, "private_key_file")?;
+                check_common(
+                    self.up_rate_bps,
+                    self.down_rate_bps,
+                    self.rtt_ms,
+                    self.idle_timeout_s,
+                    self.connect_timeout_s,
+                )?;
+                check_shutdown_timeout(self.shutdown_timeout_s)?;
+                self.limits.validate().map_err(|e| e.prefixed("limits"))?;
+                apply_stp(&self.stp, stp::Config::default())?;
+                self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
+                Ok(())
+            }
+
+            /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with
+            /// buffers sized from the allocation when not set (send: this side's sending
+            /// direction, receive: the other).
+            pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
+                hop_tcp_tuning(&self.hop_tcp, self.hop_link())
+            }
+
+            /// The STP connection parameters: the engine's defaults for the hop's address
+            /// family, sized from the allocation when it is known ([`crate::sizing`]), with the
+            /// `stp` table applied on top.
+            fn stp_config_for(&self, ipv6: bool) -> Result<stp::Config, ConfigError> {
+                let defaults = crate::sizing::hop_stp_defaults(ipv6);
+                let base = match self.hop_link() {
+                    Some(l) => l.stp_config(defaults),
+                    None => defaults,
+                };
+                apply_stp(&self.stp, base).map_err(|e| e.prefixed($side))
+            }
+
+            /// Per-connection relay buffer for this hop, sized on the faster of its two
+            /// directions (see [`Limits::relay_buffer`]).
+            pub fn relay_buffer_bytes(&self) -> u64 {
+                let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
+                self.limits.relay_buffer(rate, self.rtt_ms)
+            }
+        }
+    };
+}
+
+side_config! {
+    "terminal",
+    /// The terminal: accepts client TCP and carries it over STP to the gateway.
+    #[derive(Debug, Clone, PartialEq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct TerminalConfig {
+        /// SOCKS5 listener (default none). At least one of the three listeners must be set.
+        #[serde(default)]
+        pub socks_listen: Option<SocketAddr>,
+        /// SOCKS5 users; empty means no authentication (default empty).
+        #[serde(default)]
+        pub socks_users: Vec<SocksUser>,
+        /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
+        /// destination, saving a satellite round trip per connection; a failed connect then
+        /// resets the client instead of returning a SOCKS5 error code (default true).
+        #[serde(default = "default_true")]
+        pub socks_fast_open: bool,
+        /// HTTP CONNECT proxy listener (default none).
+        #[serde(default)]
+        pub http_connect_listen: Option<SocketAddr>,
+        /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
+        #[serde(default)]
+        pub tproxy_listen: Option<SocketAddr>,
+        /// The gateway's address, `host:port` (`[v6addr]:port` for an IPv6 literal): UDP with
+        /// `hop_transport = "stp"`, TCP with `"tcp"`. Required.
+        pub gateway: String,
+        /// The gateway's static public key, 64 hex digits. Required.
+        pub gateway_public_key: String,
+        /// Gateways to fail over to, in order, when the one in use stops answering (STP hop
+        /// only; default none; `docs/scaling.md`).
+        #[serde(default)]
+        pub backup_gateways: Vec<BackupGateway>,
+    }
 }
 
 /// How the satellite hop carries connections (`hop_transport`).
@@ -301,24 +369,13 @@ impl TerminalConfig {
         check_host_port(&self.gateway).map_err(|r| bad("gateway", r))?;
         PublicKey::from_hex(&self.gateway_public_key)
             .map_err(|e| bad("gateway_public_key", e.to_string()))?;
-        check_path(&self.private_key_file, "private_key_file")?;
-        check_common(
-            self.up_rate_bps,
-            self.down_rate_bps,
-            self.rtt_ms,
-            self.idle_timeout_s,
-            self.connect_timeout_s,
-        )?;
-        check_shutdown_timeout(self.shutdown_timeout_s)?;
-        self.limits.validate().map_err(|e| e.prefixed("limits"))?;
-        self.stp.apply(stp::Config::default())?;
+        self.validate_shared()?;
         if self.hop_transport == HopTransport::Both {
             return Err(bad(
                 "hop_transport",
                 "\"both\" is for a gateway; a terminal uses \"stp\" or \"tcp\"",
             ));
         }
-        self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
         for (i, b) in self.backup_gateways.iter().enumerate() {
             check_host_port(&b.address)
                 .map_err(|r| bad(format!("backup_gateways[{i}].address"), r))?;
@@ -358,12 +415,6 @@ impl TerminalConfig {
             .collect()
     }
 
-    /// The socket options of the TCP hop (`hop_transport = "tcp"`): `[terminal.hop_tcp]`, with
-    /// buffers sized from the allocation when not set (send: up, receive: down).
-    pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
-        hop_tcp_tuning(&self.hop_tcp, self.hop_link())
-    }
-
     /// The gateway's public key (validated by [`Self::validate`]).
     pub fn gateway_public_key(&self) -> Result<PublicKey, ConfigError> {
         PublicKey::from_hex(&self.gateway_public_key)
@@ -388,19 +439,7 @@ impl TerminalConfig {
             .gateway
             .parse::<std::net::SocketAddr>()
             .is_ok_and(|a| a.is_ipv4());
-        let defaults = crate::sizing::hop_stp_defaults(!ipv4);
-        let base = match self.hop_link() {
-            Some(l) => l.stp_config(defaults),
-            None => defaults,
-        };
-        self.stp.apply(base).map_err(|e| e.prefixed("terminal"))
-    }
-
-    /// Per-connection relay buffer for this hop, sized on the faster of its two directions
-    /// (see [`Limits::relay_buffer`]).
-    pub fn relay_buffer_bytes(&self) -> u64 {
-        let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
-        self.limits.relay_buffer(rate, self.rtt_ms)
+        self.stp_config_for(!ipv4)
     }
 }
 
@@ -515,67 +554,33 @@ impl TcpOptions {
     }
 }
 
-/// The gateway: accepts terminals on one UDP socket and connects to destinations over TCP.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatewayConfig {
-    /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the TCP
-    /// hop. Required.
-    pub listen: SocketAddr,
-    /// The gateway's private key file (written by `satstp keygen`). Required.
-    pub private_key_file: PathBuf,
-    /// Public keys (64 hex digits) of the terminals allowed in (default empty).
-    #[serde(default)]
-    pub allowed_terminals: Vec<String>,
-    /// A file of further allowed keys, one per line, `#` starts a comment (default none). At
-    /// least one of `allowed_terminals` and `allowed_terminals_file` must be set.
-    #[serde(default)]
-    pub allowed_terminals_file: Option<PathBuf>,
-    /// Destination policy.
-    #[serde(default)]
-    pub policy: Policy,
-    /// Outbound TCP socket options.
-    #[serde(default)]
-    pub tcp: TcpOptions,
-    /// Connect to destinations from the client's own address (IP_TRANSPARENT; needs
-    /// CAP_NET_ADMIN and routing set up for the return traffic) (default false).
-    #[serde(default)]
-    pub source_transparent: bool,
-    /// Capacity of the hop from terminal to gateway, bit/s (default unknown).
-    #[serde(default, deserialize_with = "rate_bps")]
-    pub up_rate_bps: Option<u64>,
-    /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
-    #[serde(default, deserialize_with = "rate_bps")]
-    pub down_rate_bps: Option<u64>,
-    /// The hop's base round-trip time, ms, for buffer sizing (default unknown).
-    #[serde(default)]
-    pub rtt_ms: Option<u32>,
-    /// HTTP listener for `/metrics` and `/status` (default none).
-    #[serde(default)]
-    pub metrics_listen: Option<SocketAddr>,
-    /// STP parameters for the hop (default: the engine's defaults).
-    #[serde(default)]
-    pub stp: StpOptions,
-    /// Resource limits.
-    #[serde(default)]
-    pub limits: Limits,
-    /// Close a relayed connection idle in both directions for this long, s (default 300).
-    #[serde(default = "default_idle_timeout_s")]
-    pub idle_timeout_s: u32,
-    /// Give up connecting to a destination after this long, s (default 30).
-    #[serde(default = "default_connect_timeout_s")]
-    pub connect_timeout_s: u32,
-    /// On SIGTERM or SIGINT, stop accepting and let open connections finish for at most this
-    /// long, s, before exiting (default 30; 0 exits at once).
-    #[serde(default = "default_shutdown_timeout_s")]
-    pub shutdown_timeout_s: u32,
-    /// Which hops to serve on `listen`: "stp" (default, UDP), "tcp" (split TCP) or "both".
-    #[serde(default)]
-    pub hop_transport: HopTransport,
-    /// Socket options of the TCP hop's connections (buffers default to 2 × the hop's
-    /// bandwidth-delay product when the rates and `rtt_ms` are set).
-    #[serde(default)]
-    pub hop_tcp: TcpOptions,
+side_config! {
+    "gateway",
+    /// The gateway: accepts terminals on one UDP socket and connects to destinations over TCP.
+    #[derive(Debug, Clone, PartialEq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct GatewayConfig {
+        /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the
+        /// TCP hop. Required.
+        pub listen: SocketAddr,
+        /// Public keys (64 hex digits) of the terminals allowed in (default empty).
+        #[serde(default)]
+        pub allowed_terminals: Vec<String>,
+        /// A file of further allowed keys, one per line, `#` starts a comment (default none).
+        /// At least one of `allowed_terminals` and `allowed_terminals_file` must be set.
+        #[serde(default)]
+        pub allowed_terminals_file: Option<PathBuf>,
+        /// Destination policy.
+        #[serde(default)]
+        pub policy: Policy,
+        /// Outbound TCP socket options.
+        #[serde(default)]
+        pub tcp: TcpOptions,
+        /// Connect to destinations from the client's own address (IP_TRANSPARENT; needs
+        /// CAP_NET_ADMIN and routing set up for the return traffic) (default false).
+        #[serde(default)]
+        pub source_transparent: bool,
+    }
 }
 
 #[derive(Deserialize)]
@@ -595,7 +600,6 @@ impl GatewayConfig {
         if self.listen.port() == 0 {
             return Err(bad("listen", "port must not be 0"));
         }
-        check_path(&self.private_key_file, "private_key_file")?;
         if self.allowed_terminals.is_empty() && self.allowed_terminals_file.is_none() {
             return Err(bad(
                 "allowed_terminals",
@@ -617,24 +621,7 @@ impl GatewayConfig {
         }
         self.policy.build(Vec::new())?;
         self.tcp.validate().map_err(|e| e.prefixed("tcp"))?;
-        check_common(
-            self.up_rate_bps,
-            self.down_rate_bps,
-            self.rtt_ms,
-            self.idle_timeout_s,
-            self.connect_timeout_s,
-        )?;
-        check_shutdown_timeout(self.shutdown_timeout_s)?;
-        self.limits.validate().map_err(|e| e.prefixed("limits"))?;
-        self.stp.apply(stp::Config::default())?;
-        self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
-        Ok(())
-    }
-
-    /// The socket options of the TCP hop: `[gateway.hop_tcp]`, with buffers sized from the
-    /// allocation when not set (send: down, receive: up).
-    pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
-        hop_tcp_tuning(&self.hop_tcp, self.hop_link())
+        self.validate_shared()
     }
 
     /// Every allowed terminal key: the inline list, then the file's (read now), duplicates
@@ -674,18 +661,7 @@ impl GatewayConfig {
     /// The STP connection parameters: the engine's defaults, sized from the allocation when it
     /// is known ([`crate::sizing`]), with `[gateway.stp]` applied on top.
     pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
-        let defaults = crate::sizing::hop_stp_defaults(self.listen.is_ipv6());
-        let base = match self.hop_link() {
-            Some(l) => l.stp_config(defaults),
-            None => defaults,
-        };
-        self.stp.apply(base).map_err(|e| e.prefixed("gateway"))
-    }
-
-    /// Per-connection relay buffer, sized on the faster hop direction.
-    pub fn relay_buffer_bytes(&self) -> u64 {
-        let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
-        self.limits.relay_buffer(rate, self.rtt_ms)
+        self.stp_config_for(self.listen.is_ipv6())
     }
 }
 
@@ -721,136 +697,16 @@ pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, Config
 // ---------------------------------------------------------------------------------------------
 // STP options and limits
 
-/// Congestion controller names accepted in `stp.congestion`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StpCongestion {
-    /// TCP-equivalent window control.
-    Window,
-    /// A fixed rate, `stp.rate_bps`.
-    Rate,
-}
+/// The `stp` table of either side: overrides of [`stp::Config`] in the engine's own TOML schema
+/// ([`stp::options`]), the same as a scenario's `[flow.stp]`. Field names and units are the
+/// engine's; rates take units (`"5Mbps"`), buffer sizes sizes (`"4MiB"`).
+pub type StpOptions = stp::ConfigOptions;
 
-/// `stp.initial_window`: a number of packets, or the string "4kss" (RFC 3390).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum InitialWindowOption {
-    Packets(u32),
-    Named(String),
-}
-
-/// Overrides of [`stp::Config`]; every field left out keeps the engine's default (listed in
-/// `docs/stp-spec.md` §8 and on `stp::Config`). Field names and units are the engine's.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StpOptions {
-    /// "window" (default) or "rate".
-    pub congestion: Option<StpCongestion>,
-    /// Sending rate for `congestion = "rate"`, bit/s of datagram bytes; required with it.
-    pub rate_bps: Option<u64>,
-    /// Packets (default 10), or "4kss".
-    pub initial_window: Option<InitialWindowOption>,
-    pub polls_per_rtt: Option<u32>,
-    pub poll_every_sds: Option<u32>,
-    pub max_datagram_bytes: Option<u16>,
-    pub send_buffer_bytes: Option<u32>,
-    pub recv_buffer_bytes: Option<u32>,
-    pub min_rate_bps: Option<u64>,
-    pub max_rate_bps: Option<u64>,
-    /// Budget for feedback without data on the return channel, bit/s.
-    pub reverse_rate_bps: Option<u64>,
-    pub pacing_granularity_us: Option<u32>,
-    pub min_poll_interval_ms: Option<u32>,
-    pub max_poll_interval_ms: Option<u32>,
-    pub poll_miss_threshold: Option<u32>,
-    pub small_window_packets: Option<u32>,
-    pub reorder_threshold: Option<u32>,
-    pub max_pending_gaps: Option<u32>,
-    pub initial_rtt_ms: Option<u32>,
-    pub handshake_timeout_ms: Option<u32>,
-    pub keepalive_interval_ms: Option<u32>,
-    pub dead_timeout_ms: Option<u32>,
-}
-
-impl StpOptions {
-    /// `base` with every set option applied, then validated by the engine; errors name the
-    /// field as `stp.<field>`.
-    pub fn apply(&self, base: stp::Config) -> Result<stp::Config, ConfigError> {
-        let mut c = base;
-        match (self.congestion, self.rate_bps) {
-            (Some(StpCongestion::Window), Some(_)) => {
-                return Err(bad(
-                    "stp.rate_bps",
-                    "only meaningful with congestion = \"rate\"",
-                ));
-            }
-            (Some(StpCongestion::Window), None) => c.congestion = stp::CongestionMode::Window,
-            (Some(StpCongestion::Rate), Some(rate_bps)) | (None, Some(rate_bps)) => {
-                if self.congestion.is_none()
-                    && !matches!(c.congestion, stp::CongestionMode::Rate { .. })
-                {
-                    return Err(bad("stp.rate_bps", "set without congestion = \"rate\""));
-                }
-                c.congestion = stp::CongestionMode::Rate { rate_bps };
-            }
-            (Some(StpCongestion::Rate), None) => {
-                if !matches!(c.congestion, stp::CongestionMode::Rate { .. }) {
-                    return Err(bad("stp.rate_bps", "required with congestion = \"rate\""));
-                }
-            }
-            (None, None) => {}
-        }
-        match &self.initial_window {
-            Some(InitialWindowOption::Packets(n)) => {
-                c.initial_window = stp::InitialWindow::Packets(*n)
-            }
-            Some(InitialWindowOption::Named(s)) if s.eq_ignore_ascii_case("4kss") => {
-                c.initial_window = stp::InitialWindow::FourKss
-            }
-            Some(InitialWindowOption::Named(s)) => {
-                return Err(bad(
-                    "stp.initial_window",
-                    format!("{s:?}: must be a number of packets or \"4kss\""),
-                ));
-            }
-            None => {}
-        }
-        macro_rules! set {
-            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
-        }
-        macro_rules! set_opt {
-            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = Some(v); } )* };
-        }
-        set!(
-            polls_per_rtt,
-            poll_every_sds,
-            max_datagram_bytes,
-            send_buffer_bytes,
-            recv_buffer_bytes,
-            pacing_granularity_us,
-            min_poll_interval_ms,
-            max_poll_interval_ms,
-            poll_miss_threshold,
-            small_window_packets,
-            reorder_threshold,
-            max_pending_gaps,
-            initial_rtt_ms,
-            handshake_timeout_ms,
-            keepalive_interval_ms,
-            dead_timeout_ms
-        );
-        set_opt!(min_rate_bps, max_rate_bps, reverse_rate_bps);
-        c.validate().map_err(|e| {
-            // The engine names the rate of its rate controller `congestion.rate_bps`.
-            let field = if e.field == "congestion.rate_bps" {
-                "rate_bps"
-            } else {
-                e.field
-            };
-            bad(format!("stp.{field}"), e.reason)
-        })?;
-        Ok(c)
-    }
+/// `options` applied to `base`; errors name the field as `stp.<key>`.
+fn apply_stp(options: &StpOptions, base: stp::Config) -> Result<stp::Config, ConfigError> {
+    options
+        .apply(base)
+        .map_err(|e| bad(format!("stp.{}", e.field), e.reason))
 }
 
 /// Resource limits of one side.
@@ -1346,6 +1202,26 @@ mod tests {
     }
 
     #[test]
+    fn stp_table_is_the_engine_schema_and_old_spellings_are_refused() {
+        let e = parse_terminal(&terminal_text("[terminal.stp]\ninitial_window = \"huge\""))
+            .unwrap_err();
+        assert!(e.to_string().contains("initial_window"), "{e}");
+        let t = parse_terminal(&terminal_text(
+            "[terminal.stp]\nrecv_buffer_bytes = \"8MiB\"\nreverse_rate_bps = \"64kbps\"",
+        ))
+        .unwrap();
+        let c = t.stp_config().unwrap();
+        assert_eq!(c.recv_buffer_bytes, 8 << 20);
+        assert_eq!(c.reverse_rate_bps, Some(64_000));
+        let e = parse_gateway(&gateway_text("[gateway.stp]\nmax_datagram = 1200")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`max_datagram` is now spelled `max_datagram_bytes`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn other_errors_are_named() {
         let cases: &[(&str, &str)] = &[
             ("idle_timeout_s = 0", "terminal.idle_timeout_s"),
@@ -1366,10 +1242,6 @@ mod tests {
             (
                 "[terminal.stp]\npolls_per_rtt = 0",
                 "terminal.stp.polls_per_rtt",
-            ),
-            (
-                "[terminal.stp]\ninitial_window = \"huge\"",
-                "terminal.stp.initial_window",
             ),
             (
                 "[terminal.stp]\ncongestion = \"rate\"",
@@ -1428,15 +1300,15 @@ mod tests {
     #[test]
     fn stp_options_apply() {
         let o = StpOptions {
-            congestion: Some(StpCongestion::Rate),
+            congestion: Some(stp::options::CongestionName::Rate),
             rate_bps: Some(1_500_000),
-            initial_window: Some(InitialWindowOption::Named("4KSS".into())),
+            initial_window: Some(stp::InitialWindow::FourKss),
             polls_per_rtt: Some(5),
             reverse_rate_bps: Some(64_000),
             max_datagram_bytes: Some(1200),
             ..StpOptions::default()
         };
-        let c = o.apply(stp::Config::default()).unwrap();
+        let c = apply_stp(&o, stp::Config::default()).unwrap();
         assert_eq!(
             c.congestion,
             stp::CongestionMode::Rate {
@@ -1451,12 +1323,11 @@ mod tests {
             c.recv_buffer_bytes,
             stp::Config::default().recv_buffer_bytes
         );
-        let e = StpOptions {
+        let o = StpOptions {
             max_datagram_bytes: Some(10),
             ..StpOptions::default()
-        }
-        .apply(stp::Config::default())
-        .unwrap_err();
+        };
+        let e = apply_stp(&o, stp::Config::default()).unwrap_err();
         assert_eq!(e.field(), Some("stp.max_datagram_bytes"));
     }
 

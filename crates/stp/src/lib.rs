@@ -25,6 +25,8 @@ pub mod config;
 pub mod congestion;
 pub mod connection;
 pub mod endpoint;
+#[cfg(feature = "serde")]
+pub mod options;
 pub mod pacing;
 pub mod recv;
 pub mod rtt;
@@ -39,5 +41,7 @@ pub use connection::{
     Connection, ConnectionError, DatagramError, Event, ReadError, Role, WriteError,
 };
 pub use endpoint::{ConnectError, ConnectionHandle, Endpoint, Transmit};
+#[cfg(feature = "serde")]
+pub use options::ConfigOptions;
 pub use stats::{ConnectionStats, ConnectionTotals, EndpointStats};
 pub use time::Instant;
