@@ -5,6 +5,10 @@
 //! results about the shipped code. Same scenario and seed give identical results.
 
 pub mod gateway;
+// Short transfers and web latency (issue 15): the HTTP model, its agents, the analytic model.
+pub mod http;
+pub mod http_model;
+pub mod latency_model;
 pub mod metrics;
 pub mod packet;
 pub mod pcap;
