@@ -133,9 +133,7 @@ const MAX_TRACKED_POLLS: usize = 64;
 
 fn make_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
     match config.congestion {
-        CongestionMode::Window => {
-            Box::new(WindowController::from_config(config, mss))
-        }
+        CongestionMode::Window => Box::new(WindowController::from_config(config, mss)),
         CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
         CongestionMode::Allocated {
             rate_bps,

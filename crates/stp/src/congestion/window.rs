@@ -270,7 +270,10 @@ mod tests {
         let mut c = WindowController::from_config(&cfg, 1000);
         assert!(c.pacing_rate(srtt).is_infinite());
         c.on_ack(1000, false);
-        assert!(c.pacing_rate(srtt).is_finite(), "paced after the first report");
+        assert!(
+            c.pacing_rate(srtt).is_finite(),
+            "paced after the first report"
+        );
     }
 
     #[test]
