@@ -5,6 +5,10 @@
 //! results about the shipped code. Same scenario and seed give identical results.
 
 pub mod gateway;
+// Short transfers and web latency (issue 15): the HTTP model, its agents, the analytic model.
+pub mod http;
+pub mod http_model;
+pub mod latency_model;
 pub mod metrics;
 pub mod packet;
 pub mod pcap;
@@ -14,6 +18,7 @@ pub mod shard;
 pub mod sim;
 pub mod stp_agent;
 pub mod tcp;
+pub mod web_experiments;
 /// Units in the scenario files and on the command line (shared with the gateway configuration).
 pub use linkmodel::units;
 pub mod web;

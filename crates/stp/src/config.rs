@@ -110,6 +110,14 @@ pub struct Config {
     pub keepalive_interval_ms: u32,
     /// Declare the peer dead after hearing nothing for this long, ms (default 30000).
     pub dead_timeout_ms: u32,
+    // --- Window controller options of the short-transfer and deep-queue studies (spec §6.6) ---
+    /// Window controller: halve the window (once per loss episode, as for a loss) when an RTT
+    /// sample exceeds the smallest RTT seen by more than this many ms; `None` (default) never
+    /// backs off on delay, as the seeds' STP.
+    pub window_rtt_backoff_ms: Option<u32>,
+    /// Window controller: send the first flight (before the first report arrives) unpaced, as
+    /// T/TCP would, instead of spreading it over the assumed RTT (default false).
+    pub unpaced_first_flight: bool,
 }
 
 impl Default for Config {
@@ -136,6 +144,8 @@ impl Default for Config {
             handshake_timeout_ms: 1000,
             keepalive_interval_ms: 10_000,
             dead_timeout_ms: 30_000,
+            window_rtt_backoff_ms: None,
+            unpaced_first_flight: false,
         }
     }
 }
@@ -175,6 +185,9 @@ impl Config {
             if max_queue_delay_ms == 0 || max_queue_delay_ms > 60_000 {
                 return Err(bad("congestion.max_queue_delay_ms", "must be 1..=60000"));
             }
+        }
+        if matches!(self.window_rtt_backoff_ms, Some(ms) if ms == 0 || ms > 600_000) {
+            return Err(bad("window_rtt_backoff_ms", "must be 1..=600000"));
         }
         if let InitialWindow::Packets(n) = self.initial_window {
             if n == 0 || n > 1000 {

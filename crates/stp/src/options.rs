@@ -58,6 +58,10 @@ pub struct ConfigOptions {
     pub handshake_timeout_ms: Option<u32>,
     pub keepalive_interval_ms: Option<u32>,
     pub dead_timeout_ms: Option<u32>,
+    /// Window controller: back off when an RTT sample exceeds the smallest by this many ms.
+    pub window_rtt_backoff_ms: Option<u32>,
+    /// Window controller: send the first flight unpaced.
+    pub unpaced_first_flight: Option<bool>,
 }
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -119,9 +123,15 @@ impl ConfigOptions {
             initial_rtt_ms,
             handshake_timeout_ms,
             keepalive_interval_ms,
-            dead_timeout_ms
+            dead_timeout_ms,
+            unpaced_first_flight
         );
-        set_opt!(min_rate_bps, max_rate_bps, reverse_rate_bps);
+        set_opt!(
+            min_rate_bps,
+            max_rate_bps,
+            reverse_rate_bps,
+            window_rtt_backoff_ms
+        );
         c.validate().map_err(|e| {
             // The engine names the rate controller's rate `congestion.rate_bps`; the key is
             // `rate_bps`.
@@ -258,6 +268,8 @@ raw_options! {
     handshake_timeout_ms: u32,
     keepalive_interval_ms: u32,
     dead_timeout_ms: u32,
+    window_rtt_backoff_ms: u32,
+    unpaced_first_flight: bool,
 }
 
 /// Older keys and what replaced them.
@@ -344,6 +356,8 @@ impl TryFrom<RawOptions> for ConfigOptions {
             handshake_timeout_ms: r.handshake_timeout_ms,
             keepalive_interval_ms: r.keepalive_interval_ms,
             dead_timeout_ms: r.dead_timeout_ms,
+            window_rtt_backoff_ms: r.window_rtt_backoff_ms,
+            unpaced_first_flight: r.unpaced_first_flight,
         })
     }
 }

@@ -118,6 +118,10 @@ pub struct TcpConnection {
     syn_retries: u32,
     peer_sack: bool,
     peer_window_scaling: bool,
+    /// T/TCP (passive side): the peer's SYN carried data and both ends run T/TCP, so the TAO
+    /// test is taken as passed and the reply may leave with the SYN-ACK, before the handshake
+    /// completes.
+    tao_accepted: bool,
 
     // Send sequence space.
     snd_una: u64,
@@ -198,6 +202,7 @@ impl TcpConnection {
             state,
             iss,
             syn_pending: state == TcpState::SynSent,
+            tao_accepted: false,
             syn_retries: 0,
             peer_sack: false,
             peer_window_scaling: false,
@@ -426,6 +431,13 @@ impl TcpConnection {
                 if self.syn_pending {
                     return Some(self.emit_syn(now));
                 }
+                if self.tao_accepted {
+                    // T/TCP: the rest of the reply's initial window without waiting for the
+                    // handshake's ACK.
+                    if let Some(seg) = self.next_data(now) {
+                        return Some(seg);
+                    }
+                }
             }
             TcpState::Established => {}
         }
@@ -468,6 +480,7 @@ impl TcpConnection {
                     self.accept_syn(seg);
                     self.state = TcpState::SynReceived;
                     self.syn_pending = true;
+                    self.tao_accepted = self.config.data_on_syn && seg.len > 0;
                     self.snd_wnd = seg.window;
                     self.max_sndwnd = seg.window;
                     self.receive(now, seg.seq.saturating_add(1), seg);
@@ -500,7 +513,10 @@ impl TcpConnection {
                         return;
                     }
                     self.state = TcpState::Established;
-                    self.process_ack(now, seg, false);
+                    // T/TCP: an ACK of reply data sent with the SYN-ACK opens the window as
+                    // any ACK of data does.
+                    let grow = self.tao_accepted && seg.ack > self.iss + 1;
+                    self.process_ack(now, seg, grow);
                 }
                 // T/TCP data may come before the handshake completes.
                 self.receive(now, seg.seq, seg);
@@ -540,7 +556,9 @@ impl TcpConnection {
         self.syn_pending = false;
         let mut len = 0;
         let mut fin = false;
-        if self.state == TcpState::SynSent && self.config.data_on_syn {
+        let carries_data = (self.state == TcpState::SynSent && self.config.data_on_syn)
+            || (self.state == TcpState::SynReceived && self.tao_accepted);
+        if carries_data {
             let start = self.iss + 1;
             len = self
                 .mss
@@ -1027,7 +1045,7 @@ impl TcpConnection {
     /// The next new (or, after a timeout, go-back-N) data segment the windows allow.
     fn next_data(&mut self, now: Time) -> Option<TcpSegment> {
         let data_end = self.write_end;
-        let limit = if self.state == TcpState::SynSent {
+        let limit = if matches!(self.state, TcpState::SynSent | TcpState::SynReceived) {
             (self.iss + 1).saturating_add(self.cwnd)
         } else if self.prr_active() {
             // PRR: the receiver's window bounds new data; `prr_allow` meters it below.

@@ -16,6 +16,8 @@ mod receiver;
 mod rto;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ttcp;
 
 pub use agent::{TcpAgent, TcpRole};
 pub use config::{

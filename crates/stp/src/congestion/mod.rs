@@ -21,9 +21,7 @@ use std::time::Duration;
 /// before any acknowledgement arrived).
 pub(crate) fn new_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
     match config.congestion {
-        CongestionMode::Window => {
-            Box::new(WindowController::new(mss, config.initial_window.bytes(mss)))
-        }
+        CongestionMode::Window => Box::new(WindowController::from_config(config, mss)),
         CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
         CongestionMode::Allocated {
             rate_bps,

@@ -1,8 +1,12 @@
 //! The seeds' TCP-equivalent window controller: slow start and congestion avoidance by byte
 //! counting on STAT/USTAT, one halving per loss episode, collapse to the initial window when the
-//! peer stops answering POLLs.
+//! peer stops answering POLLs. Two options, off by default (spec §6.6): halving also when an RTT
+//! sample rises far above the smallest RTT (the thesis' Ricochet lesson: a deep queue on the
+//! path never drops, so a loss-driven window grows it without bound), and sending the first
+//! flight unpaced (the thesis' suggested tuning for short transfers).
 
 use super::{stamp_at_or_before, Controller};
+use crate::config::Config;
 use std::time::Duration;
 
 /// Pacing gain while in slow start (the window doubles per RTT, so pace ahead of it).
@@ -21,6 +25,14 @@ pub struct WindowController {
     avoidance_credit: u64,
     /// Stamp of the last reduction; losses of packets sent at or before it are the same episode.
     recovery_stamp: Option<u32>,
+    /// Halve when an RTT sample exceeds the smallest RTT by more than this (None: never).
+    rtt_backoff: Option<Duration>,
+    /// Do not pace until the first acknowledgement arrives.
+    unpaced_first_flight: bool,
+    /// An acknowledgement arrived (the first flight is over).
+    acked_any: bool,
+    /// Reductions caused by RTT samples.
+    delay_reductions: u64,
 }
 
 impl WindowController {
@@ -33,7 +45,28 @@ impl WindowController {
             ssthresh: u64::MAX,
             avoidance_credit: 0,
             recovery_stamp: None,
+            rtt_backoff: None,
+            unpaced_first_flight: false,
+            acked_any: false,
+            delay_reductions: 0,
         }
+    }
+
+    /// The controller a connection with `config` and SDs of `mss` payload bytes uses: the
+    /// initial window and the two options of the configuration.
+    pub fn from_config(config: &Config, mss: u64) -> Self {
+        WindowController {
+            rtt_backoff: config
+                .window_rtt_backoff_ms
+                .map(|ms| Duration::from_millis(u64::from(ms))),
+            unpaced_first_flight: config.unpaced_first_flight,
+            ..WindowController::new(mss, config.initial_window.bytes(mss))
+        }
+    }
+
+    /// Window reductions caused by RTT samples above the floor.
+    pub fn delay_reductions(&self) -> u64 {
+        self.delay_reductions
     }
 
     /// A controller already in congestion avoidance at `cwnd` bytes, collapsing to `collapse`
@@ -47,6 +80,10 @@ impl WindowController {
             ssthresh: cwnd,
             avoidance_credit: 0,
             recovery_stamp: None,
+            rtt_backoff: None,
+            unpaced_first_flight: false,
+            acked_any: false,
+            delay_reductions: 0,
         }
     }
 
@@ -80,6 +117,9 @@ impl WindowController {
 
 impl Controller for WindowController {
     fn on_ack(&mut self, acked: u64, app_limited: bool) {
+        if acked > 0 {
+            self.acked_any = true;
+        }
         if app_limited || acked == 0 {
             return;
         }
@@ -104,6 +144,14 @@ impl Controller for WindowController {
         self.congestion_signal(sent_stamp, next_stamp);
     }
 
+    fn on_rtt_sample(&mut self, sample: Duration, min_rtt: Duration, sent_stamp: u32, next: u32) {
+        if let Some(limit) = self.rtt_backoff {
+            if sample > min_rtt + limit && self.congestion_signal(sent_stamp, next) {
+                self.delay_reductions += 1;
+            }
+        }
+    }
+
     fn on_unresponsive(&mut self, next_stamp: u32) {
         self.reduce(next_stamp);
         self.cwnd = self.initial;
@@ -115,7 +163,7 @@ impl Controller for WindowController {
 
     fn pacing_rate(&self, srtt: Duration) -> f64 {
         let secs = srtt.as_secs_f64();
-        if secs <= 0.0 {
+        if secs <= 0.0 || (self.unpaced_first_flight && !self.acked_any) {
             return f64::INFINITY;
         }
         let gain = if self.in_slow_start() {
@@ -185,6 +233,47 @@ mod tests {
         c.on_unresponsive(1);
         assert_eq!(c.window(), 4000);
         assert_eq!(c.ssthresh(), 27_000);
+    }
+
+    #[test]
+    fn rtt_backoff_halves_once_per_episode_and_only_when_enabled() {
+        let ms = Duration::from_millis;
+        let mut off = WindowController::new(1000, 40_000);
+        off.on_rtt_sample(ms(5000), ms(350), 10, 11);
+        assert_eq!(off.window(), 40_000, "off by default");
+        let cfg = Config {
+            window_rtt_backoff_ms: Some(1000),
+            initial_window: crate::config::InitialWindow::Packets(40),
+            ..Config::default()
+        };
+        let mut c = WindowController::from_config(&cfg, 1000);
+        c.on_rtt_sample(ms(1300), ms(350), 10, 11);
+        assert_eq!(c.window(), 40_000, "within the allowance");
+        c.on_rtt_sample(ms(1400), ms(350), 10, 11);
+        assert_eq!(c.window(), 20_000);
+        c.on_rtt_sample(ms(3000), ms(350), 11, 12);
+        assert_eq!(c.window(), 20_000, "same episode");
+        c.on_rtt_sample(ms(3000), ms(350), 12, 13);
+        assert_eq!(c.window(), 10_000);
+        assert_eq!(c.delay_reductions(), 2);
+    }
+
+    #[test]
+    fn first_flight_unpaced_only_with_the_option() {
+        let srtt = Duration::from_millis(600);
+        let paced = WindowController::new(1000, 4000);
+        assert!(paced.pacing_rate(srtt).is_finite());
+        let cfg = Config {
+            unpaced_first_flight: true,
+            ..Config::default()
+        };
+        let mut c = WindowController::from_config(&cfg, 1000);
+        assert!(c.pacing_rate(srtt).is_infinite());
+        c.on_ack(1000, false);
+        assert!(
+            c.pacing_rate(srtt).is_finite(),
+            "paced after the first report"
+        );
     }
 
     #[test]

@@ -1,0 +1,1156 @@
+//! HTTP in the simulator: a browser-like client that fetches pages (the page's own object, then
+//! its embedded objects) and a server that answers each request with the reply size the client
+//! drew, over the TCP model or the real STP engine. The client fetches as HTTP/1.0 (a connection
+//! per object, up to N at once), persistent HTTP/1.1 (one connection, one request at a time),
+//! pipelined HTTP/1.1 (one connection, every embedded request at once) or N parallel persistent
+//! connections (browsers use 6). Sizes, objects per page and think times come from
+//! [`crate::http_model`]. Every transfer's latency (request issued, connection set-up included,
+//! to the reply's last byte), every page's load time and the packets each side sent are logged in
+//! an [`HttpLog`] the caller keeps.
+//!
+//! The TCP model carries byte counts, not bytes, so the server learns each request's and reply's
+//! sizes from a table the client fills (keyed by the client's address); over STP, which carries
+//! real bytes, each request starts with its 8-byte transfer number, the key of the same table.
+
+use crate::http_model;
+use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
+use crate::sim::{Agent, Ctx, Time};
+use crate::stp_agent::{addr_of, socket_of, Framing};
+use crate::tcp::{TcpConfig, TcpConnection};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
+
+/// How the client fetches a page's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// A new connection per object, at most `parallel` at once (the request half-closes the
+    /// client's side, the reply ends with the server's FIN).
+    Http10 { parallel: u32 },
+    /// Persistent HTTP/1.1: one connection for the page, one request at a time.
+    Persistent,
+    /// Pipelined HTTP/1.1: one connection; every embedded object requested at once.
+    Pipelined,
+    /// `connections` persistent connections, each one request at a time.
+    Parallel { connections: u32 },
+}
+
+impl HttpVersion {
+    pub fn label(self) -> String {
+        match self {
+            HttpVersion::Http10 { parallel: 1 } => "HTTP/1.0".into(),
+            HttpVersion::Http10 { parallel } => format!("HTTP/1.0 ×{parallel}"),
+            HttpVersion::Persistent => "P-HTTP".into(),
+            HttpVersion::Pipelined => "pipelined".into(),
+            HttpVersion::Parallel { connections } => format!("{connections} persistent"),
+        }
+    }
+}
+
+/// The transport under HTTP.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Tcp(TcpConfig),
+    Stp {
+        config: EndpointConfig,
+        framing: Framing,
+    },
+}
+
+/// Which pages the client fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// Objects per page from the model.
+    Model,
+    /// Every page is `n` objects (sizes from the model); 1 gives single transfers.
+    Objects(u32),
+}
+
+/// The pause between one page's last byte and the next page's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Think {
+    /// The model's think times.
+    Model,
+    /// A fixed pause.
+    Fixed(Time),
+}
+
+/// What the client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    pub version: HttpVersion,
+    pub pages: Pages,
+    pub think: Think,
+    /// Pages to fetch (then the client stops).
+    pub max_pages: u32,
+}
+
+/// One completed transfer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransferLog {
+    pub reply_bytes: u64,
+    /// From the request (or the connection it opened) to the reply's last byte.
+    pub latency_ns: Time,
+}
+
+/// One completed page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PageLog {
+    pub objects: u32,
+    pub bytes: u64,
+    /// From the page's request to the last byte of its last object.
+    pub load_ns: Time,
+}
+
+/// Everything the client and server observed.
+#[derive(Debug, Clone, Default)]
+pub struct HttpLog {
+    pub transfers: Vec<TransferLog>,
+    pub pages: Vec<PageLog>,
+    /// Packets (and their wire bytes) each side sent.
+    pub client_packets: u64,
+    pub client_bytes: u64,
+    pub server_packets: u64,
+    pub server_bytes: u64,
+    /// Connections opened by the client.
+    pub connections: u64,
+    /// Transport failures seen (STP connection errors).
+    pub failures: u64,
+}
+
+/// The log shared by a client, its server and the caller.
+pub type SharedLog = Rc<RefCell<HttpLog>>;
+
+/// Request and reply sizes the server must know, filled by the client.
+#[derive(Debug, Default)]
+pub struct Exchanges {
+    /// TCP: per client address, the (request, reply) sizes of the requests in order.
+    by_addr: BTreeMap<Addr, VecDeque<(u64, u64)>>,
+    /// STP: per transfer number, the (request, reply) sizes.
+    by_id: BTreeMap<u64, (u64, u64)>,
+}
+
+/// The size table shared by a client and its server.
+pub type SharedExchanges = Rc<RefCell<Exchanges>>;
+
+/// Bytes of the transfer number at the start of an STP request.
+const ID_BYTES: u64 = 8;
+/// Token of the page timer (connection timers use their deadline as token).
+const PAGE: u64 = u64::MAX;
+/// Most wake-ups kept pending.
+const MAX_WAKEUPS: usize = 64;
+/// Local TCP ports a client cycles through.
+const CLIENT_PORTS: u16 = 2000;
+const ZEROS: [u8; 16 * 1024] = [0; 16 * 1024];
+
+#[derive(Debug)]
+struct Request {
+    id: u64,
+    reply: u64,
+    issued: Time,
+    html: bool,
+}
+
+enum Link {
+    Tcp { conn: Box<TcpConnection>, port: u16 },
+    Stp(ConnectionHandle),
+}
+
+struct ClientConn {
+    link: Link,
+    /// Requests sent whose replies are not complete, in order.
+    outstanding: VecDeque<Request>,
+    /// Reply bytes of the front request received so far.
+    got: u64,
+    /// HTTP/1.0: closes after its one request.
+    one_shot: bool,
+    closing: bool,
+    done: bool,
+    /// STP request bytes not yet accepted by the connection.
+    unsent: Vec<u8>,
+}
+
+struct Page {
+    started: Time,
+    objects: u32,
+    bytes: u64,
+    /// Embedded objects not yet requested: (request, reply) sizes.
+    queue: VecDeque<(u64, u64)>,
+    /// Objects whose replies are not complete.
+    remaining: u32,
+    html_done: bool,
+}
+
+/// The browser-like client.
+pub struct HttpClient {
+    port: u16,
+    server: Addr,
+    flow: FlowId,
+    transport: Transport,
+    workload: Workload,
+    log: SharedLog,
+    table: SharedExchanges,
+    ep: Option<Endpoint>,
+    framing: u32,
+    conns: Vec<ClientConn>,
+    page: Option<Page>,
+    pages_started: u32,
+    next_id: u64,
+    next_port: u16,
+    wakeups: BTreeSet<Time>,
+    buf: Vec<u8>,
+}
+
+impl HttpClient {
+    /// A client on `port` fetching from `server`; its STP endpoint (if any) is seeded from
+    /// `seed`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        port: u16,
+        server: Addr,
+        flow: FlowId,
+        transport: Transport,
+        workload: Workload,
+        log: SharedLog,
+        table: SharedExchanges,
+        seed: u64,
+    ) -> Result<Self, stp::ConfigError> {
+        let (ep, framing) = match &transport {
+            Transport::Tcp(_) => (None, 0),
+            Transport::Stp { config, framing } => (
+                Some(Endpoint::new(
+                    config.clone(),
+                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
+                )?),
+                framing.overhead(),
+            ),
+        };
+        Ok(HttpClient {
+            port,
+            server,
+            flow,
+            transport,
+            workload,
+            log,
+            table,
+            ep,
+            framing,
+            conns: Vec::new(),
+            page: None,
+            pages_started: 0,
+            next_id: 1,
+            next_port: port.wrapping_add(1),
+            wakeups: BTreeSet::new(),
+            buf: Vec::with_capacity(2048),
+        })
+    }
+
+    fn start_page(&mut self, ctx: &mut Ctx<'_>) {
+        if self.pages_started >= self.workload.max_pages {
+            return;
+        }
+        self.pages_started += 1;
+        let n = match self.workload.pages {
+            Pages::Model => http_model::objects_per_page(ctx.rng),
+            Pages::Objects(n) => n.max(1),
+        };
+        let mut objs: VecDeque<(u64, u64)> = (0..n)
+            .map(|_| {
+                (
+                    http_model::request_size(ctx.rng),
+                    http_model::reply_size(ctx.rng),
+                )
+            })
+            .collect();
+        let bytes = objs.iter().map(|o| o.1).sum();
+        let Some(html) = objs.pop_front() else { return };
+        self.page = Some(Page {
+            started: ctx.now,
+            objects: n,
+            bytes,
+            queue: objs,
+            remaining: n,
+            html_done: false,
+        });
+        let one_shot = matches!(self.workload.version, HttpVersion::Http10 { .. });
+        if let Some(i) = self.open(ctx, one_shot) {
+            self.request(ctx, i, html, true);
+        }
+    }
+
+    /// Opens a connection; returns its index.
+    fn open(&mut self, ctx: &mut Ctx<'_>, one_shot: bool) -> Option<usize> {
+        let link = match &self.transport {
+            Transport::Tcp(cfg) => {
+                let mut port = 0;
+                for _ in 0..CLIENT_PORTS {
+                    let p = self.next_port;
+                    self.next_port = if p >= self.port.wrapping_add(CLIENT_PORTS) {
+                        self.port.wrapping_add(1)
+                    } else {
+                        p + 1
+                    };
+                    let busy = self
+                        .conns
+                        .iter()
+                        .any(|c| matches!(c.link, Link::Tcp { port, .. } if port == p));
+                    if !busy {
+                        port = p;
+                        break;
+                    }
+                }
+                if port == 0 {
+                    return None;
+                }
+                ctx.bind(port);
+                Link::Tcp {
+                    conn: Box::new(TcpConnection::new_active(ctx.now, cfg.clone())),
+                    port,
+                }
+            }
+            Transport::Stp { .. } => {
+                let ep = self.ep.as_mut()?;
+                match ep.connect(Instant::from_nanos(ctx.now), socket_of(self.server)) {
+                    Ok(h) => Link::Stp(h),
+                    Err(_) => {
+                        self.log.borrow_mut().failures += 1;
+                        return None;
+                    }
+                }
+            }
+        };
+        self.log.borrow_mut().connections += 1;
+        self.conns.push(ClientConn {
+            link,
+            outstanding: VecDeque::new(),
+            got: 0,
+            one_shot,
+            closing: false,
+            done: false,
+            unsent: Vec::new(),
+        });
+        Some(self.conns.len() - 1)
+    }
+
+    fn request(&mut self, ctx: &mut Ctx<'_>, i: usize, (req, reply): (u64, u64), html: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let node = ctx.node;
+        let Some(c) = self.conns.get_mut(i) else {
+            return;
+        };
+        match &mut c.link {
+            Link::Tcp { conn, port } => {
+                conn.write(req);
+                self.table
+                    .borrow_mut()
+                    .by_addr
+                    .entry(Addr { node, port: *port })
+                    .or_default()
+                    .push_back((req, reply));
+            }
+            Link::Stp(_) => {
+                let req = req.max(ID_BYTES);
+                self.table.borrow_mut().by_id.insert(id, (req, reply));
+                c.unsent.extend_from_slice(&id.to_le_bytes());
+                c.unsent
+                    .resize(c.unsent.len() + (req - ID_BYTES) as usize, b'r');
+            }
+        }
+        c.outstanding.push_back(Request {
+            id,
+            reply,
+            issued: ctx.now,
+            html,
+        });
+        if c.one_shot {
+            c.closing = true;
+            if let Link::Tcp { conn, .. } = &mut c.link {
+                conn.close();
+            }
+        }
+    }
+
+    /// Hands queued embedded objects to connections as the HTTP version allows.
+    fn dispatch(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(page) = self.page.as_mut() else {
+            return;
+        };
+        if !page.html_done {
+            return;
+        }
+        let idle = |c: &ClientConn| !c.done && !c.closing && c.outstanding.is_empty();
+        match self.workload.version {
+            HttpVersion::Http10 { parallel } => loop {
+                let busy = self
+                    .conns
+                    .iter()
+                    .filter(|c| !c.outstanding.is_empty())
+                    .count();
+                if busy >= parallel.max(1) as usize {
+                    break;
+                }
+                let Some(obj) = self.page.as_mut().and_then(|p| p.queue.pop_front()) else {
+                    break;
+                };
+                if let Some(i) = self.open(ctx, true) {
+                    self.request(ctx, i, obj, false);
+                } else {
+                    break;
+                }
+            },
+            HttpVersion::Persistent | HttpVersion::Pipelined => {
+                let pipelined = self.workload.version == HttpVersion::Pipelined;
+                let Some(i) = self.conns.iter().position(|c| !c.done && !c.closing) else {
+                    return;
+                };
+                while pipelined || self.conns[i].outstanding.is_empty() {
+                    let Some(obj) = self.page.as_mut().and_then(|p| p.queue.pop_front()) else {
+                        break;
+                    };
+                    self.request(ctx, i, obj, false);
+                }
+            }
+            HttpVersion::Parallel { connections } => {
+                while let Some(i) = self.conns.iter().position(idle) {
+                    let Some(obj) = self.page.as_mut().and_then(|p| p.queue.pop_front()) else {
+                        return;
+                    };
+                    self.request(ctx, i, obj, false);
+                }
+                loop {
+                    let open = self.conns.iter().filter(|c| !c.done && !c.closing).count();
+                    if open >= connections.max(1) as usize {
+                        break;
+                    }
+                    let Some(obj) = self.page.as_mut().and_then(|p| p.queue.pop_front()) else {
+                        break;
+                    };
+                    if let Some(i) = self.open(ctx, false) {
+                        self.request(ctx, i, obj, false);
+                    } else {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts `n` reply bytes on connection `i`; completes transfers.
+    fn received(&mut self, ctx: &mut Ctx<'_>, i: usize, mut n: u64) {
+        ctx.metrics.delivered(self.flow, n);
+        let mut completed = Vec::new();
+        if let Some(c) = self.conns.get_mut(i) {
+            while n > 0 {
+                let Some(front) = c.outstanding.front() else {
+                    break;
+                };
+                let take = n.min(front.reply - c.got);
+                c.got += take;
+                n -= take;
+                if c.got >= front.reply {
+                    c.got = 0;
+                    if let Some(r) = c.outstanding.pop_front() {
+                        completed.push(r);
+                    }
+                }
+            }
+        }
+        for r in completed {
+            self.log.borrow_mut().transfers.push(TransferLog {
+                reply_bytes: r.reply,
+                latency_ns: ctx.now - r.issued,
+            });
+            let _ = r.id;
+            let mut page_done = None;
+            if let Some(p) = self.page.as_mut() {
+                p.remaining = p.remaining.saturating_sub(1);
+                if r.html {
+                    p.html_done = true;
+                }
+                if p.remaining == 0 {
+                    page_done = Some(PageLog {
+                        objects: p.objects,
+                        bytes: p.bytes,
+                        load_ns: ctx.now - p.started,
+                    });
+                }
+            }
+            if let Some(pl) = page_done {
+                self.log.borrow_mut().pages.push(pl);
+                self.page = None;
+                self.end_page(ctx);
+            } else {
+                self.dispatch(ctx);
+            }
+        }
+    }
+
+    fn end_page(&mut self, ctx: &mut Ctx<'_>) {
+        for c in &mut self.conns {
+            if !c.closing && !c.done {
+                c.closing = true;
+                if let Link::Tcp { conn, .. } = &mut c.link {
+                    conn.close();
+                }
+            }
+        }
+        let gap = match self.workload.think {
+            Think::Model => http_model::think_time_ns(ctx.rng),
+            Think::Fixed(t) => t,
+        };
+        if self.pages_started < self.workload.max_pages {
+            ctx.timer_at(ctx.now + gap, PAGE);
+        }
+    }
+
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        // Reads (and, over STP, pending request bytes and closes).
+        for i in 0..self.conns.len() {
+            let n = match &mut self.conns[i].link {
+                Link::Tcp { conn, .. } => {
+                    let n = conn.readable();
+                    conn.read(n)
+                }
+                Link::Stp(h) => {
+                    let h = *h;
+                    let Some(ep) = self.ep.as_mut() else { continue };
+                    let Some(sc) = ep.connection(h) else {
+                        self.conns[i].done = true;
+                        continue;
+                    };
+                    let c = &mut self.conns[i];
+                    while !c.unsent.is_empty() {
+                        match sc.write(&c.unsent) {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => {
+                                c.unsent.drain(..k);
+                            }
+                        }
+                    }
+                    if c.closing && c.unsent.is_empty() && !c.done {
+                        sc.shutdown();
+                    }
+                    let mut n = 0u64;
+                    while let Ok(Some(b)) = sc.read_chunk(usize::MAX) {
+                        n += b.len() as u64;
+                    }
+                    n
+                }
+            };
+            if n > 0 {
+                self.received(ctx, i, n);
+            }
+        }
+        if let Some(ep) = self.ep.as_mut() {
+            while let Some((h, ev)) = ep.poll_event() {
+                if matches!(ev, Event::Closed | Event::Failed(_)) {
+                    if matches!(ev, Event::Failed(_)) {
+                        self.log.borrow_mut().failures += 1;
+                    }
+                    for c in &mut self.conns {
+                        if matches!(c.link, Link::Stp(x) if x == h) {
+                            c.done = true;
+                        }
+                    }
+                }
+            }
+        }
+        // Transmit.
+        let now = ctx.now;
+        let mut next: Option<Time> = None;
+        let (server, flow) = (self.server, self.flow);
+        let mut sent = (0u64, 0u64);
+        for c in &mut self.conns {
+            if let Link::Tcp { conn, port } = &mut c.link {
+                let mut retx = conn.retransmissions();
+                while let Some(seg) = conn.poll_segment(now) {
+                    let size = seg.wire_size();
+                    sent.0 += 1;
+                    sent.1 += u64::from(size);
+                    ctx.send(
+                        *port,
+                        server,
+                        flow,
+                        Direction::Reverse,
+                        size,
+                        Payload::Tcp(seg),
+                    );
+                    if conn.retransmissions() > retx {
+                        retx = conn.retransmissions();
+                        ctx.mark_retransmission();
+                    }
+                }
+                if let Some(t) = conn.poll_timeout() {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+                if c.closing && conn.is_send_complete() && conn.peer_finished() {
+                    c.done = true;
+                }
+            }
+        }
+        if let Some(ep) = self.ep.as_mut() {
+            let t = Instant::from_nanos(now);
+            while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
+                let size = tx.size as u32 + self.framing;
+                sent.0 += 1;
+                sent.1 += u64::from(size);
+                ctx.send(
+                    self.port,
+                    addr_of(tx.destination),
+                    flow,
+                    Direction::Reverse,
+                    size,
+                    Payload::Stp(self.buf[..tx.size].to_vec()),
+                );
+            }
+            if let Some(d) = ep.poll_timeout(t) {
+                let d = d.as_nanos();
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+        }
+        {
+            let mut log = self.log.borrow_mut();
+            log.client_packets += sent.0;
+            log.client_bytes += sent.1;
+        }
+        self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
+        arm(&mut self.wakeups, next, ctx);
+    }
+}
+
+fn arm(wakeups: &mut BTreeSet<Time>, next: Option<Time>, ctx: &mut Ctx<'_>) {
+    if let Some(at) = next {
+        let at = at.max(ctx.now);
+        if wakeups.first().is_none_or(|&w| at < w) && wakeups.len() < MAX_WAKEUPS {
+            wakeups.insert(at);
+            ctx.timer_at(at, at);
+        }
+    }
+}
+
+impl Agent for HttpClient {
+    fn start(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.metrics.started(self.flow, ctx.now);
+        self.start_page(ctx);
+        self.pump(ctx);
+    }
+
+    fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
+        match &pkt.payload {
+            Payload::Tcp(seg) => {
+                for c in &mut self.conns {
+                    if let Link::Tcp { conn, port } = &mut c.link {
+                        if *port == pkt.dst.port {
+                            conn.on_segment(ctx.now, seg);
+                        }
+                    }
+                }
+            }
+            Payload::Stp(bytes) => {
+                if let Some(ep) = self.ep.as_mut() {
+                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
+                }
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        if token == PAGE {
+            self.start_page(ctx);
+        } else if self.wakeups.remove(&token) {
+            let now = ctx.now;
+            for c in &mut self.conns {
+                if let Link::Tcp { conn, .. } = &mut c.link {
+                    if conn.poll_timeout().is_some_and(|t| t <= now) {
+                        conn.on_timeout(now);
+                    }
+                }
+            }
+            if let Some(ep) = self.ep.as_mut() {
+                ep.handle_timeout(Instant::from_nanos(now));
+            }
+        } else {
+            return;
+        }
+        self.pump(ctx);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct ServerConn {
+    conn: TcpConnection,
+    /// Request bytes read and not yet matched to a request.
+    got: u64,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct StpServerConn {
+    /// Bytes of the current request's transfer number read so far.
+    header: Vec<u8>,
+    /// Request bytes still to read after the header.
+    body_left: u64,
+    /// Reply bytes not yet written.
+    reply_left: u64,
+    peer_done: bool,
+    shut: bool,
+}
+
+/// Answers a client's requests over TCP or STP.
+pub struct HttpServer {
+    port: u16,
+    flow: FlowId,
+    transport: Transport,
+    log: SharedLog,
+    table: SharedExchanges,
+    tcp: BTreeMap<Addr, ServerConn>,
+    ep: Option<Endpoint>,
+    stp: BTreeMap<ConnectionHandle, StpServerConn>,
+    framing: u32,
+    wakeups: BTreeSet<Time>,
+    buf: Vec<u8>,
+}
+
+impl HttpServer {
+    pub fn new(
+        port: u16,
+        flow: FlowId,
+        transport: Transport,
+        log: SharedLog,
+        table: SharedExchanges,
+        seed: u64,
+    ) -> Result<Self, stp::ConfigError> {
+        let (ep, framing) = match &transport {
+            Transport::Tcp(_) => (None, 0),
+            Transport::Stp { config, framing } => (
+                Some(Endpoint::new(
+                    config.clone(),
+                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
+                )?),
+                framing.overhead(),
+            ),
+        };
+        Ok(HttpServer {
+            port,
+            flow,
+            transport,
+            log,
+            table,
+            tcp: BTreeMap::new(),
+            ep,
+            stp: BTreeMap::new(),
+            framing,
+            wakeups: BTreeSet::new(),
+            buf: Vec::with_capacity(2048),
+        })
+    }
+
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let mut next: Option<Time> = None;
+        let mut sent = (0u64, 0u64);
+        // TCP: match requests, write replies, close after the client.
+        for (addr, sc) in self.tcp.iter_mut() {
+            let n = sc.conn.readable();
+            sc.got += sc.conn.read(n);
+            let mut table = self.table.borrow_mut();
+            if let Some(q) = table.by_addr.get_mut(addr) {
+                while let Some(&(req, reply)) = q.front() {
+                    if sc.got < req {
+                        break;
+                    }
+                    sc.got -= req;
+                    q.pop_front();
+                    sc.conn.write(reply);
+                }
+            }
+            drop(table);
+            if sc.conn.peer_fin_received() && !sc.closed {
+                sc.conn.close();
+                sc.closed = true;
+            }
+            let mut retx = sc.conn.retransmissions();
+            while let Some(seg) = sc.conn.poll_segment(now) {
+                let size = seg.wire_size();
+                sent.0 += 1;
+                sent.1 += u64::from(size);
+                ctx.send(
+                    self.port,
+                    *addr,
+                    self.flow,
+                    Direction::Forward,
+                    size,
+                    Payload::Tcp(seg),
+                );
+                if sc.conn.retransmissions() > retx {
+                    retx = sc.conn.retransmissions();
+                    ctx.mark_retransmission();
+                }
+            }
+            if let Some(t) = sc.conn.poll_timeout() {
+                next = Some(next.map_or(t, |x| x.min(t)));
+            }
+        }
+        self.tcp
+            .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
+        // STP.
+        if let Some(ep) = self.ep.as_mut() {
+            while let Some(h) = ep.accept() {
+                self.stp.insert(h, StpServerConn::default());
+            }
+            let table = self.table.borrow();
+            for (&h, st) in self.stp.iter_mut() {
+                let Some(c) = ep.connection(h) else { continue };
+                loop {
+                    match c.read_chunk(usize::MAX) {
+                        Ok(Some(b)) => {
+                            let mut b: &[u8] = &b;
+                            while !b.is_empty() {
+                                if st.body_left > 0 {
+                                    let k = (st.body_left as usize).min(b.len());
+                                    st.body_left -= k as u64;
+                                    b = &b[k..];
+                                    continue;
+                                }
+                                let need = ID_BYTES as usize - st.header.len();
+                                let k = need.min(b.len());
+                                st.header.extend_from_slice(&b[..k]);
+                                b = &b[k..];
+                                if st.header.len() == ID_BYTES as usize {
+                                    let mut id = [0u8; 8];
+                                    id.copy_from_slice(&st.header);
+                                    st.header.clear();
+                                    let (req, reply) = table
+                                        .by_id
+                                        .get(&u64::from_le_bytes(id))
+                                        .copied()
+                                        .unwrap_or((ID_BYTES, 0));
+                                    st.body_left = req - ID_BYTES;
+                                    st.reply_left += reply;
+                                }
+                            }
+                        }
+                        Ok(None) => {
+                            st.peer_done = true;
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                while st.reply_left > 0 {
+                    let k = (st.reply_left as usize).min(ZEROS.len());
+                    match c.write(&ZEROS[..k]) {
+                        Ok(0) | Err(_) => break,
+                        Ok(w) => st.reply_left -= w as u64,
+                    }
+                }
+                if st.peer_done && st.reply_left == 0 && !st.shut {
+                    c.shutdown();
+                    st.shut = true;
+                }
+            }
+            drop(table);
+            while let Some((h, ev)) = ep.poll_event() {
+                if matches!(ev, Event::Closed | Event::Failed(_)) {
+                    self.stp.remove(&h);
+                }
+            }
+            let t = Instant::from_nanos(now);
+            while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
+                let size = tx.size as u32 + self.framing;
+                sent.0 += 1;
+                sent.1 += u64::from(size);
+                ctx.send(
+                    self.port,
+                    addr_of(tx.destination),
+                    self.flow,
+                    Direction::Forward,
+                    size,
+                    Payload::Stp(self.buf[..tx.size].to_vec()),
+                );
+            }
+            if let Some(d) = ep.poll_timeout(t) {
+                let d = d.as_nanos();
+                next = Some(next.map_or(d, |x| x.min(d)));
+            }
+        }
+        {
+            let mut log = self.log.borrow_mut();
+            log.server_packets += sent.0;
+            log.server_bytes += sent.1;
+        }
+        arm(&mut self.wakeups, next, ctx);
+    }
+}
+
+impl Agent for HttpServer {
+    fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
+        match &pkt.payload {
+            Payload::Tcp(seg) => {
+                let Transport::Tcp(cfg) = &self.transport else {
+                    return;
+                };
+                let fresh = seg.syn && !seg.ack_flag;
+                let replace = match self.tcp.get(&pkt.src) {
+                    None => fresh,
+                    Some(sc) => fresh && sc.closed && sc.conn.is_send_complete(),
+                };
+                if replace {
+                    self.tcp.insert(
+                        pkt.src,
+                        ServerConn {
+                            conn: TcpConnection::new_passive(ctx.now, cfg.clone()),
+                            got: 0,
+                            closed: false,
+                        },
+                    );
+                }
+                if let Some(sc) = self.tcp.get_mut(&pkt.src) {
+                    sc.conn.on_segment(ctx.now, seg);
+                }
+            }
+            Payload::Stp(bytes) => {
+                if let Some(ep) = self.ep.as_mut() {
+                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
+                }
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+        if !self.wakeups.remove(&token) {
+            return;
+        }
+        let now = ctx.now;
+        for sc in self.tcp.values_mut() {
+            if sc.conn.poll_timeout().is_some_and(|t| t <= now) {
+                sc.conn.on_timeout(now);
+            }
+        }
+        if let Some(ep) = self.ep.as_mut() {
+            ep.handle_timeout(Instant::from_nanos(now));
+        }
+        self.pump(ctx);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Why an HTTP pair could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error(transparent)]
+    Stp(#[from] stp::ConfigError),
+    #[error(transparent)]
+    Sim(#[from] crate::sim::SimError),
+}
+
+/// A client and its server on two nodes of `sim`, sharing a fresh log (returned).
+#[allow(clippy::too_many_arguments)]
+pub fn add_http_pair(
+    sim: &mut crate::sim::Sim,
+    client_node: crate::packet::NodeId,
+    server_node: crate::packet::NodeId,
+    flow: FlowId,
+    ports: (u16, u16),
+    transport: Transport,
+    workload: Workload,
+    seed: u64,
+    start: Time,
+) -> Result<SharedLog, HttpError> {
+    let log: SharedLog = Rc::new(RefCell::new(HttpLog::default()));
+    let table: SharedExchanges = Rc::new(RefCell::new(Exchanges::default()));
+    let server_addr = Addr {
+        node: server_node,
+        port: ports.1,
+    };
+    let server = HttpServer::new(
+        ports.1,
+        flow,
+        transport.clone(),
+        log.clone(),
+        table.clone(),
+        seed ^ 0x5e,
+    )?;
+    let client = HttpClient::new(
+        ports.0,
+        server_addr,
+        flow,
+        transport,
+        workload,
+        log.clone(),
+        table,
+        seed ^ 0xc1,
+    )?;
+    sim.add_agent(server_node, ports.1, 0, Box::new(server))?;
+    sim.add_agent(client_node, ports.0, start, Box::new(client))?;
+    Ok(log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Sim, MS, SEC};
+    use crate::tcp::InitialWindow;
+    use linkmodel::LinkConfig;
+
+    fn path(rate: u64, one_way: Time) -> (Sim, crate::packet::NodeId, crate::packet::NodeId) {
+        let mut sim = Sim::new(3);
+        let c = sim.add_node("client");
+        let s = sim.add_node("server");
+        sim.add_duplex(c, s, LinkConfig::simple(rate, one_way, 1000))
+            .unwrap();
+        sim.compute_routes();
+        (sim, c, s)
+    }
+
+    fn run(transport: Transport, workload: Workload, until: Time) -> HttpLog {
+        let (mut sim, c, s) = path(100_000_000, 300 * MS);
+        let log = add_http_pair(
+            &mut sim,
+            c,
+            s,
+            FlowId(1),
+            (1000, 80),
+            transport,
+            workload,
+            1,
+            0,
+        )
+        .unwrap();
+        sim.run_until(until);
+        sim.finish();
+        let l = log.borrow().clone();
+        l
+    }
+
+    fn single(n: u32) -> Workload {
+        Workload {
+            version: HttpVersion::Http10 { parallel: 1 },
+            pages: Pages::Objects(1),
+            think: Think::Fixed(SEC),
+            max_pages: n,
+        }
+    }
+
+    #[test]
+    fn tcp_transfers_complete_and_ttcp_saves_a_round_trip() {
+        let std_tcp = run(Transport::Tcp(TcpConfig::default()), single(20), 200 * SEC);
+        assert_eq!(std_tcp.transfers.len(), 20);
+        assert_eq!(std_tcp.pages.len(), 20);
+        let min_std = std_tcp
+            .transfers
+            .iter()
+            .map(|t| t.latency_ns)
+            .min()
+            .unwrap();
+        assert!(min_std >= 1200 * MS, "two RTTs at least: {min_std}");
+        let ttcp = TcpConfig {
+            data_on_syn: true,
+            initial_window: InitialWindow::FourKss,
+            ..TcpConfig::default()
+        };
+        let fast = run(Transport::Tcp(ttcp), single(20), 200 * SEC);
+        assert_eq!(fast.transfers.len(), 20);
+        let mean = |l: &HttpLog| {
+            l.transfers.iter().map(|t| t.latency_ns as f64).sum::<f64>() / l.transfers.len() as f64
+        };
+        assert!(
+            mean(&fast) < 0.7 * mean(&std_tcp),
+            "{} vs {}",
+            mean(&fast),
+            mean(&std_tcp)
+        );
+        assert!(
+            fast.client_packets + fast.server_packets
+                < std_tcp.client_packets + std_tcp.server_packets
+        );
+    }
+
+    #[test]
+    fn stp_transfers_complete() {
+        let cfg = EndpointConfig::default();
+        let l = run(
+            Transport::Stp {
+                config: cfg,
+                framing: Framing::Ip,
+            },
+            single(10),
+            200 * SEC,
+        );
+        assert_eq!(l.transfers.len(), 10, "{l:?}");
+        assert_eq!(l.failures, 0);
+        // Fast start: the request rides on the BGN, so one RTT plus transmission for small
+        // replies.
+        let min = l.transfers.iter().map(|t| t.latency_ns).min().unwrap();
+        assert!(min < 1200 * MS, "{min}");
+    }
+
+    #[test]
+    fn every_version_loads_pages() {
+        for version in [
+            HttpVersion::Http10 { parallel: 1 },
+            HttpVersion::Http10 { parallel: 4 },
+            HttpVersion::Persistent,
+            HttpVersion::Pipelined,
+            HttpVersion::Parallel { connections: 6 },
+        ] {
+            for transport in [
+                Transport::Tcp(TcpConfig::default()),
+                Transport::Stp {
+                    config: EndpointConfig::default(),
+                    framing: Framing::Ip,
+                },
+            ] {
+                let w = Workload {
+                    version,
+                    pages: Pages::Objects(8),
+                    think: Think::Fixed(SEC),
+                    max_pages: 3,
+                };
+                let stp = matches!(transport, Transport::Stp { .. });
+                let l = run(transport, w, 300 * SEC);
+                assert_eq!(l.pages.len(), 3, "{version:?} stp={stp}");
+                assert_eq!(l.transfers.len(), 24, "{version:?} stp={stp}");
+                let conns_per_page = l.connections as f64 / 3.0;
+                match version {
+                    HttpVersion::Http10 { .. } => assert_eq!(conns_per_page, 8.0),
+                    HttpVersion::Persistent | HttpVersion::Pipelined => {
+                        assert_eq!(conns_per_page, 1.0)
+                    }
+                    HttpVersion::Parallel { connections } => {
+                        assert!(conns_per_page <= f64::from(connections))
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pipelining_beats_sequential_persistent() {
+        let page = |version| {
+            let w = Workload {
+                version,
+                pages: Pages::Objects(10),
+                think: Think::Fixed(SEC),
+                max_pages: 1,
+            };
+            run(Transport::Tcp(TcpConfig::default()), w, 300 * SEC).pages[0].load_ns
+        };
+        let p = page(HttpVersion::Persistent);
+        let pipe = page(HttpVersion::Pipelined);
+        assert!(pipe < p, "pipelined {pipe} vs persistent {p}");
+    }
+}
