@@ -4,6 +4,7 @@
 //! the seeds study, and uses the same `linkmodel` as the real-time emulator, so its results are
 //! results about the shipped code. Same scenario and seed give identical results.
 
+pub mod ackmgmt;
 pub mod gateway;
 pub mod metrics;
 pub mod packet;

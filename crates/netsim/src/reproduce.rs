@@ -26,6 +26,9 @@ pub struct Reproduction {
     /// A link (e.g. "r1->r2") whose utilization in original bits is the metric `utilization`
     /// (thesis §4.1.2: original bits carried ÷ rate × time).
     pub link: Option<String>,
+    /// The flows the metric `fairness` covers (those of them a case has); default: every flow
+    /// but web sources.
+    pub fairness_flows: Option<Vec<String>>,
     pub x_label: String,
     /// "linear", "log" or "categories".
     pub x_axis: String,
@@ -138,12 +141,29 @@ pub struct CaseResult {
     pub runs: u32,
     pub flow: FlowSummary,
     /// Every flow of the case (web sources included), for claims and seeds naming another.
-    #[serde(skip)]
     pub flows: Vec<FlowSummary>,
-    /// Jain's fairness index over the flows (web sources excluded).
+    /// Jain's fairness index of the flows' mean throughputs, as the thesis computes it
+    /// (§4.1.2: enough runs, then fairness of the sample means); it has no interval (NaN).
     pub fairness: Option<Stat>,
     /// Utilization in original bits of the reproduction's `link`.
     pub utilization: Option<Stat>,
+}
+
+/// Jain's index of the mean throughputs of `flows` (web sources excluded; only those named in
+/// `only`, if given); None with fewer than two.
+fn jain_of_means(flows: &[FlowSummary], only: Option<&[String]>) -> Option<Stat> {
+    let means: Vec<f64> = flows
+        .iter()
+        .filter(|f| f.protocol != "web")
+        .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
+        .map(|f| f.goodput_bps.mean)
+        .collect();
+    (means.len() >= 2).then(|| Stat {
+        mean: crate::metrics::jain_index(&means),
+        ci95: f64::NAN,
+        ci: f64::NAN,
+        sd: f64::NAN,
+    })
 }
 
 impl CaseResult {
@@ -156,6 +176,7 @@ impl CaseResult {
         summary: crate::scenario::Summary,
         flow: &str,
         link: Option<&str>,
+        fairness_flows: Option<&[String]>,
     ) -> Result<CaseResult, ScenarioError> {
         let main = summary
             .flows
@@ -180,8 +201,8 @@ impl CaseResult {
             x,
             runs: summary.runs,
             flow: main,
+            fairness: jain_of_means(&summary.flows, fairness_flows),
             flows: summary.flows,
-            fairness: summary.fairness,
             utilization,
         })
     }
@@ -360,6 +381,7 @@ impl Reproduction {
                     summary,
                     &self.flow,
                     self.link.as_deref(),
+                    self.fairness_flows.as_deref(),
                 )?);
             }
         }

@@ -533,6 +533,7 @@ impl Reproduction {
                     summary,
                     &self.flow,
                     self.link.as_deref(),
+                    self.fairness_flows.as_deref(),
                 )
                 .map_err(|e| ShardError::Mismatch(format!("{what}: {e}")))?;
                 cases.push(case);

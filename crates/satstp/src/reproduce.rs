@@ -144,6 +144,14 @@ pub(crate) fn write_outputs(
                 o.insert("point".into(), c.point.clone().into());
                 o.insert("x".into(), c.x.into());
                 o.insert("runs".into(), c.runs.into());
+                if c.flows.len() > 1 {
+                    let all: serde_json::Map<String, serde_json::Value> = c
+                        .flows
+                        .iter()
+                        .map(|f| (f.name.clone(), f.goodput_bps.mean.into()))
+                        .collect();
+                    o.insert("goodput_bps_of_flows".into(), all.into());
+                }
                 for (k, st) in [("fairness", c.fairness), ("utilization", c.utilization)] {
                     if let Some(st) = st {
                         o.insert(k.into(), serde_json::to_value(st).unwrap_or_default());
