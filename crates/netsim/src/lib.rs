@@ -14,6 +14,7 @@ pub mod scenario;
 pub mod shard;
 pub mod sim;
 pub mod stp_agent;
+pub mod striping;
 pub mod tcp;
 /// Units in the scenario files and on the command line (shared with the gateway configuration).
 pub use linkmodel::units;

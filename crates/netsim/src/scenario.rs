@@ -359,6 +359,10 @@ pub struct FlowSpec {
     pub hop_tcp: Option<TcpSpec>,
     /// Relay buffer at the gateway, e.g. "300KB" (default 256 KB).
     pub relay_buffer: Option<String>,
+    /// Striping (protocol "tcp"): carry the transfer over this many parallel TCP connections
+    /// sharing its byte stream (`crate::striping`; default 1).
+    #[serde(default)]
+    pub stripes: Option<u32>,
 }
 
 /// A scenario error, naming what is wrong.
@@ -1075,6 +1079,12 @@ impl Scenario {
                 sim.metrics.enable_trace(id);
             }
             let (src_port, dst_port) = (10_000 + i as u16 * 2, 10_001 + i as u16 * 2);
+            if f.stripes.is_some() && f.protocol != "tcp" {
+                return Err(field(
+                    format!("flow {}.stripes", f.name),
+                    "striping is for protocol \"tcp\"",
+                ));
+            }
             match f.protocol.as_str() {
                 "stp" => {
                     let cfg = self.stp_config(f)?;
@@ -1106,6 +1116,39 @@ impl Scenario {
                         Box::new(sender.with_framing(framing)),
                     )?;
                     sim.add_agent(to, dst_port, start, Box::new(sink.with_framing(framing)))?;
+                }
+                "tcp" if f.stripes.is_some_and(|n| n != 1) => {
+                    let n = f.stripes.unwrap_or(1);
+                    let fname = |k: &str| format!("flow {}.{k}", f.name);
+                    if n == 0 || n > crate::striping::MAX_STRIPES {
+                        return Err(field(
+                            fname("stripes"),
+                            format!("must be 1 to {}", crate::striping::MAX_STRIPES),
+                        ));
+                    }
+                    // Connection 0 uses the flow's port; the others 50000 + 64·i + k.
+                    let base = 50_000 + 64 * i;
+                    if base + 64 > usize::from(u16::MAX) {
+                        return Err(field(fname("stripes"), "too many flows for striping ports"));
+                    }
+                    let ports: Vec<u16> = std::iter::once(src_port)
+                        .chain((1..n as usize).map(|k| (base + k) as u16))
+                        .collect();
+                    let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
+                    let peer = Addr {
+                        node: to,
+                        port: dst_port,
+                    };
+                    let tcp_err = |e: crate::tcp::TcpConfigError| {
+                        field(format!("flow {}.tcp.{}", f.name, e.field), e.reason)
+                    };
+                    let sender =
+                        crate::striping::StripedSender::new(id, ports, peer, bytes, cfg.clone())
+                            .map_err(tcp_err)?;
+                    let sink = crate::striping::StripedSink::new(dst_port, id, n, cfg)
+                        .map_err(tcp_err)?;
+                    sim.add_agent(from, src_port, start, Box::new(sender))?;
+                    sim.add_agent(to, dst_port, start, Box::new(sink))?;
                 }
                 "tcp" => {
                     let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
@@ -1253,6 +1296,7 @@ impl Scenario {
                 hop: None,
                 hop_tcp: None,
                 relay_buffer: None,
+                stripes: None,
             };
             let cfg = self.tcp_config(&spec, w.tcp.as_ref(), "tcp")?;
             let port = 30_000 + j as u16;
