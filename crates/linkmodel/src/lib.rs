@@ -444,6 +444,12 @@ impl Link {
         matches!(self.config.discipline, Discipline::Red(_)).then_some(self.red_avg)
     }
 
+    /// When the last accepted packet finishes serialization (the link is idle from then on
+    /// unless more are offered).
+    pub fn busy_until_ns(&self) -> u64 {
+        self.last_departure_ns
+    }
+
     /// Packets queued or in service at `now_ns` (after removing departed ones).
     pub fn queue_len(&mut self, now_ns: u64) -> usize {
         self.drain(now_ns);

@@ -4,6 +4,7 @@
 //! the seeds study, and uses the same `linkmodel` as the real-time emulator, so its results are
 //! results about the shipped code. Same scenario and seed give identical results.
 
+pub mod ackmgmt;
 pub mod gateway;
 // Short transfers and web latency (issue 15): the HTTP model, its agents, the analytic model.
 pub mod http;
@@ -17,6 +18,7 @@ pub mod scenario;
 pub mod shard;
 pub mod sim;
 pub mod stp_agent;
+pub mod striping;
 pub mod tcp;
 pub mod web_experiments;
 /// Units in the scenario files and on the command line (shared with the gateway configuration).

@@ -23,6 +23,12 @@ pub struct Reproduction {
     pub template: String,
     /// Flow of the scenario whose figures are reported.
     pub flow: String,
+    /// A link (e.g. "r1->r2") whose utilization in original bits is the metric `utilization`
+    /// (thesis §4.1.2: original bits carried ÷ rate × time).
+    pub link: Option<String>,
+    /// The flows the metric `fairness` covers (those of them a case has); default: every flow
+    /// but web sources.
+    pub fairness_flows: Option<Vec<String>>,
     pub x_label: String,
     /// "linear", "log" or "categories".
     pub x_axis: String,
@@ -90,6 +96,8 @@ pub struct Point {
 #[serde(deny_unknown_fields)]
 pub struct SeedFigure {
     pub series: String,
+    /// Another flow of the case than the reproduction's `flow` (per-flow figures).
+    pub flow: Option<String>,
     pub point: String,
     pub metric: String,
     pub value: f64,
@@ -102,6 +110,8 @@ pub struct SeedFigure {
 #[serde(deny_unknown_fields)]
 pub struct Operand {
     pub series: Option<String>,
+    /// Another flow of the case than the reproduction's `flow`.
+    pub flow: Option<String>,
     pub point: Option<String>,
     pub metric: Option<String>,
     /// A constant instead of a measured value.
@@ -130,6 +140,93 @@ pub struct CaseResult {
     /// Replications of this case.
     pub runs: u32,
     pub flow: FlowSummary,
+    /// Every flow of the case (web sources included), for claims and seeds naming another.
+    pub flows: Vec<FlowSummary>,
+    /// Jain's fairness index of the flows' mean throughputs, as the thesis computes it
+    /// (§4.1.2: enough runs, then fairness of the sample means); it has no interval (NaN).
+    pub fairness: Option<Stat>,
+    /// Utilization in original bits of the reproduction's `link`.
+    pub utilization: Option<Stat>,
+}
+
+/// Jain's index of the mean throughputs of `flows` (web sources excluded; only those named in
+/// `only`, if given); None with fewer than two.
+fn jain_of_means(flows: &[FlowSummary], only: Option<&[String]>) -> Option<Stat> {
+    let means: Vec<f64> = flows
+        .iter()
+        .filter(|f| f.protocol != "web")
+        .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
+        .map(|f| f.goodput_bps.mean)
+        .collect();
+    (means.len() >= 2).then(|| Stat {
+        mean: crate::metrics::jain_index(&means),
+        ci95: f64::NAN,
+        ci: f64::NAN,
+        sd: f64::NAN,
+    })
+}
+
+impl CaseResult {
+    /// The case's figures from a scenario's summary: `flow` is the measured flow, `link` the
+    /// link whose utilization is reported.
+    pub fn from_summary(
+        series: &str,
+        point: &str,
+        x: f64,
+        summary: crate::scenario::Summary,
+        flow: &str,
+        link: Option<&str>,
+        fairness_flows: Option<&[String]>,
+    ) -> Result<CaseResult, ScenarioError> {
+        let main = summary
+            .flows
+            .iter()
+            .find(|f| f.name == flow)
+            .cloned()
+            .ok_or_else(|| bad(format!("scenario has no flow named '{flow}'")))?;
+        let utilization = match link {
+            None => None,
+            Some(l) => Some(
+                summary
+                    .links
+                    .iter()
+                    .find(|s| s.name == l)
+                    .map(|s| s.original_utilization)
+                    .ok_or_else(|| bad(format!("scenario has no link named '{l}'")))?,
+            ),
+        };
+        Ok(CaseResult {
+            series: series.to_string(),
+            point: point.to_string(),
+            x,
+            runs: summary.runs,
+            flow: main,
+            fairness: jain_of_means(&summary.flows, fairness_flows),
+            flows: summary.flows,
+            utilization,
+        })
+    }
+
+    /// A metric of the measured flow, or of the case (`fairness`, `utilization`).
+    pub fn metric(&self, name: &str) -> Option<Stat> {
+        match name {
+            "fairness" => self.fairness,
+            "utilization" => self.utilization,
+            _ => metric(&self.flow, name),
+        }
+    }
+
+    /// A metric of the flow named `flow` (None: the measured flow) or of the case.
+    pub fn flow_metric(&self, flow: Option<&str>, name: &str) -> Option<Stat> {
+        match flow {
+            None => self.metric(name),
+            Some(f) => self
+                .flows
+                .iter()
+                .find(|s| s.name == f)
+                .and_then(|s| metric(s, name)),
+        }
+    }
 }
 
 /// A claim and whether it held.
@@ -276,20 +373,16 @@ impl Reproduction {
                 progress(&format!("{} @ {}", s.name, p.label));
                 let summary = run_replicated(&sc, rule, level, sc.seed, threads, &|_, _| {}, None)?;
                 runs = runs.max(summary.runs);
-                let case_runs = summary.runs;
                 events += summary.events;
-                let flow = summary
-                    .flows
-                    .into_iter()
-                    .find(|f| f.name == self.flow)
-                    .ok_or_else(|| bad(format!("scenario has no flow named '{}'", self.flow)))?;
-                cases.push(CaseResult {
-                    series: s.name.clone(),
-                    point: p.label.clone(),
-                    x: p.x,
-                    runs: case_runs,
-                    flow,
-                });
+                cases.push(CaseResult::from_summary(
+                    &s.name,
+                    &p.label,
+                    p.x,
+                    summary,
+                    &self.flow,
+                    self.link.as_deref(),
+                    self.fairness_flows.as_deref(),
+                )?);
             }
         }
         self.finish(runs, rule, level, cases, events)
@@ -336,9 +429,16 @@ impl Reproduction {
             .iter()
             .find(|c| &c.series == s && &c.point == p)
             .ok_or_else(|| bad(format!("claim names unknown case {s} @ {p}")))?;
-        metric(&case.flow, m)
+        case.flow_metric(o.flow.as_deref(), m)
             .map(|st| st.mean)
-            .ok_or_else(|| bad(format!("claim names unknown or missing metric '{m}'")))
+            .ok_or_else(|| {
+                bad(format!(
+                    "claim names unknown or missing metric '{m}'{}",
+                    o.flow
+                        .as_ref()
+                        .map_or(String::new(), |f| format!(" of flow '{f}'"))
+                ))
+            })
     }
 
     fn check(&self, c: &Claim, cases: &[CaseResult]) -> Result<ClaimResult, ScenarioError> {

@@ -179,6 +179,23 @@ pub struct LinkParams {
     pub outages: Option<Vec<[String; 2]>>,
     /// Random Early Detection instead of drop-tail (the queue limit stays the hard limit).
     pub red: Option<RedSpec>,
+    // ACK management of this direction's queue (`crate::ackmgmt`; not inherited by `reverse`).
+    /// ACK filtering: a queued cumulative ACK replaces the older ones of its connection.
+    pub ack_filter: Option<bool>,
+    /// ACK pacing at a forward gateway: `{ watch = "gw->sat", threshold_packets = 10 }`.
+    pub ack_pacing: Option<AckPacingSpec>,
+    /// Window overwriting: ACKs crossing the link advertise at most this window, e.g. "64KB".
+    pub window_overwrite: Option<String>,
+}
+
+/// ACK pacing on a link carrying ACKs back to the senders (`crate::ackmgmt`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckPacingSpec {
+    /// The forward link whose queue is watched, "x->y".
+    pub watch: String,
+    /// ACKs wait while that queue holds at least this many packets.
+    pub threshold_packets: u32,
 }
 
 /// RED parameters; any omitted take the link model's defaults (min_th 5, max_th 15 packets,
@@ -349,6 +366,10 @@ pub struct FlowSpec {
     pub hop_tcp: Option<TcpSpec>,
     /// Relay buffer at the gateway, e.g. "300KB" (default 256 KB).
     pub relay_buffer: Option<String>,
+    /// Striping (protocol "tcp"): carry the transfer over this many parallel TCP connections
+    /// sharing its byte stream (`crate::striping`; default 1).
+    #[serde(default)]
+    pub stripes: Option<u32>,
 }
 
 /// A scenario error, naming what is wrong.
@@ -807,6 +828,69 @@ impl Scenario {
         Ok(v)
     }
 
+    /// Sets up the ACK management (`crate::ackmgmt`) the links ask for.
+    fn manage_links(&self, sim: &mut Sim) -> Result<(), ScenarioError> {
+        for l in &self.links {
+            let dirs = [
+                (format!("{}->{}", l.a, l.b), Some(&l.forward)),
+                (format!("{}->{}", l.b, l.a), l.reverse.as_ref()),
+            ];
+            for (name, p) in dirs {
+                let Some(p) = p else { continue };
+                let f = |k: &str| format!("link {name}.{k}");
+                let filter = p.ack_filter.unwrap_or(false);
+                if !filter && p.ack_pacing.is_none() && p.window_overwrite.is_none() {
+                    continue;
+                }
+                let Some(id) = sim.link_by_name(&name) else {
+                    continue;
+                };
+                let model = sim.links()[id.0 as usize].model.config().clone();
+                if matches!(model.discipline, linkmodel::Discipline::Red(_)) {
+                    return Err(field(
+                        f("red"),
+                        "ACK management (ack_filter, ack_pacing, window_overwrite) needs a drop-tail queue",
+                    ));
+                }
+                let (capacity_packets, capacity_bytes) = match model.queue {
+                    QueueLimit::Packets(n) => (n as usize, None),
+                    QueueLimit::Bytes(b) => (usize::MAX, Some(b)),
+                };
+                let pacing = match &p.ack_pacing {
+                    None => None,
+                    Some(a) => {
+                        let watch = sim.link_by_name(&a.watch).ok_or_else(|| {
+                            field(f("ack_pacing.watch"), format!("no link named '{}'", a.watch))
+                        })?;
+                        if a.threshold_packets == 0 {
+                            return Err(field(f("ack_pacing.threshold_packets"), "must be at least 1"));
+                        }
+                        Some(crate::ackmgmt::AckPacing {
+                            watch,
+                            rate_bps: sim.links()[watch.0 as usize].model.config().rate_bps,
+                            threshold_packets: a.threshold_packets as usize,
+                        })
+                    }
+                };
+                let window_cap = match &p.window_overwrite {
+                    Some(w) => Some(unit(&f("window_overwrite"), parse_bytes(w))?),
+                    None => None,
+                };
+                sim.manage_link(
+                    id,
+                    crate::ackmgmt::AckQueueConfig {
+                        capacity_packets,
+                        capacity_bytes,
+                        filter,
+                        pacing,
+                        window_cap,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Builds the simulation for one replication.
     pub fn build(&self, seed: u64) -> Result<Built, ScenarioError> {
         let mut sim = Sim::new(seed);
@@ -843,6 +927,7 @@ impl Scenario {
                 sim.add_link(&format!("{}->{}", l.b, l.a), b, a, rev)?;
             }
         }
+        self.manage_links(&mut sim)?;
         sim.compute_routes();
         for r in &self.routes {
             let what = format!("route at {} to {}", r.at, r.to);
@@ -923,6 +1008,12 @@ impl Scenario {
                 sim.metrics.enable_trace(id);
             }
             let (src_port, dst_port) = (10_000 + i as u16 * 2, 10_001 + i as u16 * 2);
+            if f.stripes.is_some() && f.protocol != "tcp" {
+                return Err(field(
+                    format!("flow {}.stripes", f.name),
+                    "striping is for protocol \"tcp\"",
+                ));
+            }
             match f.protocol.as_str() {
                 "stp" => {
                     let cfg = self.stp_config(f)?;
@@ -954,6 +1045,39 @@ impl Scenario {
                         Box::new(sender.with_framing(framing)),
                     )?;
                     sim.add_agent(to, dst_port, start, Box::new(sink.with_framing(framing)))?;
+                }
+                "tcp" if f.stripes.is_some_and(|n| n != 1) => {
+                    let n = f.stripes.unwrap_or(1);
+                    let fname = |k: &str| format!("flow {}.{k}", f.name);
+                    if n == 0 || n > crate::striping::MAX_STRIPES {
+                        return Err(field(
+                            fname("stripes"),
+                            format!("must be 1 to {}", crate::striping::MAX_STRIPES),
+                        ));
+                    }
+                    // Connection 0 uses the flow's port; the others 50000 + 64·i + k.
+                    let base = 50_000 + 64 * i;
+                    if base + 64 > usize::from(u16::MAX) {
+                        return Err(field(fname("stripes"), "too many flows for striping ports"));
+                    }
+                    let ports: Vec<u16> = std::iter::once(src_port)
+                        .chain((1..n as usize).map(|k| (base + k) as u16))
+                        .collect();
+                    let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
+                    let peer = Addr {
+                        node: to,
+                        port: dst_port,
+                    };
+                    let tcp_err = |e: crate::tcp::TcpConfigError| {
+                        field(format!("flow {}.tcp.{}", f.name, e.field), e.reason)
+                    };
+                    let sender =
+                        crate::striping::StripedSender::new(id, ports, peer, bytes, cfg.clone())
+                            .map_err(tcp_err)?;
+                    let sink = crate::striping::StripedSink::new(dst_port, id, n, cfg)
+                        .map_err(tcp_err)?;
+                    sim.add_agent(from, src_port, start, Box::new(sender))?;
+                    sim.add_agent(to, dst_port, start, Box::new(sink))?;
                 }
                 "tcp" => {
                     let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
@@ -1101,6 +1225,7 @@ impl Scenario {
                 hop: None,
                 hop_tcp: None,
                 relay_buffer: None,
+                stripes: None,
             };
             let cfg = self.tcp_config(&spec, w.tcp.as_ref(), "tcp")?;
             let port = 30_000 + j as u16;

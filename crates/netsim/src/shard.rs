@@ -526,23 +526,17 @@ impl Reproduction {
                 let end = sc.duration_ns()?;
                 let summary = summarise_fixed(&sc, runs, level, sc.seed, end, results);
                 events += summary.events;
-                let flow = summary
-                    .flows
-                    .into_iter()
-                    .find(|f| f.name == self.flow)
-                    .ok_or_else(|| {
-                        ShardError::Mismatch(format!(
-                            "{what}: scenario has no flow named '{}'",
-                            self.flow
-                        ))
-                    })?;
-                cases.push(CaseResult {
-                    series: s.name.clone(),
-                    point: p.label.clone(),
-                    x: p.x,
-                    runs,
-                    flow,
-                });
+                let case = CaseResult::from_summary(
+                    &s.name,
+                    &p.label,
+                    p.x,
+                    summary,
+                    &self.flow,
+                    self.link.as_deref(),
+                    self.fairness_flows.as_deref(),
+                )
+                .map_err(|e| ShardError::Mismatch(format!("{what}: {e}")))?;
+                cases.push(case);
             }
         }
         if let Some((series, point)) = by_case.keys().next() {

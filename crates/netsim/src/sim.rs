@@ -116,6 +116,10 @@ enum EventKind {
     Start {
         agent: AgentId,
     },
+    /// A managed link (`crate::ackmgmt`) may send its next waiting packet.
+    Service {
+        link: LinkId,
+    },
 }
 
 #[derive(Debug)]
@@ -195,6 +199,8 @@ pub struct Sim {
     pub events_processed: u64,
     /// Packet trace hooks (pcap writers), per link.
     tracers: BTreeMap<LinkId, Box<Tracer>>,
+    /// Links whose waiting packets are held here for ACK management.
+    managed: BTreeMap<LinkId, crate::ackmgmt::ManagedQueue>,
 }
 
 /// Derives an independent random stream for component `index` of kind `kind`.
@@ -223,6 +229,7 @@ impl Sim {
             undeliverable: 0,
             events_processed: 0,
             tracers: BTreeMap::new(),
+            managed: BTreeMap::new(),
         }
     }
 
@@ -478,6 +485,14 @@ impl Sim {
                     self.with_agent(agent, |a, ctx| a.on_timer(ctx, token))
                 }
                 EventKind::Start { agent } => self.with_agent(agent, |a, ctx| a.start(ctx)),
+                EventKind::Service { link } => {
+                    if let Some(q) = self.managed.get_mut(&link) {
+                        if q.next_service == Some(self.now) {
+                            q.next_service = None;
+                        }
+                    }
+                    self.service(link)
+                }
             }
         }
         self.now = self.now.max(end);
@@ -554,6 +569,15 @@ impl Sim {
             self.undeliverable += 1;
             return;
         };
+        if self.managed.contains_key(&link_id) {
+            self.enqueue_managed(link_id, pkt);
+            return;
+        }
+        self.transmit(link_id, pkt);
+    }
+
+    /// Offers `pkt` to the model of link `link_id` and schedules its arrival.
+    fn transmit(&mut self, link_id: LinkId, pkt: Packet) {
         let link = &mut self.links[link_id.0 as usize];
         let to = link.to;
         let fate = link.model.offer(self.now, pkt.size as usize, &mut link.rng);
@@ -600,6 +624,71 @@ impl Sim {
                     via: Some(link_id),
                 },
             );
+        }
+    }
+
+    /// Holds the packets waiting for `link` in a managed queue (ACK filtering, pacing, window
+    /// overwriting: `crate::ackmgmt`) instead of the link model's queue. Call before the run;
+    /// the link should be drop-tail (its model then only ever holds the packet in service).
+    pub fn manage_link(&mut self, link: LinkId, config: crate::ackmgmt::AckQueueConfig) {
+        self.managed
+            .insert(link, crate::ackmgmt::ManagedQueue::new(config));
+    }
+
+    /// The managed queue of `link`, if it has one.
+    pub fn managed_queue(&self, link: LinkId) -> Option<&crate::ackmgmt::ManagedQueue> {
+        self.managed.get(&link)
+    }
+
+    fn enqueue_managed(&mut self, link_id: LinkId, pkt: Packet) {
+        let Some(q) = self.managed.get_mut(&link_id) else {
+            return;
+        };
+        if let Err(pkt) = q.push(pkt) {
+            let fate = Fate::Drop(linkmodel::DropCause::Queue);
+            self.metrics.on_link(link_id, &pkt, &fate, self.now);
+            return;
+        }
+        self.service(link_id);
+    }
+
+    /// Sends what a managed link may send now, and schedules its next look.
+    fn service(&mut self, link_id: LinkId) {
+        loop {
+            let now = self.now;
+            let busy = self.links[link_id.0 as usize].model.busy_until_ns();
+            let watched = match self.managed.get(&link_id).and_then(|q| q.config().pacing) {
+                Some(p) => match self.links.get_mut(p.watch.0 as usize) {
+                    Some(l) => l.model.queue_len(now),
+                    None => 0,
+                },
+                None => 0,
+            };
+            let Some(q) = self.managed.get_mut(&link_id) else {
+                return;
+            };
+            if q.is_empty() {
+                return;
+            }
+            let wake = if busy > now {
+                Some(busy)
+            } else {
+                match q.release(now, watched) {
+                    crate::ackmgmt::Release::Now(pkt) => {
+                        self.transmit(link_id, pkt);
+                        continue;
+                    }
+                    crate::ackmgmt::Release::At(t) => Some(t),
+                    crate::ackmgmt::Release::Empty => None,
+                }
+            };
+            if let Some(t) = wake {
+                if q.next_service.is_none_or(|s| t < s) {
+                    q.next_service = Some(t);
+                    self.schedule(t, EventKind::Service { link: link_id });
+                }
+            }
+            return;
         }
     }
 

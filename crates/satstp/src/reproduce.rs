@@ -6,7 +6,7 @@
 use crate::plot::{Chart, Series, XAxis};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use netsim::reproduce::{metric, ReproResult, Reproduction};
+use netsim::reproduce::{ReproResult, Reproduction};
 use netsim::scenario::Replication;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -112,15 +112,17 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
 fn seed_value(r: &Reproduction, series: &str, point: &str, m: &str) -> Option<(f64, String)> {
     r.seeds
         .iter()
-        .find(|s| s.series == series && s.point == point && s.metric == m)
+        .find(|s| s.series == series && s.point == point && s.metric == m && s.flow.is_none())
         .map(|s| (s.value, s.source.clone()))
 }
 
-const METRICS: [&str; 4] = [
+const METRICS: [&str; 6] = [
     "goodput_bps",
     "fwd_efficiency",
     "reverse_bps",
     "completion_s",
+    "fairness",
+    "utilization",
 ];
 
 pub(crate) fn write_outputs(
@@ -142,6 +144,19 @@ pub(crate) fn write_outputs(
                 o.insert("point".into(), c.point.clone().into());
                 o.insert("x".into(), c.x.into());
                 o.insert("runs".into(), c.runs.into());
+                if c.flows.len() > 1 {
+                    let all: serde_json::Map<String, serde_json::Value> = c
+                        .flows
+                        .iter()
+                        .map(|f| (f.name.clone(), f.goodput_bps.mean.into()))
+                        .collect();
+                    o.insert("goodput_bps_of_flows".into(), all.into());
+                }
+                for (k, st) in [("fairness", c.fairness), ("utilization", c.utilization)] {
+                    if let Some(st) = st {
+                        o.insert(k.into(), serde_json::to_value(st).unwrap_or_default());
+                    }
+                }
                 let mut seed = serde_json::Map::new();
                 for m in METRICS {
                     if let Some((val, _)) = seed_value(r, &c.series, &c.point, m) {
@@ -218,7 +233,7 @@ pub(crate) fn write_outputs(
                         } else {
                             c.x
                         };
-                        let st = metric(&c.flow, m);
+                        let st = c.metric(m);
                         (
                             x,
                             st.map_or(f64::NAN, |v| v.mean / scale),
@@ -266,7 +281,7 @@ pub(crate) fn write_outputs(
     );
     for c in &res.cases {
         for m in METRICS {
-            let Some(ours) = metric(&c.flow, m) else {
+            let Some(ours) = c.metric(m) else {
                 continue;
             };
             let seed = seed_value(r, &c.series, &c.point, m);
@@ -287,6 +302,31 @@ pub(crate) fn write_outputs(
                 fmt_metric(m, ours.ci)
             );
         }
+    }
+    // The seeds' figures for other flows of a case (e.g. every flow of thesis Table 4.1).
+    for sf in r.seeds.iter().filter(|s| s.flow.is_some()) {
+        let flow = sf.flow.as_deref().unwrap_or_default();
+        let Some(c) = res
+            .cases
+            .iter()
+            .find(|c| c.series == sf.series && c.point == sf.point)
+        else {
+            continue;
+        };
+        let Some(ours) = c.flow_metric(Some(flow), &sf.metric) else {
+            continue;
+        };
+        let _ = writeln!(
+            sec,
+            "| {} | {} | {} of {flow} | {} | {} ± {} | {:.2} |",
+            c.series,
+            c.point,
+            sf.metric,
+            fmt_metric(&sf.metric, sf.value),
+            fmt_metric(&sf.metric, ours.mean),
+            fmt_metric(&sf.metric, ours.ci),
+            ours.mean / sf.value
+        );
     }
     let _ = writeln!(sec, "\nSeeds' conclusion: {}\n", r.conclusion);
     for c in &res.claims {
