@@ -113,7 +113,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
     if args.json {
         let v = serde_json::json!({
             "benchmark": "engine",
-                        "payload_bytes": args.payload,
+            "payload_bytes": args.payload,
             "idle_connections": args.idle,
             "bytes": r.bytes,
             "seconds": r.seconds,
@@ -186,6 +186,13 @@ fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
     while b.accept().is_some() {}
     while a.poll_event().is_some() {}
     while b.poll_event().is_some() {}
+    // Taking their events marks the connections for polling: let every endpoint find them
+    // quiet (nothing to send, deadlines computed) before the clock starts, as in a daemon that
+    // has held them for a while.
+    exchange(&mut a, &mut b, addr_a, addr_b, Instant::ZERO, &mut buf);
+    for ep in [&mut a, &mut b] {
+        ep.poll_timeout(Instant::ZERO);
+    }
     let idle_rss_kib = crate::bench_gateway::rss_kib()?.saturating_sub(rss_before);
     let start = std::time::Instant::now();
     let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);

@@ -13,6 +13,7 @@ use crate::wire::{
 };
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::time::Duration;
 use thiserror::Error;
@@ -56,6 +57,31 @@ struct Slot {
     key: Key,
 }
 
+/// Hashes [`ConnectionHandle`]s with one multiplication (Fx-style) instead of SipHash. Handles are
+/// numbered locally in sequence, so no peer can choose them to collide; the keys a peer does
+/// choose (`Key`: its address and connection id) keep the standard, seeded hasher.
+#[derive(Debug, Default, Clone, Copy)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map keyed by connection handle.
+type HandleMap<V> = HashMap<ConnectionHandle, V, BuildHasherDefault<HandleHasher>>;
+
 /// Most stateless answers queued at once.
 const MAX_STATELESS_QUEUE: usize = 1024;
 
@@ -64,8 +90,11 @@ pub struct Endpoint {
     config: EndpointConfig,
     rng: Box<dyn RngCore + Send>,
     /// By handle; a hash map, because a lookup per datagram must not grow with the number of
-    /// connections (nothing iterates it but `handles`, which sorts).
-    conns: HashMap<ConnectionHandle, Slot>,
+    /// connections (nothing iterates it but `handles`, which sorts). Slots are boxed: the table
+    /// then holds 16-byte entries, so probing it stays within a few cache lines however many
+    /// connections there are, its spare capacity costs 16 bytes a bucket instead of a whole
+    /// connection, and growing it moves no connection.
+    conns: HandleMap<Box<Slot>>,
     by_key: HashMap<Key, ConnectionHandle>,
     /// Connections that may have something to send: touched by a datagram, a timer or the
     /// application since they last had nothing to send. Only these are polled.
@@ -76,7 +105,7 @@ pub struct Endpoint {
     cursor: u64,
     /// Every connection's next deadline, ordered; recomputed only for connections in `dirty`.
     deadlines: BTreeSet<(Instant, ConnectionHandle)>,
-    deadline_of: HashMap<ConnectionHandle, Instant>,
+    deadline_of: HandleMap<Instant>,
     /// Connections whose deadline may have changed since it was last computed.
     dirty: BTreeSet<ConnectionHandle>,
     accept_queue: VecDeque<ConnectionHandle>,
@@ -106,13 +135,13 @@ impl Endpoint {
             reset_tokens: f64::from(config.stateless_resets_per_s),
             config,
             rng,
-            conns: HashMap::new(),
+            conns: HandleMap::default(),
             by_key: HashMap::new(),
             active: BTreeSet::new(),
             eventful: BTreeSet::new(),
             cursor: 0,
             deadlines: BTreeSet::new(),
-            deadline_of: HashMap::new(),
+            deadline_of: HandleMap::default(),
             dirty: BTreeSet::new(),
             accept_queue: VecDeque::new(),
             closed: HashMap::new(),
@@ -185,7 +214,7 @@ impl Endpoint {
         let h = ConnectionHandle(self.next_handle);
         self.next_handle += 1;
         self.by_key.insert(key, h);
-        self.conns.insert(h, Slot { conn, key });
+        self.conns.insert(h, Box::new(Slot { conn, key }));
         self.touch(h);
         h
     }
