@@ -128,8 +128,9 @@ pub type SharedLog = Rc<RefCell<HttpLog>>;
 /// Request and reply sizes the server must know, filled by the client.
 #[derive(Debug, Default)]
 pub struct Exchanges {
-    /// TCP: per client address, the (request, reply) sizes of the requests in order.
-    by_addr: BTreeMap<Addr, VecDeque<(u64, u64)>>,
+    /// TCP: per client address, the (request, reply) sizes of the requests in order, and
+    /// whether the request asks the server to close after the reply (HTTP/1.0).
+    by_addr: BTreeMap<Addr, VecDeque<(u64, u64, bool)>>,
     /// STP: per transfer number, the (request, reply) sizes.
     by_id: BTreeMap<u64, (u64, u64)>,
 }
@@ -343,15 +344,20 @@ impl HttpClient {
         let Some(c) = self.conns.get_mut(i) else {
             return;
         };
+        // HTTP/1.0 over TCP: the server closes after the reply; the client closes after reading
+        // it, except over T/TCP, whose client sends its request with the FIN (sendto with
+        // MSG_EOF, thesis §2.1.1). Over STP the client ends its direction with the request.
+        let mut close_now = c.one_shot;
         match &mut c.link {
             Link::Tcp { conn, port } => {
                 conn.write(req);
+                close_now = c.one_shot && conn.config().data_on_syn;
                 self.table
                     .borrow_mut()
                     .by_addr
                     .entry(Addr { node, port: *port })
                     .or_default()
-                    .push_back((req, reply));
+                    .push_back((req, reply, c.one_shot));
             }
             Link::Stp(_) => {
                 let req = req.max(ID_BYTES);
@@ -367,7 +373,7 @@ impl HttpClient {
             issued: ctx.now,
             html,
         });
-        if c.one_shot {
+        if close_now {
             c.closing = true;
             if let Link::Tcp { conn, .. } = &mut c.link {
                 conn.close();
@@ -457,6 +463,13 @@ impl HttpClient {
                     if let Some(r) = c.outstanding.pop_front() {
                         completed.push(r);
                     }
+                }
+            }
+            // HTTP/1.0: the client closes once it has read the reply.
+            if c.one_shot && !c.closing && c.outstanding.is_empty() {
+                c.closing = true;
+                if let Link::Tcp { conn, .. } = &mut c.link {
+                    conn.close();
                 }
             }
         }
@@ -764,13 +777,17 @@ impl HttpServer {
             sc.got += sc.conn.read(n);
             let mut table = self.table.borrow_mut();
             if let Some(q) = table.by_addr.get_mut(addr) {
-                while let Some(&(req, reply)) = q.front() {
+                while let Some(&(req, reply, close)) = q.front() {
                     if sc.got < req {
                         break;
                     }
                     sc.got -= req;
                     q.pop_front();
                     sc.conn.write(reply);
+                    if close && !sc.closed {
+                        sc.conn.close();
+                        sc.closed = true;
+                    }
                 }
             }
             drop(table);

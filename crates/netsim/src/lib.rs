@@ -21,6 +21,7 @@ pub mod stp_agent;
 pub mod striping;
 pub mod tcp;
 pub mod web_experiments;
+pub mod web_repro;
 /// Units in the scenario files and on the command line (shared with the gateway configuration).
 pub use linkmodel::units;
 pub mod web;

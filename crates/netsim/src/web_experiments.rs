@@ -503,7 +503,7 @@ mod tests {
         .unwrap();
         assert_eq!(log.transfers.len(), 30);
         let min = log.transfers.iter().map(|t| t.latency_ns).min().unwrap();
-        assert!(min >= 1200 * MS && min < 1300 * MS, "{min}");
+        assert!((1200 * MS..1300 * MS).contains(&min), "{min}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod reproduce;
 mod shard;
 mod signals;
 mod sim;
+mod web_reproduce;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -63,10 +63,14 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             println!("{:<20} {}  [{}]", r.name, r.title, r.source);
         }
         crate::leo::reproduce::list();
+        crate::web_reproduce::list()?;
         return Ok(());
     }
+    let web = crate::web_reproduce::all()?;
     for n in &args.names {
-        if !all.iter().any(|(r, _)| &r.name == n) && !crate::leo::reproduce::names().any(|l| l == n)
+        if !all.iter().any(|(r, _)| &r.name == n)
+            && !crate::leo::reproduce::names().any(|l| l == n)
+            && !web.iter().any(|w| &w.name == n)
         {
             bail!("unknown reproduction '{n}' (see --list)");
         }
@@ -101,6 +105,10 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
         );
     }
     crate::leo::reproduce::run(&args.names, args.quick, &args.out)?;
+    // The web reproductions (short transfers, issue 15) have no sharded form: run them whole.
+    if args.shard.is_none() {
+        crate::web_reproduce::run(&args.names, args.quick, &args.out)?;
+    }
     eprintln!(
         "all done in {:.1} s; report: {}",
         started.elapsed().as_secs_f64(),
@@ -367,6 +375,25 @@ fn record_verdict(path: &Path, res: &ReproResult) -> Result<()> {
             "conclusion_holds": res.conclusion_holds,
             "claims": res.claims.iter().map(|c| c.holds).collect::<Vec<_>>(),
         }),
+    );
+    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Records a web reproduction's verdicts as `record_verdict` does.
+pub(crate) fn record_web_verdict(
+    path: &Path,
+    name: &str,
+    holds: bool,
+    claims: Vec<bool>,
+) -> Result<()> {
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.insert(
+        name.to_string(),
+        serde_json::json!({ "conclusion_holds": holds, "claims": claims }),
     );
     std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
         .with_context(|| format!("cannot write {}", path.display()))

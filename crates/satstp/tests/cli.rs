@@ -34,6 +34,11 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         "fig9-split-stp",
         "fig5.7-ber",
         "asym-return",
+        "web-table4.2",
+        "web-table5.3",
+        "web-table5.4",
+        "web-http-versions",
+        "web-thin-return",
     ] {
         assert!(
             names.iter().any(|n| n == want),
@@ -69,6 +74,30 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
             assert!(
                 !v["figures"].as_array().unwrap().is_empty(),
                 "{n}: no figures"
+            );
+            continue;
+        }
+        if n.starts_with("web-") {
+            // Short-transfer reproductions (docs/scenarios.md): rows of metrics, seeds beside
+            // them, checked claims.
+            for ext in ["json", "csv", "svg", "png"] {
+                assert!(out.join(format!("{n}.{ext}")).exists(), "{n}.{ext} missing");
+            }
+            assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
+            let v: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap(),
+            )
+            .unwrap();
+            let rows = v["rows"].as_array().unwrap();
+            assert!(!rows.is_empty(), "{n}: no rows");
+            for r in rows {
+                let m = r["metrics"].as_object().unwrap();
+                assert!(!m.is_empty(), "{n}: {r}");
+                assert!(m.values().all(|x| x["mean"].is_number()), "{n}: {r}");
+            }
+            assert!(
+                !v["claims"].as_array().unwrap().is_empty(),
+                "{n}: no claims"
             );
             continue;
         }

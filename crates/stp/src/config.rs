@@ -110,7 +110,7 @@ pub struct Config {
     pub keepalive_interval_ms: u32,
     /// Declare the peer dead after hearing nothing for this long, ms (default 30000).
     pub dead_timeout_ms: u32,
-    // --- Window controller options of the short-transfer and deep-queue studies (spec §6.6) ---
+    // --- Window controller options of the short-transfer and deep-queue studies (spec §7.2b) ---
     /// Window controller: halve the window (once per loss episode, as for a loss) when an RTT
     /// sample exceeds the smallest RTT seen by more than this many ms; `None` (default) never
     /// backs off on delay, as the seeds' STP.

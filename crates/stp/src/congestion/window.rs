@@ -1,6 +1,6 @@
 //! The seeds' TCP-equivalent window controller: slow start and congestion avoidance by byte
 //! counting on STAT/USTAT, one halving per loss episode, collapse to the initial window when the
-//! peer stops answering POLLs. Two options, off by default (spec §6.6): halving also when an RTT
+//! peer stops answering POLLs. Two options, off by default (spec §7.2b): halving also when an RTT
 //! sample rises far above the smallest RTT (the thesis' Ricochet lesson: a deep queue on the
 //! path never drops, so a loss-driven window grows it without bound), and sending the first
 //! flight unpaced (the thesis' suggested tuning for short transfers).

@@ -1,0 +1,628 @@
+//! The short-transfer and web reproductions (`web-*` in `satstp reproduce`): thesis Table 4.2
+//! (analytic model and simulation), Table 5.3 (TCP, T/TCP, STP on HTTP transfers), Table 5.4
+//! (DirecPC and Ricochet file transfers), HTTP/1.0 vs persistent vs pipelined vs parallel
+//! connections, and browsing over a 1 kb/s return channel.
+//!
+//! Each reproduction is a data file (`scenarios/reproduce/web/NAME.toml`: the seeds' figures,
+//! the checkable claims, sizes of the full and quick runs) and an experiment here that produces
+//! rows of named metrics (mean and 95 % half-width). Claims compare metrics of rows, as in the
+//! scenario-based reproductions (`docs/scenarios.md`).
+
+use crate::http::{HttpLog, HttpVersion, Pages, Think, Transport, Workload};
+use crate::latency_model::ModelTcp;
+use crate::sim::{Time, MS, SEC};
+use crate::stp_agent::Framing;
+use crate::tcp::{InitialWindow as TcpIw, TcpConfig};
+use crate::web_experiments::{
+    run_bulk, run_http, seeds_tcp, Bulk, ExperimentError, Network, PathSpec,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use stp::{EndpointConfig, InitialWindow};
+
+/// A web reproduction file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebRepro {
+    pub name: String,
+    pub title: String,
+    pub source: String,
+    /// Which experiment: "table4.2", "table5.3", "table5.4", "http-versions", "thin-return".
+    pub experiment: String,
+    /// Transfers, pages or files per row in the full run and with `--quick`.
+    pub samples: u32,
+    pub quick_samples: u32,
+    /// The seeds' qualitative conclusion, in one line.
+    pub conclusion: String,
+    /// Why ours differs, where we found the cause.
+    pub note: Option<String>,
+    #[serde(rename = "seed", default)]
+    pub seeds: Vec<WebSeed>,
+    #[serde(rename = "claim", default)]
+    pub claims: Vec<WebClaim>,
+}
+
+/// A figure the seeds report for one (row, metric).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSeed {
+    pub row: String,
+    pub metric: String,
+    pub value: f64,
+    pub source: String,
+}
+
+/// One side of a claim: a row's metric, or a constant.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebOperand {
+    pub row: Option<String>,
+    pub metric: Option<String>,
+    pub value: Option<f64>,
+}
+
+/// `lhs op factor × rhs`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebClaim {
+    pub text: String,
+    pub lhs: WebOperand,
+    pub op: String,
+    #[serde(default = "one")]
+    pub factor: f64,
+    pub rhs: WebOperand,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A metric's mean and 95 % half-width (0 for exact figures).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Value {
+    pub mean: f64,
+    pub ci95: f64,
+}
+
+impl Value {
+    fn exact(v: f64) -> Value {
+        Value { mean: v, ci95: 0.0 }
+    }
+
+    /// Mean and 95 % half-width of samples.
+    pub fn of(v: &[f64]) -> Value {
+        let n = v.len() as f64;
+        if v.is_empty() {
+            return Value {
+                mean: f64::NAN,
+                ci95: f64::NAN,
+            };
+        }
+        let mean = v.iter().sum::<f64>() / n;
+        let var = if v.len() > 1 {
+            v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        Value {
+            mean,
+            ci95: 1.96 * (var / n).sqrt(),
+        }
+    }
+}
+
+/// One row: a name, its group (plotted as a series) and its metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: String,
+    pub group: String,
+    pub label: String,
+    pub metrics: BTreeMap<String, Value>,
+}
+
+/// A claim and whether it held.
+#[derive(Debug, Clone, Serialize)]
+pub struct WebClaimResult {
+    pub text: String,
+    pub lhs: f64,
+    pub rhs: f64,
+    pub holds: bool,
+}
+
+/// Everything a web reproduction produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct WebResult {
+    pub name: String,
+    pub samples: u32,
+    pub rows: Vec<Row>,
+    pub claims: Vec<WebClaimResult>,
+    pub conclusion_holds: bool,
+    pub events: u64,
+}
+
+/// Why a web reproduction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WebReproError {
+    #[error("web reproduction file: {0}")]
+    Parse(String),
+    #[error("{0}")]
+    Bad(String),
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
+}
+
+impl WebRepro {
+    pub fn from_toml(text: &str) -> Result<WebRepro, WebReproError> {
+        toml::from_str(text).map_err(|e| WebReproError::Parse(e.to_string()))
+    }
+
+    /// Runs the experiment (rows in parallel on `threads`) and checks the claims.
+    pub fn run(&self, quick: bool, threads: usize) -> Result<WebResult, WebReproError> {
+        let n = if quick {
+            self.quick_samples
+        } else {
+            self.samples
+        }
+        .max(1);
+        let jobs: Vec<Job> = match self.experiment.as_str() {
+            "table4.2" => table42_jobs(),
+            "table5.3" => table53_jobs(),
+            "table5.4" => table54_jobs(),
+            "http-versions" => versions_jobs(),
+            "thin-return" => thin_return_jobs(),
+            other => return Err(WebReproError::Bad(format!("unknown experiment '{other}'"))),
+        };
+        let results = par_map(&jobs, threads, |j| (j.run)(n));
+        let mut rows = Vec::new();
+        let mut events = 0;
+        for (job, r) in jobs.iter().zip(results) {
+            let (metrics, ev) = r?;
+            events += ev;
+            rows.push(Row {
+                name: job.name.clone(),
+                group: job.group.clone(),
+                label: job.label.clone(),
+                metrics,
+            });
+        }
+        let claims = self
+            .claims
+            .iter()
+            .map(|c| check(c, &rows))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WebResult {
+            name: self.name.clone(),
+            samples: n,
+            conclusion_holds: claims.iter().all(|c| c.holds),
+            rows,
+            claims,
+            events,
+        })
+    }
+
+    /// The seeds' figure for a row's metric.
+    pub fn seed(&self, row: &str, metric: &str) -> Option<&WebSeed> {
+        self.seeds
+            .iter()
+            .find(|s| s.row == row && s.metric == metric)
+    }
+}
+
+fn operand(o: &WebOperand, rows: &[Row]) -> Result<f64, WebReproError> {
+    if let Some(v) = o.value {
+        return Ok(v);
+    }
+    let (Some(r), Some(m)) = (&o.row, &o.metric) else {
+        return Err(WebReproError::Bad(
+            "a claim operand needs value, or row + metric".into(),
+        ));
+    };
+    rows.iter()
+        .find(|x| &x.name == r)
+        .ok_or_else(|| WebReproError::Bad(format!("claim names unknown row '{r}'")))?
+        .metrics
+        .get(m)
+        .map(|v| v.mean)
+        .ok_or_else(|| WebReproError::Bad(format!("claim names unknown metric '{m}' of '{r}'")))
+}
+
+fn check(c: &WebClaim, rows: &[Row]) -> Result<WebClaimResult, WebReproError> {
+    let lhs = operand(&c.lhs, rows)?;
+    let rhs = operand(&c.rhs, rows)? * c.factor;
+    let holds = match c.op.as_str() {
+        "<" => lhs < rhs,
+        "<=" => lhs <= rhs,
+        ">" => lhs > rhs,
+        ">=" => lhs >= rhs,
+        other => {
+            return Err(WebReproError::Bad(format!(
+                "unknown claim operator '{other}'"
+            )))
+        }
+    };
+    Ok(WebClaimResult {
+        text: c.text.clone(),
+        lhs,
+        rhs,
+        holds,
+    })
+}
+
+type Metrics = BTreeMap<String, Value>;
+type JobFn = Box<dyn Fn(u32) -> Result<(Metrics, u64), WebReproError> + Send + Sync>;
+
+struct Job {
+    name: String,
+    group: String,
+    label: String,
+    run: JobFn,
+}
+
+fn job(group: &str, label: &str, run: JobFn) -> Job {
+    Job {
+        name: format!("{group} / {label}"),
+        group: group.to_string(),
+        label: label.to_string(),
+        run,
+    }
+}
+
+/// Runs `f` over `items` on up to `threads` threads, keeping the order.
+fn par_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = threads.clamp(1, items.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let out: Vec<std::sync::Mutex<Option<R>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                if let Ok(mut slot) = out[i].lock() {
+                    *slot = Some(r);
+                }
+            });
+        }
+    });
+    out.into_iter()
+        .filter_map(|m| m.into_inner().ok().flatten())
+        .collect()
+}
+
+fn secs(ns: Time) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn transfer_metrics(log: &HttpLog) -> Metrics {
+    let lat: Vec<f64> = log.transfers.iter().map(|t| secs(t.latency_ns)).collect();
+    let mut m = Metrics::new();
+    m.insert("latency_s".into(), Value::of(&lat));
+    let n = log.transfers.len().max(1) as f64;
+    m.insert(
+        "packets".into(),
+        Value::exact((log.client_packets + log.server_packets) as f64 / n),
+    );
+    m.insert("transfers".into(), Value::exact(log.transfers.len() as f64));
+    m
+}
+
+fn single_transfers(n: u32) -> Workload {
+    Workload {
+        version: HttpVersion::Http10 { parallel: 1 },
+        pages: Pages::Objects(1),
+        think: Think::Fixed(200 * MS),
+        max_pages: n,
+    }
+}
+
+/// Table 4.2: 2 orbits × 2 segment sizes × 4 TCP options.
+fn table42_jobs() -> Vec<Job> {
+    let mut v = Vec::new();
+    for (orbit, rtt) in [("GEO", 600 * MS), ("LEO", 80 * MS)] {
+        for (seg, mss) in [(1500u32, 1460u32), (500, 460)] {
+            for (label, ttcp, kss) in [
+                ("Standard TCP", false, false),
+                ("T/TCP", true, false),
+                ("TCP 4KSS", false, true),
+                ("T/TCP 4KSS", true, true),
+            ] {
+                let group = format!("{orbit} {seg} B");
+                v.push(job(
+                    &group,
+                    label,
+                    Box::new(move |n| {
+                        let model = ModelTcp {
+                            ttcp,
+                            four_kss: kss,
+                            ..ModelTcp::standard(secs(rtt), u64::from(mss))
+                        };
+                        let s = model.summary(100);
+                        let tcp = TcpConfig {
+                            data_on_syn: ttcp,
+                            initial_window: if kss { TcpIw::FourKss } else { TcpIw::One },
+                            ..seeds_tcp(mss)
+                        };
+                        let (log, ev) = run_http(
+                            PathSpec::lab(rtt),
+                            Transport::Tcp(tcp),
+                            single_transfers(n),
+                            u64::from(mss) * 7 + rtt / MS,
+                            u64::from(n) * 60 * SEC,
+                        )?;
+                        let mut m = transfer_metrics(&log);
+                        m.insert("model_min_s".into(), Value::exact(s.min_s));
+                        m.insert("model_median_s".into(), Value::exact(s.median_s));
+                        m.insert("model_mean_s".into(), Value::exact(s.mean_s));
+                        m.insert("model_left_out".into(), Value::exact(s.left_out));
+                        Ok((m, ev))
+                    }),
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// STP as the seeds' short-transfer experiments ran it: initial window 1, STP over IP,
+/// 1500-byte packets.
+fn seeds_stp() -> EndpointConfig {
+    let mut c = EndpointConfig::default();
+    c.connection.initial_window = InitialWindow::Packets(1);
+    c.connection.max_datagram_bytes = 1480;
+    c
+}
+
+/// Table 5.3: HTTP transfers at 600 ms with TCP, T/TCP and STP (and STP's unpaced option).
+fn table53_jobs() -> Vec<Job> {
+    let mut v = Vec::new();
+    for (label, transport) in [
+        ("TCP", Transport::Tcp(seeds_tcp(1460))),
+        (
+            "T/TCP",
+            Transport::Tcp(TcpConfig {
+                data_on_syn: true,
+                ..seeds_tcp(1460)
+            }),
+        ),
+        (
+            "STP",
+            Transport::Stp {
+                config: seeds_stp(),
+                framing: Framing::Ip,
+            },
+        ),
+        ("STP, first flight unpaced", {
+            let mut c = seeds_stp();
+            c.connection.unpaced_first_flight = true;
+            Transport::Stp {
+                config: c,
+                framing: Framing::Ip,
+            }
+        }),
+    ] {
+        v.push(job(
+            "GEO 600 ms",
+            label,
+            Box::new(move |n| {
+                let (log, ev) = run_http(
+                    PathSpec::lab(600 * MS),
+                    transport.clone(),
+                    single_transfers(n),
+                    53,
+                    u64::from(n) * 60 * SEC,
+                )?;
+                Ok((transfer_metrics(&log), ev))
+            }),
+        ));
+    }
+    v
+}
+
+/// Table 5.4: file transfers over DirecPC and Ricochet.
+fn table54_jobs() -> Vec<Job> {
+    let stp_backoff = {
+        let mut c = seeds_stp();
+        c.connection.window_rtt_backoff_ms = Some(1000);
+        c
+    };
+    let mut v = Vec::new();
+    for (net, group) in [
+        (Network::DirecPc, "DirecPC"),
+        (Network::Ricochet, "Ricochet"),
+    ] {
+        for (label, bulk) in [
+            ("STP", Bulk::Stp(seeds_stp())),
+            ("TCP SACK-NewReno", Bulk::Tcp(seeds_tcp(1460))),
+            ("STP, RTT back-off", Bulk::Stp(stp_backoff.clone())),
+        ] {
+            v.push(job(
+                group,
+                label,
+                Box::new(move |n| {
+                    let mut fwd = Vec::new();
+                    let mut rev = Vec::new();
+                    let mut maxq = Vec::new();
+                    let mut meanq = Vec::new();
+                    let mut done = 0.0;
+                    let mut events = 0;
+                    for i in 0..n {
+                        let r = run_bulk(net, &bulk, 5400 + u64::from(i), 900 * SEC)?;
+                        fwd.push(r.goodput_bps / 1000.0);
+                        rev.push(r.reverse_bps / 1000.0);
+                        maxq.push(r.max_queue_s);
+                        meanq.push(r.mean_queue_s);
+                        done += f64::from(u8::from(r.completed));
+                        events += r.events;
+                    }
+                    let mut m = Metrics::new();
+                    m.insert("fwd_kbps".into(), Value::of(&fwd));
+                    m.insert("rev_kbps".into(), Value::of(&rev));
+                    m.insert("max_queue_s".into(), Value::of(&maxq));
+                    m.insert("mean_queue_s".into(), Value::of(&meanq));
+                    m.insert("completed".into(), Value::exact(done / f64::from(n)));
+                    Ok((m, events))
+                }),
+            ));
+        }
+    }
+    v
+}
+
+fn page_metrics(log: &HttpLog, pages: u32) -> Metrics {
+    let load: Vec<f64> = log.pages.iter().map(|p| secs(p.load_ns)).collect();
+    let mut m = Metrics::new();
+    m.insert("page_s".into(), Value::of(&load));
+    let done = log.pages.len().max(1) as f64;
+    m.insert(
+        "packets_per_page".into(),
+        Value::exact((log.client_packets + log.server_packets) as f64 / done),
+    );
+    m.insert(
+        "connections_per_page".into(),
+        Value::exact(log.connections as f64 / done),
+    );
+    m.insert(
+        "completed".into(),
+        Value::exact(log.pages.len() as f64 / f64::from(pages.max(1))),
+    );
+    m
+}
+
+/// HTTP/1.0, HTTP/1.0 with 4 connections, P-HTTP, pipelining and 6 parallel persistent
+/// connections over GEO and LEO (the model's pages) and GEO with 30-object pages.
+fn versions_jobs() -> Vec<Job> {
+    let mut v = Vec::new();
+    for (group, rtt, pages, scale) in [
+        ("GEO, model pages", 600 * MS, Pages::Model, 1),
+        ("LEO, model pages", 80 * MS, Pages::Model, 1),
+        ("GEO, 30-object pages", 600 * MS, Pages::Objects(30), 10),
+    ] {
+        for version in [
+            HttpVersion::Http10 { parallel: 1 },
+            HttpVersion::Http10 { parallel: 4 },
+            HttpVersion::Persistent,
+            HttpVersion::Pipelined,
+            HttpVersion::Parallel { connections: 6 },
+        ] {
+            v.push(job(
+                group,
+                &version.label(),
+                Box::new(move |n| {
+                    let n = (n / scale).max(2);
+                    let w = Workload {
+                        version,
+                        pages,
+                        think: Think::Fixed(SEC),
+                        max_pages: n,
+                    };
+                    let (log, ev) = run_http(
+                        PathSpec::lab(rtt),
+                        Transport::Tcp(seeds_tcp(1460)),
+                        w,
+                        77,
+                        u64::from(n) * 600 * SEC,
+                    )?;
+                    Ok((page_metrics(&log, n), ev))
+                }),
+            ));
+        }
+    }
+    v
+}
+
+/// Browsing (the model's pages, P-HTTP) over GEO with a 1 kb/s and a 1 Mb/s return channel.
+fn thin_return_jobs() -> Vec<Job> {
+    let mut v = Vec::new();
+    for (group, up_bps) in [("1 kb/s return", 1000u64), ("1 Mb/s return", 1_000_000)] {
+        for (label, transport) in [
+            (
+                "STP",
+                Transport::Stp {
+                    config: seeds_stp(),
+                    framing: Framing::Ip,
+                },
+            ),
+            ("TCP SACK-NewReno", Transport::Tcp(seeds_tcp(1460))),
+        ] {
+            v.push(job(
+                group,
+                label,
+                Box::new(move |n| {
+                    let path = PathSpec {
+                        down_bps: 1_500_000,
+                        up_bps,
+                        one_way_ns: 300 * MS,
+                        down_queue_packets: 100,
+                        up_queue_packets: 20,
+                    };
+                    let w = Workload {
+                        version: HttpVersion::Persistent,
+                        pages: Pages::Model,
+                        think: Think::Fixed(SEC),
+                        max_pages: n,
+                    };
+                    let (log, ev) =
+                        run_http(path, transport.clone(), w, 1001, u64::from(n) * 300 * SEC)?;
+                    let mut m = page_metrics(&log, n);
+                    let rev = log.client_bytes as f64 * 8.0
+                        / log
+                            .pages
+                            .iter()
+                            .map(|p| secs(p.load_ns))
+                            .sum::<f64>()
+                            .max(1e-9);
+                    m.insert(
+                        "reverse_kbps_while_loading".into(),
+                        Value::exact(rev / 1000.0),
+                    );
+                    Ok((m, ev))
+                }),
+            ));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_claims() {
+        let v = Value::of(&[1.0, 2.0, 3.0]);
+        assert_eq!(v.mean, 2.0);
+        assert!((v.ci95 - 1.96 * (1.0f64 / 3.0).sqrt()).abs() < 1e-12);
+        let rows = vec![Row {
+            name: "a / b".into(),
+            group: "a".into(),
+            label: "b".into(),
+            metrics: [("x".to_string(), Value::exact(3.0))].into_iter().collect(),
+        }];
+        let c = WebClaim {
+            text: "t".into(),
+            lhs: WebOperand {
+                row: Some("a / b".into()),
+                metric: Some("x".into()),
+                value: None,
+            },
+            op: ">=".into(),
+            factor: 2.0,
+            rhs: WebOperand {
+                row: None,
+                metric: None,
+                value: Some(1.5),
+            },
+        };
+        assert!(check(&c, &rows).unwrap().holds);
+        let bad = WebClaim {
+            lhs: WebOperand {
+                row: Some("nope".into()),
+                metric: Some("x".into()),
+                value: None,
+            },
+            ..c
+        };
+        assert!(check(&bad, &rows).unwrap_err().to_string().contains("nope"));
+    }
+}
