@@ -298,16 +298,16 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let flow = (x % 3) as u32;
-            if x % 11 == 0 {
+            if x.is_multiple_of(11) {
                 q.push(data(id, flow)).unwrap();
                 must_stay.push(id);
                 continue;
             }
             let h = highest.entry(flow).or_insert(0);
             let a = match x % 5 {
-                0 => *h,                            // duplicate
-                1 => h.saturating_sub(x % 3000),    // reordered, older
-                _ => *h + 1 + x % 2000,             // advancing
+                0 => *h,                         // duplicate
+                1 => h.saturating_sub(x % 3000), // reordered, older
+                _ => *h + 1 + x % 2000,          // advancing
             };
             let dup = a == *h && *h > 0;
             *h = (*h).max(a);
@@ -324,10 +324,7 @@ mod tests {
             }
         }
         for id in must_stay {
-            assert!(
-                q.iter().any(|p| p.id == id),
-                "packet {id} was removed"
-            );
+            assert!(q.iter().any(|p| p.id == id), "packet {id} was removed");
         }
         // A duplicate ACK goes only once a higher ACK of its connection arrived.
         for (id, flow, a) in dups {
@@ -353,7 +350,10 @@ mod tests {
         });
         plain.push(ack(1, 1, 10, 100)).unwrap();
         plain.push(ack(2, 1, 10, 200)).unwrap();
-        assert!(plain.push(ack(3, 1, 10, 300)).is_err(), "no filtering: full");
+        assert!(
+            plain.push(ack(3, 1, 10, 300)).is_err(),
+            "no filtering: full"
+        );
     }
 
     #[test]

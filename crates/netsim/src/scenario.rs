@@ -860,10 +860,16 @@ impl Scenario {
                     None => None,
                     Some(a) => {
                         let watch = sim.link_by_name(&a.watch).ok_or_else(|| {
-                            field(f("ack_pacing.watch"), format!("no link named '{}'", a.watch))
+                            field(
+                                f("ack_pacing.watch"),
+                                format!("no link named '{}'", a.watch),
+                            )
                         })?;
                         if a.threshold_packets == 0 {
-                            return Err(field(f("ack_pacing.threshold_packets"), "must be at least 1"));
+                            return Err(field(
+                                f("ack_pacing.threshold_packets"),
+                                "must be at least 1",
+                            ));
                         }
                         Some(crate::ackmgmt::AckPacing {
                             watch,
@@ -1074,8 +1080,8 @@ impl Scenario {
                     let sender =
                         crate::striping::StripedSender::new(id, ports, peer, bytes, cfg.clone())
                             .map_err(tcp_err)?;
-                    let sink = crate::striping::StripedSink::new(dst_port, id, n, cfg)
-                        .map_err(tcp_err)?;
+                    let sink =
+                        crate::striping::StripedSink::new(dst_port, id, n, cfg).map_err(tcp_err)?;
                     sim.add_agent(from, src_port, start, Box::new(sender))?;
                     sim.add_agent(to, dst_port, start, Box::new(sink))?;
                 }
