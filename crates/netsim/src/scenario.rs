@@ -235,6 +235,11 @@ pub struct StpSpec {
     /// "udp" (default: STP/UDP/IP, 28 bytes below STP) or "ip" (STP directly over IP, 20 bytes,
     /// as in the seeds' simulations and kernel implementation).
     pub framing: Option<String>,
+    // Window controller options (stp spec §7.2b), off by default.
+    /// Halve the window when an RTT sample exceeds the smallest by more than this, e.g. "1s".
+    pub rtt_backoff: Option<String>,
+    /// Send the first flight unpaced.
+    pub unpaced_first_flight: Option<bool>,
 }
 
 /// TCP options of a flow (all optional; defaults are the model's).
@@ -686,6 +691,16 @@ impl Scenario {
             c.pacing_granularity_us = u32::try_from(ns / 1000)
                 .map_err(|_| field(f("pacing_granularity"), "too large"))?;
         }
+        // Window controller options (stp spec §7.2b).
+        if let Some(v) = &s.rtt_backoff {
+            let ns = unit(&f("rtt_backoff"), parse_duration_ns(v))?;
+            c.window_rtt_backoff_ms = Some(
+                u32::try_from(ns / 1_000_000).map_err(|_| field(f("rtt_backoff"), "too large"))?,
+            );
+        }
+        if let Some(v) = s.unpaced_first_flight {
+            c.unpaced_first_flight = v;
+        }
         cfg.validate().map_err(|e| {
             // Name the scenario's key, not the engine's field.
             let key = match e.field {
@@ -697,6 +712,7 @@ impl Scenario {
                 "reverse_rate_bps" => "reverse_rate",
                 "pacing_granularity_us" => "pacing_granularity",
                 "max_datagram_bytes" => "max_datagram",
+                "window_rtt_backoff_ms" => "rtt_backoff",
                 other => other,
             };
             field(f(key), e.reason)
