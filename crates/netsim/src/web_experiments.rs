@@ -507,6 +507,25 @@ mod tests {
     }
 
     #[test]
+    fn scenario_keys_of_the_window_options() {
+        let text = |v: &str| {
+            format!(
+                "name = \"t\"\nduration = \"2s\"\n[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+                 [[link]]\na = \"a\"\nb = \"b\"\nrate = \"1Mbps\"\ndelay = \"10ms\"\n\
+                 [[flow]]\nname = \"f\"\nprotocol = \"stp\"\nfrom = \"a\"\nto = \"b\"\n\
+                 [flow.stp]\nwindow_rtt_backoff_ms = {v}\nunpaced_first_flight = true\n"
+            )
+        };
+        let ok = crate::scenario::Scenario::from_toml(&text("1000")).unwrap();
+        assert!(ok.build(1).is_ok());
+        let e = match crate::scenario::Scenario::from_toml(&text("0")) {
+            Err(e) => e.to_string(),
+            Ok(sc) => sc.build(1).err().expect("0 ms is rejected").to_string(),
+        };
+        assert!(e.contains("window_rtt_backoff_ms"), "{e}");
+    }
+
+    #[test]
     fn both_networks_carry_a_file() {
         for net in [Network::DirecPc, Network::Ricochet] {
             for bulk in [
