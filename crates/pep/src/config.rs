@@ -213,12 +213,12 @@ impl HopTransport {
 fn hop_tcp_tuning(
     options: &TcpOptions,
     link: Option<crate::sizing::HopLink>,
-) -> crate::tcp_hop::TcpTuning {
+) -> crate::hop::tcp::TcpTuning {
     let two_bdp = |rate: u64, rtt_ms: u32| {
         let b = u128::from(rate) * u128::from(rtt_ms) / 8000 * 2;
         b.clamp(4096, 1 << 30) as u32
     };
-    crate::tcp_hop::TcpTuning {
+    crate::hop::tcp::TcpTuning {
         congestion: options.congestion.clone(),
         send_buffer_bytes: options
             .send_buffer_bytes
@@ -360,7 +360,7 @@ impl TerminalConfig {
 
     /// The socket options of the TCP hop (`hop_transport = "tcp"`): `[terminal.hop_tcp]`, with
     /// buffers sized from the allocation when not set (send: up, receive: down).
-    pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
+    pub fn hop_tcp_tuning(&self) -> crate::hop::tcp::TcpTuning {
         hop_tcp_tuning(&self.hop_tcp, self.hop_link())
     }
 
@@ -408,7 +408,7 @@ impl TerminalConfig {
 // Gateway
 
 /// Which destinations the gateway may connect to: the `[gateway.policy]` table. The rules and
-/// how they apply are those of [`crate::policy`]: an address (`192.0.2.7`), a CIDR prefix
+/// how they apply are those of [`crate::gateway::policy`]: an address (`192.0.2.7`), a CIDR prefix
 /// (`10.0.0.0/8`, `2001:db8::/32`), a host name (`example.com`, that name only) or a domain
 /// wildcard (`*.example.com`, every name below it but not the name itself). `deny` is checked
 /// first (names before resolution, addresses after); then, if `allow` is non-empty, the
@@ -433,15 +433,18 @@ pub struct Policy {
 impl Policy {
     /// The policy the gateway enforces, with `own_addresses` denied unless allowed; errors name
     /// the entry as `policy.allow[i]` / `policy.deny[i]`.
-    pub fn build(&self, own_addresses: Vec<IpAddr>) -> Result<crate::policy::Policy, ConfigError> {
-        crate::policy::Policy::new(crate::policy::PolicyConfig {
+    pub fn build(
+        &self,
+        own_addresses: Vec<IpAddr>,
+    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
+        crate::gateway::policy::Policy::new(crate::gateway::policy::PolicyConfig {
             allow: self.allow.clone(),
             deny: self.deny.clone(),
             allow_private: self.allow_private,
             own_addresses,
         })
         .map_err(|e| match e {
-            crate::policy::PolicyError::BadRule {
+            crate::gateway::policy::PolicyError::BadRule {
                 field,
                 index,
                 entry,
@@ -633,7 +636,7 @@ impl GatewayConfig {
 
     /// The socket options of the TCP hop: `[gateway.hop_tcp]`, with buffers sized from the
     /// allocation when not set (send: down, receive: up).
-    pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
+    pub fn hop_tcp_tuning(&self) -> crate::hop::tcp::TcpTuning {
         hop_tcp_tuning(&self.hop_tcp, self.hop_link())
     }
 
@@ -1106,7 +1109,7 @@ fn check_host_port(s: &str) -> Result<(), String> {
             "{s:?}: write an IPv6 address in brackets, [addr]:port"
         ));
     }
-    crate::policy::check_hostname(host).map_err(|r| format!("{s:?}: {r}"))
+    crate::gateway::policy::check_hostname(host).map_err(|r| format!("{s:?}: {r}"))
 }
 
 fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

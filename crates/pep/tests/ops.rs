@@ -10,11 +10,11 @@ use common::{
 };
 
 use pep::config::TcpOptions;
+use pep::gateway::connect::ConnectOptions;
 use pep::hop::Hop;
 use pep::keys::generate_keypair;
 use pep::metrics::{Metrics, Side};
 use pep::ops::{Ops, OpsConfig};
-use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -101,9 +101,9 @@ async fn setup(o: Options) -> Setup {
     let mut gw = gateway_hop(gsock, gk, [tp], 3, hop_config(2, 1 << 20));
     let gw_addr = gw.local_addr();
     let gw_ops = Ops::new(o.gw, Arc::new(Metrics::new(Side::Gateway)));
-    let incoming = pep::relay::take_incoming(&mut gw);
+    let incoming = pep::gateway::serve::take_incoming(&mut gw);
     let gw = Arc::new(gw);
-    tokio::spawn(pep::relay::serve_gateway(
+    tokio::spawn(pep::gateway::serve::serve_gateway(
         incoming,
         policy(o.allow, o.deny),
         ConnectOptions::new(Duration::from_secs(5)),
@@ -116,7 +116,7 @@ async fn setup(o: Options) -> Setup {
     let term_ops = Ops::new(o.term, Arc::new(Metrics::new(Side::Terminal)));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks_with(
+    tokio::spawn(pep::terminal::socks5::serve_socks_with(
         l,
         Arc::clone(&term),
         Arc::new(SocksAuth::None),
@@ -124,7 +124,7 @@ async fn setup(o: Options) -> Setup {
     ));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_http_connect_with(
+    tokio::spawn(pep::terminal::http_connect::serve_http_connect_with(
         l,
         Arc::clone(&term),
         Arc::clone(&term_ops),
@@ -511,7 +511,7 @@ async fn host_name_rules_are_enforced_at_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbound_tcp_options_are_applied() {
-    assert!(pep::relay::check_tcp_options(&TcpOptions {
+    assert!(pep::gateway::connect::check_tcp_options(&TcpOptions {
         congestion: Some("nosuchcc".into()),
         ..TcpOptions::default()
     })

@@ -45,14 +45,17 @@ async fn start_terminal(key: PrivateKey, gateway_key: PublicKey, gateway: Socket
     let hop = Arc::new(terminal_hop(key, gateway_key, gateway, hop_config(1, 1 << 20)).await);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(
+    tokio::spawn(pep::terminal::socks5::serve_socks(
         l,
         Arc::clone(&hop),
         Arc::new(SocksAuth::None),
     ));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_http_connect(l, Arc::clone(&hop)));
+    tokio::spawn(pep::terminal::http_connect::serve_http_connect(
+        l,
+        Arc::clone(&hop),
+    ));
     Terminal { hop, socks, http }
 }
 

@@ -8,10 +8,10 @@ use common::{
     download_or_upload, fnv, loopback_policy, pattern, read_hop_stream, relay_incoming,
     socks_connect as socks_request, spawn_origin,
 };
+use pep::hop::tcp::{start_gateway, start_terminal, TcpHopConfig, TcpTuning};
 use pep::hop::Hop;
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
 use pep::socks::SocksAuth;
-use pep::tcp_hop::{start_gateway, start_terminal, TcpHopConfig, TcpTuning};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ async fn terminal(
     let hop = Arc::new(start_terminal(key, gateway_key, gateway, hop_config()).unwrap());
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(
+    tokio::spawn(pep::terminal::socks5::serve_socks(
         l,
         Arc::clone(&hop),
         Arc::new(SocksAuth::None),

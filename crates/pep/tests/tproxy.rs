@@ -10,7 +10,7 @@
 //!
 //! The client's default route points at the terminal, which has no route to the server's
 //! network and does not forward: the only way a client's connection to the server's real
-//! address can succeed is the terminal's TPROXY rule handing it to `pep::tproxy::serve_tproxy`,
+//! address can succeed is the terminal's TPROXY rule handing it to `pep::terminal::tproxy::serve_tproxy`,
 //! which carries it over the encrypted STP hop to the gateway, which connects to the server.
 //! The terminal namespace loads `deploy/nftables-tproxy.nft` as shipped (only `LAN_IF` is
 //! replaced, by the veth's name) and runs the routing commands written in its comments; the
@@ -30,10 +30,10 @@
 mod common;
 
 use common::{download_or_upload, fnv, hop_config, pattern, spawn_origin};
+use pep::gateway::connect::ConnectOptions;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, Security};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::io::{self, Read, Write};
@@ -339,7 +339,7 @@ async fn server(seen: Arc<Mutex<Vec<SocketAddr>>>) -> Result<(), String> {
         .map_err(|e| format!("server bind: {e}"))?;
     let on_accept = move |peer| {
         if let Ok(mut v) = seen.lock() {
-            v.push(pep::relay::canonical_addr(peer));
+            v.push(pep::stream_header::canonical_addr(peer));
         }
     };
     spawn_origin(l, on_accept, download_or_upload);
@@ -408,7 +408,11 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
             connect_timeout: Duration::from_secs(5),
             source_transparent,
         };
-        tokio::spawn(pep::relay::serve_with(hop, Arc::new(policy), options));
+        tokio::spawn(pep::gateway::serve::serve_with(
+            hop,
+            Arc::new(policy),
+            options,
+        ));
         Ok(addr)
     })?;
     pieces.push(gw_piece);
@@ -428,9 +432,9 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
         )?;
         // One dual-stack listener for both families, as deploy/README.md suggests.
         let listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
-        let l = pep::tproxy::bind_transparent(listen).map_err(|e| e.to_string())?;
+        let l = pep::terminal::tproxy::bind_transparent(listen).map_err(|e| e.to_string())?;
         let l = tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?;
-        tokio::spawn(pep::tproxy::serve_tproxy(l, Arc::new(hop)));
+        tokio::spawn(pep::terminal::tproxy::serve_tproxy(l, Arc::new(hop)));
         Ok(())
     })?;
     pieces.push(term_piece);

@@ -21,11 +21,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use netsim::units::{parse_bytes, parse_duration_ns};
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::{generate_keypair, PublicKey};
 use pep::metrics::{Metrics, RefusalReason, Side};
 use pep::ops::{Ops, OpsConfig};
-use pep::policy::{Policy, PolicyConfig};
 use pep::sizing::{hop_stp_defaults, HopLink};
 use pep::socks::SocksAuth;
 use pep::tunnel::{Initiator, Responder, ResponderConfig};
@@ -374,10 +374,10 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         own_addresses: vec![],
     })
     .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
-    tokio::spawn(pep::relay::serve_gateway(
-        pep::relay::take_incoming(&mut gw),
+    tokio::spawn(pep::gateway::serve::serve_gateway(
+        pep::gateway::serve::take_incoming(&mut gw),
         Arc::new(policy),
-        pep::relay::ConnectOptions::new(Duration::from_secs(5)),
+        pep::gateway::connect::ConnectOptions::new(Duration::from_secs(5)),
         Arc::new(pep::config::TcpOptions::default()),
         Arc::clone(&ops),
     ));
@@ -407,7 +407,7 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     .map_err(|e| anyhow!("starting the terminal hop: {e}"))?;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let socks = l.local_addr()?;
-    tokio::spawn(pep::relay::serve_socks_opts(
+    tokio::spawn(pep::terminal::socks5::serve_socks_opts(
         l,
         Arc::new(term),
         Arc::new(SocksAuth::None),
@@ -563,7 +563,7 @@ async fn attack_opens(
     while !stop.load(Ordering::Relaxed) {
         while set.len() < ATTACKER_OPENS_IN_FLIGHT {
             let (hop, target) = (Arc::clone(&hop), target.clone());
-            set.spawn(async move { pep::relay::open(&hop, &target, &[], None).await });
+            set.spawn(async move { pep::terminal::open(&hop, &target, &[], None).await });
             opens.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(Ok(Ok((stream, _)))) = set.join_next().await {

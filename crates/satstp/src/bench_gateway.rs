@@ -10,9 +10,9 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use netsim::units::parse_bytes;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
 use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
@@ -327,7 +327,7 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
         own_addresses: vec![],
     })
     .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
-    tokio::spawn(pep::relay::serve(
+    tokio::spawn(pep::gateway::serve::serve(
         gw,
         Arc::new(policy),
         Duration::from_secs(5),
@@ -349,7 +349,7 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
         .await
         .context("binding the SOCKS listener")?;
     let socks = l.local_addr()?;
-    tokio::spawn(pep::relay::serve_socks(
+    tokio::spawn(pep::terminal::socks5::serve_socks(
         l,
         Arc::new(term),
         Arc::new(SocksAuth::None),

@@ -245,7 +245,7 @@ fn hop_connection_limit(limits: &Limits) -> u32 {
 
 /// Checks the TCP hop's socket options on this host (an error names the field, e.g.
 /// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
-fn check_hop_tcp(field: &str, tuning: &pep::tcp_hop::TcpTuning) -> Result<()> {
+fn check_hop_tcp(field: &str, tuning: &pep::hop::tcp::TcpTuning) -> Result<()> {
     let granted = tuning.check().map_err(|e| anyhow::anyhow!("{field}.{e}"))?;
     // Linux reports twice the usable size it granted.
     let send = (tuning.send_buffer_bytes, granted.send_buffer_bytes);
@@ -309,12 +309,12 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         let hop = if cfg.hop_transport.tcp() {
             let tuning = cfg.hop_tcp_tuning();
             check_hop_tcp("terminal.hop_tcp", &tuning)?;
-            let config = pep::tcp_hop::TcpHopConfig {
+            let config = pep::hop::tcp::TcpHopConfig {
                 relay_buffer_bytes: relay,
                 tuning,
                 handshake_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
             };
-            pep::tcp_hop::start_terminal(key, gateway_key, gateway, config)
+            pep::hop::tcp::start_terminal(key, gateway_key, gateway, config)
                 .map_err(anyhow::Error::msg)?
         } else {
             let bind = if gateway.is_ipv6() {
@@ -354,7 +354,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                         .collect(),
                 )
             };
-            tokio::spawn(pep::relay::serve_socks_opts(
+            tokio::spawn(pep::terminal::socks5::serve_socks_opts(
                 l,
                 Arc::clone(&hop),
                 Arc::new(auth),
@@ -367,7 +367,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             let l = tokio::net::TcpListener::bind(a)
                 .await
                 .with_context(|| format!("terminal.http_connect_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::relay::serve_http_connect_with(
+            tokio::spawn(pep::terminal::http_connect::serve_http_connect_with(
                 l,
                 Arc::clone(&hop),
                 Arc::clone(&ops),
@@ -375,10 +375,10 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             listening.push(format!("HTTP CONNECT on {a}"));
         }
         if let Some(a) = cfg.tproxy_listen {
-            let l = pep::tproxy::bind_transparent(a).context("terminal.tproxy_listen")?;
+            let l = pep::terminal::tproxy::bind_transparent(a).context("terminal.tproxy_listen")?;
             let l = tokio::net::TcpListener::from_std(l)
                 .with_context(|| format!("terminal.tproxy_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::tproxy::serve_tproxy_with(
+            tokio::spawn(pep::terminal::tproxy::serve_tproxy_with(
                 l,
                 Arc::clone(&hop),
                 Arc::clone(&ops),
@@ -419,10 +419,10 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         .policy
         .build(vec![cfg.listen.ip()])
         .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
-    pep::relay::check_tcp_options(&cfg.tcp)
+    pep::gateway::connect::check_tcp_options(&cfg.tcp)
         .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;
     if cfg.source_transparent {
-        pep::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
+        pep::terminal::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
     }
     let settings = settings!(cfg);
     let ops = settings.ops(&cfg.limits, Side::Gateway);
@@ -463,17 +463,17 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         if cfg.hop_transport.tcp() {
             let tuning = cfg.hop_tcp_tuning();
             check_hop_tcp("gateway.hop_tcp", &tuning)?;
-            let config = pep::tcp_hop::TcpHopConfig {
+            let config = pep::hop::tcp::TcpHopConfig {
                 relay_buffer_bytes: relay,
                 tuning,
-                handshake_timeout: pep::tcp_hop::HANDSHAKE_TIMEOUT,
+                handshake_timeout: pep::hop::tcp::HANDSHAKE_TIMEOUT,
             };
             let (key, allowed) = tcp_hop_keys;
-            let hop = pep::tcp_hop::start_gateway(cfg.listen, key, allowed, config)
+            let hop = pep::hop::tcp::start_gateway(cfg.listen, key, allowed, config)
                 .map_err(|e| anyhow::anyhow!("gateway.listen (TCP hop): {e}"))?;
             hops.push(hop);
         }
-        let options = pep::relay::ConnectOptions {
+        let options = pep::gateway::connect::ConnectOptions {
             connect_timeout,
             source_transparent: cfg.source_transparent,
         };
@@ -481,8 +481,8 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         let outbound = Arc::new(cfg.tcp.clone());
         let mut running = Vec::new();
         for mut hop in hops {
-            let incoming = pep::relay::take_incoming(&mut hop);
-            tokio::spawn(pep::relay::serve_gateway(
+            let incoming = pep::gateway::serve::take_incoming(&mut hop);
+            tokio::spawn(pep::gateway::serve::serve_gateway(
                 incoming,
                 Arc::clone(&policy),
                 options,

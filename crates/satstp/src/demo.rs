@@ -13,9 +13,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use netsim::units::parse_bytes;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, Security};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
 use pep::sizing::HopLink;
 use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
@@ -316,7 +316,11 @@ impl Stack {
         })
         .await?;
         let monitor = gateway.monitor();
-        tokio::spawn(pep::relay::serve(gateway, policy, Duration::from_secs(30)));
+        tokio::spawn(pep::gateway::serve::serve(
+            gateway,
+            policy,
+            Duration::from_secs(30),
+        ));
         let tsock = UdpSocket::bind("127.0.0.1:0").await?;
         let terminal = Hop::start(
             tsock,
@@ -330,7 +334,7 @@ impl Stack {
         .map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let socks = listener.local_addr()?;
-        tokio::spawn(pep::relay::serve_socks_opts(
+        tokio::spawn(pep::terminal::socks5::serve_socks_opts(
             listener,
             Arc::new(terminal),
             Arc::new(SocksAuth::None),

@@ -3,11 +3,11 @@
 
 use linkem::{EmulatorConfig, EmulatorHandle, Profile, UdpEmulator};
 use linkmodel::LinkConfig;
+use pep::gateway::connect::ConnectOptions;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopStream, Security, StreamEvent};
 use pep::keys::generate_keypair;
 use pep::keys::{PrivateKey, PublicKey};
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
@@ -308,13 +308,13 @@ pub fn gateway_hop(
 /// out after 5 s), each in its own task. Takes the hop's `incoming`; the hop stays with the
 /// caller, which can read its status.
 pub fn relay_incoming(hop: &mut Hop, policy: Arc<Policy>) {
-    let mut incoming = pep::relay::take_incoming(hop);
+    let mut incoming = pep::gateway::serve::take_incoming(hop);
     let options = ConnectOptions::new(Duration::from_secs(5));
     tokio::spawn(async move {
         while let Some(stream) = incoming.recv().await {
             let policy = Arc::clone(&policy);
             tokio::spawn(async move {
-                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
+                let _ = pep::gateway::serve::serve_stream(stream, &policy, &options).await;
             });
         }
     });
@@ -352,7 +352,7 @@ pub async fn socks_pair_opts(
     let gw = gateway_hop(gsock, gk, [tp], 3, gateway);
     let gw_addr = gw.local_addr();
     let gw_monitor = gw.monitor();
-    tokio::spawn(pep::relay::serve(
+    tokio::spawn(pep::gateway::serve::serve(
         gw,
         policy(allow, vec![]),
         Duration::from_secs(5),
@@ -369,7 +369,7 @@ pub async fn socks_pair_opts(
     let terminal = term.monitor();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks_opts(
+    tokio::spawn(pep::terminal::socks5::serve_socks_opts(
         l,
         Arc::new(term),
         Arc::new(SocksAuth::None),

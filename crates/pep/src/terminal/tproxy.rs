@@ -5,7 +5,7 @@
 //! the kernel then accepts them on that socket as if this host were the destination, so the
 //! accepted socket's local address is the address the client wanted to reach. [`serve_tproxy`]
 //! carries each such connection across the hop exactly like a SOCKS5 CONNECT to that address
-//! ([`relay::open`], then [`relay::splice`]); when the gateway reports a failure (refused,
+//! ([`terminal::open`](super::open), then [`splice`](crate::splice::splice)); when the gateway reports a failure (refused,
 //! unreachable, denied by its policy) the client's connection is reset, which is what the
 //! client would have seen from the server itself.
 //!
@@ -20,8 +20,9 @@
 use crate::hop::Hop;
 use crate::metrics::{RefusalReason, Side};
 use crate::ops::{Conn, Ops};
-use crate::relay;
 use crate::socks::Target;
+use crate::stream_header::canonical_addr;
+use crate::{splice, terminal};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
@@ -111,7 +112,7 @@ pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, Tprox
 
 /// The address the client of a transparently accepted connection wanted to reach.
 pub fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
-    tcp.local_addr().map(relay::canonical_addr)
+    tcp.local_addr().map(canonical_addr)
 }
 
 /// Ends `tcp` with a reset (RST) instead of a FIN: linger time zero, then close.
@@ -129,8 +130,8 @@ pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>) {
 /// As [`serve_tproxy`], admitting each connection against the limits of `ops` (a refused client
 /// is reset), counting into its metrics, closing idle connections, until `ops` drains.
 pub async fn serve_tproxy_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
-    let own = listener.local_addr().ok().map(relay::canonical_addr);
-    while let Some((tcp, peer, admitted)) = relay::next_client(&listener, &ops).await {
+    let own = listener.local_addr().ok().map(canonical_addr);
+    while let Some((tcp, peer, admitted)) = terminal::accept::next_client(&listener, &ops).await {
         match admitted {
             Ok(conn) => {
                 let hop = Arc::clone(&hop);
@@ -181,13 +182,13 @@ async fn relay_one(
     conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
-    let opened = relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
+    let opened = terminal::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
     // Freed before the relay: it would otherwise stay for the connection's whole life.
     drop(early);
     match opened {
-        Ok((stream, pre)) => relay::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
+        Ok((stream, pre)) => splice::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
         Err(code) => {
-            conn.refuse(relay::refusal_for(code));
+            conn.refuse(terminal::refusal_for(code));
             reset(tcp);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,

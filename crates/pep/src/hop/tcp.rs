@@ -49,7 +49,7 @@
 //! decrypted frames go into the reader's bounded channel; while it is full this side stops
 //! reading the hop socket and TCP's receive window closes.
 
-use crate::hop::{
+use super::handle::{
     detached_stream, Command, Hop, HopStatus, HopStream, OtherTransportStatus, StreamCmd,
     StreamEnds, StreamEvent,
 };
