@@ -210,15 +210,12 @@ impl HopTransport {
 
 /// The TCP hop's socket options: `options`, with buffers not set there sized to 2 × the
 /// bandwidth-delay product of their direction when the allocation is known.
-fn hop_tcp_tuning(
-    options: &TcpOptions,
-    link: Option<crate::sizing::HopLink>,
-) -> crate::hop::tcp::TcpTuning {
+fn hop_tcp_tuning(options: &TcpOptions, link: Option<crate::sizing::HopLink>) -> TcpOptions {
     let two_bdp = |rate: u64, rtt_ms: u32| {
         let b = u128::from(rate) * u128::from(rtt_ms) / 8000 * 2;
         b.clamp(4096, 1 << 30) as u32
     };
-    crate::hop::tcp::TcpTuning {
+    TcpOptions {
         congestion: options.congestion.clone(),
         send_buffer_bytes: options
             .send_buffer_bytes
@@ -360,7 +357,7 @@ impl TerminalConfig {
 
     /// The socket options of the TCP hop (`hop_transport = "tcp"`): `[terminal.hop_tcp]`, with
     /// buffers sized from the allocation when not set (send: up, receive: down).
-    pub fn hop_tcp_tuning(&self) -> crate::hop::tcp::TcpTuning {
+    pub fn hop_tcp_tuning(&self) -> TcpOptions {
         hop_tcp_tuning(&self.hop_tcp, self.hop_link())
     }
 
@@ -636,7 +633,7 @@ impl GatewayConfig {
 
     /// The socket options of the TCP hop: `[gateway.hop_tcp]`, with buffers sized from the
     /// allocation when not set (send: down, receive: up).
-    pub fn hop_tcp_tuning(&self) -> crate::hop::tcp::TcpTuning {
+    pub fn hop_tcp_tuning(&self) -> TcpOptions {
         hop_tcp_tuning(&self.hop_tcp, self.hop_link())
     }
 

@@ -7,6 +7,7 @@
 //! - [`gateway`]: serving streams (policy, connect);
 //! - [`splice`]: one TCP connection and one stream relayed both ways;
 //! - [`sockopt`]: every socket option the gateway sets;
+//! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
 //! - [`config`], [`sizing`], [`ops`], [`metrics`], [`http_endpoint`], [`capture`], [`fdlimit`]:
 //!   configuration, sizing from the allocation, limits, metrics and their endpoint, capture.
 
@@ -21,10 +22,13 @@ pub mod keys;
 pub mod metrics;
 pub mod ops;
 pub mod sizing;
+pub mod sockopt;
 pub mod socks;
 pub mod splice;
+pub mod stack;
 pub mod stream_header;
 pub mod terminal;
 pub mod tunnel;
 
 pub use socks::Target;
+pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};

@@ -70,6 +70,14 @@ impl HopLink {
         ((self.send_rate_bps as f64 * SHAPER_SHARE) as u64).max(1000)
     }
 
+    /// The per-connection relay buffer for this link, as the daemons size it from their
+    /// configuration ([`crate::config::Limits::relay_buffer`] on the faster direction).
+    pub fn relay_buffer_bytes(&self) -> u32 {
+        let rate = self.send_rate_bps.max(self.recv_rate_bps);
+        let b = crate::config::Limits::default().relay_buffer(Some(rate), Some(self.rtt_ms));
+        u32::try_from(b).unwrap_or(u32::MAX)
+    }
+
     /// The STP parameters for this link, starting from `base` (whose datagram size is kept).
     pub fn stp_config(&self, base: stp::Config) -> stp::Config {
         let mut c = base;

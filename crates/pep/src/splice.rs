@@ -1,7 +1,7 @@
 //! Splicing one TCP connection and one hop stream: bytes both ways with backpressure, half-closes
 //! passed on after every byte, failures turned into resets, idle and drain timeouts.
 
-use crate::hop::{HopReader, HopStream, HopWriter, StreamEvent};
+use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent};
 use crate::metrics::{CloseReason, ConnTrack, ConnectionState};
 use crate::ops::Conn;
 use std::io;
@@ -14,10 +14,6 @@ const READ_BUF: usize = 64 * 1024;
 /// A connection's first read buffer towards the hop; it doubles up to [`READ_BUF`] while reads
 /// fill it, so an idle connection holds little.
 const READ_BUF_MIN: usize = 4 * 1024;
-
-/// Abort code a relay sends across the hop when its TCP connection failed (reset by the peer,
-/// or a read or write error); the relay at the other end then resets its own TCP connection.
-pub const ABORT_TCP_FAILED: u16 = 3;
 
 /// How a splice ended badly, and so which side must be told.
 enum SpliceError {
@@ -35,7 +31,7 @@ enum SpliceError {
 ///   side shuts the stream's sending half down; the stream's end shuts the TCP write side down
 ///   once every byte before it was written. The other direction keeps flowing.
 /// - A failure on either side ends both directions: a TCP error (a reset by the peer, a failed
-///   read or write) aborts the stream with [`ABORT_TCP_FAILED`], so the far relay resets its
+///   read or write) aborts the stream with [`AbortCode::TcpFailed`], so the far relay resets its
 ///   TCP connection in turn; a failed stream, or a hop that is gone, resets the TCP connection
 ///   (SO_LINGER 0), so its peer reads ECONNRESET and never mistakes a cut transfer for a
 ///   complete one.
@@ -47,15 +43,9 @@ pub async fn splice(
     splice_tracked(tcp, stream, pre_client, None).await
 }
 
-/// Abort code a relay sends across the hop when it closes an idle connection.
-pub const ABORT_IDLE: u16 = 4;
-
-/// Abort code a relay sends across the hop when its side's graceful shutdown ran out of time.
-pub const ABORT_DRAIN: u16 = 7;
-
 /// [`splice`], counting the bytes each way into `conn`'s record and the side's metrics, and,
 /// when the side has an idle timeout, closing the connection once no byte has moved either way
-/// for that long: the stream is aborted with [`ABORT_IDLE`] and the TCP connection reset, and
+/// for that long: the stream is aborted with [`AbortCode::Idle`] and the TCP connection reset, and
 /// the close is counted as `idle_timeout`.
 pub async fn splice_tracked(
     mut tcp: TcpStream,
@@ -114,12 +104,12 @@ pub async fn splice_tracked(
     };
     close(&mut conn, reason);
     let code = match reason {
-        CloseReason::IdleTimeout => ABORT_IDLE,
-        CloseReason::DrainTimeout => ABORT_DRAIN,
-        _ => ABORT_TCP_FAILED,
+        CloseReason::IdleTimeout => AbortCode::Idle,
+        CloseReason::DrainTimeout => AbortCode::DrainTimeout,
+        _ => AbortCode::TcpFailed,
     };
     hw.abort(code).await;
-    reset_tcp(tcp);
+    crate::sockopt::reset(tcp);
     Err(e)
 }
 
@@ -136,12 +126,6 @@ async fn idle_watch(track: &ConnTrack, limit: Option<Duration>) {
         }
         tokio::time::sleep(limit - idle).await;
     }
-}
-
-/// Closes `tcp` with a reset (RST) instead of a FIN.
-pub(crate) fn reset_tcp(tcp: TcpStream) {
-    let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
-    drop(tcp);
 }
 
 async fn tcp_to_hop(

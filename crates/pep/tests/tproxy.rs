@@ -32,10 +32,7 @@ mod common;
 use common::{download_or_upload, fnv, hop_config, pattern, spawn_origin};
 use pep::gateway::connect::ConnectOptions;
 use pep::gateway::policy::{Policy, PolicyConfig};
-use pep::hop::{Hop, Security};
 use pep::keys::generate_keypair;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -383,20 +380,6 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
     let (tk, tp) = generate_keypair().map_err(|e| e.to_string())?;
     let (gk, gp) = generate_keypair().map_err(|e| e.to_string())?;
     let (gw_piece, gw_addr) = spawn_in(&topo.gateway, move || async move {
-        let sock = tokio::net::UdpSocket::bind("10.77.0.2:0")
-            .await
-            .map_err(|e| format!("gateway hop bind: {e}"))?;
-        let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-        let responder =
-            Responder::new(gk, [tp], ResponderConfig::default(), rng).map_err(|e| e.to_string())?;
-        let hop = Hop::start(
-            sock,
-            Security::Gateway {
-                responder: Box::new(responder),
-            },
-            hop_config(2, 1 << 20),
-        )?;
-        let addr = hop.local_addr();
         let policy = Policy::new(PolicyConfig {
             allow: vec!["203.0.113.0/24".into(), "2001:db8:5::/64".into()],
             deny: vec![],
@@ -404,37 +387,46 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
             own_addresses: vec![],
         })
         .map_err(|e| e.to_string())?;
-        let options = ConnectOptions {
+        let c = hop_config(2, 1 << 20);
+        let mut o = pep::GatewayOptions::new(
+            gk,
+            vec![tp],
+            "10.77.0.2:0".parse().unwrap(),
+            pep::stack::StpHop::new(c.endpoint, c.seed),
+            c.relay_buffer_bytes,
+            Arc::new(policy),
+            Duration::from_secs(5),
+        );
+        o.responder_seed = 3;
+        o.connect = ConnectOptions {
             connect_timeout: Duration::from_secs(5),
             source_transparent,
         };
-        tokio::spawn(pep::gateway::serve::serve_with(
-            hop,
-            Arc::new(policy),
-            options,
-        ));
+        let gw = pep::Gateway::start(o).await.map_err(|e| e.to_string())?;
+        let addr = gw.hop_addr();
+        // The gateway lives as long as this namespace's runtime.
+        tokio::spawn(async move {
+            let _gw = gw;
+            std::future::pending::<()>().await
+        });
         Ok(addr)
     })?;
     pieces.push(gw_piece);
 
     let (term_piece, ()) = spawn_in(&topo.terminal, move || async move {
-        let sock = tokio::net::UdpSocket::bind("10.77.0.1:0")
-            .await
-            .map_err(|e| format!("terminal hop bind: {e}"))?;
-        let hop = Hop::start(
-            sock,
-            Security::Terminal {
-                local: tk,
-                gateway_key: gp,
-                gateway: gw_addr,
-            },
-            hop_config(1, 1 << 20),
-        )?;
+        let c = hop_config(1, 1 << 20);
+        let mut stp = pep::stack::StpHop::new(c.endpoint, c.seed);
+        stp.bind = Some("10.77.0.1:0".parse().unwrap());
+        let mut o = pep::TerminalOptions::new(
+            tk,
+            gw_addr,
+            gp,
+            pep::stack::TerminalHop::Stp(stp),
+            c.relay_buffer_bytes,
+        );
         // One dual-stack listener for both families, as deploy/README.md suggests.
-        let listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
-        let l = pep::terminal::tproxy::bind_transparent(listen).map_err(|e| e.to_string())?;
-        let l = tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?;
-        tokio::spawn(pep::terminal::tproxy::serve_tproxy(l, Arc::new(hop)));
+        o.tproxy = Some(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+        pep::Terminal::start(o).await.map_err(|e| e.to_string())?;
         Ok(())
     })?;
     pieces.push(term_piece);

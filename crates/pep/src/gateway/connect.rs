@@ -62,29 +62,6 @@ pub(crate) fn routable_source(ip: std::net::IpAddr) -> bool {
     }
 }
 
-/// Applies the `[gateway.tcp]` options that must be set before connecting: congestion
-/// control and buffer sizes (`TCP_NODELAY` is set once connected).
-fn apply_tcp_options(sock: &tokio::net::TcpSocket, o: &TcpOptions) -> io::Result<()> {
-    if let Some(cc) = &o.congestion {
-        socket2::SockRef::from(sock)
-            .set_tcp_congestion(cc.as_bytes())
-            .map_err(|e| io::Error::new(e.kind(), format!("congestion control {cc:?}: {e}")))?;
-    }
-    if let Some(b) = o.send_buffer_bytes {
-        sock.set_send_buffer_size(b)?;
-    }
-    if let Some(b) = o.recv_buffer_bytes {
-        sock.set_recv_buffer_size(b)?;
-    }
-    Ok(())
-}
-
-/// Checks that `o` can be applied on this host (the congestion control is available, the
-/// buffer sizes are accepted) by applying it to a fresh, unconnected socket.
-pub fn check_tcp_options(o: &TcpOptions) -> io::Result<()> {
-    apply_tcp_options(&tokio::net::TcpSocket::new_v4()?, o)
-}
-
 /// Connects to `dest` with the outbound options `tcp`, from `source`'s IP address (any port)
 /// when given.
 pub(crate) async fn connect_from(
@@ -97,13 +74,13 @@ pub(crate) async fn connect_from(
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
-    apply_tcp_options(&sock, tcp)?;
+    crate::sockopt::apply_tcp_options(&socket2::SockRef::from(&sock), tcp)?;
     let Some(source) = source else {
         let s = sock.connect(dest).await?;
         s.set_nodelay(tcp.nodelay)?;
         return Ok(s);
     };
-    crate::terminal::tproxy::set_transparent(&socket2::SockRef::from(&sock), dest.is_ipv6())?;
+    crate::sockopt::set_transparent(&socket2::SockRef::from(&sock), dest.is_ipv6())?;
     sock.bind(SocketAddr::new(source.ip(), 0)).map_err(|e| {
         io::Error::new(
             e.kind(),

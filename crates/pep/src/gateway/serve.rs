@@ -4,16 +4,15 @@
 use super::connect::{connect_from, reply_for, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::Policy;
-use crate::hop::{Hop, HopStream, StreamEvent};
-use crate::metrics::{RefusalReason, Side};
+use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
+use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::socks::{Reply, Target};
-use crate::splice::{reset_tcp, splice_tracked, ABORT_TCP_FAILED};
+use crate::splice::splice_tracked;
 use crate::stream_header::{StreamHeader, MAX_HEADER};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
@@ -44,13 +43,13 @@ pub async fn serve_stream_tracked(
             Ok(None) => {}
             Err(e) => {
                 refuse(&mut conn, RefusalReason::Protocol);
-                stream.abort(1).await;
+                stream.abort(AbortCode::BadHeader).await;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
         if head.len() > MAX_HEADER {
             refuse(&mut conn, RefusalReason::Protocol);
-            stream.abort(1).await;
+            stream.abort(AbortCode::BadHeader).await;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "stream header too long",
@@ -62,7 +61,7 @@ pub async fn serve_stream_tracked(
                 // Ended or failed before a header: nothing to connect; make sure neither hop
                 // keeps the stream (a no-op if it failed).
                 refuse(&mut conn, RefusalReason::Protocol);
-                stream.abort(1).await;
+                stream.abort(AbortCode::BadHeader).await;
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "stream ended before its header",
@@ -155,12 +154,12 @@ pub async fn serve_stream_tracked(
     };
     if let Err(e) = stream.write(&[Reply::Succeeded as u8]).await {
         // The hop is gone: the server must not take the connection for a finished exchange.
-        reset_tcp(tcp);
+        crate::sockopt::reset(tcp);
         return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e));
     }
     if let Err(e) = tcp.write_all(&early).await {
-        stream.abort(ABORT_TCP_FAILED).await;
-        reset_tcp(tcp);
+        stream.abort(AbortCode::TcpFailed).await;
+        crate::sockopt::reset(tcp);
         return Err(e);
     }
     if let Some(c) = conn.as_deref() {
@@ -181,27 +180,6 @@ async fn report(stream: &HopStream, code: Reply) -> Reply {
     let _ = stream.write(&[code as u8]).await;
     stream.shutdown().await;
     code
-}
-
-/// Gateway: serves every stream the hop accepts, each in its own task, connecting from the
-/// gateway's own address.
-pub async fn serve(hop: Hop, policy: Arc<Policy>, connect_timeout: Duration) {
-    serve_with(hop, policy, ConnectOptions::new(connect_timeout)).await
-}
-
-/// Gateway: as [`serve`], connecting as `options` say.
-pub async fn serve_with(mut hop: Hop, policy: Arc<Policy>, options: ConnectOptions) {
-    let incoming = take_incoming(&mut hop);
-    serve_gateway(
-        incoming,
-        policy,
-        options,
-        Arc::new(TcpOptions::default()),
-        Ops::unlimited(Side::Gateway),
-    )
-    .await;
-    // `hop` lives until here: dropping it earlier would stop the hop.
-    drop(hop);
 }
 
 /// Takes the gateway hop's stream of incoming streams, so the [`Hop`] itself can be shared (for

@@ -2,6 +2,8 @@
 //! byte streams with backpressure both ways, whichever transport carries them (STP in
 //! [`super::stp`], split TCP in [`super::tcp`]).
 
+pub use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
+use super::error::{AbortCode, HopError};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::Responder;
 use bytes::Bytes;
@@ -17,41 +19,23 @@ pub(crate) const CHUNK: usize = 64 * 1024;
 pub(crate) const READ_CHUNKS: usize = 16;
 /// How often [`Hop::wait_quiet`] looks again.
 const QUIET_POLL: Duration = Duration::from_millis(20);
-/// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
-/// the terminal moves on to the next one (one every second).
-pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
-
-/// What the hop tells a stream's reader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamEvent {
-    Data(Bytes),
-    /// The peer finished sending; no more data follows.
-    Finished,
-    /// The connection failed (reset, timeout, ...).
-    Failed(String),
-}
 
 pub(crate) enum StreamCmd {
     Data(u64, Bytes, OwnedSemaphorePermit),
     Shutdown(u64),
-    Abort(u64, u16),
+    Abort(u64, AbortCode),
 }
 
 pub(crate) enum Command {
     Open {
         first: Vec<u8>,
-        reply: oneshot::Sender<Result<HopStream, String>>,
+        reply: oneshot::Sender<Result<HopStream, HopError>>,
     },
     Stream(StreamCmd),
     Status(oneshot::Sender<HopStatus>),
     /// The `Hop` handle was dropped: reset every connection and stop.
     Close,
 }
-
-/// Abort code sent when a stream's writer is dropped without a half-close or an abort.
-pub const ABORT_DROPPED: u16 = 5;
-/// Abort code of the connections a hop resets when its `Hop` handle is dropped.
-pub const ABORT_HOP_CLOSED: u16 = 6;
 
 /// One connection across the hop.
 pub struct HopStream {
@@ -60,20 +44,6 @@ pub struct HopStream {
     pub(super) peer: SocketAddr,
     pub(super) peer_key: Option<PublicKey>,
 }
-
-/// Per-connection detail of a [`HopStatus`].
-#[derive(Debug, Clone)]
-pub struct StreamStatus {
-    pub id: u64,
-    /// The other side's hop address.
-    pub peer: SocketAddr,
-    /// Gateway side: the terminal's public key.
-    pub peer_key: Option<PublicKey>,
-    pub stats: stp::ConnectionStats,
-}
-
-/// STP counters summed over every connection the hop has had (live and closed).
-pub type StpTotals = stp::ConnectionTotals;
 
 /// See [`Hop::monitor`].
 #[derive(Clone)]
@@ -90,35 +60,6 @@ impl HopMonitor {
         drop(tx);
         rx.await.ok()
     }
-}
-
-/// A snapshot of a hop, for metrics and `/status`.
-#[derive(Debug, Clone)]
-pub struct HopStatus {
-    /// The hop's UDP address.
-    pub local: SocketAddr,
-    /// Terminal: whether the tunnel session is up (always true on a gateway).
-    pub established: bool,
-    /// Tunnel handshakes the terminal started (1 + re-handshakes); 0 on a gateway.
-    pub handshakes_started: u64,
-    /// UDP datagrams and their payload bytes (sealed: tunnel overhead included, IP/UDP headers
-    /// not) sent and received by the hop's socket.
-    pub datagrams_sent: u64,
-    pub bytes_sent: u64,
-    pub datagrams_received: u64,
-    pub bytes_received: u64,
-    /// Datagrams that waited for the send allocation, and the allocation in bit/s of link bytes.
-    pub shaped: u64,
-    /// Gateway: datagrams opening connections dropped because their terminal opened faster
-    /// than [`OPENS_PER_S`].
-    pub opens_rate_limited: u64,
-    pub send_rate_bps: Option<u64>,
-    /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
-    pub tunnel: crate::tunnel::Counters,
-    pub endpoint: stp::EndpointStats,
-    /// Sums over every connection, closed ones included.
-    pub totals: StpTotals,
-    pub streams: Vec<StreamStatus>,
 }
 
 impl HopStream {
@@ -138,7 +79,7 @@ impl HopStream {
     }
 
     /// Sends bytes; waits while the relay buffer is full.
-    pub async fn write(&self, data: &[u8]) -> Result<(), String> {
+    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
         self.writer.write(data).await
     }
 
@@ -148,7 +89,7 @@ impl HopStream {
     }
 
     /// Resets the connection.
-    pub async fn abort(&self, code: u16) {
+    pub async fn abort(&self, code: AbortCode) {
         self.writer.abort(code).await
     }
 
@@ -179,7 +120,7 @@ impl Drop for HopWriter {
         if self.ended.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let cmd = Command::Stream(StreamCmd::Abort(self.id, ABORT_DROPPED));
+        let cmd = Command::Stream(StreamCmd::Abort(self.id, AbortCode::WriterDropped));
         if let Err(mpsc::error::TrySendError::Full(cmd)) = self.tx.try_send(cmd) {
             // The hop is busy: deliver the abort from a task rather than lose it.
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -194,7 +135,7 @@ impl Drop for HopWriter {
 
 impl HopWriter {
     /// Sends bytes; waits while the relay buffer is full.
-    pub async fn write(&self, data: &[u8]) -> Result<(), String> {
+    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
         for piece in data.chunks(self.piece_len()) {
             self.send_piece(Bytes::copy_from_slice(piece)).await?;
         }
@@ -203,7 +144,7 @@ impl HopWriter {
 
     /// [`HopWriter::write`] without copying: the hop keeps slices of `data` until STP has taken
     /// them.
-    pub async fn write_bytes(&self, data: Bytes) -> Result<(), String> {
+    pub async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
         let step = self.piece_len();
         let mut at = 0;
         while at < data.len() {
@@ -218,15 +159,15 @@ impl HopWriter {
         CHUNK.min(self.budget_bytes as usize).max(1)
     }
 
-    async fn send_piece(&self, piece: Bytes) -> Result<(), String> {
+    async fn send_piece(&self, piece: Bytes) -> Result<(), HopError> {
         let permit = Arc::clone(&self.budget)
             .acquire_many_owned(piece.len() as u32)
             .await
-            .map_err(|_| "hop closed".to_string())?;
+            .map_err(|_| HopError::Closed)?;
         self.tx
             .send(Command::Stream(StreamCmd::Data(self.id, piece, permit)))
             .await
-            .map_err(|_| "hop closed".to_string())
+            .map_err(|_| HopError::Closed)
     }
     /// Half-close: the peer sees end-of-stream after every byte written so far.
     pub async fn shutdown(&self) {
@@ -237,7 +178,7 @@ impl HopWriter {
             .await;
     }
     /// Resets the connection.
-    pub async fn abort(&self, code: u16) {
+    pub async fn abort(&self, code: AbortCode) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
@@ -274,7 +215,7 @@ pub enum Security {
     Gateway { responder: Box<Responder> },
     /// Terminal with several gateways (address and key), in order of preference: it uses the
     /// first that answers; when the one in use stops answering (no answer to a new handshake
-    /// for [`FAILOVER_AFTER_HANDSHAKES`] tries), the connections that reached it are reset and
+    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
     /// the terminal moves to the next, after the last back to the first; connections that had
     /// sent nothing yet open at the next one. `docs/scaling.md`.
     TerminalFailover {
@@ -357,13 +298,13 @@ impl Hop {
     }
 
     /// Terminal side: opens a stream whose first bytes (`first`) ride on the STP BGN.
-    pub async fn open(&self, first: Vec<u8>) -> Result<HopStream, String> {
+    pub async fn open(&self, first: Vec<u8>) -> Result<HopStream, HopError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Command::Open { first, reply })
             .await
-            .map_err(|_| "hop closed".to_string())?;
-        rx.await.map_err(|_| "hop closed".to_string())?
+            .map_err(|_| HopError::Closed)?;
+        rx.await.map_err(|_| HopError::Closed)?
     }
 }
 

@@ -1,6 +1,7 @@
 //! The gateway's per-terminal budget of connection opens (a token bucket per tunnel session).
 
 use std::collections::HashMap;
+use stp::Instant;
 
 /// Sustained rate of datagrams opening connections (carrying a BGN) a gateway takes from one
 /// terminal session, per second, and the burst above it. A BGN rides on every datagram of a
@@ -15,18 +16,19 @@ pub const OPENS_BURST: f64 = 1500.0;
 /// The per-session token buckets behind [`OPENS_PER_S`].
 #[derive(Default)]
 pub(crate) struct OpenBudgets {
-    buckets: HashMap<u32, (f64, tokio::time::Instant)>,
+    buckets: HashMap<u32, (f64, Instant)>,
 }
 
 impl OpenBudgets {
     /// Takes one token from `session`'s bucket; false when it is empty.
-    pub(crate) fn allow(&mut self, session: u32, now: tokio::time::Instant) -> bool {
+    pub(crate) fn allow(&mut self, session: u32, now: Instant) -> bool {
         if self.buckets.len() > MAX_OPEN_BUDGETS && !self.buckets.contains_key(&session) {
             // Sessions come and go (restarts, failovers); start afresh rather than grow.
             self.buckets.clear();
         }
         let (tokens, at) = self.buckets.entry(session).or_insert((OPENS_BURST, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * OPENS_PER_S).min(OPENS_BURST);
+        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * OPENS_PER_S)
+            .min(OPENS_BURST);
         *at = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;

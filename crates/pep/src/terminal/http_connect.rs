@@ -3,26 +3,22 @@
 
 use super::accept::next_client;
 use super::{open, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::http_connect;
-use crate::metrics::{RefusalReason, Side};
+use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::socks::Reply;
-use crate::splice::{splice_tracked, ABORT_TCP_FAILED};
+use crate::splice::splice_tracked;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-/// Terminal: serves HTTP CONNECT clients on `listener`.
-pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>) {
-    serve_http_connect_with(listener, hop, Ops::unlimited(Side::Terminal)).await
-}
-
-/// Terminal: as [`serve_http_connect`], admitting each client against the limits of `ops` (a
+/// Terminal: serves HTTP CONNECT clients on `listener`, admitting each client against the limits of `ops` (a
 /// refused client gets `503 Service Unavailable`) and counting into its metrics, until `ops`
 /// drains.
-pub async fn serve_http_connect_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
     while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
         let hop = Arc::clone(&hop);
         match admitted {
@@ -69,7 +65,7 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
             if tcp.write_all(http_connect::reply_ok()).await.is_ok() {
                 let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
             } else {
-                stream.abort(ABORT_TCP_FAILED).await;
+                stream.abort(AbortCode::TcpFailed).await;
             }
             return;
         }

@@ -7,10 +7,9 @@ pub mod http_connect;
 pub mod socks5;
 pub mod tproxy;
 
-use crate::hop::{Hop, HopStream, StreamEvent};
+use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::socks::{Reply, Target};
-use crate::splice::ABORT_TCP_FAILED;
 use crate::stream_header::{StreamHeader, MAX_HEADER};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,7 +46,7 @@ pub async fn open(
             }
             Some(StreamEvent::Data(_)) => continue,
             _ => {
-                stream.abort(ABORT_TCP_FAILED).await;
+                stream.abort(AbortCode::TcpFailed).await;
                 return Err(Reply::GeneralFailure);
             }
         }

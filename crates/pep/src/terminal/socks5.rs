@@ -3,33 +3,17 @@
 
 use super::accept::next_client;
 use super::{open, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use crate::hop::AbortCode;
 use crate::hop::Hop;
-use crate::metrics::{AuthFailure, RefusalReason, Side};
+use crate::metrics::{AuthFailure, RefusalReason};
 use crate::ops::{Conn, Ops};
 use crate::socks::{self, Reply, SocksAuth, Target};
-use crate::splice::{splice_tracked, ABORT_TCP_FAILED};
+use crate::splice::splice_tracked;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// Terminal: serves SOCKS5 clients on `listener`, each connection relayed across `hop`.
-pub async fn serve_socks(listener: TcpListener, hop: Arc<Hop>, auth: Arc<SocksAuth>) {
-    serve_socks_with(listener, hop, auth, Ops::unlimited(Side::Terminal)).await
-}
-
-/// Terminal: as [`serve_socks`], admitting each client against the limits of `ops` (a refused
-/// client gets SOCKS5 reply 1, general failure) and counting into its metrics, until `ops`
-/// drains.
-pub async fn serve_socks_with(
-    listener: TcpListener,
-    hop: Arc<Hop>,
-    auth: Arc<SocksAuth>,
-    ops: Arc<Ops>,
-) {
-    serve_socks_opts(listener, hop, auth, ops, false).await
-}
 
 /// How long a fast-open SOCKS5 terminal waits for the client's first bytes after its early
 /// success reply before opening the stream without them.
@@ -37,12 +21,15 @@ pub const SOCKS_EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
 /// Most client bytes a fast-open SOCKS5 terminal carries with the stream header.
 const SOCKS_MAX_EARLY: usize = 4096;
 
-/// Terminal: as [`serve_socks_with`]; with `fast_open` the client gets its success reply at once
+/// Terminal: serves SOCKS5 clients on `listener`, each connection relayed across `hop`, admitting
+/// each client against the limits of `ops` (a refused client gets SOCKS5 reply 1, general
+/// failure) and counting into its metrics, until `ops` drains. With `fast_open` the client gets
+/// its success reply at once
 /// and its first bytes ride on the BGN with the destination, so a new connection costs no
 /// satellite round trip before the request is on its way — but a connect that then fails can
 /// only be reported by resetting the client's connection (as for TPROXY), not with a SOCKS5
 /// error code (`docs/gateway.md`, "SOCKS5 fast open").
-pub async fn serve_socks_opts(
+pub async fn serve_socks(
     listener: TcpListener,
     hop: Arc<Hop>,
     auth: Arc<SocksAuth>,
@@ -116,7 +103,7 @@ async fn socks_one(
             {
                 let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
             } else {
-                stream.abort(ABORT_TCP_FAILED).await;
+                stream.abort(AbortCode::TcpFailed).await;
             }
         }
         Some(Err(code)) => {
@@ -169,11 +156,11 @@ async fn socks_fast_open(
         }
         Some(Err(code)) => {
             conn.refuse(refusal_for(code));
-            crate::terminal::tproxy::reset(tcp);
+            crate::sockopt::reset(tcp);
         }
         None => {
             conn.refuse(RefusalReason::Timeout);
-            crate::terminal::tproxy::reset(tcp);
+            crate::sockopt::reset(tcp);
         }
     }
 }
