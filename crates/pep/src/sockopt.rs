@@ -53,7 +53,8 @@ fn proc_list(path: &str) -> String {
 }
 
 /// Sets a TCP socket's congestion control (`TCP_CONGESTION`) and checks that it took.
-pub fn set_congestion(sock: &SockRef<'_>, name: &str) -> Result<(), SockoptError> {
+pub fn set_congestion(sock: &impl std::os::fd::AsFd, name: &str) -> Result<(), SockoptError> {
+    let sock = SockRef::from(sock);
     match sock.set_tcp_congestion(name.as_bytes()) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -97,7 +98,7 @@ pub fn set_congestion(sock: &SockRef<'_>, name: &str) -> Result<(), SockoptError
 /// `connect` or `listen`, so buffer sizes shape the window scale).
 pub fn apply_tcp_options(sock: &SockRef<'_>, o: &TcpOptions) -> Result<(), SockoptError> {
     if let Some(name) = &o.congestion {
-        set_congestion(sock, name)?;
+        set_congestion(&**sock, name)?;
     }
     if let Some(b) = o.send_buffer_bytes {
         sock.set_send_buffer_size(b as usize)
