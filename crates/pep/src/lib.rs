@@ -13,22 +13,34 @@
 
 pub mod capture;
 pub mod config;
+#[cfg(feature = "runtime")]
 pub mod fdlimit;
 pub mod gateway;
 pub mod hop;
+#[cfg(feature = "runtime")]
 pub mod http_connect;
+#[cfg(feature = "runtime")]
 pub mod http_endpoint;
 pub mod keys;
 pub mod metrics;
+#[cfg(feature = "runtime")]
 pub mod ops;
 pub mod sizing;
+#[cfg(feature = "runtime")]
 pub mod sockopt;
+#[cfg(feature = "runtime")]
 pub mod socks;
+#[cfg(feature = "runtime")]
 pub mod splice;
+#[cfg(feature = "runtime")]
 pub mod stack;
+#[cfg(feature = "runtime")]
 pub mod stream_header;
+#[cfg(feature = "runtime")]
 pub mod terminal;
 pub mod tunnel;
 
+#[cfg(feature = "runtime")]
 pub use socks::Target;
+#[cfg(feature = "runtime")]
 pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};

@@ -135,7 +135,12 @@ pub enum CoreSecurity {
 /// Parameters of a hop core.
 pub struct CoreConfig {
     pub endpoint: EndpointConfig,
+    /// Seeds the endpoint's random stream (connection ids, initial sequence numbers) unless
+    /// `rng` is given, and the terminal's tunnel session index.
     pub seed: u64,
+    /// The endpoint's random stream, when the driver brings its own (netsim's, to keep its
+    /// runs as they were).
+    pub rng: Option<Box<dyn rand_core::RngCore + Send>>,
     /// This side's allocation on the satellite link, bit/s of link bytes (datagrams with their
     /// IP and UDP headers); `None` sends as fast as the connections' controllers allow.
     pub send_rate_bps: Option<u64>,
@@ -264,7 +269,9 @@ impl<S: EventSink, P> HopCore<S, P> {
         now: Instant,
     ) -> Result<HopCore<S, P>, HopError> {
         use rand_core::SeedableRng;
-        let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed));
+        let rng = config
+            .rng
+            .unwrap_or_else(|| Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed)));
         let endpoint =
             Endpoint::new(config.endpoint, rng).map_err(|e| HopError::Stp(e.to_string()))?;
         if config.send_rate_bps == Some(0) {
@@ -552,7 +559,11 @@ impl<S: EventSink, P> HopCore<S, P> {
             wake = wake.map(|w| w.max(sh.ready_at()));
         }
         if !self.established() {
-            wake = Some(wake.map_or(self.next_handshake, |w| w.min(self.next_handshake)));
+            // Nothing leaves before the session is up: a connection that could send now would
+            // otherwise wake the driver at once, again and again (a busy loop for a handshake's
+            // round trip); its timers are looked at with the next initiation.
+            let hs = self.next_handshake;
+            wake = Some(wake.filter(|&w| w > now).map_or(hs, |w| w.min(hs)));
         }
         if let (Some(since), true) = (self.sent_since_heard, self.established()) {
             let at = since + REHANDSHAKE_AFTER;

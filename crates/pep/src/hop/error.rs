@@ -164,6 +164,7 @@ pub enum HopError {
         source: std::io::Error,
     },
     /// The split-TCP hop's socket options do not apply on this host.
+    #[cfg(feature = "runtime")]
     #[error(transparent)]
     Sockopt(#[from] crate::sockopt::SockoptError),
     /// The split-TCP hop's gateway cannot listen.

@@ -8,14 +8,19 @@
 //! - [`shaper`], [`batch`], [`open_budget`], [`udp_batch`]: the send allocation, datagrams
 //!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
 
+#[cfg(feature = "runtime")]
 pub mod batch;
 pub mod core;
 pub mod error;
+#[cfg(feature = "runtime")]
 pub mod handle;
 pub mod open_budget;
 pub mod shaper;
+#[cfg(feature = "runtime")]
 pub mod stp;
+#[cfg(feature = "runtime")]
 pub mod tcp;
+#[cfg(feature = "runtime")]
 pub(crate) mod udp_batch;
 
 pub use core::{
@@ -23,5 +28,6 @@ pub use core::{
     IPV6_UDP_OVERHEAD, REHANDSHAKE_AFTER,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
+#[cfg(feature = "runtime")]
 pub use handle::{Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security};
 pub use open_budget::{OPENS_BURST, OPENS_PER_S};

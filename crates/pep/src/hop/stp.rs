@@ -94,6 +94,7 @@ impl Hop {
             CoreConfig {
                 endpoint: config.endpoint,
                 seed: config.seed,
+                rng: None,
                 send_rate_bps: config.send_rate_bps,
                 local,
                 wall_clock_at_zero_ns,
