@@ -93,7 +93,7 @@ impl StpHop {
 
 /// The transport of a terminal's hop.
 pub enum TerminalHop {
-    Stp(StpHop),
+    Stp(Box<StpHop>),
     /// Split TCP ([`crate::hop::tcp`]).
     Tcp {
         tuning: TcpOptions,
@@ -220,6 +220,7 @@ impl Terminal {
                 )?
             }
             TerminalHop::Stp(stp) => {
+                let stp = *stp;
                 let bind = stp.bind.unwrap_or(if gateway.is_ipv6() {
                     SocketAddr::from(([0u16; 8], 0))
                 } else {

@@ -82,6 +82,9 @@ impl Received {
 
 type Core = HopCore<Reader, ()>;
 
+/// A datagram on its way: (arrival, order, to the gateway?, bytes).
+type InFlight = (u64, u64, bool, Vec<u8>);
+
 /// A terminal and a gateway over two links, in virtual time.
 struct Pair {
     now: u64,
@@ -92,8 +95,7 @@ struct Pair {
     /// Terminal → gateway, gateway → terminal.
     links: [Link; 2],
     rng: ChaCha8Rng,
-    /// (arrival, order, to the gateway?, bytes).
-    queue: BinaryHeap<Reverse<(u64, u64, bool, Vec<u8>)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     /// Streams the gateway accepted, in order, with their readers.
     accepted: Vec<(StreamInfo, Reader)>,
@@ -105,10 +107,13 @@ fn key(b: u8) -> PrivateKey {
 }
 
 fn endpoint(dead_timeout_ms: u32) -> EndpointConfig {
-    let mut e = EndpointConfig::default();
-    e.connection = pep::sizing::hop_stp_defaults(false);
-    e.connection.dead_timeout_ms = dead_timeout_ms;
-    e
+    EndpointConfig {
+        connection: stp::Config {
+            dead_timeout_ms,
+            ..pep::sizing::hop_stp_defaults(false)
+        },
+        ..EndpointConfig::default()
+    }
 }
 
 impl Pair {

@@ -97,7 +97,7 @@ async fn setup(o: Options) -> Setup {
         tk,
         gw.hop_addr(),
         gp,
-        TerminalHop::Stp(loopback_stp(&hop_config(1, 1 << 20))),
+        TerminalHop::Stp(Box::new(loopback_stp(&hop_config(1, 1 << 20)))),
         1 << 20,
     );
     let local: SocketAddr = "127.0.0.1:0".parse().unwrap();

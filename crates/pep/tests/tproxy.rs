@@ -421,7 +421,7 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
             tk,
             gw_addr,
             gp,
-            pep::stack::TerminalHop::Stp(stp),
+            pep::stack::TerminalHop::Stp(Box::new(stp)),
             c.relay_buffer_bytes,
         );
         // One dual-stack listener for both families, as deploy/README.md suggests.

@@ -391,7 +391,7 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         tk,
         tap_addr,
         gp,
-        TerminalHop::Stp(stp),
+        TerminalHop::Stp(Box::new(stp)),
         term_link.relay_buffer_bytes(),
     );
     t.socks = Some(SocksListener {

@@ -322,7 +322,13 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor, pep::Gat
     let gw_monitor = gw.monitor().context("the gateway's hop")?;
     let mut stp = StpHop::new(endpoint, 1);
     stp.bind = Some(loopback);
-    let mut t = TerminalOptions::new(tk, gw.hop_addr(), gp, TerminalHop::Stp(stp), RELAY_BUFFER);
+    let mut t = TerminalOptions::new(
+        tk,
+        gw.hop_addr(),
+        gp,
+        TerminalHop::Stp(Box::new(stp)),
+        RELAY_BUFFER,
+    );
     t.socks = Some(SocksListener {
         listen: loopback,
         auth: SocksAuth::None,

@@ -252,13 +252,13 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 handshake_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
             }
         } else {
-            TerminalHop::Stp(StpHop {
+            TerminalHop::Stp(Box::new(StpHop {
                 endpoint,
                 seed,
                 send_rate_bps: send_rate,
                 bind: None,
                 capture,
-            })
+            }))
         };
         let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
         if !cfg.hop_transport.tcp() {

@@ -304,7 +304,7 @@ impl Stack {
             terminal_key,
             emulator.local_addr(),
             gateway_pub,
-            TerminalHop::Stp(stp),
+            TerminalHop::Stp(Box::new(stp)),
             term_link.relay_buffer_bytes(),
         );
         t.socks = Some(SocksListener {

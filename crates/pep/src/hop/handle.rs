@@ -308,8 +308,6 @@ impl Hop {
     }
 }
 
-/// A tunnel initiator stamped with the wall clock (the responder rejects initiations older than
-
 // Streams carried by other transports
 //
 // Another transport of the hop (the split-TCP hop, `crate::hop::tcp`) runs its own tasks but hands

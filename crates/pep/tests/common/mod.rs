@@ -376,7 +376,7 @@ pub async fn terminal_stack(
         key,
         gateway,
         gateway_key,
-        TerminalHop::Stp(loopback_stp(&config)),
+        TerminalHop::Stp(Box::new(loopback_stp(&config))),
         config.relay_buffer_bytes,
     );
     o.socks = Some(SocksListener {
