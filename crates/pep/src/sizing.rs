@@ -14,8 +14,12 @@
 //!   seeds' 2–3 × BDP: one BDP in flight, one more to keep the pipe full through a loss
 //!   recovery, and some slack for the rate mismatch with the terrestrial side).
 
-use crate::hop::IPV4_UDP_OVERHEAD;
 use crate::tunnel::wire::DATA_OVERHEAD;
+
+/// IPv4 + UDP header bytes, charged to the send allocation per datagram.
+pub const IPV4_UDP_OVERHEAD: usize = 28;
+/// IPv6 + UDP header bytes.
+pub const IPV6_UDP_OVERHEAD: usize = 48;
 
 /// Share of the configured send rate the hop's shaper uses.
 pub const SHAPER_SHARE: f64 = 0.99;
@@ -68,14 +72,6 @@ impl HopLink {
     /// The rate the hop's shaper sends at, bit/s of link bytes.
     pub fn shaper_rate_bps(&self) -> u64 {
         ((self.send_rate_bps as f64 * SHAPER_SHARE) as u64).max(1000)
-    }
-
-    /// The per-connection relay buffer for this link, as the daemons size it from their
-    /// configuration ([`crate::config::Limits::relay_buffer`] on the faster direction).
-    pub fn relay_buffer_bytes(&self) -> u32 {
-        let rate = self.send_rate_bps.max(self.recv_rate_bps);
-        let b = crate::config::Limits::default().relay_buffer(Some(rate), Some(self.rtt_ms));
-        u32::try_from(b).unwrap_or(u32::MAX)
     }
 
     /// The STP parameters for this link, starting from `base` (whose datagram size is kept).

@@ -23,6 +23,17 @@ use stp::EndpointConfig;
 use thiserror::Error;
 use tokio::net::{TcpListener, UdpSocket};
 
+impl crate::sizing::HopLink {
+    /// The per-connection relay buffer for this link, as the daemons size it from their
+    /// configuration ([`crate::config::Limits::relay_buffer`] on the faster direction). Here
+    /// rather than in `sizing`, which the configuration itself uses.
+    pub fn relay_buffer_bytes(&self) -> u32 {
+        let rate = self.send_rate_bps.max(self.recv_rate_bps);
+        let b = crate::config::Limits::default().relay_buffer(Some(rate), Some(self.rtt_ms));
+        u32::try_from(b).unwrap_or(u32::MAX)
+    }
+}
+
 /// How long relays get to reset their connections once a drain ran out of time.
 pub const CUT_GRACE: Duration = Duration::from_secs(2);
 

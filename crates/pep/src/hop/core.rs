@@ -41,10 +41,7 @@ pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
 /// the terminal moves on to the next one (one every [`HANDSHAKE_RETRY`]).
 pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
-/// IPv4 + UDP header bytes, charged to the send allocation per datagram.
-pub const IPV4_UDP_OVERHEAD: usize = 28;
-/// IPv6 + UDP header bytes.
-pub const IPV6_UDP_OVERHEAD: usize = 48;
+pub use crate::sizing::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD};
 
 /// A stream's id within its hop.
 pub type StreamId = u64;

@@ -290,7 +290,7 @@ impl Hop {
     }
 
     /// A handle that asks this hop for its status after the `Hop` itself was handed on (to
-    /// `relay::serve`, say). It does not keep the hop alive.
+    /// `gateway::serve::serve_gateway`, say). It does not keep the hop alive.
     pub fn monitor(&self) -> HopMonitor {
         HopMonitor {
             tx: self.tx.downgrade(),
