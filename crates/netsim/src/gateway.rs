@@ -2,17 +2,33 @@
 //! into a second transport towards the sink (TCP with its own options, or STP), through a bounded
 //! relay buffer; end of stream passes through once every byte has been relayed.
 //!
+//! An STP hop is the real gateway's hop logic, `pep::hop::core::HopCore` (the same streams,
+//! backpressure and close handling as the daemons), without the tunnel: the simulated hop is
+//! unencrypted, as the seeds' gateways were, so datagrams keep their STP size.
+//!
 //! Data content is not modelled on the TCP side (byte counts), so the STP side carries zeros.
 
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time};
 use crate::stp_agent::{addr_of, socket_of, Framing};
 use crate::tcp::{TcpConfig, TcpConnection};
+use bytes::Bytes;
+use pep::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamId};
+use pep::hop::StreamEvent;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::any::Any;
 use std::collections::BTreeSet;
-use stp::{ConnectionHandle, Endpoint, EndpointConfig, Instant};
+use stp::{EndpointConfig, Instant};
+
+/// The hop's reader: the far end sends nothing the simulation looks at.
+struct Discard;
+
+impl EventSink for Discard {
+    fn offer(&mut self, _: StreamEvent) -> Offer {
+        Offer::Taken
+    }
+}
 
 /// The transport on the gateway's far side.
 pub enum Hop {
@@ -23,8 +39,8 @@ pub enum Hop {
 enum HopConn {
     Tcp(Box<TcpConnection>),
     Stp {
-        ep: Box<Endpoint>,
-        conn: ConnectionHandle,
+        core: Box<HopCore<Discard, ()>>,
+        id: StreamId,
     },
 }
 
@@ -67,11 +83,12 @@ pub struct SplitGateway {
     relayed: u64,
     stp_retransmissions: u64,
     wakeups: BTreeSet<Time>,
-    zeros: Vec<u8>,
     buf: Vec<u8>,
 }
 
-const ZEROS: usize = 64 * 1024;
+const ZEROS_LEN: usize = 64 * 1024;
+/// The bytes an STP hop carries.
+static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
 
 impl SplitGateway {
     /// A gateway as `spec` describes.
@@ -92,7 +109,6 @@ impl SplitGateway {
             relayed: 0,
             stp_retransmissions: 0,
             wakeups: BTreeSet::new(),
-            zeros: vec![0u8; ZEROS],
             buf: Vec::with_capacity(2048),
         }
     }
@@ -115,41 +131,55 @@ impl SplitGateway {
                 let mut cfg = cfg.clone();
                 // The relay buffer is the STP send buffer (written, not yet acknowledged).
                 cfg.connection.send_buffer_bytes = self.relay_buffer.clamp(4096, 1 << 30) as u32;
-                let Ok(mut ep) = Endpoint::new(cfg, Box::new(ChaCha8Rng::seed_from_u64(self.seed)))
-                else {
+                let t = Instant::from_nanos(now);
+                let config = CoreConfig {
+                    endpoint: cfg,
+                    seed: self.seed,
+                    rng: Some(Box::new(ChaCha8Rng::seed_from_u64(self.seed))),
+                    send_rate_bps: None,
+                    // No tap and no shaper here: the own address only names the hop's port.
+                    local: std::net::SocketAddr::from(([0, 0, 0, 0], self.out_port)),
+                    wall_clock_at_zero_ns: 0,
+                };
+                let security = CoreSecurity::Clear {
+                    peer: socket_of(self.sink),
+                };
+                let Ok(mut core) = HopCore::new(config, security, t) else {
                     return;
                 };
-                let Ok(conn) = ep.connect(Instant::from_nanos(now), socket_of(self.sink)) else {
+                let Ok(info) = core.open(t, Bytes::new(), Discard) else {
                     return;
                 };
                 Some(HopConn::Stp {
-                    ep: Box::new(ep),
-                    conn,
+                    core: Box::new(core),
+                    id: info.id,
                 })
             }
         };
     }
 
     /// Moves bytes from the incoming connection into the hop, as far as the relay buffer allows.
-    fn relay(&mut self) {
+    fn relay(&mut self, now: Time) {
         let (Some((_, inc)), Some(hop)) = (self.incoming.as_mut(), self.hop.as_mut()) else {
             return;
         };
         loop {
             let space = match hop {
                 HopConn::Tcp(t) => self.relay_buffer.saturating_sub(t.unacked_bytes()),
-                HopConn::Stp { ep, conn } => ep.connection(*conn).map_or(0, |c| c.send_space()),
+                HopConn::Stp { core, id } => core.send_space(*id),
             };
-            let n = inc.readable().min(space).min(ZEROS as u64);
+            let n = inc.readable().min(space).min(ZEROS_LEN as u64);
             if n == 0 {
                 break;
             }
             let taken = match hop {
                 HopConn::Tcp(t) => t.write(n),
-                HopConn::Stp { ep, conn } => match ep.connection(*conn) {
-                    Some(c) => c.write(&self.zeros[..n as usize]).unwrap_or(0) as u64,
-                    None => 0,
-                },
+                HopConn::Stp { core, id } => {
+                    // Within the send space: the core hands it all to STP at once.
+                    core.write(*id, Bytes::from_static(&ZEROS[..n as usize]), None);
+                    core.pump(Instant::from_nanos(now), &mut |_| None);
+                    n
+                }
             };
             if taken == 0 {
                 break;
@@ -161,10 +191,9 @@ impl SplitGateway {
             self.hop_closed = true;
             match hop {
                 HopConn::Tcp(t) => t.close(),
-                HopConn::Stp { ep, conn } => {
-                    if let Some(c) = ep.connection(*conn) {
-                        c.shutdown();
-                    }
+                HopConn::Stp { core, id } => {
+                    core.shutdown(*id);
+                    core.pump(Instant::from_nanos(now), &mut |_| None);
                 }
             }
             // The source's connection is done too: close our side of it.
@@ -174,7 +203,7 @@ impl SplitGateway {
 
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        self.relay();
+        self.relay(now);
         let mut next: Option<Time> = None;
         if let Some((peer, inc)) = self.incoming.as_mut() {
             while let Some(seg) = inc.poll_segment(now) {
@@ -212,14 +241,15 @@ impl SplitGateway {
                 ctx.metrics
                     .sample(self.flow, now, t.cwnd(), t.highest_data_sent());
             }
-            Some(HopConn::Stp { ep, conn }) => {
+            Some(HopConn::Stp { core, id }) => {
                 let t = Instant::from_nanos(now);
-                let retx = |ep: &mut Endpoint| {
-                    ep.connection(*conn)
-                        .map_or(0, |c| c.stats().retransmitted_packets)
+                core.pump(t, &mut |_| None);
+                let retx = |core: &mut HopCore<Discard, ()>| {
+                    core.stream_stats(*id)
+                        .map_or(0, |s| s.retransmitted_packets)
                 };
-                let mut before = retx(ep);
-                while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
+                let mut before = retx(core);
+                while let Some(tx) = core.poll_transmit(t, &mut self.buf) {
                     let size = tx.size as u32 + self.framing.overhead();
                     ctx.send(
                         self.out_port,
@@ -229,17 +259,16 @@ impl SplitGateway {
                         size,
                         Payload::Stp(self.buf[..tx.size].to_vec()),
                     );
-                    let after = retx(ep);
+                    let after = retx(core);
                     if after > before {
                         before = after;
                         ctx.mark_retransmission();
                     }
                 }
-                while ep.poll_event().is_some() {}
-                if let Some(c) = ep.connection(*conn) {
-                    self.stp_retransmissions = c.stats().retransmitted_packets;
+                if let Some(st) = core.stream_stats(*id) {
+                    self.stp_retransmissions = st.retransmitted_packets;
                 }
-                next = min_opt(next, ep.poll_timeout(t).map(|x| x.as_nanos()));
+                next = min_opt(next, core.poll_timeout(t).map(|x| x.as_nanos()));
             }
             None => {}
         }
@@ -287,8 +316,8 @@ impl Agent for SplitGateway {
         } else if pkt.dst.port == self.out_port {
             match (&pkt.payload, self.hop.as_mut()) {
                 (Payload::Tcp(seg), Some(HopConn::Tcp(t))) => t.on_segment(now, seg),
-                (Payload::Stp(bytes), Some(HopConn::Stp { ep, .. })) => {
-                    ep.handle_datagram(Instant::from_nanos(now), socket_of(pkt.src), bytes);
+                (Payload::Stp(bytes), Some(HopConn::Stp { core, .. })) => {
+                    core.handle_datagram(Instant::from_nanos(now), socket_of(pkt.src), bytes);
                 }
                 _ => {}
             }
@@ -310,7 +339,7 @@ impl Agent for SplitGateway {
             Some(HopConn::Tcp(t)) if t.poll_timeout().is_some_and(|x| x <= now) => {
                 t.on_timeout(now)
             }
-            Some(HopConn::Stp { ep, .. }) => ep.handle_timeout(Instant::from_nanos(now)),
+            Some(HopConn::Stp { core, .. }) => core.handle_timeout(Instant::from_nanos(now)),
             _ => {}
         }
         self.pump(ctx);

@@ -191,7 +191,7 @@ macro_rules! side_config {
             /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with
             /// buffers sized from the allocation when not set (send: this side's sending
             /// direction, receive: the other).
-            pub fn hop_tcp_tuning(&self) -> crate::tcp_hop::TcpTuning {
+            pub fn hop_tcp_tuning(&self) -> TcpOptions {
                 hop_tcp_tuning(&self.hop_tcp, self.hop_link())
             }
 
@@ -278,15 +278,12 @@ impl HopTransport {
 
 /// The TCP hop's socket options: `options`, with buffers not set there sized to 2 × the
 /// bandwidth-delay product of their direction when the allocation is known.
-fn hop_tcp_tuning(
-    options: &TcpOptions,
-    link: Option<crate::sizing::HopLink>,
-) -> crate::tcp_hop::TcpTuning {
+fn hop_tcp_tuning(options: &TcpOptions, link: Option<crate::sizing::HopLink>) -> TcpOptions {
     let two_bdp = |rate: u64, rtt_ms: u32| {
         let b = u128::from(rate) * u128::from(rtt_ms) / 8000 * 2;
         b.clamp(4096, 1 << 30) as u32
     };
-    crate::tcp_hop::TcpTuning {
+    TcpOptions {
         congestion: options.congestion.clone(),
         send_buffer_bytes: options
             .send_buffer_bytes
@@ -447,7 +444,7 @@ impl TerminalConfig {
 // Gateway
 
 /// Which destinations the gateway may connect to: the `[gateway.policy]` table. The rules and
-/// how they apply are those of [`crate::policy`]: an address (`192.0.2.7`), a CIDR prefix
+/// how they apply are those of [`crate::gateway::policy`]: an address (`192.0.2.7`), a CIDR prefix
 /// (`10.0.0.0/8`, `2001:db8::/32`), a host name (`example.com`, that name only) or a domain
 /// wildcard (`*.example.com`, every name below it but not the name itself). `deny` is checked
 /// first (names before resolution, addresses after); then, if `allow` is non-empty, the
@@ -472,15 +469,18 @@ pub struct Policy {
 impl Policy {
     /// The policy the gateway enforces, with `own_addresses` denied unless allowed; errors name
     /// the entry as `policy.allow[i]` / `policy.deny[i]`.
-    pub fn build(&self, own_addresses: Vec<IpAddr>) -> Result<crate::policy::Policy, ConfigError> {
-        crate::policy::Policy::new(crate::policy::PolicyConfig {
+    pub fn build(
+        &self,
+        own_addresses: Vec<IpAddr>,
+    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
+        crate::gateway::policy::Policy::new(crate::gateway::policy::PolicyConfig {
             allow: self.allow.clone(),
             deny: self.deny.clone(),
             allow_private: self.allow_private,
             own_addresses,
         })
         .map_err(|e| match e {
-            crate::policy::PolicyError::BadRule {
+            crate::gateway::policy::PolicyError::BadRule {
                 field,
                 index,
                 entry,
@@ -962,7 +962,7 @@ fn check_host_port(s: &str) -> Result<(), String> {
             "{s:?}: write an IPv6 address in brackets, [addr]:port"
         ));
     }
-    crate::policy::check_hostname(host).map_err(|r| format!("{s:?}: {r}"))
+    crate::gateway::policy::check_hostname(host).map_err(|r| format!("{s:?}: {r}"))
 }
 
 fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

@@ -1,24 +1,46 @@
-//! `pep`: the split-connection gateway of satstp. For now it holds the security layer of the
-//! satellite hop: [`tunnel`] (Noise IK handshake, encrypted datagrams with replay protection,
-//! sessions for many terminals on one socket) and [`keys`] (static key pairs and key files).
-//! Both are sans-IO: no sockets, threads or clock; the driver passes datagrams and `now` in.
+//! `pep`: the split-connection gateway of satstp, by role and layer:
+//!
+//! - [`hop`]: the satellite hop (the handle API, the STP and split-TCP transports, shaping);
+//! - [`tunnel`], [`keys`]: the hop's security (Noise IK, sans-IO);
+//! - [`stream_header`]: the bytes that open every stream (destination, client, verdict);
+//! - [`terminal`]: accepting clients (SOCKS5, HTTP CONNECT, TPROXY) and opening streams;
+//! - [`gateway`]: serving streams (policy, connect);
+//! - [`splice`]: one TCP connection and one stream relayed both ways;
+//! - [`sockopt`]: every socket option the gateway sets;
+//! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
+//! - [`config`], [`sizing`], [`ops`], [`metrics`], [`http_endpoint`], [`capture`], [`fdlimit`]:
+//!   configuration, sizing from the allocation, limits, metrics and their endpoint, capture.
 
 pub mod capture;
 pub mod config;
+#[cfg(feature = "runtime")]
 pub mod fdlimit;
+pub mod gateway;
 pub mod hop;
+#[cfg(feature = "runtime")]
 pub mod http_connect;
+#[cfg(feature = "runtime")]
 pub mod http_endpoint;
 pub mod keys;
 pub mod metrics;
+#[cfg(feature = "runtime")]
 pub mod ops;
-pub mod policy;
-pub mod relay;
 pub mod sizing;
+#[cfg(feature = "runtime")]
+pub mod sockopt;
+#[cfg(feature = "runtime")]
 pub mod socks;
-pub mod tcp_hop;
-pub mod tproxy;
+#[cfg(feature = "runtime")]
+pub mod splice;
+#[cfg(feature = "runtime")]
+pub mod stack;
+#[cfg(feature = "runtime")]
+pub mod stream_header;
+#[cfg(feature = "runtime")]
+pub mod terminal;
 pub mod tunnel;
-mod udp_batch;
 
+#[cfg(feature = "runtime")]
 pub use socks::Target;
+#[cfg(feature = "runtime")]
+pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};

@@ -14,8 +14,12 @@
 //!   seeds' 2–3 × BDP: one BDP in flight, one more to keep the pipe full through a loss
 //!   recovery, and some slack for the rate mismatch with the terrestrial side).
 
-use crate::hop::IPV4_UDP_OVERHEAD;
 use crate::tunnel::wire::DATA_OVERHEAD;
+
+/// IPv4 + UDP header bytes, charged to the send allocation per datagram.
+pub const IPV4_UDP_OVERHEAD: usize = 28;
+/// IPv6 + UDP header bytes.
+pub const IPV6_UDP_OVERHEAD: usize = 48;
 
 /// Share of the configured send rate the hop's shaper uses.
 pub const SHAPER_SHARE: f64 = 0.99;

@@ -15,7 +15,7 @@ use tokio::net::UdpSocket;
 async fn read_all(s: &mut HopStream) -> Result<Vec<u8>, String> {
     match read_hop_stream(s).await {
         (got, Some(StreamEvent::Finished)) => Ok(got),
-        (_, Some(StreamEvent::Failed(e))) => Err(e),
+        (_, Some(StreamEvent::Failed(e))) => Err(e.to_string()),
         (_, Some(StreamEvent::Data(_))) => unreachable!("data is read, not returned"),
         (_, None) => Err("hop gone".into()),
     }

@@ -5,22 +5,20 @@
 mod common;
 
 use common::{
-    download_or_upload, gateway_hop, hop_config, pattern, policy, socks_connect_to, spawn_origin,
-    terminal_hop,
+    download_or_upload, gateway_stack, hop_config, loopback_stp, pattern, policy, socks_connect_to,
+    spawn_origin,
 };
 
 use pep::config::TcpOptions;
-use pep::hop::Hop;
 use pep::keys::generate_keypair;
-use pep::metrics::{Metrics, Side};
 use pep::ops::{Ops, OpsConfig};
-use pep::relay::ConnectOptions;
 use pep::socks::SocksAuth;
+use pep::stack::{SocksListener, TerminalHop, TerminalOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 
 /// Origin: "D n\n" → n pattern bytes, then close; "E\n" → echoes until EOF.
 async fn origin() -> SocketAddr {
@@ -60,6 +58,7 @@ struct Setup {
     gw_metrics: SocketAddr,
     term_ops: Arc<Ops>,
     gw_ops: Arc<Ops>,
+    _stacks: (pep::Terminal, pep::Gateway),
 }
 
 struct Options {
@@ -82,61 +81,43 @@ impl Default for Options {
     }
 }
 
-async fn metrics_endpoint(metrics: Arc<Metrics>, hop: Arc<Hop>) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(pep::http_endpoint::serve(
-        l,
-        metrics,
-        Some(hop),
-        std::future::pending::<()>(),
-    ));
-    addr
-}
-
 async fn setup(o: Options) -> Setup {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
-    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let mut gw = gateway_hop(gsock, gk, [tp], 3, hop_config(2, 1 << 20));
-    let gw_addr = gw.local_addr();
-    let gw_ops = Ops::new(o.gw, Arc::new(Metrics::new(Side::Gateway)));
-    let incoming = pep::relay::take_incoming(&mut gw);
-    let gw = Arc::new(gw);
-    tokio::spawn(pep::relay::serve_gateway(
-        incoming,
+    let gw = gateway_stack(
+        gk,
+        vec![tp],
+        hop_config(2, 1 << 20),
         policy(o.allow, o.deny),
-        ConnectOptions::new(Duration::from_secs(5)),
-        Arc::new(o.tcp),
-        Arc::clone(&gw_ops),
-    ));
-    let gw_metrics = metrics_endpoint(Arc::clone(gw_ops.metrics()), gw).await;
-
-    let term = Arc::new(terminal_hop(tk, gp, gw_addr, hop_config(1, 1 << 20)).await);
-    let term_ops = Ops::new(o.term, Arc::new(Metrics::new(Side::Terminal)));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks_with(
-        l,
-        Arc::clone(&term),
-        Arc::new(SocksAuth::None),
-        Arc::clone(&term_ops),
-    ));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_http_connect_with(
-        l,
-        Arc::clone(&term),
-        Arc::clone(&term_ops),
-    ));
-    let term_metrics = metrics_endpoint(Arc::clone(term_ops.metrics()), term).await;
+        o.gw,
+        o.tcp,
+    )
+    .await;
+    let mut t = TerminalOptions::new(
+        tk,
+        gw.hop_addr(),
+        gp,
+        TerminalHop::Stp(Box::new(loopback_stp(&hop_config(1, 1 << 20)))),
+        1 << 20,
+    );
+    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    t.socks = Some(SocksListener {
+        listen: local,
+        auth: SocksAuth::None,
+        fast_open: false,
+    });
+    t.http_connect = Some(local);
+    t.metrics_listen = Some(local);
+    t.ops = o.term;
+    let term = pep::Terminal::start(t).await.unwrap();
     Setup {
-        socks,
-        http,
-        term_metrics,
-        gw_metrics,
-        term_ops,
-        gw_ops,
+        socks: term.socks_addr().unwrap(),
+        http: term.http_connect_addr().unwrap(),
+        term_metrics: term.metrics_addr().unwrap(),
+        gw_metrics: gw.metrics_addr().unwrap(),
+        term_ops: Arc::clone(term.ops()),
+        gw_ops: Arc::clone(gw.ops()),
+        _stacks: (term, gw),
     }
 }
 
@@ -511,7 +492,7 @@ async fn host_name_rules_are_enforced_at_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbound_tcp_options_are_applied() {
-    assert!(pep::relay::check_tcp_options(&TcpOptions {
+    assert!(pep::sockopt::check_tcp_options(&TcpOptions {
         congestion: Some("nosuchcc".into()),
         ..TcpOptions::default()
     })

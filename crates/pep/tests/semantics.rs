@@ -15,7 +15,6 @@ use common::{
 use linkem::Profile;
 use pep::hop::{Hop, HopStatus, StreamEvent};
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::socks::SocksAuth;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,18 +41,21 @@ struct Terminal {
 
 /// A terminal hop towards `gateway` with SOCKS5 and HTTP CONNECT listeners.
 async fn start_terminal(key: PrivateKey, gateway_key: PublicKey, gateway: SocketAddr) -> Terminal {
-    let hop = Arc::new(terminal_hop(key, gateway_key, gateway, hop_config(1, 1 << 20)).await);
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(
-        l,
-        Arc::clone(&hop),
-        Arc::new(SocksAuth::None),
-    ));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_http_connect(l, Arc::clone(&hop)));
-    Terminal { hop, socks, http }
+    let t = common::terminal_stack(
+        key,
+        gateway_key,
+        gateway,
+        hop_config(1, 1 << 20),
+        false,
+        true,
+        pep::ops::OpsConfig::unlimited(),
+    )
+    .await;
+    Terminal {
+        hop: Arc::clone(t.hop()),
+        socks: t.socks_addr().unwrap(),
+        http: t.http_connect_addr().unwrap(),
+    }
 }
 
 struct Setup {

@@ -8,10 +8,12 @@ use common::{
     download_or_upload, fnv, loopback_policy, pattern, read_hop_stream, relay_incoming,
     socks_connect as socks_request, spawn_origin,
 };
+use pep::config::TcpOptions;
+use pep::hop::tcp::{start_gateway, start_terminal, TcpHopConfig};
+use pep::hop::AbortCode;
 use pep::hop::Hop;
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
 use pep::socks::SocksAuth;
-use pep::tcp_hop::{start_gateway, start_terminal, TcpHopConfig, TcpTuning};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -82,7 +84,7 @@ async fn origin() -> Origin {
 fn hop_config() -> TcpHopConfig {
     TcpHopConfig {
         relay_buffer_bytes: 1 << 20,
-        tuning: TcpTuning::default(),
+        tuning: TcpOptions::default(),
         handshake_timeout: Duration::from_secs(10),
     }
 }
@@ -104,15 +106,24 @@ async fn terminal(
     gateway_key: PublicKey,
     gateway: SocketAddr,
 ) -> (SocketAddr, Arc<Hop>) {
-    let hop = Arc::new(start_terminal(key, gateway_key, gateway, hop_config()).unwrap());
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks(
-        l,
-        Arc::clone(&hop),
-        Arc::new(SocksAuth::None),
-    ));
-    (socks, hop)
+    let c = hop_config();
+    let mut o = pep::TerminalOptions::new(
+        key,
+        gateway,
+        gateway_key,
+        pep::stack::TerminalHop::Tcp {
+            tuning: c.tuning,
+            handshake_timeout: c.handshake_timeout,
+        },
+        c.relay_buffer_bytes,
+    );
+    o.socks = Some(pep::stack::SocksListener {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        auth: SocksAuth::None,
+        fast_open: false,
+    });
+    let t = pep::Terminal::start(o).await.unwrap();
+    (t.socks_addr().unwrap(), Arc::clone(t.hop()))
 }
 
 /// SOCKS5 CONNECT to `dest`, the reply within [`T`]; returns the stream and the reply code.
@@ -461,10 +472,12 @@ async fn stream_events_and_backpressure() {
     // A reset.
     let mut t = term.open(b"x".to_vec()).await.unwrap();
     let g = gw.incoming.recv().await.unwrap();
-    g.abort(7).await;
+    g.abort(AbortCode::DrainTimeout).await;
     let (_, end) = read_all(&mut t).await;
     match end {
-        Some(StreamEvent::Failed(e)) => assert!(e.contains("code 7"), "{e}"),
+        Some(StreamEvent::Failed(e)) => {
+            assert_eq!(e.abort_code(), Some(AbortCode::DrainTimeout), "{e}")
+        }
         other => panic!("expected a failure, got {other:?}"),
     }
 
@@ -517,7 +530,7 @@ fn hop_transport_configuration() {
     // Default: STP; system congestion control, kernel-tuned buffers.
     let t = terminal("").unwrap();
     assert_eq!(t.hop_transport, HopTransport::Stp);
-    assert_eq!(t.hop_tcp_tuning(), TcpTuning::default());
+    assert_eq!(t.hop_tcp_tuning(), TcpOptions::default());
     // With the allocation known, buffers are 2 × the BDP of their direction.
     let t = terminal(
         "hop_transport = \"tcp\"\nup_rate_bps = 5000000\ndown_rate_bps = 50000000\nrtt_ms = 600\n\
@@ -556,15 +569,16 @@ async fn congestion_control_missing_from_the_kernel_is_named() {
     let (tk, _) = generate_keypair().unwrap();
     let (_, gp) = generate_keypair().unwrap();
     let config = TcpHopConfig {
-        tuning: TcpTuning {
+        tuning: TcpOptions {
             congestion: Some("nosuchcc".into()),
-            ..TcpTuning::default()
+            ..TcpOptions::default()
         },
         ..hop_config()
     };
     let e = start_terminal(tk, gp, "127.0.0.1:9".parse().unwrap(), config)
         .err()
-        .expect("a missing congestion control was accepted");
+        .expect("a missing congestion control was accepted")
+        .to_string();
     assert!(
         e.starts_with("congestion:") && e.contains("nosuchcc"),
         "{e}"

@@ -10,7 +10,7 @@
 //!
 //! The client's default route points at the terminal, which has no route to the server's
 //! network and does not forward: the only way a client's connection to the server's real
-//! address can succeed is the terminal's TPROXY rule handing it to `pep::tproxy::serve_tproxy`,
+//! address can succeed is the terminal's TPROXY rule handing it to `pep::terminal::tproxy::serve_tproxy`,
 //! which carries it over the encrypted STP hop to the gateway, which connects to the server.
 //! The terminal namespace loads `deploy/nftables-tproxy.nft` as shipped (only `LAN_IF` is
 //! replaced, by the veth's name) and runs the routing commands written in its comments; the
@@ -30,12 +30,9 @@
 mod common;
 
 use common::{download_or_upload, fnv, hop_config, pattern, spawn_origin};
-use pep::hop::{Hop, Security};
+use pep::gateway::connect::ConnectOptions;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -339,7 +336,7 @@ async fn server(seen: Arc<Mutex<Vec<SocketAddr>>>) -> Result<(), String> {
         .map_err(|e| format!("server bind: {e}"))?;
     let on_accept = move |peer| {
         if let Ok(mut v) = seen.lock() {
-            v.push(pep::relay::canonical_addr(peer));
+            v.push(pep::stream_header::canonical_addr(peer));
         }
     };
     spawn_origin(l, on_accept, download_or_upload);
@@ -383,20 +380,6 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
     let (tk, tp) = generate_keypair().map_err(|e| e.to_string())?;
     let (gk, gp) = generate_keypair().map_err(|e| e.to_string())?;
     let (gw_piece, gw_addr) = spawn_in(&topo.gateway, move || async move {
-        let sock = tokio::net::UdpSocket::bind("10.77.0.2:0")
-            .await
-            .map_err(|e| format!("gateway hop bind: {e}"))?;
-        let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-        let responder =
-            Responder::new(gk, [tp], ResponderConfig::default(), rng).map_err(|e| e.to_string())?;
-        let hop = Hop::start(
-            sock,
-            Security::Gateway {
-                responder: Box::new(responder),
-            },
-            hop_config(2, 1 << 20),
-        )?;
-        let addr = hop.local_addr();
         let policy = Policy::new(PolicyConfig {
             allow: vec!["203.0.113.0/24".into(), "2001:db8:5::/64".into()],
             deny: vec![],
@@ -404,33 +387,46 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
             own_addresses: vec![],
         })
         .map_err(|e| e.to_string())?;
-        let options = ConnectOptions {
+        let c = hop_config(2, 1 << 20);
+        let mut o = pep::GatewayOptions::new(
+            gk,
+            vec![tp],
+            "10.77.0.2:0".parse().unwrap(),
+            pep::stack::StpHop::new(c.endpoint, c.seed),
+            c.relay_buffer_bytes,
+            Arc::new(policy),
+            Duration::from_secs(5),
+        );
+        o.responder_seed = 3;
+        o.connect = ConnectOptions {
             connect_timeout: Duration::from_secs(5),
             source_transparent,
         };
-        tokio::spawn(pep::relay::serve_with(hop, Arc::new(policy), options));
+        let gw = pep::Gateway::start(o).await.map_err(|e| e.to_string())?;
+        let addr = gw.hop_addr();
+        // The gateway lives as long as this namespace's runtime.
+        tokio::spawn(async move {
+            let _gw = gw;
+            std::future::pending::<()>().await
+        });
         Ok(addr)
     })?;
     pieces.push(gw_piece);
 
     let (term_piece, ()) = spawn_in(&topo.terminal, move || async move {
-        let sock = tokio::net::UdpSocket::bind("10.77.0.1:0")
-            .await
-            .map_err(|e| format!("terminal hop bind: {e}"))?;
-        let hop = Hop::start(
-            sock,
-            Security::Terminal {
-                local: tk,
-                gateway_key: gp,
-                gateway: gw_addr,
-            },
-            hop_config(1, 1 << 20),
-        )?;
+        let c = hop_config(1, 1 << 20);
+        let mut stp = pep::stack::StpHop::new(c.endpoint, c.seed);
+        stp.bind = Some("10.77.0.1:0".parse().unwrap());
+        let mut o = pep::TerminalOptions::new(
+            tk,
+            gw_addr,
+            gp,
+            pep::stack::TerminalHop::Stp(Box::new(stp)),
+            c.relay_buffer_bytes,
+        );
         // One dual-stack listener for both families, as deploy/README.md suggests.
-        let listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
-        let l = pep::tproxy::bind_transparent(listen).map_err(|e| e.to_string())?;
-        let l = tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?;
-        tokio::spawn(pep::tproxy::serve_tproxy(l, Arc::new(hop)));
+        o.tproxy = Some(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+        pep::Terminal::start(o).await.map_err(|e| e.to_string())?;
         Ok(())
     })?;
     pieces.push(term_piece);

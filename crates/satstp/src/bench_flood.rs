@@ -21,14 +21,16 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use netsim::units::{parse_bytes, parse_duration_ns};
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::{generate_keypair, PublicKey};
-use pep::metrics::{Metrics, RefusalReason, Side};
-use pep::ops::{Ops, OpsConfig};
-use pep::policy::{Policy, PolicyConfig};
-use pep::sizing::{hop_stp_defaults, HopLink};
+use pep::metrics::RefusalReason;
+use pep::ops::OpsConfig;
+use pep::sizing::HopLink;
 use pep::socks::SocksAuth;
-use pep::tunnel::{Initiator, Responder, ResponderConfig};
+use pep::stack::{SocksListener, StpHop, TerminalHop};
+use pep::tunnel::Initiator;
+use pep::{GatewayOptions, TerminalOptions};
 use rand_core::{RngCore, SeedableRng};
 use serde_json::json;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
@@ -36,7 +38,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stp::EndpointConfig;
 use tokio::net::UdpSocket;
 
 use crate::bench_gateway::{download, rss_kib, Origin};
@@ -294,15 +295,12 @@ async fn tap(to: SocketAddr, captured: Arc<Mutex<Vec<Vec<u8>>>>) -> Result<Socke
 
 /// One hop sized for the `geo` profile from one side's view, as the daemons size it.
 fn hop_config(link: HopLink, seed: u64) -> HopConfig {
-    let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
+    let stp = StpHop::sized(link, false, seed);
     HopConfig {
-        endpoint: EndpointConfig {
-            connection: link.stp_config(hop_stp_defaults(false)),
-            ..EndpointConfig::default()
-        },
-        relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX),
+        endpoint: stp.endpoint,
+        relay_buffer_bytes: link.relay_buffer_bytes(),
         seed,
-        send_rate_bps: Some(link.shaper_rate_bps()),
+        send_rate_bps: stp.send_rate_bps,
     }
 }
 
@@ -346,27 +344,6 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     };
 
     // Gateway: both terminals allowed, each limited to `attacker_limit` connections.
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(gk, [tp, ap], ResponderConfig::default(), rng)
-        .map_err(|e| anyhow!("creating the gateway's responder: {e}"))?;
-    let gsock = UdpSocket::bind("127.0.0.1:0").await?;
-    let mut gw = Hop::start(
-        gsock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_config(gw_link, 2),
-    )
-    .map_err(|e| anyhow!("starting the gateway hop: {e}"))?;
-    let gw_addr = gw.local_addr();
-    let gw_monitor = gw.monitor();
-    let ops = Ops::new(
-        OpsConfig {
-            max_connections_per_terminal: args.attacker_limit,
-            ..OpsConfig::unlimited()
-        },
-        Arc::new(Metrics::new(Side::Gateway)),
-    );
     let policy = Policy::new(PolicyConfig {
         allow: vec!["127.0.0.0/8".into()],
         deny: vec![],
@@ -374,13 +351,26 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         own_addresses: vec![],
     })
     .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
-    tokio::spawn(pep::relay::serve_gateway(
-        pep::relay::take_incoming(&mut gw),
+    let mut g = GatewayOptions::new(
+        gk,
+        vec![tp, ap],
+        "127.0.0.1:0".parse()?,
+        StpHop::sized(gw_link, false, 2),
+        gw_link.relay_buffer_bytes(),
         Arc::new(policy),
-        pep::relay::ConnectOptions::new(Duration::from_secs(5)),
-        Arc::new(pep::config::TcpOptions::default()),
-        Arc::clone(&ops),
-    ));
+        Duration::from_secs(5),
+    );
+    g.responder_seed = 3;
+    g.ops = OpsConfig {
+        max_connections_per_terminal: args.attacker_limit,
+        ..OpsConfig::unlimited()
+    };
+    let gateway = pep::Gateway::start(g)
+        .await
+        .map_err(|e| anyhow!("starting the gateway: {e}"))?;
+    let gw_addr = gateway.hop_addr();
+    let gw_monitor = gateway.monitor().context("the gateway's hop")?;
+    let ops = Arc::clone(gateway.ops());
 
     // The satellite link, the tap and the legitimate terminal.
     let (up_link, down_link) = Profile::Geo.links();
@@ -395,25 +385,26 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     .map_err(|e| anyhow!("starting the link emulator: {e}"))?;
     let captured = Arc::new(Mutex::new(Vec::new()));
     let tap_addr = tap(emu.local_addr(), Arc::clone(&captured)).await?;
-    let term = Hop::start(
-        UdpSocket::bind("127.0.0.1:0").await?,
-        Security::Terminal {
-            local: tk,
-            gateway_key: gp,
-            gateway: tap_addr,
-        },
-        hop_config(term_link, 1),
-    )
-    .map_err(|e| anyhow!("starting the terminal hop: {e}"))?;
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let socks = l.local_addr()?;
-    tokio::spawn(pep::relay::serve_socks_opts(
-        l,
-        Arc::new(term),
-        Arc::new(SocksAuth::None),
-        Ops::unlimited(Side::Terminal),
-        true,
-    ));
+    let mut stp = StpHop::sized(term_link, false, 1);
+    stp.bind = Some("127.0.0.1:0".parse()?);
+    let mut t = TerminalOptions::new(
+        tk,
+        tap_addr,
+        gp,
+        TerminalHop::Stp(Box::new(stp)),
+        term_link.relay_buffer_bytes(),
+    );
+    t.socks = Some(SocksListener {
+        listen: "127.0.0.1:0".parse()?,
+        auth: SocksAuth::None,
+        fast_open: true,
+    });
+    let terminal = pep::Terminal::start(t)
+        .await
+        .map_err(|e| anyhow!("starting the terminal: {e}"))?;
+    let socks = terminal
+        .socks_addr()
+        .context("the terminal's SOCKS5 listener")?;
 
     download(socks, origin.addr, 1000)
         .await
@@ -563,7 +554,7 @@ async fn attack_opens(
     while !stop.load(Ordering::Relaxed) {
         while set.len() < ATTACKER_OPENS_IN_FLIGHT {
             let (hop, target) = (Arc::clone(&hop), target.clone());
-            set.spawn(async move { pep::relay::open(&hop, &target, &[], None).await });
+            set.spawn(async move { pep::terminal::open(&hop, &target, &[], None).await });
             opens.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(Ok(Ok((stream, _)))) = set.join_next().await {

@@ -10,19 +10,19 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use netsim::units::parse_bytes;
-use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
+use pep::gateway::policy::{Policy, PolicyConfig};
+use pep::hop::{HopMonitor, HopStatus};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
 use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
+use pep::stack::{SocksListener, StpHop, TerminalHop};
+use pep::{GatewayOptions, TerminalOptions};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stp::{Config, EndpointConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 
 /// Whole benchmark must finish within this.
 const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -195,7 +195,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
 
 async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     let origin = Origin::start().await?;
-    let (socks, gw_hop) = setup(args.idle + args.parallel + 64).await?;
+    let (socks, gw_hop, _gateway) = setup(args.idle + args.parallel + 64).await?;
 
     // Idle connections first, before bulk transfers leave freed memory in the heap: established
     // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
@@ -282,14 +282,11 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     })
 }
 
-/// Starts the gateway (hop and relay) and the terminal (hop and SOCKS listener); returns the
-/// SOCKS address and a monitor of the gateway's hop.
-async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
+/// Starts the gateway and the terminal (SOCKS5) on loopback; returns the SOCKS address, a
+/// monitor of the gateway's hop and the gateway (which lives as long as it is kept).
+async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor, pep::Gateway)> {
     let (tk, tp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
     let (gk, gp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
-    let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(3));
-    let responder = Responder::new(gk, [tp], ResponderConfig::default(), rng)
-        .map_err(|e| anyhow!("creating the gateway's responder: {e}"))?;
     let endpoint = EndpointConfig {
         max_connections,
         max_accept_queue: max_connections,
@@ -301,25 +298,6 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
         },
         ..EndpointConfig::default()
     };
-    let hop_cfg = |seed| HopConfig {
-        endpoint: endpoint.clone(),
-        relay_buffer_bytes: RELAY_BUFFER,
-        seed,
-        send_rate_bps: None,
-    };
-    let gsock = UdpSocket::bind("127.0.0.1:0")
-        .await
-        .context("binding the gateway's UDP socket")?;
-    let gw = Hop::start(
-        gsock,
-        Security::Gateway {
-            responder: Box::new(responder),
-        },
-        hop_cfg(2),
-    )
-    .map_err(|e| anyhow!("starting the gateway hop: {e}"))?;
-    let gw_addr = gw.local_addr();
-    let gw_monitor = gw.monitor();
     let policy = Policy::new(PolicyConfig {
         allow: vec!["127.0.0.0/8".into()],
         deny: vec![],
@@ -327,34 +305,42 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
         own_addresses: vec![],
     })
     .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
-    tokio::spawn(pep::relay::serve(
-        gw,
+    let loopback: SocketAddr = "127.0.0.1:0".parse()?;
+    let mut g = GatewayOptions::new(
+        gk,
+        vec![tp],
+        loopback,
+        StpHop::new(endpoint.clone(), 2),
+        RELAY_BUFFER,
         Arc::new(policy),
         Duration::from_secs(5),
-    ));
-    let tsock = UdpSocket::bind("127.0.0.1:0")
+    );
+    g.responder_seed = 3;
+    let gw = pep::Gateway::start(g)
         .await
-        .context("binding the terminal's UDP socket")?;
-    let term = Hop::start(
-        tsock,
-        Security::Terminal {
-            local: tk,
-            gateway_key: gp,
-            gateway: gw_addr,
-        },
-        hop_cfg(1),
-    )
-    .map_err(|e| anyhow!("starting the terminal hop: {e}"))?;
-    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| anyhow!("starting the gateway: {e}"))?;
+    let gw_monitor = gw.monitor().context("the gateway's hop")?;
+    let mut stp = StpHop::new(endpoint, 1);
+    stp.bind = Some(loopback);
+    let mut t = TerminalOptions::new(
+        tk,
+        gw.hop_addr(),
+        gp,
+        TerminalHop::Stp(Box::new(stp)),
+        RELAY_BUFFER,
+    );
+    t.socks = Some(SocksListener {
+        listen: loopback,
+        auth: SocksAuth::None,
+        fast_open: false,
+    });
+    let term = pep::Terminal::start(t)
         .await
-        .context("binding the SOCKS listener")?;
-    let socks = l.local_addr()?;
-    tokio::spawn(pep::relay::serve_socks(
-        l,
-        Arc::new(term),
-        Arc::new(SocksAuth::None),
-    ));
-    Ok((socks, gw_monitor))
+        .map_err(|e| anyhow!("starting the terminal: {e}"))?;
+    let socks = term
+        .socks_addr()
+        .context("the terminal's SOCKS5 listener")?;
+    Ok((socks, gw_monitor, gw))
 }
 
 /// Origin server: per connection, reads "D <n>\n" and sends n bytes, then closes. Connections

@@ -1102,7 +1102,7 @@ fn serve(
     requests: &mut u64,
 ) -> Result<()> {
     if let Some(cc) = cc {
-        set_congestion(&s, cc)?;
+        pep::sockopt::set_congestion(&s, cc)?;
     }
     let mut c = Conn::new(s, Arc::new(AtomicBool::new(false)))?;
     let far = Instant::now() + Duration::from_secs(24 * 3600);
@@ -1181,45 +1181,6 @@ fn serve(
 
 // ---------------------------------------------------------------------------------------------
 // Sockets
-
-/// Sets a socket's congestion control (`TCP_CONGESTION`) and checks it took.
-fn set_congestion(s: &TcpStream, cc: &str) -> Result<()> {
-    let fd = s.as_raw_fd();
-    // SAFETY: setsockopt reads `cc.len()` bytes from `cc`.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            cc.as_ptr().cast(),
-            cc.len() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "cannot set TCP_CONGESTION {cc}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    let mut buf = [0u8; 16];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `buf`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    let got = &buf[..(len as usize).min(buf.len())];
-    let got = String::from_utf8_lossy(got);
-    if rc != 0 || got.trim_end_matches('\0') != cc {
-        bail!("TCP_CONGESTION reads {got:?} after setting {cc}");
-    }
-    Ok(())
-}
 
 /// A blocking connection with a read buffer; every call gives up at a deadline or when the
 /// bench is stopped.
@@ -1455,7 +1416,7 @@ impl Client {
         })?
         .with_context(|| format!("cannot connect to {target}"))?;
         if let Route::Direct(cc) = self.route {
-            set_congestion(&s, cc)?;
+            pep::sockopt::set_congestion(&s, cc)?;
         }
         let mut c = Conn::new(s, self.stop.clone())?;
         if let Route::Socks(_) = self.route {

@@ -5,19 +5,18 @@
 //! `tracing` (`--log-level`, or `RUST_LOG`); `/metrics` and `/status` are served on
 //! `metrics_listen` when it is set.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use pep::config::Limits;
+use pep::config::TcpOptions;
 use pep::config::{load_gateway, load_terminal};
-use pep::hop::{Hop, HopConfig, Security};
+use pep::gateway::connect::ConnectOptions;
 use pep::keys::load_private_key;
-use pep::metrics::{Metrics, Side};
 use pep::ops::{Ops, OpsConfig};
 use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
-use rand_core::SeedableRng;
+use pep::stack::{GatewayHops, SocksListener, StpHop, TerminalHop};
+use pep::{Gateway, GatewayOptions, Terminal, TerminalOptions};
 use std::io::Read;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,32 +69,6 @@ fn ops_config(limits: &Limits, relay_buffer_bytes: u64, idle_s: u32, open_s: u32
     }
 }
 
-/// Serves `/metrics` and `/status` on `addr` (`field` names the setting in errors) until `ops`
-/// drains.
-async fn serve_metrics(
-    addr: SocketAddr,
-    field: &str,
-    ops: &Arc<Ops>,
-    hop: Option<Arc<Hop>>,
-) -> Result<()> {
-    let l = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("{field}: cannot listen on {addr}"))?;
-    if !addr.ip().is_loopback() {
-        tracing::warn!(
-            %addr,
-            "{field} is not a loopback address: keep it on a management network (/status shows client and destination addresses)"
-        );
-    }
-    let o = Arc::clone(ops);
-    let metrics = Arc::clone(ops.metrics());
-    tokio::spawn(async move {
-        pep::http_endpoint::serve(l, metrics, hop, async move { o.drained().await }).await;
-    });
-    tracing::info!(%addr, "serving /metrics and /status");
-    Ok(())
-}
-
 /// Waits for SIGTERM or SIGINT; returns the signal's name.
 async fn wait_for_signal() -> Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -106,57 +79,6 @@ async fn wait_for_signal() -> Result<&'static str> {
         _ = int.recv() => "SIGINT",
     })
 }
-
-/// Graceful shutdown: waits for a signal, stops accepting, and gives open connections up to
-/// `timeout` to finish — their relays to end and their last bytes and ends to cross the `hops`
-/// and be acknowledged — so a clean close in progress reaches the far side as a FIN. What is
-/// left at the timeout is reset on both sides (counted as `drain_timeout`), never closed with
-/// a FIN that would pass a cut transfer off as a complete one.
-async fn run_until_signal(
-    side: &str,
-    ops: &Arc<Ops>,
-    hops: &[Arc<Hop>],
-    timeout: Duration,
-) -> Result<()> {
-    let sig = wait_for_signal().await?;
-    let open = ops.open_connections();
-    tracing::info!(
-        signal = sig,
-        open,
-        timeout_s = timeout.as_secs(),
-        "{side}: stopping; draining open connections"
-    );
-    ops.drain();
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut clean = ops.wait_idle_until(deadline).await;
-    for hop in hops {
-        clean = clean && hop.wait_quiet(deadline).await;
-    }
-    if clean {
-        tracing::info!("{side}: every connection finished; exiting");
-    } else {
-        tracing::warn!(
-            left = ops.open_connections(),
-            "{side}: shutdown_timeout_s passed; resetting the connections left"
-        );
-        ops.cut();
-        if !ops.wait_idle(CUT_GRACE).await {
-            tracing::warn!(
-                left = ops.open_connections(),
-                "{side}: relays did not end within {CUT_GRACE:?} of the reset"
-            );
-        }
-    }
-    // Streams without a relay any more (their bytes were still crossing) are reset here; the
-    // hop's RSTs leave before the process exits.
-    for hop in hops {
-        hop.close().await;
-    }
-    Ok(())
-}
-
-/// How long relays get to reset their connections once a drain ran out of time.
-const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The settings both daemons share: the allocation, the relay buffer and the timeouts, which
 /// size their operations and which they log when they start.
@@ -186,29 +108,28 @@ macro_rules! settings {
 }
 
 impl Settings {
-    /// The side's limits, timeouts and metrics, with `limits` from its configuration.
-    fn ops(&self, limits: &Limits, side: Side) -> Arc<Ops> {
-        let config = ops_config(
+    /// The side's limits and timeouts, with `limits` from its configuration.
+    fn ops(&self, limits: &Limits) -> OpsConfig {
+        ops_config(
             limits,
             self.relay_buffer_bytes,
             self.idle_timeout_s,
             self.connect_timeout_s,
-        );
-        Ops::new(config, Arc::new(Metrics::new(side)))
+        )
     }
 }
 
-/// Logs that the daemon `side` started, with `details` (its own settings, `key=value` each),
-/// `settings` and the limits of `ops`; then runs until a signal and drains for up to
-/// `shutdown_timeout_s`.
-async fn run_started(
-    side: &str,
-    details: &str,
-    settings: &Settings,
-    ops: &Arc<Ops>,
-    hops: &[Arc<Hop>],
-) -> Result<()> {
-    // Every relayed connection holds a descriptor or two: use all the system allows.
+/// A side's start failure, named by its setting (`terminal.socks_listen: ...`) where it has one.
+fn side_error(side: &str, e: pep::stack::StackError) -> anyhow::Error {
+    use pep::stack::StackError;
+    match e {
+        StackError::NoListener | StackError::NoHop => anyhow::anyhow!("{side}: {e}"),
+        e => anyhow::anyhow!("{side}.{e}"),
+    }
+}
+
+/// Raises the open-file limit (every relayed connection holds a descriptor or two).
+fn raise_file_limit() {
     match pep::fdlimit::raise_nofile_limit() {
         Ok((before, now)) => tracing::info!(
             open_file_limit = now,
@@ -217,6 +138,16 @@ async fn run_started(
         ),
         Err(e) => tracing::warn!("cannot read or raise the open-file limit: {e}"),
     }
+}
+
+/// Logs that the daemon `side` started, with `details` (its own settings, `key=value` each),
+/// `settings` and the limits of `ops`; then waits for a signal and returns the drain's timeout.
+async fn run_started(
+    side: &str,
+    details: &str,
+    settings: &Settings,
+    ops: &Arc<Ops>,
+) -> Result<Duration> {
     let c = ops.config();
     tracing::info!(
         up_rate_bps = settings.up_rate_bps,
@@ -231,8 +162,15 @@ async fn run_started(
         shutdown_timeout_s = settings.shutdown_timeout_s,
         "satstp {side} started {details}"
     );
-    let drain = Duration::from_secs(u64::from(settings.shutdown_timeout_s));
-    run_until_signal(side, ops, hops, drain).await
+    let sig = wait_for_signal().await?;
+    let timeout = Duration::from_secs(u64::from(settings.shutdown_timeout_s));
+    tracing::info!(
+        signal = sig,
+        open = ops.open_connections(),
+        timeout_s = timeout.as_secs(),
+        "{side}: stopping; draining open connections"
+    );
+    Ok(timeout)
 }
 
 /// Most STP connections the hop's endpoint holds: the configured connection limit, with room
@@ -245,8 +183,9 @@ fn hop_connection_limit(limits: &Limits) -> u32 {
 
 /// Checks the TCP hop's socket options on this host (an error names the field, e.g.
 /// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
-fn check_hop_tcp(field: &str, tuning: &pep::tcp_hop::TcpTuning) -> Result<()> {
-    let granted = tuning.check().map_err(|e| anyhow::anyhow!("{field}.{e}"))?;
+fn check_hop_tcp(field: &str, tuning: &TcpOptions) -> Result<()> {
+    let granted =
+        pep::sockopt::check_tcp_options(tuning).map_err(|e| anyhow::anyhow!("{field}.{e}"))?;
     // Linux reports twice the usable size it granted.
     let send = (tuning.send_buffer_bytes, granted.send_buffer_bytes);
     let recv = (tuning.recv_buffer_bytes, granted.recv_buffer_bytes);
@@ -297,7 +236,6 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
     let settings = settings!(cfg);
-    let ops = settings.ops(&cfg.limits, Side::Terminal);
     let seed = os_seed()?;
     let capture = args.capture.open("terminal", !cfg.hop_transport.tcp())?;
     runtime()?.block_on(async move {
@@ -309,42 +247,26 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         let hop = if cfg.hop_transport.tcp() {
             let tuning = cfg.hop_tcp_tuning();
             check_hop_tcp("terminal.hop_tcp", &tuning)?;
-            let config = pep::tcp_hop::TcpHopConfig {
-                relay_buffer_bytes: relay,
+            TerminalHop::Tcp {
                 tuning,
                 handshake_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
-            };
-            pep::tcp_hop::start_terminal(key, gateway_key, gateway, config)
-                .map_err(anyhow::Error::msg)?
+            }
         } else {
-            let bind = if gateway.is_ipv6() {
-                "[::]:0"
-            } else {
-                "0.0.0.0:0"
-            };
-            let sock = tokio::net::UdpSocket::bind(bind)
-                .await
-                .context("cannot bind the hop's UDP socket")?;
-            Hop::start_with_capture(
-                sock,
-                crate::failover::terminal_security(&cfg, key, gateway, gateway_key).await?,
-                HopConfig {
-                    endpoint,
-                    relay_buffer_bytes: relay,
-                    seed,
-                    send_rate_bps: send_rate,
-                },
+            TerminalHop::Stp(Box::new(StpHop {
+                endpoint,
+                seed,
+                send_rate_bps: send_rate,
+                bind: None,
                 capture,
-            )
-            .map_err(anyhow::Error::msg)?
+            }))
         };
-        let hop = Arc::new(hop);
-        let mut listening = Vec::new();
-        if let Some(a) = cfg.socks_listen {
-            let l = tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("terminal.socks_listen: cannot listen on {a}"))?;
-            let auth = if cfg.socks_users.is_empty() {
+        let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
+        if !cfg.hop_transport.tcp() {
+            o.gateways = crate::failover::terminal_gateways(&cfg, gateway, gateway_key).await?;
+        }
+        o.socks = cfg.socks_listen.map(|listen| SocksListener {
+            listen,
+            auth: if cfg.socks_users.is_empty() {
                 SocksAuth::None
             } else {
                 SocksAuth::UserPass(
@@ -353,53 +275,36 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                         .map(|u| (u.user.clone(), u.password.clone()))
                         .collect(),
                 )
-            };
-            tokio::spawn(pep::relay::serve_socks_opts(
-                l,
-                Arc::clone(&hop),
-                Arc::new(auth),
-                Arc::clone(&ops),
-                cfg.socks_fast_open,
-            ));
-            listening.push(format!("SOCKS5 on {a}"));
-        }
-        if let Some(a) = cfg.http_connect_listen {
-            let l = tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("terminal.http_connect_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::relay::serve_http_connect_with(
-                l,
-                Arc::clone(&hop),
-                Arc::clone(&ops),
-            ));
-            listening.push(format!("HTTP CONNECT on {a}"));
-        }
-        if let Some(a) = cfg.tproxy_listen {
-            let l = pep::tproxy::bind_transparent(a).context("terminal.tproxy_listen")?;
-            let l = tokio::net::TcpListener::from_std(l)
-                .with_context(|| format!("terminal.tproxy_listen: cannot listen on {a}"))?;
-            tokio::spawn(pep::tproxy::serve_tproxy_with(
-                l,
-                Arc::clone(&hop),
-                Arc::clone(&ops),
-            ));
-            listening.push(format!("TPROXY on {a}"));
-        }
-        if listening.is_empty() {
-            bail!(
-                "terminal: no usable listener (socks_listen, http_connect_listen or tproxy_listen)"
-            );
-        }
-        if let Some(a) = cfg.metrics_listen {
-            serve_metrics(a, "terminal.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
+            },
+            fast_open: cfg.socks_fast_open,
+        });
+        o.http_connect = cfg.http_connect_listen;
+        o.tproxy = cfg.tproxy_listen;
+        o.ops = settings.ops(&cfg.limits);
+        o.metrics_listen = cfg.metrics_listen;
+        raise_file_limit();
+        let t = Terminal::start(o)
+            .await
+            .map_err(|e| side_error("terminal", e))?;
+        let mut listening = Vec::new();
+        for (addr, what) in [
+            (t.socks_addr(), "SOCKS5"),
+            (t.http_connect_addr(), "HTTP CONNECT"),
+            (t.tproxy_addr(), "TPROXY"),
+        ] {
+            if let Some(a) = addr {
+                listening.push(format!("{what} on {a}"));
+            }
         }
         let details = format!(
             "listeners={} gateway={gateway} hop={} hop_transport={:?}",
             listening.join(", "),
-            hop.local_addr(),
+            t.hop().local_addr(),
             cfg.hop_transport
         );
-        run_started("terminal", &details, &settings, &ops, &[hop]).await
+        let timeout = run_started("terminal", &details, &settings, t.ops()).await?;
+        t.stop(timeout).await;
+        Ok(())
     })
 }
 
@@ -419,90 +324,55 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         .policy
         .build(vec![cfg.listen.ip()])
         .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
-    pep::relay::check_tcp_options(&cfg.tcp)
+    pep::sockopt::check_tcp_options(&cfg.tcp)
         .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;
     if cfg.source_transparent {
-        pep::tproxy::check_transparent_allowed().context("gateway.source_transparent")?;
+        pep::sockopt::check_transparent_allowed().context("gateway.source_transparent")?;
     }
     let settings = settings!(cfg);
-    let ops = settings.ops(&cfg.limits, Side::Gateway);
     let seed = os_seed()?;
     let capture = args.capture.open("gateway", cfg.hop_transport.stp())?;
-    let tcp_hop_keys = (key.clone(), allowed.clone());
-    let responder = Responder::new(
+    let hop_tcp = if cfg.hop_transport.tcp() {
+        let tuning = cfg.hop_tcp_tuning();
+        check_hop_tcp("gateway.hop_tcp", &tuning)?;
+        Some(tuning)
+    } else {
+        None
+    };
+    let o = GatewayOptions {
         key,
         allowed,
-        ResponderConfig::default(),
-        Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(os_seed()?)),
-    )
-    .map_err(|e| anyhow::anyhow!("gateway: {e}"))?;
-    let connect_timeout = Duration::from_secs(u64::from(cfg.connect_timeout_s));
-    runtime()?.block_on(async move {
-        // The STP hop on UDP and/or the TCP hop on the same address and port.
-        let mut hops = Vec::new();
-        if cfg.hop_transport.stp() {
-            let sock = tokio::net::UdpSocket::bind(cfg.listen)
-                .await
-                .with_context(|| format!("gateway.listen: cannot bind {}", cfg.listen))?;
-            let hop = Hop::start_with_capture(
-                sock,
-                Security::Gateway {
-                    responder: Box::new(responder),
-                },
-                HopConfig {
-                    endpoint,
-                    relay_buffer_bytes: relay,
-                    seed,
-                    send_rate_bps: send_rate,
-                },
+        responder_seed: os_seed()?,
+        listen: cfg.listen,
+        hops: GatewayHops {
+            stp: cfg.hop_transport.stp().then(|| StpHop {
+                endpoint,
+                seed,
+                send_rate_bps: send_rate,
+                bind: None,
                 capture,
-            )
-            .map_err(anyhow::Error::msg)?;
-            hops.push(hop);
-        }
-        if cfg.hop_transport.tcp() {
-            let tuning = cfg.hop_tcp_tuning();
-            check_hop_tcp("gateway.hop_tcp", &tuning)?;
-            let config = pep::tcp_hop::TcpHopConfig {
-                relay_buffer_bytes: relay,
-                tuning,
-                handshake_timeout: pep::tcp_hop::HANDSHAKE_TIMEOUT,
-            };
-            let (key, allowed) = tcp_hop_keys;
-            let hop = pep::tcp_hop::start_gateway(cfg.listen, key, allowed, config)
-                .map_err(|e| anyhow::anyhow!("gateway.listen (TCP hop): {e}"))?;
-            hops.push(hop);
-        }
-        let options = pep::relay::ConnectOptions {
-            connect_timeout,
+            }),
+            tcp: hop_tcp,
+        },
+        relay_buffer_bytes: relay,
+        policy: Arc::new(policy),
+        connect: ConnectOptions {
+            connect_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
             source_transparent: cfg.source_transparent,
-        };
-        let policy = Arc::new(policy);
-        let outbound = Arc::new(cfg.tcp.clone());
-        let mut running = Vec::new();
-        for mut hop in hops {
-            let incoming = pep::relay::take_incoming(&mut hop);
-            tokio::spawn(pep::relay::serve_gateway(
-                incoming,
-                Arc::clone(&policy),
-                options,
-                Arc::clone(&outbound),
-                Arc::clone(&ops),
-            ));
-            running.push(Arc::new(hop));
-        }
-        // `/status` shows the first hop (the STP one when both run).
-        let hop = running
-            .first()
-            .cloned()
-            .context("gateway: no hop transport")?;
-        if let Some(a) = cfg.metrics_listen {
-            serve_metrics(a, "gateway.metrics_listen", &ops, Some(Arc::clone(&hop))).await?;
-        }
+        },
+        outbound_tcp: cfg.tcp.clone(),
+        ops: settings.ops(&cfg.limits),
+        metrics_listen: cfg.metrics_listen,
+    };
+    runtime()?.block_on(async move {
+        raise_file_limit();
+        let g = Gateway::start(o)
+            .await
+            .map_err(|e| side_error("gateway", e))?;
         let details = format!(
             "listen={} hop_transport={:?} source_transparent={} policy_allow={:?} \
              policy_deny={:?} allow_private={} tcp_congestion={:?}",
-            hop.local_addr(),
+            g.hop_addr(),
             cfg.hop_transport,
             cfg.source_transparent,
             cfg.policy.allow,
@@ -510,7 +380,8 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             cfg.policy.allow_private,
             cfg.tcp.congestion.as_deref().unwrap_or("system default"),
         );
-        drop(hop);
-        run_started("gateway", &details, &settings, &ops, &running).await
+        let timeout = run_started("gateway", &details, &settings, g.ops()).await?;
+        g.stop(timeout).await;
+        Ok(())
     })
 }

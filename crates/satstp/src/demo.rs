@@ -13,19 +13,18 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use netsim::units::parse_bytes;
-use pep::hop::{Hop, HopConfig, Security};
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::keys::generate_keypair;
-use pep::policy::{Policy, PolicyConfig};
 use pep::sizing::HopLink;
 use pep::socks::SocksAuth;
-use pep::tunnel::{Responder, ResponderConfig};
+use pep::stack::{SocksListener, StpHop, TerminalHop};
+use pep::{GatewayOptions, TerminalOptions};
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stp::EndpointConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -245,7 +244,7 @@ fn header_share() -> f64 {
 struct Stack {
     socks: SocketAddr,
     emulator: linkem::EmulatorHandle,
-    gateway: pep::hop::HopMonitor,
+    gateway: pep::Gateway,
 }
 
 impl Stack {
@@ -259,18 +258,6 @@ impl Stack {
     ) -> Result<Stack> {
         let (terminal_key, terminal_pub) = generate_keypair()?;
         let (gateway_key, gateway_pub) = generate_keypair()?;
-        let hop_config = |link: HopLink, seed| {
-            let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
-            HopConfig {
-                endpoint: EndpointConfig {
-                    connection: link.stp_config(pep::sizing::hop_stp_defaults(false)),
-                    ..EndpointConfig::default()
-                },
-                relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX).max(1 << 20),
-                seed,
-                send_rate_bps: Some(link.shaper_rate_bps()),
-            }
-        };
         let gw_link = HopLink {
             send_rate_bps: down_bps,
             recv_rate_bps: up_bps,
@@ -281,21 +268,6 @@ impl Stack {
             recv_rate_bps: down_bps,
             rtt_ms,
         };
-
-        let gsock = UdpSocket::bind("127.0.0.1:0").await?;
-        let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed ^ 0x5eed));
-        let responder =
-            Responder::new(gateway_key, [terminal_pub], ResponderConfig::default(), rng)
-                .map_err(anyhow::Error::msg)?;
-        let gateway = Hop::start(
-            gsock,
-            Security::Gateway {
-                responder: Box::new(responder),
-            },
-            hop_config(gw_link, seed.wrapping_add(2)),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let gateway_addr = gateway.local_addr();
         // The origin is on loopback, which a gateway denies by default: allow it explicitly.
         let policy = Arc::new(
             Policy::new(PolicyConfig {
@@ -306,41 +278,47 @@ impl Stack {
             })
             .map_err(anyhow::Error::msg)?,
         );
+        let mut g = GatewayOptions::new(
+            gateway_key,
+            vec![terminal_pub],
+            "127.0.0.1:0".parse()?,
+            StpHop::sized(gw_link, false, seed.wrapping_add(2)),
+            gw_link.relay_buffer_bytes(),
+            policy,
+            Duration::from_secs(30),
+        );
+        g.responder_seed = seed ^ 0x5eed;
+        let gateway = pep::Gateway::start(g).await?;
         let (up, down) = profile.links();
         let emulator = UdpEmulator::start(EmulatorConfig {
             listen: "127.0.0.1:0".parse()?,
-            to: gateway_addr,
+            to: gateway.hop_addr(),
             up,
             down,
             seed,
         })
         .await?;
-        let monitor = gateway.monitor();
-        tokio::spawn(pep::relay::serve(gateway, policy, Duration::from_secs(30)));
-        let tsock = UdpSocket::bind("127.0.0.1:0").await?;
-        let terminal = Hop::start(
-            tsock,
-            Security::Terminal {
-                local: terminal_key,
-                gateway_key: gateway_pub,
-                gateway: emulator.local_addr(),
-            },
-            hop_config(term_link, seed.wrapping_add(1)),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let socks = listener.local_addr()?;
-        tokio::spawn(pep::relay::serve_socks_opts(
-            listener,
-            Arc::new(terminal),
-            Arc::new(SocksAuth::None),
-            pep::ops::Ops::unlimited(pep::metrics::Side::Terminal),
+        let mut stp = StpHop::sized(term_link, false, seed.wrapping_add(1));
+        stp.bind = Some("127.0.0.1:0".parse()?);
+        let mut t = TerminalOptions::new(
+            terminal_key,
+            emulator.local_addr(),
+            gateway_pub,
+            TerminalHop::Stp(Box::new(stp)),
+            term_link.relay_buffer_bytes(),
+        );
+        t.socks = Some(SocksListener {
+            listen: "127.0.0.1:0".parse()?,
+            auth: SocksAuth::None,
             fast_open,
-        ));
+        });
+        let terminal = pep::Terminal::start(t).await?;
         Ok(Stack {
-            socks,
+            socks: terminal
+                .socks_addr()
+                .context("the terminal's SOCKS5 listener")?,
             emulator,
-            gateway: monitor,
+            gateway,
         })
     }
 

@@ -1,28 +1,22 @@
-//! The terminal daemon's hop security: one gateway, or with `backup_gateways` the ordered list
-//! the hop fails over along (`pep::hop::Security::TerminalFailover`; docs/scaling.md).
+//! The terminal daemon's gateways: one, or with `backup_gateways` the ordered list the hop fails
+//! over along (`pep::hop::Security::TerminalFailover`; docs/scaling.md).
 
 use anyhow::{Context, Result};
 use pep::config::TerminalConfig;
-use pep::hop::Security;
-use pep::keys::{PrivateKey, PublicKey};
+use pep::keys::PublicKey;
 use std::net::SocketAddr;
 
-/// The terminal's `Security`: `gateway` (resolved) first, then each backup, resolved here.
-pub async fn terminal_security(
+/// The terminal's gateways: `gateway` (resolved) first, then each backup, resolved here.
+pub async fn terminal_gateways(
     cfg: &TerminalConfig,
-    local: PrivateKey,
     gateway: SocketAddr,
     gateway_key: PublicKey,
-) -> Result<Security> {
+) -> Result<Vec<(SocketAddr, PublicKey)>> {
     let backups = cfg.backup_gateways()?;
-    if backups.is_empty() {
-        return Ok(Security::Terminal {
-            local,
-            gateway_key,
-            gateway,
-        });
-    }
     let mut gateways = vec![(gateway, gateway_key)];
+    if backups.is_empty() {
+        return Ok(gateways);
+    }
     for (i, (address, key)) in backups.into_iter().enumerate() {
         let field = format!("terminal.backup_gateways[{i}].address");
         let addr = tokio::net::lookup_host(&address)
@@ -38,5 +32,5 @@ pub async fn terminal_security(
         gateways = ?gateways.iter().map(|g| g.0).collect::<Vec<_>>(),
         "terminal: gateways in failover order"
     );
-    Ok(Security::TerminalFailover { local, gateways })
+    Ok(gateways)
 }

@@ -3,12 +3,15 @@
 
 use linkem::{EmulatorConfig, EmulatorHandle, Profile, UdpEmulator};
 use linkmodel::LinkConfig;
+use pep::config::TcpOptions;
+use pep::gateway::connect::ConnectOptions;
+use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopStream, Security, StreamEvent};
 use pep::keys::generate_keypair;
 use pep::keys::{PrivateKey, PublicKey};
-use pep::policy::{Policy, PolicyConfig};
-use pep::relay::ConnectOptions;
+use pep::ops::OpsConfig;
 use pep::socks::SocksAuth;
+use pep::stack::{GatewayOptions, SocksListener, StpHop, TerminalHop, TerminalOptions};
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::future::Future;
@@ -308,25 +311,94 @@ pub fn gateway_hop(
 /// out after 5 s), each in its own task. Takes the hop's `incoming`; the hop stays with the
 /// caller, which can read its status.
 pub fn relay_incoming(hop: &mut Hop, policy: Arc<Policy>) {
-    let mut incoming = pep::relay::take_incoming(hop);
+    let mut incoming = pep::gateway::serve::take_incoming(hop);
     let options = ConnectOptions::new(Duration::from_secs(5));
     tokio::spawn(async move {
         while let Some(stream) = incoming.recv().await {
             let policy = Arc::clone(&policy);
             tokio::spawn(async move {
-                let _ = pep::relay::serve_stream(stream, &policy, &options).await;
+                let _ = pep::gateway::serve::serve_stream(stream, &policy, &options).await;
             });
         }
     });
 }
 
+/// The STP hop of `config`, bound to loopback, for the stack API.
+pub fn loopback_stp(config: &HopConfig) -> StpHop {
+    StpHop {
+        endpoint: config.endpoint.clone(),
+        seed: config.seed,
+        send_rate_bps: config.send_rate_bps,
+        bind: Some("127.0.0.1:0".parse().unwrap()),
+        capture: None,
+    }
+}
+
+/// A gateway on loopback over the STP hop of `config` (its responder seeded with 3) serving
+/// `terminals` under `policy`, with limits `ops`, outbound options `tcp` and `/metrics` on
+/// loopback.
+pub async fn gateway_stack(
+    key: PrivateKey,
+    terminals: Vec<PublicKey>,
+    config: HopConfig,
+    policy: Arc<Policy>,
+    ops: OpsConfig,
+    tcp: TcpOptions,
+) -> pep::Gateway {
+    let mut o = GatewayOptions::new(
+        key,
+        terminals,
+        "127.0.0.1:0".parse().unwrap(),
+        loopback_stp(&config),
+        config.relay_buffer_bytes,
+        policy,
+        Duration::from_secs(5),
+    );
+    o.responder_seed = 3;
+    o.ops = ops;
+    o.outbound_tcp = tcp;
+    o.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    pep::Gateway::start(o).await.unwrap()
+}
+
+/// A terminal on loopback towards `gateway` over the STP hop of `config`, with a SOCKS5
+/// listener (fast open or not), an HTTP CONNECT listener when `http_connect`, and limits `ops`.
+pub async fn terminal_stack(
+    key: PrivateKey,
+    gateway_key: PublicKey,
+    gateway: SocketAddr,
+    config: HopConfig,
+    fast_open: bool,
+    http_connect: bool,
+    ops: OpsConfig,
+) -> pep::Terminal {
+    let mut o = TerminalOptions::new(
+        key,
+        gateway,
+        gateway_key,
+        TerminalHop::Stp(Box::new(loopback_stp(&config))),
+        config.relay_buffer_bytes,
+    );
+    o.socks = Some(SocksListener {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        auth: SocksAuth::None,
+        fast_open,
+    });
+    if http_connect {
+        o.http_connect = Some("127.0.0.1:0".parse().unwrap());
+    }
+    o.ops = ops;
+    pep::Terminal::start(o).await.unwrap()
+}
+
 /// A terminal with a SOCKS5 listener and a gateway on loopback, optionally with an emulated link
-/// (`(up, down)`) between them; the gateway allows `allow`.
+/// (`(up, down)`) between them; the gateway allows `allow`. Both sides live as long as this.
 pub struct Setup {
     pub socks: SocketAddr,
     pub emu: Option<EmulatorHandle>,
     pub gateway: pep::hop::HopMonitor,
     pub terminal: pep::hop::HopMonitor,
+    pub stacks: (pep::Terminal, pep::Gateway),
 }
 
 pub async fn socks_pair(
@@ -348,15 +420,16 @@ pub async fn socks_pair_opts(
 ) -> Setup {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
-    let gsock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let gw = gateway_hop(gsock, gk, [tp], 3, gateway);
-    let gw_addr = gw.local_addr();
-    let gw_monitor = gw.monitor();
-    tokio::spawn(pep::relay::serve(
-        gw,
+    let gw = gateway_stack(
+        gk,
+        vec![tp],
+        gateway,
         policy(allow, vec![]),
-        Duration::from_secs(5),
-    ));
+        OpsConfig::unlimited(),
+        TcpOptions::default(),
+    )
+    .await;
+    let gw_addr = gw.hop_addr();
     let (emu, to) = match links {
         Some((up, down)) => {
             let emu = emulate(gw_addr, up, down, 4).await;
@@ -365,21 +438,21 @@ pub async fn socks_pair_opts(
         }
         None => (None, gw_addr),
     };
-    let term = terminal_hop(tk, gp, to, terminal).await;
-    let terminal = term.monitor();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let socks = l.local_addr().unwrap();
-    tokio::spawn(pep::relay::serve_socks_opts(
-        l,
-        Arc::new(term),
-        Arc::new(SocksAuth::None),
-        pep::ops::Ops::unlimited(pep::metrics::Side::Terminal),
-        fast_open,
-    ));
-    Setup {
-        socks,
-        emu,
-        gateway: gw_monitor,
+    let term = terminal_stack(
+        tk,
+        gp,
+        to,
         terminal,
+        fast_open,
+        false,
+        OpsConfig::unlimited(),
+    )
+    .await;
+    Setup {
+        socks: term.socks_addr().unwrap(),
+        emu,
+        gateway: gw.monitor().unwrap(),
+        terminal: term.monitor(),
+        stacks: (term, gw),
     }
 }

@@ -49,10 +49,12 @@
 //! decrypted frames go into the reader's bounded channel; while it is full this side stops
 //! reading the hop socket and TCP's receive window closes.
 
-use crate::hop::{
+use super::error::{HopError, StreamError, TcpHopFailure};
+use super::handle::{
     detached_stream, Command, Hop, HopStatus, HopStream, OtherTransportStatus, StreamCmd,
     StreamEnds, StreamEvent,
 };
+use crate::config::TcpOptions;
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::replay::ReplayWindow;
 use crate::tunnel::Counters;
@@ -64,7 +66,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -98,131 +99,12 @@ const WRITE_BATCH: usize = 256 << 10;
 /// Read buffer on the hop socket.
 const READ_BUFFER: usize = 128 << 10;
 
-/// Socket options of the hop's TCP connections.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TcpTuning {
-    /// `TCP_CONGESTION`, e.g. "cubic", "bbr", "reno" (`None`: the system's default).
-    pub congestion: Option<String>,
-    /// `SO_SNDBUF`, bytes (`None`: the kernel's autotuning).
-    pub send_buffer_bytes: Option<u32>,
-    /// `SO_RCVBUF`, bytes (`None`: the kernel's autotuning).
-    pub recv_buffer_bytes: Option<u32>,
-    /// `TCP_NODELAY`.
-    pub nodelay: bool,
-}
-
-impl Default for TcpTuning {
-    fn default() -> Self {
-        TcpTuning {
-            congestion: None,
-            send_buffer_bytes: None,
-            recv_buffer_bytes: None,
-            nodelay: true,
-        }
-    }
-}
-
-/// Why a tuning could not be applied; the message starts with the option's field name
-/// (`congestion`, `send_buffer_bytes`, ...), for the caller to prefix with its table.
-#[derive(Debug, Error)]
-pub enum TuningError {
-    #[error("congestion: {name:?} is not available in this kernel (available: {available})")]
-    CongestionUnavailable { name: String, available: String },
-    #[error("congestion: {name:?} is not permitted to this process (allowed without CAP_NET_ADMIN: {allowed})")]
-    CongestionNotPermitted { name: String, allowed: String },
-    #[error("{field}: {source}")]
-    Socket {
-        field: &'static str,
-        #[source]
-        source: io::Error,
-    },
-}
-
-/// Buffer sizes the kernel granted (it caps requests at `net.core.wmem_max` / `rmem_max` and
-/// reports twice the usable size).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrantedBuffers {
-    pub send_buffer_bytes: usize,
-    pub recv_buffer_bytes: usize,
-}
-
-fn proc_list(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-impl TcpTuning {
-    /// Sets the options on a socket (before `connect` or `listen`, so buffer sizes shape the
-    /// window scale).
-    pub fn apply(&self, sock: &socket2::SockRef<'_>) -> Result<(), TuningError> {
-        if let Some(name) = &self.congestion {
-            set_congestion(sock, name)?;
-        }
-        if let Some(b) = self.send_buffer_bytes {
-            sock.set_send_buffer_size(b as usize)
-                .map_err(|source| TuningError::Socket {
-                    field: "send_buffer_bytes",
-                    source,
-                })?;
-        }
-        if let Some(b) = self.recv_buffer_bytes {
-            sock.set_recv_buffer_size(b as usize)
-                .map_err(|source| TuningError::Socket {
-                    field: "recv_buffer_bytes",
-                    source,
-                })?;
-        }
-        sock.set_tcp_nodelay(self.nodelay)
-            .map_err(|source| TuningError::Socket {
-                field: "nodelay",
-                source,
-            })?;
-        Ok(())
-    }
-
-    /// Applies the options to a throwaway socket: whether this kernel and process accept them,
-    /// and what buffer sizes it grants.
-    pub fn check(&self) -> Result<GrantedBuffers, TuningError> {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|source| TuningError::Socket {
-                field: "socket",
-                source,
-            })?;
-        self.apply(&socket2::SockRef::from(&sock))?;
-        Ok(GrantedBuffers {
-            send_buffer_bytes: sock.send_buffer_size().unwrap_or(0),
-            recv_buffer_bytes: sock.recv_buffer_size().unwrap_or(0),
-        })
-    }
-}
-
-fn set_congestion(sock: &socket2::SockRef<'_>, name: &str) -> Result<(), TuningError> {
-    match sock.set_tcp_congestion(name.as_bytes()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(TuningError::CongestionUnavailable {
-            name: name.into(),
-            available: proc_list("/proc/sys/net/ipv4/tcp_available_congestion_control"),
-        }),
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            Err(TuningError::CongestionNotPermitted {
-                name: name.into(),
-                allowed: proc_list("/proc/sys/net/ipv4/tcp_allowed_congestion_control"),
-            })
-        }
-        Err(source) => Err(TuningError::Socket {
-            field: "congestion",
-            source,
-        }),
-    }
-}
-
 /// Parameters of a TCP hop.
 #[derive(Debug, Clone)]
 pub struct TcpHopConfig {
     /// Bytes a stream's writer may have handed over and not yet seen written to the hop socket.
     pub relay_buffer_bytes: u32,
-    pub tuning: TcpTuning,
+    pub tuning: TcpOptions,
     /// Terminal: how long connecting and the handshake may take.
     pub handshake_timeout: Duration,
 }
@@ -246,7 +128,7 @@ struct StreamInfo {
 struct Shared {
     local: SocketAddr,
     relay_buffer: u32,
-    tuning: TcpTuning,
+    tuning: TcpOptions,
     counters: Mutex<Counters>,
     frames_sent: AtomicU64,
     bytes_sent: AtomicU64,
@@ -380,9 +262,9 @@ pub fn start_terminal(
     gateway_key: PublicKey,
     gateway: SocketAddr,
     config: TcpHopConfig,
-) -> Result<Hop, String> {
-    config.tuning.check().map_err(|e| e.to_string())?;
-    noise_builder(&local)?;
+) -> Result<Hop, HopError> {
+    crate::sockopt::check_tcp_options(&config.tuning)?;
+    noise_builder(&local).map_err(HopError::Tunnel)?;
     let unspecified: SocketAddr = if gateway.is_ipv6() {
         ([0u16; 8], 0).into()
     } else {
@@ -466,7 +348,9 @@ async fn terminal_stream(
         Err(e) => {
             let _ = ends
                 .events
-                .send(StreamEvent::Failed(format!("tcp hop: {e}")))
+                .send(StreamEvent::Failed(StreamError::TcpHop(
+                    TcpHopFailure::Handshake(e),
+                )))
                 .await;
         }
     }
@@ -500,9 +384,7 @@ async fn terminal_handshake(
         TcpSocket::new_v6()
     }
     .map_err(|e| e.to_string())?;
-    shared
-        .tuning
-        .apply(&socket2::SockRef::from(&sock))
+    crate::sockopt::apply_tcp_options(&socket2::SockRef::from(&sock), &shared.tuning)
         .map_err(|e| e.to_string())?;
     let mut tcp = sock
         .connect(side.gateway)
@@ -547,25 +429,23 @@ pub fn start_gateway(
     local: PrivateKey,
     allowed: impl IntoIterator<Item = PublicKey>,
     config: TcpHopConfig,
-) -> Result<Hop, String> {
-    noise_builder(&local)?;
+) -> Result<Hop, HopError> {
+    noise_builder(&local).map_err(HopError::Tunnel)?;
+    let listen_err = |source| HopError::Listen {
+        addr: listen,
+        source,
+    };
     let sock = if listen.is_ipv4() {
         TcpSocket::new_v4()
     } else {
         TcpSocket::new_v6()
     }
-    .map_err(|e| e.to_string())?;
-    sock.set_reuseaddr(true).map_err(|e| e.to_string())?;
-    config
-        .tuning
-        .apply(&socket2::SockRef::from(&sock))
-        .map_err(|e| e.to_string())?;
-    sock.bind(listen)
-        .map_err(|e| format!("cannot bind {listen}: {e}"))?;
-    let listener = sock
-        .listen(1024)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    .map_err(listen_err)?;
+    sock.set_reuseaddr(true).map_err(listen_err)?;
+    crate::sockopt::apply_tcp_options(&socket2::SockRef::from(&sock), &config.tuning)?;
+    sock.bind(listen).map_err(listen_err)?;
+    let listener = sock.listen(1024).map_err(listen_err)?;
+    let local_addr = listener.local_addr().map_err(listen_err)?;
     let shared = Arc::new(Shared::new(local_addr, &config));
     let side = Arc::new(GatewaySide {
         local,
@@ -584,7 +464,7 @@ async fn gateway_control(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Command::Open { reply, .. } => {
-                let _ = reply.send(Err("only a terminal opens streams".into()));
+                let _ = reply.send(Err(HopError::NotTerminal));
             }
             Command::Status(reply) => {
                 let _ = reply.send(shared.status());
@@ -810,7 +690,7 @@ async fn read_side<R: AsyncRead + Unpin>(
     events: &mpsc::Sender<StreamEvent>,
     dead: &watch::Sender<bool>,
     bytes: &StreamBytes,
-) -> Option<String> {
+) -> Option<StreamError> {
     let mut dead_rx = dead.subscribe();
     let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
     let mut frame = Vec::with_capacity(MAX_FRAME);
@@ -822,20 +702,20 @@ async fn read_side<R: AsyncRead + Unpin>(
         };
         let n = match r {
             Ok(Some(n)) => n,
-            Ok(None) => break "the hop connection closed before the end of the stream".to_string(),
-            Err(e) => break format!("hop connection: {e}"),
+            Ok(None) => break TcpHopFailure::ClosedEarly,
+            Err(e) => break TcpHopFailure::Connection(e.to_string()),
         };
         shared.received(n + 2);
         let Some(plain_len) = n.checked_sub(TAG_LEN).filter(|&l| l >= 1) else {
             shared.count(|c| c.malformed += 1);
-            break "malformed frame on the hop".to_string();
+            break TcpHopFailure::Malformed;
         };
         let mut plain = vec![0u8; plain_len];
         match transport.read_message(nonce, &frame, &mut plain) {
             Ok(m) if m == plain_len => nonce += 1,
             _ => {
                 shared.count(|c| c.auth_failures += 1);
-                break "a frame on the hop failed authentication".to_string();
+                break TcpHopFailure::Authentication;
             }
         }
         shared.count(|c| c.data_opened += 1);
@@ -862,16 +742,19 @@ async fn read_side<R: AsyncRead + Unpin>(
                 return None;
             }
             (Some(KIND_ABORT), Some(&[a, b])) => {
-                break format!("reset by the peer (code {})", u16::from_be_bytes([a, b]));
+                dead.send_replace(true);
+                return Some(StreamError::Reset {
+                    code: u16::from_be_bytes([a, b]),
+                });
             }
             _ => {
                 shared.count(|c| c.malformed += 1);
-                break "malformed frame on the hop".to_string();
+                break TcpHopFailure::Malformed;
             }
         }
     };
     dead.send_replace(true);
-    Some(failure)
+    Some(StreamError::TcpHop(failure))
 }
 
 /// Stream writer → hop. Frames what the writer queued, a batch per socket write, and returns
@@ -964,7 +847,7 @@ async fn write_side<W: AsyncWrite + Unpin>(
                     ending = true;
                     reset = true;
                     frames += 1;
-                    let code = code.to_be_bytes();
+                    let code = code.code().to_be_bytes();
                     seal_frame(
                         transport, &mut nonce, KIND_ABORT, &code, &mut plain, &mut out,
                     )
@@ -996,26 +879,6 @@ mod tests {
     fn frame_limits_fit_noise() {
         assert_eq!(MAX_FIRST_BYTES + COUNTER_LEN + MSG1_OVERHEAD, 65535);
         assert_eq!(MAX_DATA + 1 + TAG_LEN, 65535);
-    }
-
-    #[test]
-    fn unknown_congestion_control_is_named() {
-        let t = TcpTuning {
-            congestion: Some("nosuchcc".into()),
-            ..TcpTuning::default()
-        };
-        let e = t.check().unwrap_err().to_string();
-        assert!(e.starts_with("congestion:"), "{e}");
-        assert!(e.contains("nosuchcc"), "{e}");
-        // The always-built-in controller works.
-        let t = TcpTuning {
-            congestion: Some("reno".into()),
-            send_buffer_bytes: Some(1 << 20),
-            recv_buffer_bytes: Some(1 << 20),
-            nodelay: true,
-        };
-        let g = t.check().unwrap();
-        assert!(g.send_buffer_bytes > 0 && g.recv_buffer_bytes > 0);
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! the kernel then accepts them on that socket as if this host were the destination, so the
 //! accepted socket's local address is the address the client wanted to reach. [`serve_tproxy`]
 //! carries each such connection across the hop exactly like a SOCKS5 CONNECT to that address
-//! ([`relay::open`], then [`relay::splice`]); when the gateway reports a failure (refused,
+//! ([`terminal::open`](super::open), then [`splice`](crate::splice::splice)); when the gateway reports a failure (refused,
 //! unreachable, denied by its policy) the client's connection is reset, which is what the
 //! client would have seen from the server itself.
 //!
@@ -18,10 +18,11 @@
 //! turned back into IPv4.
 
 use crate::hop::Hop;
-use crate::metrics::{RefusalReason, Side};
+use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::relay;
 use crate::socks::Target;
+use crate::stream_header::canonical_addr;
+use crate::{splice, terminal};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
@@ -51,42 +52,6 @@ pub enum TproxyError {
     Bind { addr: SocketAddr, error: io::Error },
 }
 
-/// Sets `IP_TRANSPARENT` (IPv4 socket) or `IPV6_TRANSPARENT` (IPv6 socket, also covering
-/// IPv4-mapped traffic of a dual-stack socket) on `sock`.
-pub fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let r = if ipv6 {
-            sock.set_ip_transparent_v6(true)
-        } else {
-            sock.set_ip_transparent_v4(true)
-        };
-        r.map_err(|e| {
-            let why = if e.kind() == io::ErrorKind::PermissionDenied {
-                "IP_TRANSPARENT needs CAP_NET_ADMIN"
-            } else {
-                "cannot set IP_TRANSPARENT"
-            };
-            io::Error::new(e.kind(), format!("{why}: {e}"))
-        })
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (sock, ipv6);
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "IP_TRANSPARENT exists only on Linux",
-        ))
-    }
-}
-
-/// Checks that this process may use transparent sockets (for a daemon to fail at start rather
-/// than on every connection).
-pub fn check_transparent_allowed() -> io::Result<()> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-    set_transparent(&SockRef::from(&s), false)
-}
-
 /// A non-blocking listening socket on `addr` with the transparent option set, ready for
 /// `tokio::net::TcpListener::from_std`. An unspecified IPv6 address listens on both families.
 pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, TproxyError> {
@@ -96,7 +61,7 @@ pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, Tprox
         Domain::IPV4
     };
     let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(TproxyError::Socket)?;
-    set_transparent(&SockRef::from(&s), addr.is_ipv6())
+    crate::sockopt::set_transparent(&SockRef::from(&s), addr.is_ipv6())
         .map_err(|error| TproxyError::Transparent { addr, error })?;
     let bind = |error| TproxyError::Bind { addr, error };
     if addr.is_ipv6() {
@@ -111,26 +76,16 @@ pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, Tprox
 
 /// The address the client of a transparently accepted connection wanted to reach.
 pub fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
-    tcp.local_addr().map(relay::canonical_addr)
-}
-
-/// Ends `tcp` with a reset (RST) instead of a FIN: linger time zero, then close.
-pub fn reset(tcp: TcpStream) {
-    let _ = SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
-    drop(tcp);
+    tcp.local_addr().map(canonical_addr)
 }
 
 /// Terminal: serves transparently intercepted connections on `listener` (made by
-/// [`bind_transparent`]), each relayed across `hop` to its original destination.
-pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>) {
-    serve_tproxy_with(listener, hop, Ops::unlimited(Side::Terminal)).await
-}
-
-/// As [`serve_tproxy`], admitting each connection against the limits of `ops` (a refused client
+/// [`bind_transparent`]), each relayed across `hop` to its original destination, admitting each
+/// connection against the limits of `ops` (a refused client
 /// is reset), counting into its metrics, closing idle connections, until `ops` drains.
-pub async fn serve_tproxy_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
-    let own = listener.local_addr().ok().map(relay::canonical_addr);
-    while let Some((tcp, peer, admitted)) = relay::next_client(&listener, &ops).await {
+pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+    let own = listener.local_addr().ok().map(canonical_addr);
+    while let Some((tcp, peer, admitted)) = terminal::accept::next_client(&listener, &ops).await {
         match admitted {
             Ok(conn) => {
                 let hop = Arc::clone(&hop);
@@ -138,7 +93,7 @@ pub async fn serve_tproxy_with(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Op
                     let _ = relay_one(tcp, peer, own, &hop, conn).await;
                 });
             }
-            Err(_) => reset(tcp),
+            Err(_) => crate::sockopt::reset(tcp),
         }
     }
     tracing::info!("terminal: transparent listener closed");
@@ -164,7 +119,7 @@ async fn relay_one(
         conn.refuse(RefusalReason::Protocol);
         // Someone connected to the listener's own address, not through the TPROXY rule: there
         // is no original destination to reach.
-        reset(tcp);
+        crate::sockopt::reset(tcp);
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{peer} connected to the transparent listener {dest} directly"),
@@ -181,14 +136,14 @@ async fn relay_one(
     conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
-    let opened = relay::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
+    let opened = terminal::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
     // Freed before the relay: it would otherwise stay for the connection's whole life.
     drop(early);
     match opened {
-        Ok((stream, pre)) => relay::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
+        Ok((stream, pre)) => splice::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
         Err(code) => {
-            conn.refuse(relay::refusal_for(code));
-            reset(tcp);
+            conn.refuse(terminal::refusal_for(code));
+            crate::sockopt::reset(tcp);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 format!("{peer} → {dest}: gateway answered {code:?}"),

@@ -1,0 +1,423 @@
+//! The hop's handle API: [`Hop`] (open streams, accept them, status, close) and [`HopStream`]s,
+//! byte streams with backpressure both ways, whichever transport carries them (STP in
+//! [`super::stp`], split TCP in [`super::tcp`]).
+
+pub use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
+use super::error::{AbortCode, HopError};
+use crate::keys::{PrivateKey, PublicKey};
+use crate::tunnel::Responder;
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use stp::EndpointConfig;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+
+/// Largest chunk a stream hands over at once.
+pub(crate) const CHUNK: usize = 64 * 1024;
+/// Chunks buffered from the hop towards one stream's reader.
+pub(crate) const READ_CHUNKS: usize = 16;
+/// How often [`Hop::wait_quiet`] looks again.
+const QUIET_POLL: Duration = Duration::from_millis(20);
+
+pub(crate) enum StreamCmd {
+    Data(u64, Bytes, OwnedSemaphorePermit),
+    Shutdown(u64),
+    Abort(u64, AbortCode),
+}
+
+pub(crate) enum Command {
+    Open {
+        first: Vec<u8>,
+        reply: oneshot::Sender<Result<HopStream, HopError>>,
+    },
+    Stream(StreamCmd),
+    Status(oneshot::Sender<HopStatus>),
+    /// The `Hop` handle was dropped: reset every connection and stop.
+    Close,
+}
+
+/// One connection across the hop.
+pub struct HopStream {
+    pub(super) writer: HopWriter,
+    pub(super) reader: HopReader,
+    pub(super) peer: SocketAddr,
+    pub(super) peer_key: Option<PublicKey>,
+}
+
+/// See [`Hop::monitor`].
+#[derive(Clone)]
+pub struct HopMonitor {
+    tx: mpsc::WeakSender<Command>,
+}
+
+impl HopMonitor {
+    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    pub async fn status(&self) -> Option<HopStatus> {
+        let tx = self.tx.upgrade()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Status(reply)).await.ok()?;
+        drop(tx);
+        rx.await.ok()
+    }
+}
+
+impl HopStream {
+    /// The stream's id within its hop.
+    pub fn id(&self) -> u64 {
+        self.writer.id
+    }
+
+    /// The other side's hop address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Gateway side: the public key of the terminal that opened the stream.
+    pub fn peer_key(&self) -> Option<PublicKey> {
+        self.peer_key
+    }
+
+    /// Sends bytes; waits while the relay buffer is full.
+    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
+        self.writer.write(data).await
+    }
+
+    /// Half-close: the peer sees end-of-stream after every byte written so far.
+    pub async fn shutdown(&self) {
+        self.writer.shutdown().await
+    }
+
+    /// Resets the connection.
+    pub async fn abort(&self, code: AbortCode) {
+        self.writer.abort(code).await
+    }
+
+    /// The next event from the peer (`None` once the hop is gone).
+    pub async fn recv(&mut self) -> Option<StreamEvent> {
+        self.reader.recv().await
+    }
+
+    /// Splits into a writer and a reader that can be used from different tasks.
+    pub fn split(self) -> (HopWriter, HopReader) {
+        (self.writer, self.reader)
+    }
+}
+
+/// The sending half of a [`HopStream`].
+pub struct HopWriter {
+    pub(super) id: u64,
+    pub(super) budget: Arc<Semaphore>,
+    pub(super) budget_bytes: u32,
+    pub(super) tx: mpsc::Sender<Command>,
+    /// Set by `shutdown` and `abort`; a writer dropped without either aborts its stream, so a
+    /// forgotten stream cannot keep its connection (and the peer's) alive.
+    pub(super) ended: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for HopWriter {
+    fn drop(&mut self) {
+        if self.ended.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let cmd = Command::Stream(StreamCmd::Abort(self.id, AbortCode::WriterDropped));
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.tx.try_send(cmd) {
+            // The hop is busy: deliver the abort from a task rather than lose it.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let tx = self.tx.clone();
+                rt.spawn(async move {
+                    let _ = tx.send(cmd).await;
+                });
+            }
+        }
+    }
+}
+
+impl HopWriter {
+    /// Sends bytes; waits while the relay buffer is full.
+    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
+        for piece in data.chunks(self.piece_len()) {
+            self.send_piece(Bytes::copy_from_slice(piece)).await?;
+        }
+        Ok(())
+    }
+
+    /// [`HopWriter::write`] without copying: the hop keeps slices of `data` until STP has taken
+    /// them.
+    pub async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
+        let step = self.piece_len();
+        let mut at = 0;
+        while at < data.len() {
+            let end = data.len().min(at + step);
+            self.send_piece(data.slice(at..end)).await?;
+            at = end;
+        }
+        Ok(())
+    }
+
+    fn piece_len(&self) -> usize {
+        CHUNK.min(self.budget_bytes as usize).max(1)
+    }
+
+    async fn send_piece(&self, piece: Bytes) -> Result<(), HopError> {
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(piece.len() as u32)
+            .await
+            .map_err(|_| HopError::Closed)?;
+        self.tx
+            .send(Command::Stream(StreamCmd::Data(self.id, piece, permit)))
+            .await
+            .map_err(|_| HopError::Closed)
+    }
+    /// Half-close: the peer sees end-of-stream after every byte written so far.
+    pub async fn shutdown(&self) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self
+            .tx
+            .send(Command::Stream(StreamCmd::Shutdown(self.id)))
+            .await;
+    }
+    /// Resets the connection.
+    pub async fn abort(&self, code: AbortCode) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self
+            .tx
+            .send(Command::Stream(StreamCmd::Abort(self.id, code)))
+            .await;
+    }
+}
+
+/// The receiving half of a [`HopStream`].
+pub struct HopReader {
+    pub(super) rx: mpsc::Receiver<StreamEvent>,
+    /// Wakes the hop task when this reader makes room (it may be holding data for us).
+    pub(super) room: Arc<Notify>,
+}
+
+impl HopReader {
+    /// The next event from the peer (`None` once the hop is gone).
+    pub async fn recv(&mut self) -> Option<StreamEvent> {
+        let ev = self.rx.recv().await;
+        self.room.notify_one();
+        ev
+    }
+}
+
+/// How the hop authenticates.
+pub enum Security {
+    /// Terminal: knows the gateway's key; connects to `gateway`.
+    Terminal {
+        local: PrivateKey,
+        gateway_key: PublicKey,
+        gateway: SocketAddr,
+    },
+    /// Gateway: serves the terminals of the allow-list.
+    Gateway { responder: Box<Responder> },
+    /// Terminal with several gateways (address and key), in order of preference: it uses the
+    /// first that answers; when the one in use stops answering (no answer to a new handshake
+    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
+    /// the terminal moves to the next, after the last back to the first; connections that had
+    /// sent nothing yet open at the next one. `docs/scaling.md`.
+    TerminalFailover {
+        local: PrivateKey,
+        gateways: Vec<(SocketAddr, PublicKey)>,
+    },
+}
+
+/// Parameters of a hop.
+pub struct HopConfig {
+    pub endpoint: EndpointConfig,
+    /// Bytes a stream may have handed to the hop and not yet seen accepted by STP.
+    pub relay_buffer_bytes: u32,
+    pub seed: u64,
+    /// This side's allocation on the satellite link, bit/s of link bytes (datagrams with their
+    /// IP and UDP headers); `None` sends as fast as the connections' controllers allow.
+    pub send_rate_bps: Option<u64>,
+}
+
+/// A running hop.
+pub struct Hop {
+    pub(super) tx: mpsc::Sender<Command>,
+    /// Gateway side: streams opened by terminals.
+    pub incoming: mpsc::Receiver<HopStream>,
+    pub(super) local: SocketAddr,
+}
+
+impl Drop for Hop {
+    /// Dropping the handle stops the hop: its connections are reset (their streams fail) and
+    /// its socket closes. Keep the `Hop` for as long as its streams should live.
+    fn drop(&mut self) {
+        let _ = self.tx.try_send(Command::Close);
+    }
+}
+
+impl Hop {
+    /// The hop's UDP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    pub async fn status(&self) -> Option<HopStatus> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Status(reply)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Waits until the hop carries no stream any more — every stream's bytes and end were
+    /// delivered and acknowledged, or it failed — or `deadline` passes; true if none is left.
+    /// A graceful shutdown waits for this after its relays finished, so a clean close that is
+    /// still crossing the hop arrives as one.
+    pub async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            match self.status().await {
+                None => return true,
+                Some(s) if s.streams.is_empty() => return true,
+                Some(_) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + QUIET_POLL)).await;
+        }
+    }
+
+    /// Stops the hop now and waits for its task to end: the connections left are reset (their
+    /// RSTs leave before this returns) and the socket closes.
+    pub async fn close(&self) {
+        let _ = self.tx.send(Command::Close).await;
+        self.tx.closed().await;
+    }
+
+    /// A handle that asks this hop for its status after the `Hop` itself was handed on (to
+    /// `gateway::serve::serve_gateway`, say). It does not keep the hop alive.
+    pub fn monitor(&self) -> HopMonitor {
+        HopMonitor {
+            tx: self.tx.downgrade(),
+        }
+    }
+
+    /// Terminal side: opens a stream whose first bytes (`first`) ride on the STP BGN.
+    pub async fn open(&self, first: Vec<u8>) -> Result<HopStream, HopError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Open { first, reply })
+            .await
+            .map_err(|_| HopError::Closed)?;
+        rx.await.map_err(|_| HopError::Closed)?
+    }
+}
+
+// Streams carried by other transports
+//
+// Another transport of the hop (the split-TCP hop, `crate::hop::tcp`) runs its own tasks but hands
+// out the same `HopStream`s behind the same `Hop` handle, so relays cannot tell the transports
+// apart. These are the only items it needs from this file.
+
+/// Commands queued towards one stream of another transport.
+const OTHER_STREAM_COMMANDS: usize = 64;
+
+/// The transport's ends of a stream made by [`detached_stream`].
+pub(crate) struct StreamEnds {
+    /// The writer's commands: only `Command::Stream` (`Data`, `Shutdown`, `Abort`) arrive here.
+    /// A `Data` permit returns its bytes to the writer's budget when dropped: drop it once the
+    /// bytes are on the transport's socket.
+    pub(crate) commands: mpsc::Receiver<Command>,
+    /// Events for the stream's reader (bounded: a full reader stops the transport reading).
+    pub(crate) events: mpsc::Sender<StreamEvent>,
+}
+
+/// A stream whose bytes another transport carries, with a writer budget of `budget_bytes`.
+pub(crate) fn detached_stream(
+    id: u64,
+    peer: SocketAddr,
+    peer_key: Option<PublicKey>,
+    budget_bytes: u32,
+) -> (HopStream, StreamEnds) {
+    let budget_bytes = budget_bytes.max(CHUNK as u32);
+    let (tx, commands) = mpsc::channel(OTHER_STREAM_COMMANDS);
+    let (events, rx) = mpsc::channel(READ_CHUNKS);
+    let stream = HopStream {
+        writer: HopWriter {
+            id,
+            budget: Arc::new(Semaphore::new(budget_bytes as usize)),
+            budget_bytes,
+            tx,
+            ended: Default::default(),
+        },
+        // The transport waits on `events` for room; nobody listens to this.
+        reader: HopReader {
+            rx,
+            room: Arc::new(Notify::new()),
+        },
+        peer,
+        peer_key,
+    };
+    (stream, StreamEnds { commands, events })
+}
+
+impl Hop {
+    /// A handle fronting another transport's task, which answers `Command::Open` and
+    /// `Command::Status` sent on `tx`; `incoming` carries the streams it accepts.
+    pub(crate) fn from_parts(
+        tx: mpsc::Sender<Command>,
+        incoming: mpsc::Receiver<HopStream>,
+        local: SocketAddr,
+    ) -> Hop {
+        Hop {
+            tx,
+            incoming,
+            local,
+        }
+    }
+}
+
+/// What another transport reports of itself; [`HopStatus::other_transport`] turns it into a
+/// status with empty STP parts.
+pub(crate) struct OtherTransportStatus {
+    pub(crate) local: SocketAddr,
+    pub(crate) handshakes_started: u64,
+    /// Frames (or datagrams) and their bytes on the hop, framing and encryption included.
+    pub(crate) frames_sent: u64,
+    pub(crate) bytes_sent: u64,
+    pub(crate) frames_received: u64,
+    pub(crate) bytes_received: u64,
+    pub(crate) tunnel: crate::tunnel::Counters,
+    /// Live streams: id, peer, peer key, payload bytes sent and received.
+    pub(crate) streams: Vec<(u64, SocketAddr, Option<PublicKey>, u64, u64)>,
+}
+
+impl HopStatus {
+    pub(crate) fn other_transport(o: OtherTransportStatus) -> HopStatus {
+        let streams = o
+            .streams
+            .into_iter()
+            .map(|(id, peer, peer_key, sent, received)| StreamStatus {
+                id,
+                peer,
+                peer_key,
+                stats: stp::ConnectionStats {
+                    payload_bytes_sent: sent,
+                    payload_bytes_received: received,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        HopStatus {
+            local: o.local,
+            established: true,
+            handshakes_started: o.handshakes_started,
+            datagrams_sent: o.frames_sent,
+            bytes_sent: o.bytes_sent,
+            datagrams_received: o.frames_received,
+            bytes_received: o.bytes_received,
+            shaped: 0,
+            opens_rate_limited: 0,
+            send_rate_bps: None,
+            tunnel: o.tunnel,
+            endpoint: stp::EndpointStats::default(),
+            totals: StpTotals::default(),
+            streams,
+        }
+    }
+}

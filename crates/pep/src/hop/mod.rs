@@ -1,0 +1,33 @@
+//! The satellite hop: a [`Hop`] handle hands out [`HopStream`]s (byte streams with backpressure
+//! both ways) whichever transport carries them.
+//!
+//! - [`handle`]: the handle API and the commands behind it;
+//! - [`core`]: the STP hop's logic, sans-IO (streams over one `stp::Endpoint`, the Noise tunnel);
+//! - [`stp`]: the STP hop's tokio driver, one UDP socket and one task around the core;
+//! - [`tcp`]: the split-TCP hop, one kernel TCP connection per stream;
+//! - [`shaper`], [`batch`], [`open_budget`], [`udp_batch`]: the send allocation, datagrams
+//!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
+
+#[cfg(feature = "runtime")]
+pub mod batch;
+pub mod core;
+pub mod error;
+#[cfg(feature = "runtime")]
+pub mod handle;
+pub mod open_budget;
+pub mod shaper;
+#[cfg(feature = "runtime")]
+pub mod stp;
+#[cfg(feature = "runtime")]
+pub mod tcp;
+#[cfg(feature = "runtime")]
+pub(crate) mod udp_batch;
+
+pub use core::{
+    HopStatus, StpTotals, StreamEvent, StreamStatus, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD,
+    IPV6_UDP_OVERHEAD, REHANDSHAKE_AFTER,
+};
+pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
+#[cfg(feature = "runtime")]
+pub use handle::{Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security};
+pub use open_budget::{OPENS_BURST, OPENS_PER_S};

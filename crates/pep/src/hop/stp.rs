@@ -1,0 +1,322 @@
+//! The STP hop's tokio driver: one UDP socket and one task around the sans-IO [`HopCore`]
+//! ([`super::core`], which holds the logic: streams, backpressure, shaping, handshakes, the
+//! tunnel). Relays talk to it through [`HopStream`]s:
+//!
+//! - Towards the hop, a stream's writes take permits from a per-stream byte budget (the relay
+//!   buffer) that the core drops once the bytes are in STP's send buffer; a full budget blocks
+//!   the writer, so a slow satellite link stops reads from the TCP socket instead of growing
+//!   buffers.
+//! - From the hop, received bytes go into a bounded channel; while it is full the core stops
+//!   reading that STP connection, whose receive window then closes.
+//!
+//! The driver reads datagrams in batches, turns commands from the handles into core calls,
+//! sends what the core has to send (runs of equal-sized datagrams to one destination in one
+//! system call where the kernel segments them) and sleeps until the core's next deadline.
+
+use super::batch::Batch;
+use super::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamInfo, CHUNK};
+use super::error::{AbortCode, HopError, StreamError};
+use super::handle::*;
+use super::udp_batch::UdpBatch;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use stp::Instant;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+
+pub use super::core::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD, REHANDSHAKE_AFTER};
+
+/// Most datagrams taken from the socket in one go.
+const MAX_BATCH: usize = 256;
+/// Socket buffer size asked of the kernel (it may grant less).
+const SOCKET_BUFFER: usize = 8 << 20;
+/// While a stream's reader is full, how often the hop looks again if no reader wakes it.
+const READ_RETRY: Duration = Duration::from_millis(50);
+/// With no deadline from the core, the task still looks around this often.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+impl EventSink for mpsc::Sender<StreamEvent> {
+    fn offer(&mut self, ev: StreamEvent) -> Offer {
+        match self.try_send(ev) {
+            Ok(()) => Offer::Taken,
+            Err(mpsc::error::TrySendError::Full(ev)) => Offer::Full(ev),
+            Err(mpsc::error::TrySendError::Closed(_)) => Offer::Gone,
+        }
+    }
+}
+
+type Core = HopCore<mpsc::Sender<StreamEvent>, OwnedSemaphorePermit>;
+
+impl Hop {
+    /// Starts the hop task on `socket`.
+    pub fn start(
+        socket: UdpSocket,
+        security: Security,
+        config: HopConfig,
+    ) -> Result<Hop, HopError> {
+        Self::start_with_capture(socket, security, config, None)
+    }
+
+    /// As [`Hop::start`], writing every STP datagram the hop sends or receives (in clear, with
+    /// its UDP addresses) to `capture` ([`crate::capture`]).
+    pub fn start_with_capture(
+        socket: UdpSocket,
+        security: Security,
+        config: HopConfig,
+        capture: Option<crate::capture::Capture>,
+    ) -> Result<Hop, HopError> {
+        let local = socket.local_addr().map_err(|source| HopError::Io {
+            what: "the hop's UDP socket".into(),
+            source,
+        })?;
+        // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
+        crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+        let security = match security {
+            Security::Terminal {
+                local,
+                gateway_key,
+                gateway,
+            } => CoreSecurity::Terminal {
+                local,
+                gateways: vec![(gateway, gateway_key)],
+            },
+            Security::TerminalFailover { local, gateways } => {
+                CoreSecurity::Terminal { local, gateways }
+            }
+            Security::Gateway { responder } => CoreSecurity::Gateway { responder },
+        };
+        let start = tokio::time::Instant::now();
+        let wall_clock_at_zero_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut core: Core = HopCore::new(
+            CoreConfig {
+                endpoint: config.endpoint,
+                seed: config.seed,
+                rng: None,
+                send_rate_bps: config.send_rate_bps,
+                local,
+                wall_clock_at_zero_ns,
+            },
+            security,
+            Instant::ZERO,
+        )?;
+        if let Some(mut c) = capture {
+            core.set_tap(Box::new(move |src, dst, d| c.record(src, dst, d)));
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        let (in_tx, in_rx) = mpsc::channel(256);
+        let task = HopTask {
+            udp: UdpBatch::new(&socket),
+            socket,
+            core,
+            commands: rx,
+            incoming: in_tx,
+            self_tx: tx.clone(),
+            relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
+            start,
+            room: Arc::new(Notify::new()),
+            batch: Batch::default(),
+            sealed: Vec::with_capacity(2048),
+            shutting_down: false,
+        };
+        tokio::spawn(task.run());
+        Ok(Hop {
+            tx,
+            incoming: in_rx,
+            local,
+        })
+    }
+}
+
+struct HopTask {
+    socket: UdpSocket,
+    /// Segmented sends and coalesced receives on `socket` where the kernel offers them.
+    udp: UdpBatch,
+    core: Core,
+    commands: mpsc::Receiver<Command>,
+    incoming: mpsc::Sender<HopStream>,
+    self_tx: mpsc::Sender<Command>,
+    relay_buffer: u32,
+    start: tokio::time::Instant,
+    /// Notified by readers as they take events.
+    room: Arc<Notify>,
+    /// The `Hop` handle is gone: reset everything and stop.
+    shutting_down: bool,
+    /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
+    batch: Batch,
+    sealed: Vec<u8>,
+}
+
+impl HopTask {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// A handle for a stream the core carries: its writer's budget and its reader's channel.
+    fn stream_handle(&self, info: StreamInfo, events: mpsc::Receiver<StreamEvent>) -> HopStream {
+        HopStream {
+            writer: HopWriter {
+                id: info.id,
+                budget: Arc::new(Semaphore::new(self.relay_buffer as usize)),
+                budget_bytes: self.relay_buffer,
+                tx: self.self_tx.clone(),
+                ended: Default::default(),
+            },
+            reader: HopReader {
+                rx: events,
+                room: Arc::clone(&self.room),
+            },
+            peer: info.peer,
+            peer_key: info.peer_key,
+        }
+    }
+
+    async fn run(mut self) {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let now = self.now();
+            let mut wake = self
+                .core
+                .poll_timeout(now)
+                .map(|t| self.start + Duration::from_nanos(t.as_nanos()))
+                .unwrap_or_else(|| tokio::time::Instant::now() + IDLE_WAKE);
+            let holding = self.core.holding();
+            if holding {
+                // A backstop: readers notify as they make room.
+                wake = wake.min(tokio::time::Instant::now() + READ_RETRY);
+            }
+            let room = Arc::clone(&self.room);
+            tokio::select! {
+                r = self.socket.readable() => {
+                    if r.is_ok() {
+                        // Take everything already queued (up to MAX_BATCH datagrams) before
+                        // pumping, so a burst cannot overflow the socket's receive buffer while
+                        // we work per datagram.
+                        let mut taken = 0;
+                        while taken < MAX_BATCH {
+                            let Ok(got) = self.udp.try_recv(&self.socket, &mut buf) else {
+                                break;
+                            };
+                            let data = buf.get(..got.len).unwrap_or_default();
+                            let now = self.now();
+                            for d in data.chunks(got.segment.max(1)) {
+                                taken += 1;
+                                self.core.handle_datagram(now, got.from, d);
+                            }
+                        }
+                    }
+                }
+                cmd = self.commands.recv() => {
+                    match cmd {
+                        Some(c) => self.on_command(c),
+                        None => {
+                            if self.core.stream_count() == 0 { return; }
+                        }
+                    }
+                }
+                _ = room.notified(), if holding => {}
+                _ = tokio::time::sleep_until(wake) => {
+                    let now = self.now();
+                    self.core.handle_timeout(now);
+                }
+            }
+            self.pump();
+            self.flush().await;
+            if self.shutting_down {
+                self.core
+                    .abort_all(AbortCode::HopClosed, StreamError::HopClosed);
+                self.flush().await;
+                return;
+            }
+        }
+    }
+
+    /// Lets the core work; streams it accepts go to `incoming` (refused when that is full).
+    fn pump(&mut self) {
+        let now = self.now();
+        let mut accepted = Vec::new();
+        let incoming = self.incoming.clone();
+        let mut accept = |info: StreamInfo| {
+            // A slot in `incoming` first, so a refused stream costs no channel.
+            let permit = incoming.clone().try_reserve_owned().ok()?;
+            let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
+            accepted.push((info, ev_rx, permit));
+            Some(ev_tx)
+        };
+        self.core.pump(now, &mut accept);
+        for (info, events, permit) in accepted {
+            permit.send(self.stream_handle(info, events));
+        }
+    }
+
+    fn on_command(&mut self, c: Command) {
+        match c {
+            Command::Open { first, reply } => {
+                let now = self.now();
+                let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
+                let r = self
+                    .core
+                    .open(now, Bytes::from(first), ev_tx)
+                    .map(|info| self.stream_handle(info, ev_rx));
+                let _ = reply.send(r);
+            }
+            Command::Stream(StreamCmd::Data(id, bytes, permit)) => {
+                self.core.write(id, bytes, Some(permit));
+            }
+            Command::Stream(StreamCmd::Shutdown(id)) => self.core.shutdown(id),
+            Command::Stream(StreamCmd::Abort(id, code)) => self.core.abort(id, code),
+            Command::Status(reply) => {
+                let _ = reply.send(self.core.status());
+            }
+            Command::Close => self.shutting_down = true,
+        }
+    }
+
+    /// Sends what the core has to send. Runs of equal-sized datagrams to one destination leave
+    /// in one system call where the kernel segments them.
+    async fn flush(&mut self) {
+        let mut sealed = std::mem::take(&mut self.sealed);
+        let mut batch = std::mem::take(&mut self.batch);
+        loop {
+            let now = self.now();
+            let Some(t) = self.core.poll_transmit(now, &mut sealed) else {
+                break;
+            };
+            if !t.counted {
+                // A handshake initiation: on its own, outside the counts.
+                let _ = self.socket.send_to(&sealed, t.destination).await;
+                continue;
+            }
+            if !batch.fits(t.destination, sealed.len()) {
+                self.send_batch(&mut batch).await;
+            }
+            batch.push(t.destination, &sealed);
+            if !self.udp.segments_sends() || batch.full() {
+                self.send_batch(&mut batch).await;
+            }
+        }
+        self.send_batch(&mut batch).await;
+        self.batch = batch;
+        self.sealed = sealed;
+    }
+
+    /// Sends a batch of sealed datagrams and empties it.
+    async fn send_batch(&mut self, batch: &mut Batch) {
+        let Some(dest) = batch.dest else {
+            return;
+        };
+        if self
+            .udp
+            .send(&self.socket, &batch.bytes, batch.segment, dest)
+            .await
+            .is_ok()
+        {
+            let now = self.now();
+            self.core
+                .note_sent(now, batch.count as u64, batch.bytes.len() as u64);
+        }
+        batch.clear();
+    }
+}

@@ -1,0 +1,208 @@
+//! Splicing one TCP connection and one hop stream: bytes both ways with backpressure, half-closes
+//! passed on after every byte, failures turned into resets, idle and drain timeouts.
+
+use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent};
+use crate::metrics::{CloseReason, ConnTrack, ConnectionState};
+use crate::ops::Conn;
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+
+const READ_BUF: usize = 64 * 1024;
+/// A connection's first read buffer towards the hop; it doubles up to [`READ_BUF`] while reads
+/// fill it, so an idle connection holds little.
+const READ_BUF_MIN: usize = 4 * 1024;
+
+/// How a splice ended badly, and so which side must be told.
+enum SpliceError {
+    /// The TCP connection failed: the stream is aborted.
+    Tcp(io::Error),
+    /// The stream failed (reset by the peer, timed out, or the hop is gone): the TCP connection
+    /// is reset.
+    Hop(io::Error),
+}
+
+/// Relays bytes between a TCP connection and a hop stream until both directions have ended.
+/// `pre_client` are bytes from the stream already received (written to the TCP side first).
+///
+/// - End of stream passes each way as a half-close, after every earlier byte: EOF from the TCP
+///   side shuts the stream's sending half down; the stream's end shuts the TCP write side down
+///   once every byte before it was written. The other direction keeps flowing.
+/// - A failure on either side ends both directions: a TCP error (a reset by the peer, a failed
+///   read or write) aborts the stream with [`AbortCode::TcpFailed`], so the far relay resets its
+///   TCP connection in turn; a failed stream, or a hop that is gone, resets the TCP connection
+///   (SO_LINGER 0), so its peer reads ECONNRESET and never mistakes a cut transfer for a
+///   complete one.
+pub async fn splice(
+    tcp: TcpStream,
+    stream: HopStream,
+    pre_client: Vec<u8>,
+) -> io::Result<(u64, u64)> {
+    splice_tracked(tcp, stream, pre_client, None).await
+}
+
+/// [`splice`], counting the bytes each way into `conn`'s record and the side's metrics, and,
+/// when the side has an idle timeout, closing the connection once no byte has moved either way
+/// for that long: the stream is aborted with [`AbortCode::Idle`] and the TCP connection reset, and
+/// the close is counted as `idle_timeout`.
+pub async fn splice_tracked(
+    mut tcp: TcpStream,
+    stream: HopStream,
+    pre_client: Vec<u8>,
+    mut conn: Option<&mut Conn>,
+) -> io::Result<(u64, u64)> {
+    let idle = conn.as_ref().and_then(|c| c.ops().config().idle_timeout);
+    if let Some(c) = conn.as_ref() {
+        c.track().set_stream(stream.id());
+        c.track().set_state(ConnectionState::Open);
+        c.track().touch();
+    }
+    let (hw, hr) = stream.split();
+    let outcome = {
+        let tracked = conn.as_deref();
+        let (rd, wr) = tcp.split();
+        let relay = async {
+            tokio::try_join!(
+                tcp_to_hop(rd, &hw, tracked),
+                hop_to_tcp(hr, wr, &pre_client, tracked)
+            )
+        };
+        match tracked {
+            Some(c) => tokio::select! {
+                r = relay => Ok(r),
+                _ = idle_watch(c.track(), idle) => Err(CloseReason::IdleTimeout),
+                _ = c.ops().cut_called() => Err(CloseReason::DrainTimeout),
+            },
+            None => Ok(relay.await),
+        }
+    };
+    let close = |conn: &mut Option<&mut Conn>, reason| {
+        if let Some(c) = conn.as_deref_mut() {
+            c.track().set_state(ConnectionState::Closing);
+            c.set_close_reason(reason);
+        }
+    };
+    let (reason, e) = match outcome {
+        Ok(Ok(counts)) => {
+            close(&mut conn, CloseReason::Done);
+            return Ok(counts);
+        }
+        // After a stream failure the hop has forgotten the stream and the abort below is a
+        // no-op; after a TCP failure it resets the connection across the hop.
+        Ok(Err(SpliceError::Tcp(e))) => (CloseReason::TcpReset, e),
+        Ok(Err(SpliceError::Hop(e))) => (CloseReason::HopReset, e),
+        Err(reason) => {
+            let what = if reason == CloseReason::IdleTimeout {
+                "idle in both directions"
+            } else {
+                "the shutdown timeout passed while draining"
+            };
+            (reason, io::Error::new(io::ErrorKind::TimedOut, what))
+        }
+    };
+    close(&mut conn, reason);
+    let code = match reason {
+        CloseReason::IdleTimeout => AbortCode::Idle,
+        CloseReason::DrainTimeout => AbortCode::DrainTimeout,
+        _ => AbortCode::TcpFailed,
+    };
+    hw.abort(code).await;
+    crate::sockopt::reset(tcp);
+    Err(e)
+}
+
+/// Completes once `track` has seen no byte either way for `limit`.
+/// Never completes without a limit.
+async fn idle_watch(track: &ConnTrack, limit: Option<Duration>) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let idle = track.idle_for();
+        if idle >= limit {
+            return;
+        }
+        tokio::time::sleep(limit - idle).await;
+    }
+}
+
+async fn tcp_to_hop(
+    mut rd: ReadHalf<'_>,
+    hw: &HopWriter,
+    conn: Option<&Conn>,
+) -> Result<u64, SpliceError> {
+    // Reads land in a buffer handed to the hop without copying; a full read doubles the next.
+    let mut size = READ_BUF_MIN;
+    let mut buf = bytes::BytesMut::new();
+    let mut total = 0u64;
+    loop {
+        if buf.capacity() < READ_BUF_MIN / 4 {
+            buf = bytes::BytesMut::with_capacity(size);
+        }
+        let room = buf.capacity();
+        let n = rd.read_buf(&mut buf).await.map_err(SpliceError::Tcp)?;
+        if n == 0 {
+            hw.shutdown().await;
+            if let Some(c) = conn {
+                c.track().set_state(ConnectionState::HalfClosed);
+            }
+            return Ok(total);
+        }
+        if let Some(c) = conn {
+            c.add_bytes(c.directions().0, n as u64);
+        }
+        if n == room && room >= size {
+            size = (size * 2).min(READ_BUF);
+        }
+        hw.write_bytes(buf.split().freeze())
+            .await
+            .map_err(|e| SpliceError::Hop(io::Error::new(io::ErrorKind::ConnectionAborted, e)))?;
+        total += n as u64;
+    }
+}
+
+async fn hop_to_tcp(
+    mut hr: HopReader,
+    mut wr: WriteHalf<'_>,
+    pre: &[u8],
+    conn: Option<&Conn>,
+) -> Result<u64, SpliceError> {
+    let count = |n: usize| {
+        if let Some(c) = conn {
+            c.add_bytes(c.directions().1, n as u64);
+        }
+    };
+    wr.write_all(pre).await.map_err(SpliceError::Tcp)?;
+    count(pre.len());
+    let mut total = pre.len() as u64;
+    loop {
+        match hr.recv().await {
+            Some(StreamEvent::Data(b)) => {
+                wr.write_all(&b).await.map_err(SpliceError::Tcp)?;
+                count(b.len());
+                total += b.len() as u64;
+            }
+            Some(StreamEvent::Finished) => {
+                wr.shutdown().await.map_err(SpliceError::Tcp)?;
+                if let Some(c) = conn {
+                    c.track().set_state(ConnectionState::HalfClosed);
+                }
+                return Ok(total);
+            }
+            Some(StreamEvent::Failed(e)) => {
+                return Err(SpliceError::Hop(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    e,
+                )));
+            }
+            None => {
+                return Err(SpliceError::Hop(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "hop closed",
+                )))
+            }
+        }
+    }
+}

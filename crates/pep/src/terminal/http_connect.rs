@@ -1,0 +1,89 @@
+//! The terminal's HTTP CONNECT listener: the request head, the gateway's verdict as an HTTP
+//! status, then the relay.
+
+use super::accept::next_client;
+use super::{open, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use crate::hop::AbortCode;
+use crate::hop::Hop;
+use crate::http_connect;
+use crate::metrics::RefusalReason;
+use crate::ops::{Conn, Ops};
+use crate::socks::Reply;
+use crate::splice::splice_tracked;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Terminal: serves HTTP CONNECT clients on `listener`, admitting each client against the limits of `ops` (a
+/// refused client gets `503 Service Unavailable`) and counting into its metrics, until `ops`
+/// drains.
+pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+    while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
+        let hop = Arc::clone(&hop);
+        match admitted {
+            Ok(conn) => {
+                tokio::spawn(http_connect_one(tcp, peer, hop, conn));
+            }
+            Err(_) => {
+                let Some(permit) = ops.refusing_permit() else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let mut tcp = tcp;
+                    let handshake = http_connect::accept(&mut tcp);
+                    if let Ok(Ok(_)) =
+                        tokio::time::timeout(REFUSED_HANDSHAKE_TIMEOUT, handshake).await
+                    {
+                        let _ = tcp
+                            .write_all(&http_connect::reply_status(503, "Service Unavailable"))
+                            .await;
+                        let _ = tcp.shutdown().await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+    tracing::info!("terminal: HTTP CONNECT listener closed");
+}
+
+async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, mut conn: Conn) {
+    let limit = conn.ops().config().open_timeout;
+    let (target, early) = match within(limit, http_connect::accept(&mut tcp)).await {
+        Some(Ok(t)) => t,
+        Some(Err(_)) => return conn.refuse(RefusalReason::Protocol),
+        None => return conn.refuse(RefusalReason::Timeout),
+    };
+    conn.track().set_destination(target.to_string());
+    // Bytes the client sent after its request head travel on the BGN.
+    let (to_hop, _) = conn.directions();
+    conn.add_bytes(to_hop, early.len() as u64);
+    let status = match within(limit, open(&hop, &target, &early, Some(peer))).await {
+        Some(Ok((stream, pre))) => {
+            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
+            if tcp.write_all(http_connect::reply_ok()).await.is_ok() {
+                let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
+            } else {
+                stream.abort(AbortCode::TcpFailed).await;
+            }
+            return;
+        }
+        Some(Err(code)) => {
+            conn.refuse(refusal_for(code));
+            match code {
+                Reply::NotAllowed => (403, "Forbidden"),
+                Reply::HostUnreachable => (504, "Gateway Timeout"),
+                _ => (502, "Bad Gateway"),
+            }
+        }
+        None => {
+            conn.refuse(RefusalReason::Timeout);
+            (504, "Gateway Timeout")
+        }
+    };
+    let _ = tcp
+        .write_all(&http_connect::reply_status(status.0, status.1))
+        .await;
+    let _ = tcp.shutdown().await;
+}

@@ -1,0 +1,86 @@
+//! The terminal's side of a connection: accepting clients (SOCKS5, HTTP CONNECT, transparent
+//! interception), opening a stream across the hop with the stream header, and waiting for the
+//! gateway's verdict.
+
+pub mod accept;
+pub mod http_connect;
+pub mod socks5;
+pub mod tproxy;
+
+use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
+use crate::metrics::RefusalReason;
+use crate::socks::{Reply, Target};
+use crate::stream_header::{StreamHeader, MAX_HEADER};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Terminal side: opens a stream to `target` carrying `early` client bytes and, when known, the
+/// client's address (`client`, for a gateway with source-address transparency), and waits for
+/// the gateway's verdict. On success returns the stream (positioned after the status byte) and
+/// any server bytes that came with it.
+pub async fn open(
+    hop: &Hop,
+    target: &Target,
+    early: &[u8],
+    client: Option<SocketAddr>,
+) -> Result<(HopStream, Vec<u8>), Reply> {
+    let mut first = Vec::with_capacity(MAX_HEADER + early.len());
+    StreamHeader {
+        target: target.clone(),
+        client,
+    }
+    .encode(&mut first);
+    first.extend_from_slice(early);
+    let mut stream = hop.open(first).await.map_err(|_| Reply::GeneralFailure)?;
+    loop {
+        match stream.recv().await {
+            Some(StreamEvent::Data(b)) if !b.is_empty() => {
+                let code = b[0];
+                if code != 0 {
+                    // The gateway ended its side after the code; end ours so the connection
+                    // closes at both hops instead of lingering.
+                    stream.shutdown().await;
+                    return Err(reply_from_code(code));
+                }
+                return Ok((stream, b[1..].to_vec()));
+            }
+            Some(StreamEvent::Data(_)) => continue,
+            _ => {
+                stream.abort(AbortCode::TcpFailed).await;
+                return Err(Reply::GeneralFailure);
+            }
+        }
+    }
+}
+
+fn reply_from_code(c: u8) -> Reply {
+    match c {
+        2 => Reply::NotAllowed,
+        3 => Reply::NetworkUnreachable,
+        4 => Reply::HostUnreachable,
+        5 => Reply::ConnectionRefused,
+        _ => Reply::GeneralFailure,
+    }
+}
+
+/// How long a refused client may take over its handshake before it is dropped unanswered.
+const REFUSED_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `fut`, bounded by `limit` when there is one; `None` when it ran out.
+async fn within<T>(
+    limit: Option<Duration>,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// The refusal reason for a gateway's verdict.
+pub(crate) fn refusal_for(code: Reply) -> RefusalReason {
+    match code {
+        Reply::NotAllowed => RefusalReason::Policy,
+        _ => RefusalReason::ConnectFailed,
+    }
+}

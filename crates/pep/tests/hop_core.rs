@@ -1,0 +1,552 @@
+//! The real hop logic (`pep::hop::core`: streams, backpressure, handshakes, the Noise tunnel)
+//! of a terminal and a gateway, joined by two directions of the shared link model under a
+//! virtual clock, as `memnet` joins two STP endpoints: no socket, no task, no wall clock.
+//! Runs are deterministic (the Noise ephemeral keys differ between runs, their sizes and so
+//! every timing do not).
+//!
+//! - Clean closes reach the far side as an end after every byte, many streams closing at once,
+//!   on a lossy link, and while a side drains.
+//! - A drain that runs out of time resets what is left with the drain's abort code, the same
+//!   way in every run.
+//! - An outage shorter than the dead-peer timeout is ridden out byte-exact (the terminal's
+//!   re-handshake carries the old connections on); a longer one fails the streams, never ends
+//!   them cleanly.
+
+use bytes::Bytes;
+use linkmodel::{Fate, Link, LinkConfig, Loss, Outage};
+use pep::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamId, StreamInfo};
+use pep::hop::{AbortCode, StreamError, StreamEvent};
+use pep::keys::PrivateKey;
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use stp::{EndpointConfig, Instant};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+/// Chunks a reader holds before the core must wait for it (as the tokio driver's channel).
+const READER_ROOM: usize = 16;
+
+/// A stream's reader: what it received, bounded like the driver's channel; the test's
+/// application takes events out as it runs.
+#[derive(Clone, Default)]
+struct Reader(Rc<RefCell<VecDeque<StreamEvent>>>);
+
+impl EventSink for Reader {
+    fn offer(&mut self, ev: StreamEvent) -> Offer {
+        let mut q = self.0.borrow_mut();
+        if q.len() >= READER_ROOM {
+            return Offer::Full(ev);
+        }
+        q.push_back(ev);
+        Offer::Taken
+    }
+}
+
+/// What a side's application has seen of one stream.
+#[derive(Default, Debug)]
+struct Received {
+    bytes: Vec<u8>,
+    finished: bool,
+    failed: Option<StreamError>,
+}
+
+impl Received {
+    fn take(&mut self, r: &Reader) {
+        while let Some(ev) = r.0.borrow_mut().pop_front() {
+            match ev {
+                StreamEvent::Data(b) => {
+                    assert!(
+                        !self.finished && self.failed.is_none(),
+                        "data after the end"
+                    );
+                    self.bytes.extend_from_slice(&b);
+                }
+                StreamEvent::Finished => {
+                    assert!(self.failed.is_none(), "an end after a failure");
+                    self.finished = true;
+                }
+                StreamEvent::Failed(e) => {
+                    assert!(!self.finished, "a failure after a clean end: {e}");
+                    self.failed = Some(e);
+                }
+            }
+        }
+    }
+}
+
+type Core = HopCore<Reader, ()>;
+
+/// A datagram on its way: (arrival, order, to the gateway?, bytes).
+type InFlight = (u64, u64, bool, Vec<u8>);
+
+/// A terminal and a gateway over two links, in virtual time.
+struct Pair {
+    now: u64,
+    terminal: Core,
+    gateway: Core,
+    t_addr: SocketAddr,
+    g_addr: SocketAddr,
+    /// Terminal → gateway, gateway → terminal.
+    links: [Link; 2],
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    order: u64,
+    /// Streams the gateway accepted, in order, with their readers.
+    accepted: Vec<(StreamInfo, Reader)>,
+    buf: Vec<u8>,
+}
+
+fn key(b: u8) -> PrivateKey {
+    PrivateKey::from_bytes([b; 32])
+}
+
+fn endpoint(dead_timeout_ms: u32) -> EndpointConfig {
+    EndpointConfig {
+        connection: stp::Config {
+            dead_timeout_ms,
+            ..pep::sizing::hop_stp_defaults(false)
+        },
+        ..EndpointConfig::default()
+    }
+}
+
+impl Pair {
+    fn new(up: LinkConfig, down: LinkConfig, dead_timeout_ms: u32, seed: u64) -> Pair {
+        let t_addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let g_addr: SocketAddr = "198.51.100.1:7000".parse().unwrap();
+        let (tk, gk) = (key(1), key(2));
+        let (tp, gp) = (tk.public_key().unwrap(), gk.public_key().unwrap());
+        let t0 = Instant::ZERO;
+        let terminal = HopCore::new(
+            CoreConfig {
+                endpoint: endpoint(dead_timeout_ms),
+                seed: seed.wrapping_mul(3) + 1,
+                rng: None,
+                send_rate_bps: Some(up.rate_bps * 99 / 100),
+                local: t_addr,
+                wall_clock_at_zero_ns: 1_700_000_000 * S,
+            },
+            CoreSecurity::Terminal {
+                local: tk,
+                gateways: vec![(g_addr, gp)],
+            },
+            t0,
+        )
+        .unwrap();
+        let responder = Responder::new(
+            gk,
+            [tp],
+            ResponderConfig::default(),
+            Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed)),
+        )
+        .unwrap();
+        let gateway = HopCore::new(
+            CoreConfig {
+                endpoint: endpoint(dead_timeout_ms),
+                seed: seed.wrapping_mul(5) + 2,
+                rng: None,
+                send_rate_bps: Some(down.rate_bps * 99 / 100),
+                local: g_addr,
+                wall_clock_at_zero_ns: 1_700_000_000 * S,
+            },
+            CoreSecurity::Gateway {
+                responder: Box::new(responder),
+            },
+            t0,
+        )
+        .unwrap();
+        Pair {
+            now: 0,
+            terminal,
+            gateway,
+            t_addr,
+            g_addr,
+            links: [Link::new(up).unwrap(), Link::new(down).unwrap()],
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            order: 0,
+            accepted: Vec::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    fn instant(&self) -> Instant {
+        Instant::from_nanos(self.now)
+    }
+
+    /// Lets both cores work and puts what they send on the links.
+    fn pump(&mut self) {
+        let now = self.instant();
+        self.terminal.pump(now, &mut |_| None);
+        let accepted = &mut self.accepted;
+        self.gateway.pump(now, &mut |info| {
+            let r = Reader::default();
+            accepted.push((info, r.clone()));
+            Some(r)
+        });
+        for to_gateway in [true, false] {
+            loop {
+                let core = if to_gateway {
+                    &mut self.terminal
+                } else {
+                    &mut self.gateway
+                };
+                let Some(t) = core.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                core.note_sent(now, 1, t.size as u64);
+                let link = &mut self.links[usize::from(!to_gateway)];
+                if let Fate::Deliver {
+                    at_ns,
+                    corrupt_bit,
+                    duplicate_at_ns,
+                } = link.offer(self.now, t.size, &mut self.rng)
+                {
+                    let mut data = self.buf[..t.size].to_vec();
+                    if let Some(bit) = corrupt_bit {
+                        data[bit / 8] ^= 1 << (bit % 8);
+                    }
+                    if let Some(d) = duplicate_at_ns {
+                        self.order += 1;
+                        self.queue
+                            .push(Reverse((d, self.order, to_gateway, data.clone())));
+                    }
+                    self.order += 1;
+                    self.queue
+                        .push(Reverse((at_ns, self.order, to_gateway, data)));
+                }
+            }
+        }
+    }
+
+    /// Advances to the next delivery or deadline (at most `limit`) and handles it.
+    fn advance(&mut self, limit: u64) {
+        let now = self.instant();
+        let mut next = self.queue.peek().map(|Reverse((at, ..))| *at);
+        for d in [
+            self.terminal.poll_timeout(now),
+            self.gateway.poll_timeout(now),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let d = d.as_nanos().max(self.now);
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
+        // A reader that had no room is looked at again soon, as the driver does.
+        if self.terminal.holding() || self.gateway.holding() {
+            next = Some(next.map_or(self.now + MS, |n| n.min(self.now + MS)));
+        }
+        self.now = next.unwrap_or(limit).min(limit).max(self.now + 1);
+        let now = self.instant();
+        while let Some(Reverse((at, ..))) = self.queue.peek() {
+            if *at > self.now {
+                break;
+            }
+            let Some(Reverse((_, _, to_gateway, data))) = self.queue.pop() else {
+                break;
+            };
+            if to_gateway {
+                self.gateway.handle_datagram(now, self.t_addr, &data);
+            } else {
+                self.terminal.handle_datagram(now, self.g_addr, &data);
+            }
+        }
+        self.terminal.handle_timeout(now);
+        self.gateway.handle_timeout(now);
+    }
+
+    /// Runs until `done` or `limit_ns`; `app` acts after every step.
+    fn run(&mut self, limit_ns: u64, mut app: impl FnMut(&mut Pair) -> bool) -> bool {
+        let mut steps = 0u64;
+        loop {
+            steps += 1;
+            assert!(
+                steps < 2_000_000,
+                "no end in sight at {} ns: terminal {:?} gateway {:?}",
+                self.now,
+                self.terminal.poll_timeout(self.instant()),
+                self.gateway.poll_timeout(self.instant())
+            );
+            self.pump();
+            if app(self) {
+                self.pump();
+                return true;
+            }
+            self.pump();
+            if self.now >= limit_ns {
+                return false;
+            }
+            self.advance(limit_ns);
+        }
+    }
+}
+
+/// The byte pattern of stream `i`.
+fn pattern(i: u64, n: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A GEO-like hop: `down_bps` down, a tenth of it up, 600 ms round trip, queues of a BDP.
+fn geo(down_bps: u64) -> (LinkConfig, LinkConfig) {
+    let q = |rate: u64| (rate * 6 / 10 / 8 / 1500).max(16) as u32;
+    let mut up = LinkConfig::simple(down_bps / 10, 300 * MS, q(down_bps / 10));
+    let mut down = LinkConfig::simple(down_bps, 300 * MS, q(down_bps));
+    up.overhead_bytes = 28;
+    down.overhead_bytes = 28;
+    (up, down)
+}
+
+/// The terminal side of an upload: the terminal writes `size` bytes on each of `n` streams and
+/// half-closes them all at once (the gateway answers each with its own bytes and a half-close).
+struct Transfers {
+    ids: Vec<StreamId>,
+    t_readers: Vec<Reader>,
+    t_seen: Vec<Received>,
+    g_seen: HashMap<StreamId, Received>,
+    /// Gateway streams answered (written and half-closed).
+    answered: Vec<bool>,
+    size: usize,
+}
+
+impl Transfers {
+    fn open(p: &mut Pair, n: usize, size: usize) -> Transfers {
+        let mut t = Transfers {
+            ids: Vec::new(),
+            t_readers: Vec::new(),
+            t_seen: Vec::new(),
+            g_seen: HashMap::new(),
+            answered: Vec::new(),
+            size,
+        };
+        for i in 0..n {
+            let r = Reader::default();
+            let now = p.instant();
+            let info = p
+                .terminal
+                .open(now, Bytes::from(pattern(i as u64, size)), r.clone())
+                .unwrap();
+            t.ids.push(info.id);
+            t.t_readers.push(r);
+            t.t_seen.push(Received::default());
+        }
+        // Every stream closes at once, its bytes still queued behind the allocation.
+        for &id in &t.ids {
+            p.terminal.shutdown(id);
+        }
+        t
+    }
+
+    /// Takes what arrived on both sides and answers the gateway's new streams; true once every
+    /// stream ended (cleanly or not) both ways.
+    fn step(&mut self, p: &mut Pair) -> bool {
+        for (r, seen) in self.t_readers.iter().zip(&mut self.t_seen) {
+            seen.take(r);
+        }
+        while self.answered.len() < p.accepted.len() {
+            let (info, _) = &p.accepted[self.answered.len()];
+            let k = self.answered.len() as u64 + 1000;
+            p.gateway
+                .write(info.id, Bytes::from(pattern(k, self.size / 2)), None);
+            p.gateway.shutdown(info.id);
+            self.answered.push(true);
+        }
+        for (info, r) in &p.accepted {
+            self.g_seen.entry(info.id).or_default().take(r);
+        }
+        let ended = |s: &Received| s.finished || s.failed.is_some();
+        self.t_seen.iter().all(ended)
+            && self.g_seen.len() == self.ids.len()
+            && self.g_seen.values().all(ended)
+    }
+
+    /// Every byte arrived, in order, each way, followed by a clean end.
+    fn assert_complete(&self, p: &Pair) {
+        assert_eq!(p.accepted.len(), self.ids.len());
+        for (i, (info, _)) in p.accepted.iter().enumerate() {
+            let g = &self.g_seen[&info.id];
+            assert!(
+                g.failed.is_none(),
+                "gateway stream {i} failed: {:?}",
+                g.failed
+            );
+            assert!(g.finished, "gateway stream {i} did not end");
+            // Streams reach the gateway in the order their BGNs arrive: match by content.
+            assert!(
+                (0..self.ids.len()).any(|k| g.bytes == pattern(k as u64, self.size)),
+                "gateway stream {i}: {} bytes, not one terminal stream's bytes",
+                g.bytes.len()
+            );
+        }
+        for (i, t) in self.t_seen.iter().enumerate() {
+            assert!(
+                t.failed.is_none(),
+                "terminal stream {i} failed: {:?}",
+                t.failed
+            );
+            assert!(t.finished, "terminal stream {i} did not end");
+            assert_eq!(t.bytes.len(), self.size / 2, "terminal stream {i}");
+        }
+    }
+}
+
+#[test]
+fn many_streams_closing_at_once_end_cleanly_after_every_byte() {
+    let (mut up, mut down) = geo(20_000_000);
+    up.loss = Loss::Random { p: 0.01 };
+    down.loss = Loss::Random { p: 0.01 };
+    down.reorder_p = 0.01;
+    down.reorder_delay_ns = 5 * MS;
+    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 11);
+    let mut t = Transfers::open(&mut p, 40, 60_000);
+    assert!(p.run(120 * S, |p| t.step(p)), "streams still open at 120 s");
+    t.assert_complete(&p);
+    // The closing handshakes finish too: both hops end up carrying nothing (what a drain waits
+    // for before it stops a hop).
+    let until = p.now + 60 * S;
+    assert!(
+        p.run(until, |p| p.terminal.stream_count() == 0
+            && p.gateway.stream_count() == 0),
+        "streams left after the closes"
+    );
+    let st = p.gateway.status();
+    assert!(st.totals.retransmitted_packets > 0, "the loss was felt");
+}
+
+/// A drain: no new stream opens; the open ones get until `deadline` to finish; what is left then
+/// is reset with [`AbortCode::DrainTimeout`] (as the daemons' drain does through its relays).
+fn drain(p: &mut Pair, t: &mut Transfers, deadline: u64) -> bool {
+    let finished = p.run(deadline, |p| t.step(p));
+    if !finished {
+        p.terminal
+            .abort_all(AbortCode::DrainTimeout, StreamError::HopClosed);
+        let until = p.now + 10 * S;
+        p.run(until, |p| t.step(p));
+    }
+    finished
+}
+
+#[test]
+fn a_drain_with_time_enough_ends_every_stream_cleanly() {
+    let (up, down) = geo(20_000_000);
+    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 5);
+    let mut t = Transfers::open(&mut p, 20, 200_000);
+    // The drain starts at once, with every stream's bytes still to cross.
+    assert!(drain(&mut p, &mut t, 30 * S), "drain ran out of time");
+    t.assert_complete(&p);
+}
+
+/// Runs a drain that cannot finish: what each gateway stream received, and when the run ended.
+fn short_drain(seed: u64) -> (Vec<(usize, Option<StreamError>, bool)>, u64) {
+    let (up, down) = geo(2_000_000);
+    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, seed);
+    // 8 × 2 MB up a 200 kb/s uplink: minutes of work, 5 s to do it.
+    let mut t = Transfers::open(&mut p, 8, 2_000_000);
+    assert!(
+        !drain(&mut p, &mut t, 5 * S),
+        "an impossible drain finished"
+    );
+    let mut out: Vec<_> = p
+        .accepted
+        .iter()
+        .map(|(info, _)| {
+            let g = &t.g_seen[&info.id];
+            (g.bytes.len(), g.failed.clone(), g.finished)
+        })
+        .collect();
+    out.sort_by_key(|o| o.0);
+    (out, p.now)
+}
+
+#[test]
+fn a_drain_out_of_time_resets_with_its_code_the_same_way_every_run() {
+    let (first, at) = short_drain(3);
+    assert_eq!(first.len(), 8);
+    for (bytes, failed, finished) in &first {
+        assert!(!finished, "a cut stream ended cleanly after {bytes} bytes");
+        assert!(*bytes < 2_000_000);
+        let e = failed.as_ref().expect("the cut stream failed");
+        assert_eq!(e.abort_code(), Some(AbortCode::DrainTimeout), "{e}");
+    }
+    let (second, at2) = short_drain(3);
+    assert_eq!(first, second, "same seed, same outcome");
+    assert_eq!(at, at2);
+}
+
+/// A 2 MB download through an outage of `outage_s` at 2 s, with the dead-peer timeout
+/// `dead_ms`: what the terminal's reader saw.
+fn download_through_outage(outage_s: u64, dead_ms: u32) -> Received {
+    let (mut up, mut down) = geo(10_000_000);
+    for l in [&mut up, &mut down] {
+        l.outages = vec![Outage {
+            start_ns: 2 * S,
+            duration_ns: outage_s * S,
+        }];
+    }
+    let mut p = Pair::new(up, down, dead_ms, 7);
+    let r = Reader::default();
+    let now = p.instant();
+    let id = p
+        .terminal
+        .open(now, Bytes::from_static(b"GET"), r.clone())
+        .unwrap();
+    p.terminal.shutdown(id.id);
+    let body = pattern(99, 2_000_000);
+    let mut seen = Received::default();
+    let mut answered = false;
+    p.run((outage_s + 300) * S, |p| {
+        if !answered {
+            if let Some((info, _)) = p.accepted.first() {
+                p.gateway.write(info.id, Bytes::from(body.clone()), None);
+                p.gateway.shutdown(info.id);
+                answered = true;
+            }
+        }
+        seen.take(&r);
+        seen.finished || seen.failed.is_some()
+    });
+    if seen.finished {
+        assert_eq!(seen.bytes, body, "a clean end must follow every byte");
+    }
+    seen
+}
+
+#[test]
+fn an_outage_shorter_than_the_dead_timeout_is_ridden_out_byte_exact() {
+    let seen = download_through_outage(60, pep::sizing::HOP_DEAD_TIMEOUT_MS);
+    assert!(
+        seen.finished,
+        "download did not complete: {:?}",
+        seen.failed
+    );
+    assert_eq!(seen.bytes.len(), 2_000_000);
+}
+
+#[test]
+fn an_outage_longer_than_the_dead_timeout_fails_the_stream() {
+    let seen = download_through_outage(60, 20_000);
+    assert!(
+        !seen.finished,
+        "a clean end after an outage past the dead timeout"
+    );
+    let e = seen.failed.expect("the stream failed");
+    assert!(
+        matches!(e, StreamError::Stp(stp::ConnectionError::TimedOut(_))),
+        "{e}"
+    );
+    assert!(seen.bytes.len() < 2_000_000);
+}
