@@ -58,7 +58,9 @@ pub async fn read_rest_of_head<R: AsyncBufReadExt + Unpin>(
             }
         }
     }
-    Err(Error::protocol(format!("more than {MAX_HEADERS} header lines")))
+    Err(Error::protocol(format!(
+        "more than {MAX_HEADERS} header lines"
+    )))
 }
 
 /// One line without its line end; `None` at end of stream before any byte.
@@ -80,7 +82,11 @@ pub async fn read_line<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Result<Option<S
 }
 
 /// Writes `n` bytes of object `key`'s pattern.
-pub async fn write_pattern<W: AsyncWrite + Unpin>(w: &mut W, key: u64, n: u64) -> Result<(), Error> {
+pub async fn write_pattern<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    key: u64,
+    n: u64,
+) -> Result<(), Error> {
     let mut block = vec![0u8; BLOCK.min(n as usize)];
     let mut sent = 0u64;
     while sent < n {
@@ -121,6 +127,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> HttpConn<S> {
 
     pub fn get_mut(&mut self) -> &mut S {
         self.r.get_mut()
+    }
+
+    /// The connection without its read buffer (empty after a complete exchange), for a caller
+    /// that keeps many connections open.
+    pub fn into_inner(self) -> S {
+        self.r.into_inner()
     }
 
     /// `GET` object `key` of `n` bytes on this (persistent) connection; every byte checked.

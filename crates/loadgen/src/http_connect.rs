@@ -58,10 +58,7 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Connects to the proxy and through it to `authority`: the stream once the proxy answers 2xx,
 /// else [`Error::ConnectRefused`].
-pub async fn connect(
-    proxy: SocketAddr,
-    authority: &str,
-) -> Result<tokio::net::TcpStream, Error> {
+pub async fn connect(proxy: SocketAddr, authority: &str) -> Result<tokio::net::TcpStream, Error> {
     let mut s = tokio::net::TcpStream::connect(proxy).await?;
     s.set_nodelay(true)?;
     match handshake(&mut s, authority).await? {
@@ -98,7 +95,10 @@ mod tests {
 
     #[test]
     fn status_lines_parse() {
-        assert_eq!(status("HTTP/1.1 200 Connection established\r\n\r\n").unwrap(), 200);
+        assert_eq!(
+            status("HTTP/1.1 200 Connection established\r\n\r\n").unwrap(),
+            200
+        );
         assert_eq!(status("HTTP/1.0 403 Forbidden\r\n\r\n").unwrap(), 403);
         assert!(status("SSH-2.0\r\n\r\n").is_err());
         assert!(request("a:1").starts_with("CONNECT a:1 HTTP/1.1\r\n"));

@@ -61,7 +61,10 @@ pub struct Origin {
 impl Origin {
     /// Listens on `addr` (e.g. `127.0.0.1:0`) on the current tokio runtime.
     pub async fn bind(addr: SocketAddr) -> io::Result<Origin> {
-        Ok(Origin::start(TcpListener::bind(addr).await?, OriginConfig::default()))
+        Ok(Origin::start(
+            TcpListener::bind(addr).await?,
+            OriginConfig::default(),
+        ))
     }
 
     /// Serves `listener` on the current tokio runtime.
@@ -125,6 +128,13 @@ impl Origin {
         if let Ok(mut p) = self.shared.phase.lock() {
             *p = phase.to_owned();
         }
+    }
+
+    /// Leaves the origin serving until its runtime ends; its address.
+    pub fn detach(self) -> SocketAddr {
+        let addr = self.addr;
+        std::mem::forget(self);
+        addr
     }
 
     /// The connection errors so far (a peer's reset, a wrong upload, a malformed request), each
@@ -288,8 +298,13 @@ async fn read_body(
     Ok(())
 }
 
-/// One raw exchange (`D`, `U`, `E`); the connection ends after it.
-async fn serve_raw(mut r: BufReader<TcpStream>, verb: &str, numbers: &[u64]) -> Result<(), Error> {
+/// One raw exchange (`D`, `U`, `E`) whose request line (`verb` and its `numbers`) `r` has read;
+/// the connection ends after it. Public for test servers that add verbs of their own.
+pub async fn serve_raw(
+    mut r: BufReader<TcpStream>,
+    verb: &str,
+    numbers: &[u64],
+) -> Result<(), Error> {
     match (verb, numbers) {
         ("D", [n]) | ("D", [n, _]) => {
             let key = numbers.get(1).copied().unwrap_or(0);
@@ -403,7 +418,10 @@ mod tests {
         let mut got = Vec::new();
         s.read_to_end(&mut got).unwrap();
         let text = String::from_utf8_lossy(&got[..38]).into_owned();
-        assert!(text.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n"), "{text}");
+        assert!(
+            text.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n"),
+            "{text}"
+        );
         assert_eq!(&got[got.len() - 100..], &pattern::bytes(3, 100)[..]);
     }
 }

@@ -47,7 +47,11 @@ pub async fn fetch(client: &Client, sizes: &[u64], style: Style) -> Result<(), E
         return Ok(());
     };
     let queue: Arc<Mutex<VecDeque<(u64, u64)>>> = Arc::new(Mutex::new(
-        objects.iter().zip(PAGE_KEY + 1..).map(|(&n, k)| (k, n)).collect(),
+        objects
+            .iter()
+            .zip(PAGE_KEY + 1..)
+            .map(|(&n, k)| (k, n))
+            .collect(),
     ));
     let next = |q: &Mutex<VecDeque<(u64, u64)>>| q.lock().ok().and_then(|mut q| q.pop_front());
     let lanes = style.connections().min(objects.len());

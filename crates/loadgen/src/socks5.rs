@@ -61,7 +61,9 @@ pub fn request(dest: &Dest) -> Result<Vec<u8>, Error> {
             let len = u8::try_from(name.len())
                 .ok()
                 .filter(|l| *l > 0)
-                .ok_or_else(|| Error::protocol(format!("SOCKS5 host name {name:?}: 1 to 255 bytes")))?;
+                .ok_or_else(|| {
+                    Error::protocol(format!("SOCKS5 host name {name:?}: 1 to 255 bytes"))
+                })?;
             req.push(3);
             req.push(len);
             req.extend_from_slice(name.as_bytes());

@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 use stp::EndpointConfig;
 use tokio::net::UdpSocket;
 
-use crate::bench_gateway::{download, rss_kib, Origin};
+use crate::bench_gateway::{download, rss_kib};
+use loadgen::origin::Origin;
 
 /// Captured terminal datagrams kept for replay.
 const CAPTURE: usize = 256;
@@ -326,7 +327,9 @@ struct Figures {
 }
 
 async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
-    let origin = Origin::start().await?;
+    let origin = Origin::bind("127.0.0.1:0".parse()?)
+        .await
+        .context("cannot start the origin")?;
     let key =
         |what: &str| generate_keypair().map_err(|e| anyhow!("generating the {what} key: {e}"));
     let (tk, tp) = key("terminal")?;
@@ -415,11 +418,11 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         true,
     ));
 
-    download(socks, origin.addr, 1000)
+    download(socks, origin.addr(), 1000)
         .await
         .context("warm-up download")?;
     let t0 = Instant::now();
-    download(socks, origin.addr, args.size)
+    download(socks, origin.addr(), args.size)
         .await
         .context("baseline download")?;
     let baseline_mbps = args.size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6;
@@ -463,13 +466,13 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     let attack = args.kinds.contains(&Kind::Open).then(|| {
         tokio::spawn(attack_opens(
             Arc::new(attacker),
-            origin.addr,
+            origin.addr(),
             Arc::clone(&opens),
             Arc::clone(&stop),
         ))
     });
     let t0 = Instant::now();
-    let flooded = download(socks, origin.addr, args.size).await;
+    let flooded = download(socks, origin.addr(), args.size).await;
     let flooded_secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
     let flood_secs = flood_start.elapsed().as_secs_f64();
