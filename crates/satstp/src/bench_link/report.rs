@@ -120,7 +120,7 @@ fn cell(samples: &[Sample], key: &str) -> String {
     };
     let values: Vec<f64> = samples.iter().map(|s| s.get(key) * scale).collect();
     let fmt = |v: f64| match key {
-        "download_bps" | "upload_bps" | "page_load_s" => format!("{v:.2}"),
+        "download_bps" | "upload_bps" | "page_load_s" | "page_per_object_s" => format!("{v:.2}"),
         _ => format!("{v:.0}"),
     };
     match spread(&values) {
@@ -213,6 +213,13 @@ pub fn write_charts(
         ),
         ("link-upload", "upload_bps", "upload goodput", "Mb/s", 1e-6),
         ("link-page-load", "page_load_s", "page load time", "s", 1.0),
+        (
+            "link-page-load-per-object",
+            "page_per_object_s",
+            "page load time, a connection per object (HTTP/1.0 style)",
+            "s",
+            1.0,
+        ),
         (
             "link-uplink",
             "uplink_bytes_per_mb",
