@@ -40,6 +40,7 @@ const HEAD_BUFFER: usize = 256;
 
 struct Shared {
     accepted: AtomicU64,
+    ended: AtomicU64,
     phase: Mutex<String>,
     errors: Mutex<Vec<String>>,
 }
@@ -74,6 +75,7 @@ impl Origin {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let shared = Arc::new(Shared {
             accepted: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
             phase: Mutex::new("start".into()),
             errors: Mutex::new(Vec::new()),
         });
@@ -121,6 +123,12 @@ impl Origin {
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections that have ended so far, cleanly or not (those that failed are in
+    /// [`Origin::errors`]).
+    pub fn ended(&self) -> u64 {
+        self.shared.ended.load(Ordering::SeqCst)
     }
 
     /// Names what the caller is doing from now on; connection errors name it.
@@ -192,6 +200,7 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
                     ));
                 }
             }
+            shared.ended.fetch_add(1, Ordering::SeqCst);
         });
     }
 }
