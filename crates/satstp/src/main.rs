@@ -12,6 +12,7 @@ mod demo;
 mod demo_engine;
 mod emulate;
 mod failover;
+mod flood;
 mod keygen;
 mod leo;
 mod plot;
