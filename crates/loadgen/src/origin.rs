@@ -206,28 +206,41 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
 }
 
 /// Serves one connection until its peer closes it (or a raw exchange or a closing request ends).
+/// The wait for the first line is a small future of its own: an idle held connection costs
+/// little; what follows is boxed.
 async fn serve(s: TcpStream, answered: &mut u64) -> Result<(), Error> {
     let _ = s.set_nodelay(true);
     let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
+    let Some(first) = http::read_line(&mut r).await? else {
+        return Ok(());
+    };
+    Box::pin(serve_requests(r, first, answered)).await
+}
+
+async fn serve_requests(
+    mut r: BufReader<TcpStream>,
+    mut line: String,
+    answered: &mut u64,
+) -> Result<(), Error> {
     loop {
-        let Some(line) = http::read_line(&mut r).await? else {
-            return Ok(());
-        };
         let mut words = line.split_whitespace();
         let verb = words.next().unwrap_or("");
-        if line.ends_with("HTTP/1.1") || line.ends_with("HTTP/1.0") {
-            let head = http::read_rest_of_head(&mut r, line.clone()).await?;
-            let close = serve_http(&mut r, &head).await?;
+        if !(line.ends_with("HTTP/1.1") || line.ends_with("HTTP/1.0")) {
+            let numbers: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
             *answered += 1;
-            if close {
-                r.get_mut().shutdown().await?;
-                return Ok(());
-            }
-            continue;
+            return serve_raw(r, verb, &numbers).await;
         }
-        let numbers: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
+        let head = http::read_rest_of_head(&mut r, line).await?;
+        let close = serve_http(&mut r, &head).await?;
         *answered += 1;
-        return serve_raw(r, verb, &numbers).await;
+        if close {
+            r.get_mut().shutdown().await?;
+            return Ok(());
+        }
+        match http::read_line(&mut r).await? {
+            Some(next) => line = next,
+            None => return Ok(()),
+        }
     }
 }
 
