@@ -9,7 +9,9 @@
 //! The raw dialect, for tests of the gateway's byte stream where HTTP framing would hide a clean
 //! close or a reset, one exchange per connection: `D N [K]\n` answers N pattern bytes of object K
 //! and closes; `U N\n` reads N bytes and answers their 8-byte FNV-1a hash (big-endian), then
-//! closes; `E\n` echoes everything until the peer's end of stream, then closes.
+//! closes; `E\n` echoes everything until the peer's end of stream, then closes; `S N C MS\n`
+//! sends N bytes of object 0 paced, C bytes every MS milliseconds, then closes; `H N C MS\n`
+//! does the same and then holds the connection until the peer closes it.
 //!
 //! The server runs on the caller's tokio runtime ([`Origin::start`]) or on a thread of its own
 //! ([`Origin::start_in_thread`], for blocking callers). Dropping it stops it and every
@@ -337,6 +339,22 @@ pub async fn serve_raw(
             read_body(&mut r, *n, |piece| h = pattern::fnv_update(h, piece)).await?;
             r.get_mut().write_all(&h.to_be_bytes()).await?;
         }
+        ("S" | "H", [n, chunk, ms]) => {
+            let every = std::time::Duration::from_millis(*ms);
+            let mut block = vec![0u8; (*chunk).clamp(1, 1 << 20) as usize];
+            let mut sent = 0u64;
+            while sent < *n {
+                let k = (n - sent).min(block.len() as u64) as usize;
+                pattern::fill(0, sent, &mut block[..k]);
+                r.get_mut().write_all(&block[..k]).await?;
+                sent += k as u64;
+                tokio::time::sleep(every).await;
+            }
+            if verb == "H" {
+                let mut sink = [0u8; 64];
+                while r.read(&mut sink).await? > 0 {}
+            }
+        }
         ("E", []) => {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
@@ -421,6 +439,12 @@ mod tests {
         let mut got = Vec::new();
         s.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, pattern::fnv(&data).to_be_bytes());
+
+        let mut s = TcpStream::connect(origin.addr()).await.unwrap();
+        s.write_all(b"S 2500 1000 10\n").await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, pattern::bytes(0, 2500));
 
         let mut s = TcpStream::connect(origin.addr()).await.unwrap();
         s.write_all(b"E\nhello").await.unwrap();
