@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    fnv, gateway_hop, hop_config, link_to, loopback_policy, pattern, relay_incoming,
-    socks_handshake, terminal_hop,
+    gateway_hop, hop_config, link_to, loopback_policy, pattern, relay_incoming, socks_handshake,
+    terminal_hop,
 };
 
 use linkem::Profile;
@@ -430,23 +430,16 @@ async fn client_reset_reaches_the_server_as_a_reset() {
     assert_no_streams_left(&[&st.terminal.hop, &st.gateway]).await;
 }
 
-/// Sends `CONNECT authority` to an HTTP CONNECT listener; the connection and the reply head.
+/// `CONNECT authority` (the kit's HTTP CONNECT client) to an HTTP CONNECT listener, the reply
+/// within 20 s; the connection and the reply head.
 async fn http_connect(proxy: SocketAddr, authority: &str) -> (TcpStream, String) {
     let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+    let exchange = loadgen::http_connect::handshake(&mut s, authority);
+    let (_, head) = tokio::time::timeout(Duration::from_secs(20), exchange)
         .await
+        .expect("reply in time")
         .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut b))
-            .await
-            .expect("reply in time")
-            .unwrap();
-        assert_eq!(n, 1, "connection closed inside the reply head {head:?}");
-        head.push(b[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
+    (s, head)
 }
 
 /// Over HTTP CONNECT a refused connect is `502`, a destination the gateway's policy denies
@@ -615,59 +608,22 @@ async fn tap(gateway: SocketAddr, tamper_every: u64) -> Tap {
     }
 }
 
-/// Origin for exchanges: reads a 16-byte request (seed, bytes up, bytes down), then that many
-/// bytes; answers their FNV hash (8 bytes) and `pattern(seed + 1, down)`, and closes.
+/// The origin for exchanges: the kit's.
 async fn exchange_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut h = [0u8; 16];
-                if s.read_exact(&mut h).await.is_err() {
-                    return;
-                }
-                let seed = u64::from_be_bytes(h[..8].try_into().unwrap());
-                let up = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
-                let down = u32::from_be_bytes(h[12..].try_into().unwrap()) as usize;
-                let mut got = vec![0u8; up];
-                if s.read_exact(&mut got).await.is_err() {
-                    return;
-                }
-                let mut answer = fnv(&got).to_be_bytes().to_vec();
-                answer.extend_from_slice(&pattern(seed + 1, down));
-                let _ = s.write_all(&answer).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    addr
+    common::origin().await
 }
 
-/// One exchange through SOCKS: `up` bytes of `pattern(seed)` to the exchange server, `down`
-/// bytes back; checks both byte for byte.
+/// One exchange through SOCKS on one connection: `up` bytes of object `seed` posted (the origin
+/// checks them), then object `seed + 1` of `down` bytes fetched with `Connection: close` (checked
+/// here, and the origin's close after it).
 async fn exchange(proxy: SocketAddr, server: SocketAddr, seed: u64, up: usize, down: usize) {
-    let mut c = connect_ok(proxy, server).await;
-    let data = pattern(seed, up);
-    let mut req = seed.to_be_bytes().to_vec();
-    req.extend_from_slice(&(up as u32).to_be_bytes());
-    req.extend_from_slice(&(down as u32).to_be_bytes());
-    req.extend_from_slice(&data);
-    c.write_all(&req).await.unwrap();
-    let mut got = Vec::new();
-    read_until_end(&mut c, &mut got)
+    let mut c = loadgen::http::HttpConn::new(connect_ok(proxy, server).await);
+    c.post(seed, up as u64)
         .await
-        .unwrap_or_else(|e| panic!("exchange {seed}: {e}"));
-    assert_eq!(got.len(), 8 + down, "exchange {seed}: answer length");
-    assert_eq!(
-        u64::from_be_bytes(got[..8].try_into().unwrap()),
-        fnv(&data),
-        "exchange {seed}: upload corrupted"
-    );
-    assert!(
-        got[8..] == pattern(seed + 1, down),
-        "exchange {seed}: download corrupted"
-    );
+        .unwrap_or_else(|e| panic!("exchange {seed}: upload: {e}"));
+    c.get_once(seed + 1, down as u64)
+        .await
+        .unwrap_or_else(|e| panic!("exchange {seed}: download: {e}"));
 }
 
 /// Modified and forged datagrams reach the gateway while a transfer runs, on the path and from

@@ -8,7 +8,7 @@ use common::{
     wait_listening, Keys, Kill,
 };
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -29,7 +29,7 @@ fn socks_download_through_terminal_and_gateway_processes() {
     // listen.
     let body = pattern(1 << 20);
     let proxy: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
-    let got = download(proxy, &body);
+    let got = download(proxy, body.len());
     assert!(
         got == body,
         "download differs ({} of {} bytes)",
@@ -119,37 +119,26 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
     body.to_owned()
 }
 
-/// Origin that sends `chunks` chunks of 100 000 pattern bytes, one every 100 ms, then closes
-/// (or, with `hold`, keeps the connection open after them).
-fn slow_origin(chunks: usize, hold: bool) -> SocketAddr {
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = origin.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in origin.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let body = pattern(chunks * 100_000);
-                for c in body.chunks(100_000) {
-                    if s.write_all(c).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                if hold {
-                    std::thread::sleep(Duration::from_secs(60));
-                }
-            });
-        }
-    });
-    addr
+/// The kit's origin on loopback.
+fn origin() -> loadgen::origin::Origin {
+    loadgen::origin::Origin::loopback_in_thread().unwrap()
+}
+
+/// Asks the origin on `s` for `chunks` chunks of 100 000 pattern bytes, one every 100 ms, then
+/// its close (or, with `hold`, the connection kept open after them).
+fn ask_slow(s: &mut TcpStream, chunks: usize, hold: bool) {
+    let verb = if hold { "H" } else { "S" };
+    writeln!(s, "{verb} {} 100000 100", chunks * 100_000).unwrap();
 }
 
 #[test]
 fn sigterm_lets_a_transfer_finish_then_exits_zero() {
     let mut p = start_pair("drain", "shutdown_timeout_s = 20");
-    let origin = slow_origin(15, false);
+    let o = origin();
+    let origin = o.addr();
     let (mut s, code) = socks_connect(p.socks, "127.0.0.1", origin.port());
     assert_eq!(code, 0);
+    ask_slow(&mut s, 15, false);
     let mut first = [0u8; 1000];
     s.read_exact(&mut first).unwrap();
     // The terminal's /metrics and /status show the connection in progress.
@@ -195,9 +184,11 @@ fn sigterm_lets_a_transfer_finish_then_exits_zero() {
 #[test]
 fn sigterm_cuts_what_is_left_at_the_shutdown_timeout() {
     let mut p = start_pair("cut", "shutdown_timeout_s = 1");
-    let origin = slow_origin(2, true);
+    let o = origin();
+    let origin = o.addr();
     let (mut s, code) = socks_connect(p.socks, "127.0.0.1", origin.port());
     assert_eq!(code, 0);
+    ask_slow(&mut s, 2, true);
     let mut first = [0u8; 1000];
     s.read_exact(&mut first).unwrap();
     let signalled = Instant::now();
@@ -225,10 +216,12 @@ fn sigterm_cuts_what_is_left_at_the_shutdown_timeout() {
 fn metrics_and_host_name_policy_in_the_daemons() {
     // Without fast open (on by default), so the policy refusal comes back as a SOCKS5 code.
     let p = start_pair("metrics", "socks_fast_open = false");
-    let origin = slow_origin(3, false);
+    let o = origin();
+    let origin = o.addr();
     // By name, allowed by the gateway's name rule (and its loopback range).
     let (mut s, code) = socks_connect(p.socks, "localhost", origin.port());
     assert_eq!(code, 0);
+    ask_slow(&mut s, 3, false);
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
     assert!(got == pattern(300_000));

@@ -11,27 +11,19 @@ mod common;
 
 use common::{daemon, free_port, fresh_dir, socks_connect, wait_listening, Keys, Kill};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// An origin answering every connection with an endless, slow stream of pattern bytes (100 kB
-/// every 100 ms) until the peer goes away.
-fn endless_origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let chunk = common::pattern(100_000);
-                while s.write_all(&chunk).is_ok() {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            });
-        }
-    });
-    addr
+/// The kit's origin on loopback; see [`ask_endless`].
+fn endless_origin() -> loadgen::origin::Origin {
+    loadgen::origin::Origin::loopback_in_thread().unwrap()
+}
+
+/// Asks the origin on `s` for an endless (a terabyte), slow stream of pattern bytes: 100 kB
+/// every 100 ms, until the peer goes away.
+fn ask_endless(s: &mut TcpStream) {
+    writeln!(s, "S 1000000000000 100000 100").unwrap();
 }
 
 struct Setup {
@@ -83,6 +75,7 @@ fn start(s: &Setup, side: &str, n: u32) -> Kill {
 fn streaming(socks: SocketAddr, origin: SocketAddr) -> TcpStream {
     let (mut s, code) = socks_connect(socks, "127.0.0.1", origin.port());
     assert_eq!(code, 0, "SOCKS connect failed");
+    ask_endless(&mut s);
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut first = [0u8; 1000];
     s.read_exact(&mut first).unwrap();
@@ -119,7 +112,8 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
 #[test]
 fn a_killed_gateway_resets_its_connections_and_a_restarted_one_serves_at_once() {
     let s = setup("restart-gateway");
-    let origin = endless_origin();
+    let o = endless_origin();
+    let origin = o.addr();
     let mut gw = start(&s, "gateway", 1);
     let _term = start(&s, "terminal", 1);
     wait_listening(&[s.socks, s.gw_metrics]);
@@ -156,6 +150,7 @@ fn a_killed_gateway_resets_its_connections_and_a_restarted_one_serves_at_once() 
     loop {
         let (mut c, code) = socks_connect(s.socks, "127.0.0.1", origin.port());
         if code == 0 {
+            ask_endless(&mut c);
             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let mut first = vec![0u8; 100_000];
             if c.read_exact(&mut first).is_ok() {
@@ -179,7 +174,8 @@ fn a_killed_gateway_resets_its_connections_and_a_restarted_one_serves_at_once() 
 #[test]
 fn a_killed_terminals_connections_are_freed_at_the_gateway_within_the_dead_peer_timeout() {
     let s = setup("restart-terminal");
-    let origin = endless_origin();
+    let o = endless_origin();
+    let origin = o.addr();
     let _gw = start(&s, "gateway", 1);
     let mut term = start(&s, "terminal", 1);
     wait_listening(&[s.socks, s.gw_metrics]);
