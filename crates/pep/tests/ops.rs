@@ -4,10 +4,7 @@
 
 mod common;
 
-use common::{
-    download_or_upload, gateway_hop, hop_config, pattern, policy, socks_connect_to, spawn_origin,
-    terminal_hop,
-};
+use common::{gateway_hop, hop_config, pattern, policy, socks_connect_to, terminal_hop};
 
 use pep::config::TcpOptions;
 use pep::hop::Hop;
@@ -22,35 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-/// Origin: "D n\n" → n pattern bytes, then close; "E\n" → echoes until EOF.
+/// The kit's origin: "D n\n" → n pattern bytes, then close; "E\n" → echoes until EOF.
 async fn origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    spawn_origin(
-        l,
-        |_| {},
-        |mut r| async move {
-            match (r.cmd.as_str(), r.n) {
-                ("D", Some(_)) => download_or_upload(r).await,
-                ("E", _) => {
-                    let mut buf = vec![0u8; 4096];
-                    loop {
-                        match r.conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => {
-                                if r.conn.get_mut().write_all(&buf[..n]).await.is_err() {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    let _ = r.conn.get_mut().shutdown().await;
-                }
-                _ => {}
-            }
-        },
-    );
-    addr
+    common::origin().await
 }
 
 struct Setup {
@@ -265,7 +236,7 @@ async fn metrics_and_status_follow_a_transfer() {
     let mut got = Vec::new();
     d.read_to_end(&mut got).await.unwrap();
     assert!(
-        got == pattern(7, N),
+        got == pattern(0, N),
         "download differs ({} bytes)",
         got.len()
     );
@@ -506,7 +477,7 @@ async fn host_name_rules_are_enforced_at_the_gateway() {
     c.write_all(b"D 1000\n").await.unwrap();
     let mut got = Vec::new();
     c.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got, pattern(7, 1000));
+    assert_eq!(got, pattern(0, 1000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,5 +523,5 @@ async fn outbound_tcp_options_are_applied() {
     c.write_all(b"D 100000\n").await.unwrap();
     let mut got = Vec::new();
     c.read_to_end(&mut got).await.unwrap();
-    assert!(got == pattern(7, 100_000));
+    assert!(got == pattern(0, 100_000));
 }

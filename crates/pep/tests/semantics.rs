@@ -428,23 +428,16 @@ async fn client_reset_reaches_the_server_as_a_reset() {
     assert_no_streams_left(&[&st.terminal.hop, &st.gateway]).await;
 }
 
-/// Sends `CONNECT authority` to an HTTP CONNECT listener; the connection and the reply head.
+/// `CONNECT authority` (the kit's HTTP CONNECT client) to an HTTP CONNECT listener, the reply
+/// within 20 s; the connection and the reply head.
 async fn http_connect(proxy: SocketAddr, authority: &str) -> (TcpStream, String) {
     let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+    let exchange = loadgen::http_connect::handshake(&mut s, authority);
+    let (_, head) = tokio::time::timeout(Duration::from_secs(20), exchange)
         .await
+        .expect("reply in time")
         .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut b))
-            .await
-            .expect("reply in time")
-            .unwrap();
-        assert_eq!(n, 1, "connection closed inside the reply head {head:?}");
-        head.push(b[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
+    (s, head)
 }
 
 /// Over HTTP CONNECT a refused connect is `502`, a destination the gateway's policy denies

@@ -47,7 +47,7 @@ async fn download_and_upload_through_socks_over_emulated_geo() {
     let secs = t0.elapsed().as_secs_f64();
     let after = emu.stats();
     assert_eq!(got.len(), down);
-    assert!(got == pattern(7, down), "download corrupted");
+    assert!(got == pattern(0, down), "download corrupted");
     let goodput = down as f64 * 8.0 / secs;
     let up_bytes = after.up.sent_bytes - before.up.sent_bytes;
     let down_bytes = after.down.sent_bytes - before.down.sent_bytes;
@@ -150,7 +150,7 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
                 .await
                 .unwrap()
                 .unwrap();
-            assert!(got == pattern(7, 1000));
+            assert!(got == pattern(0, 1000));
             if round == 1 {
                 times.push(t0.elapsed().as_secs_f64());
             }

@@ -147,7 +147,7 @@ async fn download_and_upload_byte_exact() {
         .unwrap();
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(got.len(), down);
-    assert!(got == pattern(7, down), "download corrupted");
+    assert!(got == pattern(0, down), "download corrupted");
     eprintln!(
         "download {down} B over the TCP hop: {:.3} s = {:.0} Mbit/s",
         secs,
@@ -269,7 +269,7 @@ async fn unknown_terminal_key_is_refused_and_counted() {
         .await
         .unwrap()
         .unwrap();
-    assert!(got == pattern(7, 1000));
+    assert!(got == pattern(0, 1000));
     let st = gw.status().await.unwrap();
     assert_eq!((st.tunnel.unknown_key, st.tunnel.auth_failures), (1, 1));
     assert_eq!(st.tunnel.handshakes, 1);
@@ -383,7 +383,7 @@ async fn tampered_byte_kills_only_its_connection() {
         .await
         .unwrap()
         .unwrap();
-    assert!(got == pattern(7, 50_000));
+    assert!(got == pattern(0, 50_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,10 +413,10 @@ async fn tampered_download_byte_fails_only_its_connection_at_the_terminal() {
     // Connection 0 (a) crossed the tampering: it ends short, never with wrong bytes.
     assert!(got_a.len() < n, "the tampered download completed");
     assert!(
-        got_a[..] == pattern(7, n)[..got_a.len()],
+        got_a[..] == pattern(0, n)[..got_a.len()],
         "tampered bytes reached the client"
     );
-    assert!(got_b == pattern(7, n), "the untouched download was damaged");
+    assert!(got_b == pattern(0, n), "the untouched download was damaged");
     let st = term.status().await.unwrap();
     assert_eq!(st.tunnel.auth_failures, 1);
     let st = gw.status().await.unwrap();

@@ -22,16 +22,16 @@ use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use netsim::units::{parse_bytes, parse_duration_ns};
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
-use pep::keys::{generate_keypair, PublicKey};
+use pep::keys::generate_keypair;
 use pep::metrics::{Metrics, RefusalReason, Side};
 use pep::ops::{Ops, OpsConfig};
 use pep::policy::{Policy, PolicyConfig};
 use pep::sizing::{hop_stp_defaults, HopLink};
 use pep::socks::SocksAuth;
-use pep::tunnel::{Initiator, Responder, ResponderConfig};
-use rand_core::{RngCore, SeedableRng};
+use pep::tunnel::{Responder, ResponderConfig};
+use rand_core::SeedableRng;
 use serde_json::json;
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,14 +39,11 @@ use std::time::{Duration, Instant};
 use stp::EndpointConfig;
 use tokio::net::UdpSocket;
 
-use crate::bench_gateway::{download, rss_kib, Origin};
-
-/// Captured terminal datagrams kept for replay.
-const CAPTURE: usize = 256;
-/// Forged initiations from unknown keys prepared before the flood (generating them is costly).
-const FORGED_INITIATIONS: usize = 64;
-/// Stream opens the authenticated attacker keeps in flight.
-const ATTACKER_OPENS_IN_FLIGHT: usize = 64;
+use crate::bench_gateway::{download, rss_kib};
+use crate::flood::{
+    attack_opens, flood, forged_initiations, tap, udp_rcvbuf_errors, Ammunition, Sent,
+};
+use loadgen::origin::Origin;
 
 #[derive(Debug, Args)]
 pub struct FloodBenchArgs {
@@ -117,95 +114,6 @@ pub fn run(args: &FloodBenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The forged datagrams of the flood, by kind, sent round robin.
-struct Ammunition {
-    random: bool,
-    replays: Vec<Vec<u8>>,
-    initiations: Vec<Vec<u8>>,
-}
-
-/// Counts of what the flood sent.
-#[derive(Default)]
-struct Sent {
-    random: AtomicU64,
-    replayed: AtomicU64,
-    initiations: AtomicU64,
-    errors: AtomicU64,
-}
-
-/// Sends the flood to `to` at `rate` datagrams per second until `stop`; round robin over
-/// random bytes, replays and initiations (kinds without ammunition are skipped).
-fn flood(to: SocketAddr, rate: u64, ammo: Ammunition, sent: Arc<Sent>, stop: Arc<AtomicBool>) {
-    let Ok(sock) = StdUdpSocket::bind(if to.is_ipv6() {
-        "[::1]:0"
-    } else {
-        "127.0.0.1:0"
-    }) else {
-        sent.errors.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut random = vec![0u8; 1500];
-    let start = Instant::now();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        // Keep to the rate: send what is due, then sleep a little.
-        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
-        if n >= due {
-            std::thread::sleep(Duration::from_micros(200));
-            continue;
-        }
-        for _ in 0..(due - n).min(1000) {
-            n += 1;
-            // Round robin over the kinds that have ammunition.
-            let mut kind = n % 3;
-            for _ in 0..3 {
-                let ready = match kind {
-                    0 => ammo.random,
-                    1 => !ammo.replays.is_empty(),
-                    _ => !ammo.initiations.is_empty(),
-                };
-                if ready {
-                    break;
-                }
-                kind = (kind + 1) % 3;
-            }
-            let (data, counter): (&[u8], &AtomicU64) = match kind {
-                1 if !ammo.replays.is_empty() => (
-                    &ammo.replays[(n as usize / 3) % ammo.replays.len()],
-                    &sent.replayed,
-                ),
-                2 if !ammo.initiations.is_empty() => (
-                    &ammo.initiations[(n as usize / 3) % ammo.initiations.len()],
-                    &sent.initiations,
-                ),
-                _ if !ammo.random => break,
-                _ => {
-                    let len = 20 + (rng.next_u32() as usize % 1400);
-                    rng.fill_bytes(&mut random[..len]);
-                    (&random[..len], &sent.random)
-                }
-            };
-            match sock.send_to(data, to) {
-                Ok(_) => counter.fetch_add(1, Ordering::Relaxed),
-                Err(_) => sent.errors.fetch_add(1, Ordering::Relaxed),
-            };
-        }
-    }
-}
-
-/// Handshake initiations towards `gateway` from freshly generated keys it does not know.
-fn forged_initiations(gateway: &PublicKey) -> Result<Vec<Vec<u8>>> {
-    let mut out = Vec::with_capacity(FORGED_INITIATIONS);
-    for i in 0..FORGED_INITIATIONS {
-        let (k, _) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
-        let init = Initiator::new(&k, gateway, i as u32 * 2 + 1, 1)
-            .map_err(|e| anyhow!("forging an initiation: {e}"))?;
-        out.push(init.initiation().to_vec());
-    }
-    Ok(out)
-}
-
 fn flood_target(args: &FloodBenchArgs, target: SocketAddr) -> Result<()> {
     if !target.ip().is_loopback() {
         bail!(
@@ -260,38 +168,6 @@ fn flood_target(args: &FloodBenchArgs, target: SocketAddr) -> Result<()> {
     Ok(())
 }
 
-/// A UDP relay between the terminal and the emulator that keeps copies of the terminal's last
-/// `CAPTURE` datagrams. Returns the address the terminal should use.
-async fn tap(to: SocketAddr, captured: Arc<Mutex<Vec<Vec<u8>>>>) -> Result<SocketAddr> {
-    let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
-    let addr = sock.local_addr()?;
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        let mut terminal: Option<SocketAddr> = None;
-        loop {
-            let Ok((n, from)) = sock.recv_from(&mut buf).await else {
-                return;
-            };
-            let data = &buf[..n];
-            if from == to {
-                if let Some(t) = terminal {
-                    let _ = sock.send_to(data, t).await;
-                }
-            } else {
-                terminal = Some(from);
-                if let Ok(mut c) = captured.lock() {
-                    if c.len() == CAPTURE {
-                        c.remove(0);
-                    }
-                    c.push(data.to_vec());
-                }
-                let _ = sock.send_to(data, to).await;
-            }
-        }
-    });
-    Ok(addr)
-}
-
 /// One hop sized for the `geo` profile from one side's view, as the daemons size it.
 fn hop_config(link: HopLink, seed: u64) -> HopConfig {
     let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
@@ -326,7 +202,9 @@ struct Figures {
 }
 
 async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
-    let origin = Origin::start().await?;
+    let origin = Origin::bind("127.0.0.1:0".parse()?)
+        .await
+        .context("cannot start the origin")?;
     let key =
         |what: &str| generate_keypair().map_err(|e| anyhow!("generating the {what} key: {e}"));
     let (tk, tp) = key("terminal")?;
@@ -415,11 +293,11 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         true,
     ));
 
-    download(socks, origin.addr, 1000)
+    download(socks, origin.addr(), 1000)
         .await
         .context("warm-up download")?;
     let t0 = Instant::now();
-    download(socks, origin.addr, args.size)
+    download(socks, origin.addr(), args.size)
         .await
         .context("baseline download")?;
     let baseline_mbps = args.size as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6;
@@ -463,13 +341,13 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     let attack = args.kinds.contains(&Kind::Open).then(|| {
         tokio::spawn(attack_opens(
             Arc::new(attacker),
-            origin.addr,
+            origin.addr(),
             Arc::clone(&opens),
             Arc::clone(&stop),
         ))
     });
     let t0 = Instant::now();
-    let flooded = download(socks, origin.addr, args.size).await;
+    let flooded = download(socks, origin.addr(), args.size).await;
     let flooded_secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
     let flood_secs = flood_start.elapsed().as_secs_f64();
@@ -527,50 +405,8 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     })
 }
 
-/// UDP datagrams the kernel dropped because a socket's receive buffer was full (`RcvbufErrors`
-/// of `/proc/net/snmp`, all sockets of this network namespace); 0 where it cannot be read.
-fn udp_rcvbuf_errors() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/net/snmp") else {
-        return 0;
-    };
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
-        return 0;
-    };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "RcvbufErrors")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn status(m: &HopMonitor) -> Result<HopStatus> {
     m.status().await.context("the gateway hop stopped")
-}
-
-/// The authenticated attacker: opens streams to `origin` as fast as the gateway answers,
-/// `ATTACKER_OPENS_IN_FLIGHT` at a time, keeping the ones admitted; counts the opens.
-async fn attack_opens(
-    hop: Arc<Hop>,
-    origin: SocketAddr,
-    opens: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-) {
-    let target = pep::socks::Target::Ip(origin);
-    let mut kept = Vec::new();
-    let mut set = tokio::task::JoinSet::new();
-    while !stop.load(Ordering::Relaxed) {
-        while set.len() < ATTACKER_OPENS_IN_FLIGHT {
-            let (hop, target) = (Arc::clone(&hop), target.clone());
-            set.spawn(async move { pep::relay::open(&hop, &target, &[], None).await });
-            opens.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(Ok(Ok((stream, _)))) = set.join_next().await {
-            kept.push(stream);
-        }
-    }
-    set.abort_all();
 }
 
 fn print_figures(f: &Figures) {

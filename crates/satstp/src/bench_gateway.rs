@@ -2,13 +2,15 @@
 //!
 //! One process holds everything: a SOCKS5 client, the terminal (SOCKS listener and its STP hop),
 //! the gateway (STP hop and relay, destination policy allowing 127.0.0.0/8), and an origin TCP
-//! server. The satellite hop is encrypted (Noise IK) and has no emulated impairment. Measured:
+//! server (the client and the origin are the load-generation kit's; every byte is checked). The satellite hop is encrypted (Noise IK) and has no emulated impairment. Measured:
 //! throughput of one bulk download, of N parallel downloads, CPU seconds per GB (getrusage of
 //! the whole process around the single-flow run) and resident memory per idle connection (VmRSS
 //! growth while N idle connections are held open, divided by N).
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use loadgen::client::{Client, Route};
+use loadgen::origin::Origin;
 use netsim::units::parse_bytes;
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::generate_keypair;
@@ -17,12 +19,10 @@ use pep::socks::SocksAuth;
 use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stp::{Config, EndpointConfig};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, UdpSocket};
 
 /// Whole benchmark must finish within this.
 const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -30,8 +30,6 @@ const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STP_BUFFER: u32 = 32 << 20;
 /// Bytes a relay stream may hand to the hop before STP accepts them.
 const RELAY_BUFFER: u32 = 8 << 20;
-/// Origin's reusable send buffer and the client's read buffer.
-const IO_BUF: usize = 256 * 1024;
 /// Idle connections opened concurrently at most.
 const OPEN_CONCURRENCY: usize = 32;
 
@@ -194,25 +192,27 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
 }
 
 async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
-    let origin = Origin::start().await?;
+    let origin = Origin::bind("127.0.0.1:0".parse()?)
+        .await
+        .context("cannot start the origin")?;
     let (socks, gw_hop) = setup(args.idle + args.parallel + 64).await?;
 
     // Idle connections first, before bulk transfers leave freed memory in the heap: established
     // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
-    download(socks, origin.addr, 1000)
+    download(socks, origin.addr(), 1000)
         .await
         .context("warm-up download")?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_before_kib = rss_kib()?;
-    let held_before = origin.held.load(Ordering::SeqCst);
+    let held_before = origin.accepted();
     let idle = args.idle as usize;
     let mut conns = Vec::with_capacity(idle);
     let mut set = tokio::task::JoinSet::new();
     let mut opened = 0usize;
     while conns.len() < idle {
         while opened < idle && set.len() < OPEN_CONCURRENCY {
-            let addr = origin.addr;
-            set.spawn(async move { socks_connect(socks, addr).await });
+            let addr = origin.addr();
+            set.spawn(async move { loadgen::socks5::connect(socks, addr).await });
             opened += 1;
         }
         match set.join_next().await {
@@ -225,11 +225,11 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     }
     // Every SOCKS success means the gateway connected; wait for the origin to have them all.
     let wait = Instant::now();
-    while origin.held.load(Ordering::SeqCst) < held_before + idle {
+    while origin.accepted() < held_before + idle as u64 {
         if wait.elapsed() > Duration::from_secs(30) {
             bail!(
                 "the origin holds {} of {idle} idle connections after 30 s",
-                origin.held.load(Ordering::SeqCst) - held_before
+                origin.accepted() - held_before
             );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -243,7 +243,7 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     let hop0 = hop_status(&gw_hop).await?;
     let cpu0 = cpu_seconds()?;
     let t0 = Instant::now();
-    download(socks, origin.addr, args.bytes)
+    download(socks, origin.addr(), args.bytes)
         .await
         .context("single-flow download")?;
     let single_secs = t0.elapsed().as_secs_f64();
@@ -256,7 +256,7 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..n {
-        let addr = origin.addr;
+        let addr = origin.addr();
         set.spawn(async move { download(socks, addr, each).await });
     }
     while let Some(r) = set.join_next().await {
@@ -357,105 +357,15 @@ async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor)> {
     Ok((socks, gw_monitor))
 }
 
-/// Origin server: per connection, reads "D <n>\n" and sends n bytes, then closes. Connections
-/// that send nothing are held (and counted in `held`) until the peer closes them.
-pub(crate) struct Origin {
-    pub(crate) addr: SocketAddr,
-    held: Arc<AtomicUsize>,
-}
-
-impl Origin {
-    pub(crate) async fn start() -> Result<Origin> {
-        let l = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("binding the origin server")?;
-        let addr = l.local_addr()?;
-        let held = Arc::new(AtomicUsize::new(0));
-        let data: Arc<[u8]> = vec![0x5au8; IO_BUF].into();
-        let counter = Arc::clone(&held);
-        tokio::spawn(async move {
-            while let Ok((s, _)) = l.accept().await {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let data = Arc::clone(&data);
-                tokio::spawn(async move {
-                    let _ = serve_origin(s, &data).await;
-                });
-            }
-        });
-        Ok(Origin { addr, held })
-    }
-}
-
-async fn serve_origin(s: TcpStream, data: &[u8]) -> std::io::Result<()> {
-    let mut r = BufReader::with_capacity(64, s);
-    let mut line = String::new();
-    // Bounded: the request line is short; an idle connection just waits here.
-    let n = (&mut r).take(64).read_line(&mut line).await?;
-    if n == 0 {
-        return Ok(());
-    }
-    let mut parts = line.split_whitespace();
-    let (Some("D"), Some(Ok(mut left))) = (parts.next(), parts.next().map(str::parse::<u64>))
-    else {
-        return Ok(());
-    };
-    let s = r.get_mut();
-    while left > 0 {
-        let k = left.min(data.len() as u64) as usize;
-        s.write_all(&data[..k]).await?;
-        left -= k as u64;
-    }
-    s.shutdown().await
-}
-
-/// SOCKS5 handshake (no authentication) and CONNECT to `dest`; fails unless the reply is success.
-pub(crate) async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream> {
-    let SocketAddr::V4(v4) = dest else {
-        bail!("the origin must have an IPv4 address");
-    };
-    let mut s = TcpStream::connect(proxy)
-        .await
-        .context("connecting to the SOCKS listener")?;
-    s.set_nodelay(true)?;
-    s.write_all(&[5, 1, 0]).await?;
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await.context("SOCKS method reply")?;
-    if m != [5, 0] {
-        bail!("SOCKS method reply {m:?}, expected [5, 0]");
-    }
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await?;
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep)
-        .await
-        .context("SOCKS CONNECT reply")?;
-    if rep[1] != 0 {
-        bail!("SOCKS CONNECT failed with reply code {}", rep[1]);
-    }
-    Ok(s)
-}
-
-/// Downloads `n` bytes from the origin through SOCKS; checks the count.
+/// Downloads `n` bytes of object 0 from the origin through the SOCKS5 listener `proxy`, every
+/// byte checked.
 pub(crate) async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<()> {
-    let mut s = socks_connect(proxy, origin).await?;
-    s.write_all(format!("D {n}\n").as_bytes()).await?;
-    let mut buf = vec![0u8; IO_BUF];
-    let mut got = 0u64;
-    loop {
-        let k = s.read(&mut buf).await.context("reading the download")?;
-        if k == 0 {
-            break;
-        }
-        got += k as u64;
-        if got > n {
-            bail!("received more than the {n} bytes asked for");
-        }
-    }
-    if got != n {
-        bail!("download ended after {got} of {n} bytes");
-    }
+    let client = Client::new(origin, Route::Socks5(proxy));
+    let mut conn = client
+        .connect()
+        .await
+        .context("SOCKS5 through the terminal")?;
+    conn.get(0, n).await?;
     Ok(())
 }
 

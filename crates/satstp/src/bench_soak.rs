@@ -3,14 +3,15 @@
 //!
 //! Four processes on loopback: the gateway and terminal daemons (`satstp gateway` and
 //! `satstp terminal` with generated keys and configuration files), an origin (`satstp bench
-//! soak-origin`) and a client (`satstp bench soak-clients`). Every process raises its open-file
-//! limit to the hard limit and logs it. The client opens `--connections` SOCKS5 connections
-//! through the terminal, moves `--bytes` bytes on each (a request, an answer) and keeps them all
-//! open; the bench then reads each daemon's resident memory (`VmRSS` of `/proc/PID/status`) and
+//! soak-origin`, the load-generation kit's origin) and a client (`satstp bench soak-clients`).
+//! Every process raises its open-file limit to the hard limit and logs it. The client opens
+//! `--connections` SOCKS5 connections through the terminal, moves `--bytes` bytes on each (an
+//! HTTP request, an answer checked byte for byte) and keeps them all open; the bench then reads each daemon's resident memory (`VmRSS` of `/proc/PID/status`) and
 //! divides its growth since a single warm-up connection by the number held.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use loadgen::client::{Client, Route};
 use netsim::units::parse_bytes;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener as StdTcpListener};
@@ -18,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as TokioBufReader};
 
 /// Connections the client opens at once.
 const OPEN_CONCURRENCY: usize = 64;
@@ -327,45 +327,16 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The soak's origin: per connection, a line `D n` is answered with n bytes; the connection is
-/// then held until the peer closes it.
+/// The soak's origin: the kit's, held connections and all, until the process is killed.
 pub fn origin(args: &SoakOriginArgs) -> Result<()> {
     let _ = pep::fdlimit::raise_nofile_limit();
     runtime()?.block_on(async move {
-        let l = tokio::net::TcpListener::bind(args.listen)
+        let _origin = loadgen::origin::Origin::bind(args.listen)
             .await
             .with_context(|| format!("the origin cannot listen on {}", args.listen))?;
         println!("listening on {}", args.listen);
         std::io::stdout().flush()?;
-        loop {
-            let Ok((s, _)) = l.accept().await else {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut r = TokioBufReader::with_capacity(64, s);
-                let mut line = String::new();
-                if (&mut r).take(64).read_line(&mut line).await.is_err() {
-                    return;
-                }
-                let n: u64 = line
-                    .strip_prefix("D ")
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                let s = r.get_mut();
-                let block = [0x5au8; 4096];
-                let mut left = n;
-                while left > 0 {
-                    let k = left.min(block.len() as u64) as usize;
-                    if s.write_all(&block[..k]).await.is_err() {
-                        return;
-                    }
-                    left -= k as u64;
-                }
-                let mut sink = [0u8; 64];
-                while matches!(s.read(&mut sink).await, Ok(k) if k > 0) {}
-            });
-        }
+        std::future::pending::<Result<()>>().await
     })
 }
 
@@ -384,11 +355,10 @@ pub fn clients(args: &SoakClientsArgs) -> Result<()> {
         while conns.len() < n as usize {
             while started < n && set.len() < OPEN_CONCURRENCY {
                 set.spawn(async move {
-                    let mut s = crate::bench_gateway::socks_connect(socks, origin).await?;
-                    s.write_all(format!("D {bytes}\n").as_bytes()).await?;
-                    let mut got = vec![0u8; bytes as usize];
-                    s.read_exact(&mut got).await.context("reading the answer")?;
-                    anyhow::Ok(s)
+                    let client = Client::new(origin, Route::Socks5(socks));
+                    let mut conn = client.connect().await?;
+                    conn.get(0, bytes).await?;
+                    anyhow::Ok(conn.into_inner())
                 });
                 started += 1;
             }

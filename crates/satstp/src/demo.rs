@@ -12,6 +12,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
+use loadgen::client::{Client, Route};
+use loadgen::origin::Origin;
+use loadgen::page::{self, Style};
 use netsim::units::parse_bytes;
 use pep::hop::{Hop, HopConfig, Security};
 use pep::keys::generate_keypair;
@@ -24,8 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stp::EndpointConfig;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, UdpSocket};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -56,7 +58,7 @@ pub struct DemoArgs {
 }
 
 /// Parallel connections a browser opens to one host (HTTP/1.1).
-const BROWSER_CONNECTIONS: usize = 6;
+const BROWSER_CONNECTIONS: usize = loadgen::page::BROWSER_CONNECTIONS;
 /// Give up on any single fetch after this long.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
 /// The untimed object that brings the tunnel up before the measurements.
@@ -115,7 +117,9 @@ async fn demo(
         if !args.no_fast_open { " (SOCKS5 fast open)" } else { "" }
     );
 
-    let origin = spawn_origin().await?;
+    let origin = Origin::bind("127.0.0.1:0".parse()?)
+        .await
+        .context("cannot start the origin")?;
     let stack = Stack::start(
         profile,
         down_bps,
@@ -125,27 +129,31 @@ async fn demo(
         !args.no_fast_open,
     )
     .await?;
+    let client = Client::new(origin.addr(), Route::Socks5(stack.socks));
 
     // A small object first, untimed: the terminal's tunnel comes up, as it is long before a
     // user's first click in a deployment.
-    let warm = socks_connect(stack.socks, origin).await?;
-    tokio::time::timeout(FETCH_TIMEOUT, get(&mut BufReader::new(warm), WARM_UP_BYTES))
-        .await
-        .context("the warm-up object did not arrive in time")??;
+    tokio::time::timeout(FETCH_TIMEOUT, async {
+        client.connect().await?.get(0, WARM_UP_BYTES).await
+    })
+    .await
+    .context("the warm-up object did not arrive in time")?
+    .context("the warm-up object")?;
 
-    // One large object; goodput is timed from the request to the last byte.
+    // One large object; goodput is timed from the request to the last byte, every byte checked.
     let t_connect = Instant::now();
-    let conn = socks_connect(stack.socks, origin).await?;
+    let mut conn = client
+        .connect()
+        .await
+        .context("connecting through the terminal")?;
     let connect_secs = t_connect.elapsed().as_secs_f64();
     let before_bulk = stack.emulator.stats();
     let t0 = Instant::now();
-    let (got, fnv) = tokio::time::timeout(FETCH_TIMEOUT, get(&mut BufReader::new(conn), size))
+    tokio::time::timeout(FETCH_TIMEOUT, conn.get(1, size))
         .await
-        .context("the large object did not arrive in time")??;
+        .context("the large object did not arrive in time")?
+        .context("the large object")?;
     let secs = t0.elapsed().as_secs_f64();
-    if got != size || fnv != fnv_of_pattern(size) {
-        bail!("the large object arrived corrupted or short ({got} of {size} bytes)");
-    }
     let after_bulk = stack.emulator.stats();
     let goodput = size as f64 * 8.0 / secs;
     if !args.no_fast_open {
@@ -176,9 +184,10 @@ async fn demo(
         .collect();
     let page_bytes: u64 = sizes.iter().sum();
     let t0 = Instant::now();
-    tokio::time::timeout(FETCH_TIMEOUT, fetch_page(stack.socks, origin, &sizes))
+    tokio::time::timeout(FETCH_TIMEOUT, page::fetch(&client, &sizes, Style::BROWSER))
         .await
-        .context("the web page did not load in time")??;
+        .context("the web page did not load in time")?
+        .context("the web page")?;
     let plt = t0.elapsed().as_secs_f64();
     println!(
         "  web page: {} objects, {} bytes in all (sizes from the web model), {} connections: loaded in {plt:.2} s = {:.1} RTTs",
@@ -347,189 +356,4 @@ impl Stack {
     async fn gateway_status(&self) -> Option<pep::hop::HopStatus> {
         self.gateway.status().await
     }
-}
-
-/// The origin: HTTP/1.1 with keep-alive; `GET /bytes/N` answers N bytes of a fixed pattern.
-async fn spawn_origin() -> Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let _ = serve_http(s).await;
-            });
-        }
-    });
-    Ok(addr)
-}
-
-async fn serve_http(s: TcpStream) -> std::io::Result<()> {
-    let mut r = BufReader::new(s);
-    loop {
-        let mut request = String::new();
-        if r.read_line(&mut request).await? == 0 {
-            return Ok(());
-        }
-        // Skip the header lines.
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).await? == 0 || line == "\r\n" || line == "\n" {
-                break;
-            }
-        }
-        let n = request
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.strip_prefix("/bytes/"))
-            .and_then(|n| n.parse::<u64>().ok());
-        let w = r.get_mut();
-        let Some(n) = n else {
-            w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                .await?;
-            continue;
-        };
-        w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes())
-            .await?;
-        let mut sent = 0u64;
-        let mut block = vec![0u8; 64 * 1024];
-        while sent < n {
-            let k = (n - sent).min(block.len() as u64) as usize;
-            fill_pattern(sent, &mut block[..k]);
-            w.write_all(&block[..k]).await?;
-            sent += k as u64;
-        }
-    }
-}
-
-/// Byte `i` of every object: a cheap position-dependent pattern, so corruption and reordering
-/// both show.
-fn fill_pattern(offset: u64, out: &mut [u8]) {
-    for (i, b) in out.iter_mut().enumerate() {
-        let x = (offset + i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        *b = (x >> 56) as u8;
-    }
-}
-
-fn fnv_update(mut h: u64, data: &[u8]) -> u64 {
-    for &b in data {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
-
-fn fnv_of_pattern(n: u64) -> u64 {
-    let mut h = FNV_START;
-    let mut block = vec![0u8; 64 * 1024];
-    let mut done = 0u64;
-    while done < n {
-        let k = (n - done).min(block.len() as u64) as usize;
-        fill_pattern(done, &mut block[..k]);
-        h = fnv_update(h, &block[..k]);
-        done += k as u64;
-    }
-    h
-}
-
-/// A SOCKS5 (no authentication) connection to `dest` through `proxy`.
-async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> Result<TcpStream> {
-    let mut s = TcpStream::connect(proxy).await?;
-    s.set_nodelay(true)?;
-    s.write_all(&[5, 1, 0]).await?;
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await?;
-    if m != [5, 0] {
-        bail!("SOCKS method negotiation failed: {m:?}");
-    }
-    let SocketAddr::V4(v4) = dest else {
-        bail!("the demo's origin is IPv4");
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await?;
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await?;
-    if rep[1] != 0 {
-        bail!("the gateway refused the connection: SOCKS reply {}", rep[1]);
-    }
-    Ok(s)
-}
-
-/// One GET on a persistent connection; returns the body's length and FNV hash.
-async fn get(r: &mut BufReader<TcpStream>, n: u64) -> Result<(u64, u64)> {
-    r.get_mut()
-        .write_all(format!("GET /bytes/{n} HTTP/1.1\r\nHost: origin\r\n\r\n").as_bytes())
-        .await?;
-    let mut status = String::new();
-    r.read_line(&mut status).await?;
-    if !status.starts_with("HTTP/1.1 200") {
-        bail!("origin answered {status:?}");
-    }
-    let mut len = None;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).await? == 0 {
-            bail!("connection closed in the response header");
-        }
-        if line == "\r\n" {
-            break;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse::<u64>().ok();
-        }
-    }
-    let len = len.context("response without Content-Length")?;
-    let mut h = FNV_START;
-    let mut left = len;
-    let mut buf = vec![0u8; 64 * 1024];
-    while left > 0 {
-        let k = r.read(&mut buf[..left.min(64 * 1024) as usize]).await?;
-        if k == 0 {
-            bail!("connection closed {left} bytes before the end of the body");
-        }
-        h = fnv_update(h, &buf[..k]);
-        left -= k as u64;
-    }
-    Ok((len, h))
-}
-
-async fn fetch_one(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<(u64, u64)> {
-    let s = socks_connect(proxy, origin).await?;
-    get(&mut BufReader::new(s), n).await
-}
-
-/// The page first, then the other objects spread over up to six persistent connections.
-async fn fetch_page(proxy: SocketAddr, origin: SocketAddr, sizes: &[u64]) -> Result<()> {
-    let Some((&page, objects)) = sizes.split_first() else {
-        return Ok(());
-    };
-    let (n, h) = fetch_one(proxy, origin, page).await?;
-    if n != page || h != fnv_of_pattern(page) {
-        bail!("the page arrived corrupted");
-    }
-    let lanes = BROWSER_CONNECTIONS.min(objects.len());
-    let queue = Arc::new(std::sync::Mutex::new(objects.to_vec()));
-    let mut tasks = Vec::new();
-    for _ in 0..lanes {
-        let queue = Arc::clone(&queue);
-        tasks.push(tokio::spawn(async move {
-            let mut conn = BufReader::new(socks_connect(proxy, origin).await?);
-            loop {
-                let next = queue.lock().map_err(|_| anyhow::anyhow!("lock"))?.pop();
-                let Some(size) = next else {
-                    return Ok::<(), anyhow::Error>(());
-                };
-                let (n, h) = get(&mut conn, size).await?;
-                if n != size || h != fnv_of_pattern(size) {
-                    bail!("an object of {size} bytes arrived corrupted");
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.context("a page fetch task failed")??;
-    }
-    Ok(())
 }

@@ -12,6 +12,7 @@ mod demo;
 mod demo_engine;
 mod emulate;
 mod failover;
+mod flood;
 mod keygen;
 mod leo;
 mod plot;
@@ -83,8 +84,69 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes, joined by ": ", each cause said once: a cause whose text its
+/// parent's message already holds (a library error that both shows and exposes its source, as
+/// a file error shows the I/O error and the TOML parser's excerpt) is not repeated.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut parent = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out.push_str(&text);
+        } else if !parent.contains(text.trim()) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        parent = text;
+    }
+    out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+    use anyhow::Context;
+
+    /// A library error that shows its source and also exposes it.
+    #[derive(Debug)]
+    struct FileError {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for FileError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for FileError {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_its_parent_already_shows_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(FileError {
+            path: "/x.toml",
+            source: io,
+        });
+        assert_eq!(error_chain(&e), "/x.toml: no such file");
+        let e: anyhow::Result<()> = Err(e).context("cannot start the terminal");
+        assert_eq!(
+            error_chain(&e.unwrap_err()),
+            "cannot start the terminal: /x.toml: no such file"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&plain), "outer: inner");
     }
 }

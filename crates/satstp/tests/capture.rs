@@ -54,7 +54,7 @@ fn captures_from_both_daemons_are_read_by_the_dissector() {
     let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
     wait_listening(&[socks]);
     let body = common::pattern(300_000);
-    let got = common::download(socks, &body);
+    let got = common::download(socks, body.len());
     assert!(got == body, "download through the daemons");
     // Let the last ENDAKs cross, then stop (records are written unbuffered).
     std::thread::sleep(std::time::Duration::from_millis(500));

@@ -16,67 +16,26 @@ use common::{
     daemon, free_port, fresh_dir, satstp, sigterm, socks_connect, wait_exit, wait_listening, Keys,
     Kill,
 };
+use loadgen::origin::Origin;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How an origin connection ended, seen from the origin.
-#[derive(Debug, PartialEq)]
-enum End {
-    /// Read EOF after the peer's FIN.
-    Fin,
-    /// Read or write failed with a reset.
-    Reset,
-    /// Anything else (a timeout, another error).
-    Other(String),
+/// The kit's origin on loopback: raw `E` (echo until the peer's end) and `D n`, each
+/// connection's end counted and a failed one (a reset) recorded.
+fn origin() -> Origin {
+    Origin::loopback_in_thread().unwrap()
 }
 
-/// An origin speaking a tiny protocol: a line `N\n` asks for N pattern bytes; EOF ends the
-/// connection (the origin then closes its side too). Each connection's end is reported.
-fn origin() -> (SocketAddr, mpsc::Receiver<End>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                let end = serve(&mut s);
-                let _ = tx.send(end);
-            });
-        }
-    });
-    (addr, rx)
-}
-
-fn serve(s: &mut TcpStream) -> End {
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    loop {
-        match s.read(&mut byte) {
-            Ok(0) => return End::Fin,
-            Ok(_) if byte[0] == b'\n' => {
-                let n: usize = String::from_utf8_lossy(&line).trim().parse().unwrap_or(0);
-                line.clear();
-                if let Err(e) = s.write_all(&common::pattern(n)) {
-                    return classify(&e);
-                }
-            }
-            Ok(_) => line.push(byte[0]),
-            Err(e) => return classify(&e),
-        }
+/// Waits up to 10 s until `n` origin connections have ended; the errors they ended with.
+fn ends(origin: &Origin, n: u64) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.ended() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn classify(e: &std::io::Error) -> End {
-    match e.kind() {
-        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => End::Reset,
-        _ => End::Other(e.to_string()),
-    }
+    assert_eq!(origin.ended(), n, "origin connections ended");
+    origin.errors()
 }
 
 struct Pair {
@@ -142,12 +101,14 @@ fn start(name: &str, shutdown_timeout_s: u32) -> Pair {
     }
 }
 
-/// A SOCKS connection through the pair to `origin` that has fetched `n` bytes.
+/// A SOCKS connection through the pair to the origin's echo that has moved `n` bytes each way
+/// and stays open, as a browser leaves a keep-alive connection.
 fn fetched(socks: SocketAddr, origin: SocketAddr, n: usize) -> TcpStream {
     let (mut s, code) = socks_connect(socks, "127.0.0.1", origin.port());
     assert_eq!(code, 0, "SOCKS connect failed");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    writeln!(s, "{n}").unwrap();
+    s.write_all(b"E\n").unwrap();
+    s.write_all(&common::pattern(n)).unwrap();
     let mut got = vec![0u8; n];
     s.read_exact(&mut got).unwrap();
     assert!(got == common::pattern(n));
@@ -157,7 +118,8 @@ fn fetched(socks: SocketAddr, origin: SocketAddr, n: usize) -> TcpStream {
 #[test]
 fn closes_in_flight_when_sigterm_arrives_reach_the_far_side_as_fins() {
     let mut p = start("drain-inflight", 30);
-    let (origin, ends) = origin();
+    let o = origin();
+    let origin = o.addr();
     // Twenty keep-alive connections that have each fetched an object, as a browser leaves them.
     let idle: Vec<TcpStream> = (0..20).map(|_| fetched(p.socks, origin, 20_000)).collect();
     // One more asks for a 2 MB response and half-closes at once: the response (which takes
@@ -166,7 +128,7 @@ fn closes_in_flight_when_sigterm_arrives_reach_the_far_side_as_fins() {
     assert_eq!(code, 0);
     last.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    writeln!(last, "2000000").unwrap();
+    writeln!(last, "D 2000000").unwrap();
     last.shutdown(Shutdown::Write).unwrap();
     // Everything closes at once, and both daemons are told to stop at that very moment.
     drop(idle);
@@ -192,14 +154,10 @@ fn closes_in_flight_when_sigterm_arrives_reach_the_far_side_as_fins() {
         assert!(log.contains("every connection finished"), "{side}:\n{log}");
         assert!(!log.contains("drain_timeout"), "{side}:\n{log}");
     }
-    let mut seen = Vec::new();
-    while let Ok(end) = ends.recv_timeout(Duration::from_secs(5)) {
-        seen.push(end);
-    }
-    assert_eq!(seen.len(), 21, "origin connections ended: {seen:?}");
+    let errors = ends(&o, 21);
     assert!(
-        seen.iter().all(|e| *e == End::Fin),
-        "every origin connection must end with a FIN: {seen:?}"
+        errors.is_empty(),
+        "every origin connection must end with a FIN: {errors:?}"
     );
     let _ = std::fs::remove_dir_all(&p.dir);
 }
@@ -207,7 +165,8 @@ fn closes_in_flight_when_sigterm_arrives_reach_the_far_side_as_fins() {
 #[test]
 fn a_drain_that_runs_out_of_time_resets_what_is_left_on_both_sides() {
     let mut p = start("drain-cut", 1);
-    let (origin, ends) = origin();
+    let o = origin();
+    let origin = o.addr();
     // Connections that stay open through the drain: never a clean end for a cut connection.
     let mut open: Vec<TcpStream> = (0..5).map(|_| fetched(p.socks, origin, 1000)).collect();
     let signalled = Instant::now();
@@ -226,14 +185,13 @@ fn a_drain_that_runs_out_of_time_resets_what_is_left_on_both_sides() {
             "a client connection cut by the drain must read a reset, got {r:?}"
         );
     }
-    let mut seen = Vec::new();
-    while let Ok(end) = ends.recv_timeout(Duration::from_secs(5)) {
-        seen.push(end);
-    }
-    assert_eq!(seen.len(), 5, "origin connections ended: {seen:?}");
+    let errors = ends(&o, 5);
     assert!(
-        seen.iter().all(|e| *e == End::Reset),
-        "a connection cut by the drain must reach the origin as a reset: {seen:?}"
+        errors.len() == 5
+            && errors
+                .iter()
+                .all(|e| e.contains("Connection reset by peer")),
+        "a connection cut by the drain must reach the origin as a reset: {errors:?}"
     );
     for side in ["terminal", "gateway"] {
         let log = p.log(side);

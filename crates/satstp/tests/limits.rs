@@ -6,42 +6,24 @@ mod common;
 
 use common::{free_port, fresh_dir, satstp, socks_connect, wait_listening, Keys, Kill};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 /// The terminal's open-file limit (soft and hard) in this test.
 const NOFILE: u64 = 64;
 
-/// An origin answering `N\n` with N pattern bytes, any number of times per connection.
-fn origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut line = Vec::new();
-                let mut b = [0u8; 1];
-                while let Ok(1) = s.read(&mut b) {
-                    if b[0] == b'\n' {
-                        let n: usize = String::from_utf8_lossy(&line).trim().parse().unwrap_or(0);
-                        line.clear();
-                        if s.write_all(&common::pattern(n)).is_err() {
-                            return;
-                        }
-                    } else {
-                        line.push(b[0]);
-                    }
-                }
-            });
-        }
-    });
-    addr
+/// The kit's origin on loopback; the connections use its echo (`E`).
+fn origin() -> loadgen::origin::Origin {
+    loadgen::origin::Origin::loopback_in_thread().unwrap()
 }
 
-fn fetch(s: &mut TcpStream, n: usize) -> bool {
-    if writeln!(s, "{n}").is_err() {
+/// Whether `n` pattern bytes come back through the echo on `s` (whose first call sends `E`).
+fn fetch(s: &mut TcpStream, n: usize, first: bool) -> bool {
+    if first && s.write_all(b"E\n").is_err() {
+        return false;
+    }
+    if s.write_all(&common::pattern(n)).is_err() {
         return false;
     }
     let mut got = vec![0u8; n];
@@ -103,7 +85,8 @@ fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on(
     let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{metrics_port}").parse().unwrap();
     wait_listening(&[socks, metrics]);
-    let origin = origin();
+    let o = origin();
+    let origin = o.addr();
 
     // Open connections until the terminal refuses one.
     let mut open = Vec::new();
@@ -118,7 +101,10 @@ fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on(
             break code;
         }
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        assert!(fetch(&mut s, 1000), "an admitted connection must work");
+        assert!(
+            fetch(&mut s, 1000, true),
+            "an admitted connection must work"
+        );
         open.push(s);
     };
     assert_eq!(
@@ -134,7 +120,7 @@ fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on(
     // The established connections are unaffected.
     for s in &mut open {
         assert!(
-            fetch(s, 5000),
+            fetch(s, 5000, false),
             "an established connection broke at the limit"
         );
     }
@@ -180,7 +166,7 @@ fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on(
         let (mut s, code) = socks_connect(socks, "127.0.0.1", origin.port());
         if code == 0 {
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            assert!(fetch(&mut s, 1000));
+            assert!(fetch(&mut s, 1000, true));
             break;
         }
         assert!(

@@ -13,25 +13,17 @@ use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::future::Future;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use stp::EndpointConfig;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-/// A deterministic pseudo-random byte pattern.
-pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as u8
-        })
-        .collect()
-}
+/// The byte pattern and the FNV hash of the load-generation kit; the raw origin's `D n` answers
+/// `pattern(0, n)`.
+#[allow(unused_imports)]
+pub use loadgen::pattern::{bytes as pattern, fnv};
 
 /// Hop parameters for tests.
 pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
@@ -132,13 +124,6 @@ pub async fn terminal_hop(
     .unwrap()
 }
 
-/// The 64-bit FNV-1a hash of `data`, with which origin servers answer uploads.
-pub fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// One request to an origin server: the word and the number of its first line ("D 1000\n" →
 /// `"D"`, `Some(1000)`), and the connection, that line read.
 pub struct Request {
@@ -175,79 +160,48 @@ where
     });
 }
 
-/// The origin's two transfers: "D n" sends n pattern bytes (seed 7), then closes; "U n" (any
-/// other word with a number) reads n bytes, answers their 8-byte FNV hash, closes. A request
-/// without a number gets nothing.
-pub async fn download_or_upload(mut r: Request) {
-    let Some(n) = r.n else {
-        return;
-    };
-    if r.cmd == "D" {
-        let _ = r.conn.get_mut().write_all(&pattern(7, n)).await;
-        let _ = r.conn.get_mut().shutdown().await;
-    } else {
-        let mut got = vec![0u8; n];
-        if r.conn.read_exact(&mut got).await.is_ok() {
-            let _ = r.conn.get_mut().write_all(&fnv(&got).to_be_bytes()).await;
-            let _ = r.conn.get_mut().shutdown().await;
-        }
-    }
+/// The kit origin's raw `D n` and `U n` exchanges, for test servers that add verbs of their own.
+pub async fn download_or_upload(r: Request) {
+    let numbers: Vec<u64> = r.n.map(|n| n as u64).into_iter().collect();
+    let _ = loadgen::origin::serve_raw(r.conn, &r.cmd, &numbers).await;
 }
 
-/// Origin server on loopback answering [`download_or_upload`]'s "D n" and "U n".
+/// The kit's origin on loopback (raw `D n`, `U n`, `E` and HTTP), serving until the test's
+/// runtime ends.
 pub async fn origin() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    spawn_origin(l, |_| {}, download_or_upload);
-    addr
+    loadgen::origin::Origin::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+        .detach()
 }
 
-/// The SOCKS5 CONNECT exchange (no authentication) on a connection to the proxy, to `host`
-/// (an IPv4 address or a name) and `port`: the stream and the reply code.
+/// The SOCKS5 CONNECT exchange (the kit's client) on a connection to the proxy, to `host` (an
+/// IP address or a name) and `port`: the stream and the reply code.
 pub async fn socks_handshake_to(
     mut s: TcpStream,
     host: &str,
     port: u16,
 ) -> io::Result<(TcpStream, u8)> {
-    s.write_all(&[5, 1, 0]).await?;
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).await?;
-    assert_eq!(m, [5, 0], "no-auth method chosen");
-    let mut req = vec![5, 1, 0];
-    match host.parse::<Ipv4Addr>() {
-        Ok(ip) => {
-            req.push(1);
-            req.extend_from_slice(&ip.octets());
-        }
-        Err(_) => {
-            req.push(3);
-            req.push(host.len() as u8);
-            req.extend_from_slice(host.as_bytes());
-        }
-    }
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).await?;
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await?;
-    Ok((s, rep[1]))
+    let dest = loadgen::socks5::Dest::new(host, port);
+    let code = loadgen::socks5::handshake(&mut s, &dest)
+        .await
+        .map_err(io::Error::other)?;
+    Ok((s, code))
 }
 
-/// [`socks_handshake_to`] an IPv4 `dest`.
+/// [`socks_handshake_to`] `dest`.
 pub async fn socks_handshake(s: TcpStream, dest: SocketAddr) -> io::Result<(TcpStream, u8)> {
-    let SocketAddr::V4(v4) = dest else {
-        panic!("IPv4 destinations only here")
-    };
-    socks_handshake_to(s, &v4.ip().to_string(), v4.port()).await
+    socks_handshake_to(s, &dest.ip().to_string(), dest.port()).await
 }
 
-/// SOCKS5 CONNECT through `proxy` to `host:port` (an IPv4 address or a name); returns the
-/// stream and the reply code.
+/// SOCKS5 CONNECT through `proxy` to `host:port` (an IP address or a name); returns the stream
+/// and the reply code.
 pub async fn socks_connect_to(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
     let s = TcpStream::connect(proxy).await.unwrap();
     socks_handshake_to(s, host, port).await.unwrap()
 }
 
-/// SOCKS5 CONNECT to `dest` (IPv4); returns the stream and the reply code.
+/// SOCKS5 CONNECT to `dest`; returns the stream and the reply code.
 pub async fn socks_connect(proxy: SocketAddr, dest: SocketAddr) -> (TcpStream, u8) {
     let s = TcpStream::connect(proxy).await.unwrap();
     socks_handshake(s, dest).await.unwrap()

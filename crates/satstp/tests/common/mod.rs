@@ -67,9 +67,10 @@ pub fn keygen(prefix: &Path) -> String {
         .to_string()
 }
 
-/// A deterministic byte pattern.
+/// The first `n` bytes of the load-generation kit's pattern (object 0): what the kit origin's
+/// raw `D n` answers.
 pub fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    loadgen::pattern::bytes(0, n)
 }
 
 /// A terminal's and a gateway's key pairs from `satstp keygen`, in `dir` as `terminal.key`,
@@ -158,48 +159,21 @@ pub fn wait_listening(addrs: &[SocketAddr]) {
     }
 }
 
-/// SOCKS5 CONNECT through `proxy` to `host:port` (an IPv4 address or a name), reads timing out
-/// after 30 s; returns the stream and the reply code.
+/// SOCKS5 CONNECT (the kit's blocking client) through `proxy` to `host:port` (an IP address
+/// or a name), reads timing out after 30 s; returns the stream and the reply code.
 pub fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
-    assert_eq!(m, [5, 0]);
-    let mut req = vec![5, 1, 0];
-    match host.parse::<std::net::Ipv4Addr>() {
-        Ok(ip) => {
-            req.push(1);
-            req.extend_from_slice(&ip.octets());
-        }
-        Err(_) => {
-            req.push(3);
-            req.push(host.len() as u8);
-            req.extend_from_slice(host.as_bytes());
-        }
-    }
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
-    (s, rep[1])
+    let dest = loadgen::socks5::Dest::new(host, port);
+    loadgen::socks5::blocking::connect(proxy, dest, Duration::from_secs(30)).unwrap()
 }
 
-/// Downloads `body` from a one-shot origin through the SOCKS5 proxy at `proxy`, once it
-/// listens.
-pub fn download(proxy: SocketAddr, body: &[u8]) -> Vec<u8> {
-    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
-    let origin_addr = origin.local_addr().unwrap();
-    let served = body.to_vec();
-    std::thread::spawn(move || {
-        if let Ok((mut s, _)) = origin.accept() {
-            let _ = s.write_all(&served);
-        }
-    });
+/// Downloads `n` bytes ([`pattern`]) from the kit's origin through the SOCKS5 proxy at
+/// `proxy`, once it listens; what arrived before the end of stream.
+pub fn download(proxy: SocketAddr, n: usize) -> Vec<u8> {
+    let origin = loadgen::origin::Origin::loopback_in_thread().unwrap();
     wait_listening(&[proxy]);
-    let (mut s, code) = socks_connect(proxy, "127.0.0.1", origin_addr.port());
+    let (mut s, code) = socks_connect(proxy, "127.0.0.1", origin.addr().port());
     assert_eq!(code, 0, "SOCKS reply");
+    writeln!(s, "D {n}").unwrap();
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
     got

@@ -1,0 +1,436 @@
+//! The origin server every benchmark, the demo and the tests fetch from.
+//!
+//! HTTP/1.1 with keep-alive (what [`crate::http::HttpConn`] and the page fetcher speak):
+//! `GET /bytes/N/K` answers N bytes of object K's [pattern](crate::pattern) (K defaults to 0);
+//! `POST /upload/N/K` with N bytes of that pattern answers `200` if every byte is right, else
+//! `422` (and the origin records the wrong byte); `Connection: close` ends the connection after
+//! the answer. A connection that sends nothing is held until its peer closes it.
+//!
+//! The raw dialect, for tests of the gateway's byte stream where HTTP framing would hide a clean
+//! close or a reset, one exchange per connection: `D N [K]\n` answers N pattern bytes of object K
+//! and closes; `U N\n` reads N bytes and answers their 8-byte FNV-1a hash (big-endian), then
+//! closes; `E\n` echoes everything until the peer's end of stream, then closes.
+//!
+//! The server runs on the caller's tokio runtime ([`Origin::start`]) or on a thread of its own
+//! ([`Origin::start_in_thread`], for blocking callers). Dropping it stops it and every
+//! connection it holds.
+
+use crate::http::{self, Head};
+use crate::pattern::{self, Checker};
+use crate::Error;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Called on every accepted connection before it is served (e.g. to set its congestion control);
+/// an error closes the connection and is recorded.
+pub type SocketHook = Arc<dyn Fn(&TcpStream) -> io::Result<()> + Send + Sync>;
+
+/// How the origin treats its connections.
+#[derive(Clone, Default)]
+pub struct OriginConfig {
+    pub on_accept: Option<SocketHook>,
+}
+
+/// The head reader's buffer: small, because an idle held connection keeps it.
+const HEAD_BUFFER: usize = 256;
+
+struct Shared {
+    accepted: AtomicU64,
+    ended: AtomicU64,
+    phase: Mutex<String>,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn phase(&self) -> String {
+        self.phase.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+}
+
+/// A running origin; stopped when dropped.
+pub struct Origin {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Origin {
+    /// Listens on `addr` (e.g. `127.0.0.1:0`) on the current tokio runtime.
+    pub async fn bind(addr: SocketAddr) -> io::Result<Origin> {
+        Ok(Origin::start(
+            TcpListener::bind(addr).await?,
+            OriginConfig::default(),
+        ))
+    }
+
+    /// Serves `listener` on the current tokio runtime.
+    pub fn start(listener: TcpListener, config: OriginConfig) -> Origin {
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let shared = Arc::new(Shared {
+            accepted: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            phase: Mutex::new("start".into()),
+            errors: Mutex::new(Vec::new()),
+        });
+        let task = tokio::spawn(accept_loop(listener, config, Arc::clone(&shared)));
+        Origin {
+            addr,
+            shared,
+            task,
+            runtime: None,
+        }
+    }
+
+    /// Serves a listening `std` socket (bound wherever the caller chose, e.g. inside a network
+    /// namespace) on a runtime thread of its own.
+    pub fn start_in_thread(
+        listener: std::net::TcpListener,
+        config: OriginConfig,
+    ) -> io::Result<Origin> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("origin")
+            .enable_all()
+            .build()?;
+        listener.set_nonblocking(true)?;
+        let mut origin = {
+            let _in_rt = rt.enter();
+            Origin::start(TcpListener::from_std(listener)?, config)
+        };
+        origin.runtime = Some(rt);
+        Ok(origin)
+    }
+
+    /// [`Origin::start_in_thread`] on a fresh loopback port.
+    pub fn loopback_in_thread() -> io::Result<Origin> {
+        Origin::start_in_thread(
+            std::net::TcpListener::bind("127.0.0.1:0")?,
+            OriginConfig::default(),
+        )
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections that have ended so far, cleanly or not (those that failed are in
+    /// [`Origin::errors`]).
+    pub fn ended(&self) -> u64 {
+        self.shared.ended.load(Ordering::SeqCst)
+    }
+
+    /// Names what the caller is doing from now on; connection errors name it.
+    pub fn set_phase(&self, phase: &str) {
+        if let Ok(mut p) = self.shared.phase.lock() {
+            *p = phase.to_owned();
+        }
+    }
+
+    /// Leaves the origin serving until its runtime ends; its address.
+    pub fn detach(self) -> SocketAddr {
+        let addr = self.addr;
+        std::mem::forget(self);
+        addr
+    }
+
+    /// The connection errors so far (a peer's reset, a wrong upload, a malformed request), each
+    /// naming the connection and the phases it was opened and failed in.
+    pub fn errors(&self) -> Vec<String> {
+        self.shared
+            .errors
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Shared>) {
+    // Connection tasks live in the set: aborting this task (dropping the origin) ends them.
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let Ok((s, peer)) = accepted else {
+            // Out of descriptors, or the like: try again shortly.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let number = shared.accepted.fetch_add(1, Ordering::SeqCst) + 1;
+        let opened_in = shared.phase();
+        let (shared, config) = (Arc::clone(&shared), config.clone());
+        conns.spawn(async move {
+            let mut answered = 0u64;
+            let result = match &config.on_accept {
+                Some(hook) => hook(&s).map_err(Error::from),
+                None => Ok(()),
+            };
+            let result = match result {
+                Ok(()) => serve(s, &mut answered).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                let now = shared.phase();
+                if let Ok(mut v) = shared.errors.lock() {
+                    v.push(format!(
+                        "connection {number} from {peer} (opened during the {opened_in}, \
+                         {answered} request(s) answered) failed during the {now}: {e}"
+                    ));
+                }
+            }
+            shared.ended.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Serves one connection until its peer closes it (or a raw exchange or a closing request ends).
+async fn serve(s: TcpStream, answered: &mut u64) -> Result<(), Error> {
+    let _ = s.set_nodelay(true);
+    let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
+    loop {
+        let Some(line) = http::read_line(&mut r).await? else {
+            return Ok(());
+        };
+        let mut words = line.split_whitespace();
+        let verb = words.next().unwrap_or("");
+        if line.ends_with("HTTP/1.1") || line.ends_with("HTTP/1.0") {
+            let head = http::read_rest_of_head(&mut r, line.clone()).await?;
+            let close = serve_http(&mut r, &head).await?;
+            *answered += 1;
+            if close {
+                r.get_mut().shutdown().await?;
+                return Ok(());
+            }
+            continue;
+        }
+        let numbers: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
+        *answered += 1;
+        return serve_raw(r, verb, &numbers).await;
+    }
+}
+
+fn bad(what: String) -> Error {
+    Error::protocol(what)
+}
+
+/// One HTTP request whose head is read; whether the connection ends after it.
+async fn serve_http(r: &mut BufReader<TcpStream>, head: &Head) -> Result<bool, Error> {
+    let mut words = head.first.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let mut parts = path.trim_start_matches('/').split('/');
+    let kind = parts.next().unwrap_or("");
+    let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();
+    let (n, key) = match fields.as_deref() {
+        Ok([n]) => (*n, 0),
+        Ok([n, key]) => (*n, *key),
+        _ => {
+            respond(r, "404 Not Found").await?;
+            return Err(bad(format!("bad request {:?}", head.first)));
+        }
+    };
+    match (method, kind) {
+        ("GET", "bytes") => {
+            let w = r.get_mut();
+            w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes())
+                .await?;
+            http::write_pattern(w, key, n).await?;
+        }
+        ("POST", "upload") => {
+            if head.content_length != Some(n) {
+                respond(r, "400 Bad Request").await?;
+                return Err(bad(format!(
+                    "upload of {n} bytes announced Content-Length {:?}",
+                    head.content_length
+                )));
+            }
+            let mut check = Checker::new(key);
+            read_body(r, n, |piece| check.update(piece)).await?;
+            if let Some(i) = check.first_wrong() {
+                respond(r, "422 Unprocessable Content").await?;
+                return Err(bad(format!("upload {key}: byte {i} of {n} is wrong")));
+            }
+            respond(r, "200 OK").await?;
+        }
+        _ => {
+            respond(r, "404 Not Found").await?;
+            return Err(bad(format!("bad request {:?}", head.first)));
+        }
+    }
+    Ok(head.close)
+}
+
+async fn respond(r: &mut BufReader<TcpStream>, status: &str) -> Result<(), Error> {
+    let text = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+    r.get_mut().write_all(text.as_bytes()).await?;
+    Ok(())
+}
+
+/// Reads `n` body bytes (first what the head reader holds), handing each piece to `sink`.
+async fn read_body(
+    r: &mut BufReader<TcpStream>,
+    n: u64,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), Error> {
+    let mut got = 0u64;
+    let mut buf = vec![0u8; http::BLOCK.min(n as usize).max(1)];
+    while got < n {
+        let want = (n - got).min(buf.len() as u64) as usize;
+        let k = r.read(&mut buf[..want]).await?;
+        if k == 0 {
+            return Err(Error::Short { got, len: n });
+        }
+        sink(&buf[..k]);
+        got += k as u64;
+    }
+    Ok(())
+}
+
+/// One raw exchange (`D`, `U`, `E`) whose request line (`verb` and its `numbers`) `r` has read;
+/// the connection ends after it. Public for test servers that add verbs of their own.
+pub async fn serve_raw(
+    mut r: BufReader<TcpStream>,
+    verb: &str,
+    numbers: &[u64],
+) -> Result<(), Error> {
+    match (verb, numbers) {
+        ("D", [n]) | ("D", [n, _]) => {
+            let key = numbers.get(1).copied().unwrap_or(0);
+            http::write_pattern(r.get_mut(), key, *n).await?;
+        }
+        ("U", [n]) => {
+            let mut h = pattern::FNV_START;
+            read_body(&mut r, *n, |piece| h = pattern::fnv_update(h, piece)).await?;
+            r.get_mut().write_all(&h.to_be_bytes()).await?;
+        }
+        ("E", []) => {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let k = r.read(&mut buf).await?;
+                if k == 0 {
+                    break;
+                }
+                r.get_mut().write_all(&buf[..k]).await?;
+            }
+        }
+        _ => return Err(bad(format!("bad raw request {verb:?} {numbers:?}"))),
+    }
+    r.get_mut().shutdown().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::HttpConn;
+
+    #[tokio::test]
+    async fn keep_alive_gets_and_posts_are_checked() {
+        let origin = Origin::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mut c = HttpConn::new(TcpStream::connect(origin.addr()).await.unwrap());
+        c.post(3, 300_000).await.unwrap();
+        c.get(4, 700_001).await.unwrap();
+        c.get(5, 0).await.unwrap();
+        // A wrong byte in an upload: 422, and the origin records it.
+        let mut body = pattern::bytes(6, 1000);
+        body[10] ^= 1;
+        let s = c.get_mut();
+        s.write_all(b"POST /upload/1000/6 HTTP/1.1\r\nContent-Length: 1000\r\n\r\n")
+            .await
+            .unwrap();
+        s.write_all(&body).await.unwrap();
+        let head = c.response().await.unwrap();
+        assert_eq!(http::status_code(&head.first).unwrap(), 422);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let errors = origin.errors();
+        assert!(
+            errors.len() == 1 && errors[0].contains("upload 6: byte 10 of 1000 is wrong"),
+            "{errors:?}"
+        );
+        assert_eq!(origin.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_wrong_byte_in_a_download_fails_it() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut req = [0u8; 256];
+            let _ = s.read(&mut req).await.unwrap();
+            let mut body = pattern::bytes(1, 5000);
+            body[4321] ^= 0x40;
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+                .await
+                .unwrap();
+            s.write_all(&body).await.unwrap();
+        });
+        let mut c = HttpConn::new(TcpStream::connect(addr).await.unwrap());
+        let e = c.get(1, 5000).await.unwrap_err();
+        assert_eq!(e.to_string(), "object 1: byte 4321 of 5000 is wrong");
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn raw_exchanges_end_with_a_close() {
+        let origin = Origin::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mut s = TcpStream::connect(origin.addr()).await.unwrap();
+        s.write_all(b"D 5000 9\n").await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, pattern::bytes(9, 5000));
+
+        let mut s = TcpStream::connect(origin.addr()).await.unwrap();
+        let data = pattern::bytes(2, 70_000);
+        s.write_all(b"U 70000\n").await.unwrap();
+        s.write_all(&data).await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, pattern::fnv(&data).to_be_bytes());
+
+        let mut s = TcpStream::connect(origin.addr()).await.unwrap();
+        s.write_all(b"E\nhello").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"hello");
+    }
+
+    #[test]
+    fn the_threaded_origin_serves_blocking_clients() {
+        use std::io::{Read, Write};
+        let origin = Origin::loopback_in_thread().unwrap();
+        let mut s = std::net::TcpStream::connect(origin.addr()).unwrap();
+        s.write_all(b"GET /bytes/100/3 HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        let text = String::from_utf8_lossy(&got[..38]).into_owned();
+        assert!(
+            text.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n"),
+            "{text}"
+        );
+        assert_eq!(&got[got.len() - 100..], &pattern::bytes(3, 100)[..]);
+    }
+}

@@ -1,0 +1,108 @@
+//! The contenders of `satstp bench link`: the ways of carrying the traffic across the link.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One way of carrying the traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    /// Kernel TCP end to end with this congestion control.
+    Kernel(&'static str),
+    /// satstp terminal and gateway with TCP on the hop.
+    SplitTcp,
+    /// satstp terminal and gateway with STP on the hop.
+    SplitStp,
+    /// As `SplitStp`, with the terminal's SOCKS5 fast open (`socks_fast_open = true`).
+    SplitStpFastOpen,
+    /// As `SplitStp`, the client's connections intercepted transparently (TPROXY) instead of
+    /// reaching the terminal through SOCKS5.
+    SplitStpTproxy,
+}
+
+pub const KERNEL_CCS: [&str; 3] = ["cubic", "bbr", "reno"];
+
+const SPLIT: [(&str, Contender); 4] = [
+    ("split-tcp", Contender::SplitTcp),
+    ("split-stp", Contender::SplitStp),
+    ("split-stp-fo", Contender::SplitStpFastOpen),
+    ("split-stp-tproxy", Contender::SplitStpTproxy),
+];
+
+impl FromStr for Contender {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim().to_ascii_lowercase();
+        if let Some(cc) = KERNEL_CCS.iter().find(|c| **c == s) {
+            return Ok(Contender::Kernel(cc));
+        }
+        match SPLIT.iter().find(|(name, _)| *name == s) {
+            Some((_, c)) => Ok(*c),
+            None => Err(format!(
+                "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-stp, \
+                 split-stp-fo, split-stp-tproxy)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Contender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Contender::Kernel(cc) => f.write_str(cc),
+            c => {
+                let name = SPLIT.iter().find(|(_, s)| s == c).map_or("?", |(n, _)| n);
+                f.write_str(name)
+            }
+        }
+    }
+}
+
+impl Contender {
+    pub fn describe(self) -> String {
+        match self {
+            Contender::Kernel(cc) => format!("kernel TCP end to end, {cc}"),
+            Contender::SplitTcp => "satstp terminal + gateway, TCP (cubic) on the hop".into(),
+            Contender::SplitStp => "satstp terminal + gateway, STP on the hop".into(),
+            Contender::SplitStpFastOpen => {
+                "satstp terminal + gateway, STP on the hop, SOCKS5 fast open".into()
+            }
+            Contender::SplitStpTproxy => {
+                "satstp terminal + gateway, STP on the hop, a LAN client intercepted by TPROXY"
+                    .into()
+            }
+        }
+    }
+
+    /// Whether the contender runs the satstp daemons.
+    pub fn is_split(self) -> bool {
+        !matches!(self, Contender::Kernel(_))
+    }
+
+    /// Whether the hop is STP (its retransmissions come from the gateway's `/metrics`).
+    pub fn stp_hop(self) -> bool {
+        self.is_split() && self != Contender::SplitTcp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_parse_and_name_themselves() {
+        for name in [
+            "cubic",
+            "bbr",
+            "reno",
+            "split-tcp",
+            "split-stp",
+            "split-stp-fo",
+            "split-stp-tproxy",
+        ] {
+            let c: Contender = name.parse().unwrap();
+            assert_eq!(c.to_string(), name);
+        }
+        let e = "vegas".parse::<Contender>().unwrap_err();
+        assert!(e.contains("unknown contender 'vegas'"), "{e}");
+    }
+}

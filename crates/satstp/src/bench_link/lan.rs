@@ -1,0 +1,119 @@
+//! The LAN behind the terminal for the transparent contender: a client namespace joined to the
+//! terminal namespace by a veth pair, and the shipped `deploy/nftables-tproxy.nft` loaded in the
+//! terminal namespace (its `LAN_IF` set to the veth, its routing commands run), so that the
+//! client's connections to the origin's address are handed to the terminal's transparent
+//! listener. Removed on drop.
+
+use super::TPROXY_PORT;
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The shipped rules, as the deployment guide has users load them.
+const RULES: &str = include_str!("../../../../deploy/nftables-tproxy.nft");
+/// The terminal's LAN interface and the client's end of it.
+const LAN_IF: &str = "lan0";
+const CLIENT_IF: &str = "lan0c";
+
+fn run(cmd: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {cmd}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The client's namespace (`ns`) on a LAN whose router is the terminal namespace.
+pub struct Lan {
+    pub ns: String,
+}
+
+impl Lan {
+    pub fn create(terminal_ns: &str) -> Result<Lan> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let ns = format!(
+            "satstp-lan-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        run("ip", &["netns", "add", &ns])?;
+        let lan = Lan { ns };
+        lan.set_up(terminal_ns)
+            .context("cannot set up the LAN of the transparent contender")?;
+        Ok(lan)
+    }
+
+    fn set_up(&self, terminal_ns: &str) -> Result<()> {
+        let ip = |ns: &str, args: &str| {
+            let mut v = vec!["-n", ns];
+            v.extend(args.split_whitespace());
+            run("ip", &v)
+        };
+        let c = self.ns.as_str();
+        ip(c, "link set lo up")?;
+        ip(
+            c,
+            &format!("link add {CLIENT_IF} type veth peer name {LAN_IF} netns {terminal_ns}"),
+        )?;
+        ip(c, &format!("addr add 192.0.2.2/24 dev {CLIENT_IF}"))?;
+        ip(c, &format!("link set {CLIENT_IF} up"))?;
+        ip(terminal_ns, &format!("addr add 192.0.2.1/24 dev {LAN_IF}"))?;
+        ip(terminal_ns, &format!("link set {LAN_IF} up"))?;
+        ip(c, "route add default via 192.0.2.1")?;
+
+        // The shipped rules with LAN_IF set; the routing commands their comments give.
+        let mut rules = String::new();
+        let mut routing = Vec::new();
+        for line in RULES.lines() {
+            let t = line.trim();
+            if let Some(port) = t.strip_prefix("define TPROXY_PORT = ") {
+                if port.trim() != TPROXY_PORT.to_string() {
+                    bail!("deploy/nftables-tproxy.nft sets TPROXY_PORT {port}, the bench expects {TPROXY_PORT}");
+                }
+            }
+            if t.starts_with("define LAN_IF = ") {
+                rules.push_str(&format!("define LAN_IF = \"{LAN_IF}\"\n"));
+                continue;
+            }
+            let cmd = t.trim_start_matches('#').trim();
+            if cmd.starts_with("ip -4 ") || cmd.starts_with("ip -6 ") {
+                routing.push(cmd.trim_start_matches("ip ").to_string());
+            }
+            rules.push_str(line);
+            rules.push('\n');
+        }
+        let file = std::env::temp_dir().join(format!("{}.nft", self.ns));
+        std::fs::write(&file, rules).with_context(|| format!("cannot write {}", file.display()))?;
+        let loaded = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                terminal_ns,
+                "nft",
+                "-f",
+                &file.to_string_lossy(),
+            ],
+        );
+        let _ = std::fs::remove_file(&file);
+        loaded?;
+        for r in &routing {
+            ip(terminal_ns, r)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        // The veth pair goes with the namespace.
+        let _ = run("ip", &["netns", "del", &self.ns]);
+    }
+}

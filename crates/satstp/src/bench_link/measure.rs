@@ -1,0 +1,232 @@
+//! One run of one contender: a fresh emulator, the origin in the gateway namespace, the daemons
+//! of a split contender, then the client's transfers timed and checked (the kit's origin,
+//! clients and page fetcher), the counters read around the download.
+
+use super::daemons::Daemons;
+use super::lan::Lan;
+use super::system::{retrans_segs, scrape_metrics, set_congestion, tune_namespace};
+use super::{
+    Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, ORIGIN_PORT, SOCKS_PORT,
+    TCP_MSS, WARM_UP_BYTES,
+};
+use anyhow::{anyhow, bail, Context, Result};
+use linkem::{NetConfig, NetEmulator, NetStats, Side};
+use loadgen::client::{Client, Dialer, Route};
+use loadgen::origin::{Origin, OriginConfig, SocketHook};
+use loadgen::page::{self, Style};
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result<Sample> {
+    let mut config = NetConfig::from_profile(plan.profile);
+    config.seed = seed.wrapping_add(run);
+    let emu = NetEmulator::start(config).context("cannot start the IP-level emulator")?;
+    let tns = emu.namespace(Side::Terminal).to_string();
+    let gns = emu.namespace(Side::Gateway).to_string();
+    for ns in [&tns, &gns] {
+        tune_namespace(ns, plan.buffer)?;
+    }
+    let lan = match contender {
+        Contender::SplitStpTproxy => {
+            let lan = Lan::create(&tns)?;
+            tune_namespace(&lan.ns, plan.buffer)?;
+            Some(lan)
+        }
+        _ => None,
+    };
+    let origin_addr = SocketAddrV4::new(Side::Gateway.ipv4(), ORIGIN_PORT);
+    let cc = match contender {
+        Contender::Kernel(cc) => Some(cc),
+        _ => None,
+    };
+    let origin = start_origin(plan, &gns, origin_addr, cc)?;
+    let daemons = match contender.is_split() {
+        true => Some(Daemons::start(plan, &emu, contender)?),
+        false => None,
+    };
+    let (client_ns, route) = match (contender, &lan) {
+        (Contender::Kernel(_), _) => (tns.clone(), Route::Direct),
+        (_, Some(lan)) => (lan.ns.clone(), Route::Direct),
+        _ => (
+            tns.clone(),
+            Route::Socks5(SocketAddr::from((Ipv4Addr::LOCALHOST, SOCKS_PORT))),
+        ),
+    };
+    let client = Client::new(origin_addr.into(), route).with_dialer(dialer(client_ns, cc));
+    let (down_bps, up_bps, _) = plan.profile.parameters();
+
+    // A small object first, untimed: the path is up as it is in use (the terminal's tunnel
+    // established, ARP done), so no contender's figures include a one-time set-up.
+    origin.set_phase("warm-up");
+    let limit = plan.limit(WARM_UP_BYTES, down_bps);
+    step(plan, limit, async {
+        client.connect().await?.get(0, WARM_UP_BYTES).await
+    })
+    .context("warm-up")?;
+
+    // Bulk download, timed from the connection attempt to the last byte: what a user waits for
+    // a file on a new connection (a SOCKS verdict, a TCP handshake or neither is included).
+    origin.set_phase("bulk download");
+    let limit = plan.limit(plan.size, down_bps);
+    let retrans_before = retransmitted(contender, &gns)?;
+    let before = emu.stats();
+    let t_connect = Instant::now();
+    let mut conn = step(plan, limit, client.connect()).context("bulk download connect")?;
+    let connect_s = t_connect.elapsed().as_secs_f64();
+    step(plan, limit, conn.get(1, plan.size)).context("bulk download")?;
+    let download_s = t_connect.elapsed().as_secs_f64();
+    let after = emu.stats();
+    let retrans_after = retransmitted(contender, &gns)?;
+    drop(conn);
+    let (up_bytes, up_packets) = uplink_delta(&before, &after);
+    let mb = plan.size as f64 / 1e6;
+
+    // Bulk upload, timed from the request's first byte to the origin's answer.
+    origin.set_phase("bulk upload");
+    let limit = plan.limit(plan.upload_size, up_bps);
+    let mut conn = step(plan, limit, client.connect()).context("bulk upload connect")?;
+    let t0 = Instant::now();
+    step(plan, limit, conn.post(2, plan.upload_size)).context("bulk upload")?;
+    let upload_s = t0.elapsed().as_secs_f64();
+    drop(conn);
+
+    // The web page, from the first connection attempt to the last object's last byte: as
+    // HTTP/1.1 browsers load it, then HTTP/1.0 style.
+    let limit = plan.limit(plan.page.iter().sum(), down_bps);
+    origin.set_phase("page load");
+    let t0 = Instant::now();
+    step(
+        plan,
+        limit,
+        page::fetch(&client, &plan.page, Style::BROWSER),
+    )
+    .context("page load")?;
+    let page_load_s = t0.elapsed().as_secs_f64();
+    origin.set_phase("page load, a connection per object");
+    let per_object = Style::PerObject {
+        connections: BROWSER_CONNECTIONS,
+    };
+    let t0 = Instant::now();
+    step(plan, limit, page::fetch(&client, &plan.page, per_object))
+        .context("page load, a connection per object")?;
+    let page_per_object_s = t0.elapsed().as_secs_f64();
+
+    // The client has closed its connections; their closes may still be crossing the hop. The
+    // daemons drain (they wait for every stream's end to be delivered) before they exit.
+    origin.set_phase("daemons' graceful shutdown");
+    if let Some(d) = daemons {
+        d.stop().context("stopping the daemons")?;
+    }
+    let errors = origin.errors();
+    drop(origin);
+    if let Some(e) = errors.first() {
+        bail!("origin: {e}");
+    }
+    drop(lan);
+    emu.stop().context("cannot stop the emulator")?;
+    Ok(Sample {
+        download_bps: plan.size as f64 * 8.0 / download_s,
+        upload_bps: plan.upload_size as f64 * 8.0 / upload_s,
+        page_load_s,
+        page_per_object_s,
+        uplink_bytes_per_mb: up_bytes as f64 / mb,
+        uplink_packets_per_mb: up_packets as f64 / mb,
+        retransmitted_bytes: retrans_after.saturating_sub(retrans_before) as f64,
+        connect_s,
+    })
+}
+
+/// Runs one step of the client on the bench's runtime, giving up after `limit` or when the bench
+/// is stopped.
+fn step<T>(
+    plan: &Plan,
+    limit: Duration,
+    work: impl Future<Output = Result<T, loadgen::Error>>,
+) -> Result<T> {
+    let stop = Arc::clone(&plan.stop);
+    plan.rt.block_on(async move {
+        let stopped = async {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::select! {
+            r = tokio::time::timeout(limit, work) => match r {
+                Ok(r) => Ok(r?),
+                Err(_) => Err(anyhow!("timed out after {} s", limit.as_secs())),
+            },
+            () = stopped => Err(anyhow!("stopped")),
+        }
+    })
+}
+
+/// The kit's origin on the bench's runtime, its socket in the gateway namespace; with `cc`, that
+/// congestion control on every connection it accepts.
+fn start_origin(
+    plan: &Plan,
+    gns: &str,
+    addr: SocketAddrV4,
+    cc: Option<&'static str>,
+) -> Result<Origin> {
+    let listener = linkem::net::in_namespace(gns, move || std::net::TcpListener::bind(addr))?
+        .with_context(|| format!("the origin cannot listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let on_accept = cc.map(|cc| -> SocketHook { Arc::new(move |s| set_congestion(s, cc)) });
+    let _in_rt = plan.rt.enter();
+    Ok(Origin::start(
+        tokio::net::TcpListener::from_std(listener)?,
+        OriginConfig { on_accept },
+    ))
+}
+
+/// Connections made from namespace `ns`, with congestion control `cc` if given.
+fn dialer(ns: String, cc: Option<&'static str>) -> Dialer {
+    Arc::new(move |to| {
+        let s = linkem::net::in_namespace(&ns, move || {
+            std::net::TcpStream::connect_timeout(&to, Duration::from_secs(30))
+        })
+        .map_err(std::io::Error::other)??;
+        if let Some(cc) = cc {
+            set_congestion(&s, cc)?;
+        }
+        Ok(s)
+    })
+}
+
+/// IP bytes and packets the emulated uplink delivered between two readings.
+fn uplink_delta(before: &NetStats, after: &NetStats) -> (u64, u64) {
+    (
+        after
+            .up
+            .written_bytes
+            .saturating_sub(before.up.written_bytes),
+        after
+            .up
+            .written_packets
+            .saturating_sub(before.up.written_packets),
+    )
+}
+
+/// Retransmitted bytes so far at the download's sender: for STP the gateway's SD payload bytes
+/// retransmitted (`/metrics`), for TCP the gateway namespace's `RetransSegs` × the MSS.
+fn retransmitted(contender: Contender, gns: &str) -> Result<u64> {
+    match contender {
+        c if c.stp_hop() => {
+            let name = "satstp_stp_retransmitted_bytes_total";
+            let m = scrape_metrics(gns, GATEWAY_METRICS_PORT)?;
+            let values: Vec<f64> = m
+                .iter()
+                .filter(|(k, _)| k.as_str() == name || k.starts_with(&format!("{name}{{")))
+                .map(|(_, v)| *v)
+                .collect();
+            if values.is_empty() {
+                bail!("the gateway's /metrics has no {name}");
+            }
+            Ok(values.iter().sum::<f64>() as u64)
+        }
+        _ => Ok(retrans_segs(gns)? * TCP_MSS),
+    }
+}

@@ -1,0 +1,360 @@
+//! `satstp bench link`: every contender over the same emulated satellite link (Linux, root).
+//!
+//! For each run and each contender, a fresh [`NetEmulator`] with the profile's links joins a
+//! terminal-side and a gateway-side network namespace (fresh namespaces: no TCP metrics cache,
+//! no socket or counter left from the contender before). An HTTP/1.1 origin runs in this process
+//! with its socket in the gateway namespace at 198.18.0.2:8080; the client runs in this process
+//! with its sockets in the terminal namespace. The contenders:
+//!
+//! - kernel TCP end to end, `cubic`, `bbr` or `reno` set per socket (`TCP_CONGESTION`) on both
+//!   ends, the client connecting straight to the origin across the emulated link;
+//! - `split-tcp` and `split-stp`: the `satstp terminal` daemon (SOCKS5 on 127.0.0.1:1080) in the
+//!   terminal namespace and the `satstp gateway` daemon (198.18.0.2:4433) in the gateway
+//!   namespace, this very binary started with generated keys and configuration files, the hop
+//!   over kernel TCP (cubic) or STP, sized from the profile's rates and round trip; the client
+//!   speaks SOCKS5 to the terminal, and the gateway connects to the origin inside its namespace;
+//! - `split-stp-fo`: `split-stp` with the terminal's SOCKS5 fast open (`socks_fast_open`), which
+//!   saves a satellite round trip per new connection but reports failed connects as resets;
+//! - `split-stp-tproxy`: `split-stp` with the client in a LAN namespace behind the terminal,
+//!   connecting straight to the origin's address and intercepted by the terminal's transparent
+//!   listener (`deploy/nftables-tproxy.nft` loaded in the terminal namespace).
+//!
+//! Each contender moves a bulk download, a bulk upload and a web page twice: HTTP/1.1 (the page,
+//! then its objects over six persistent connections) and HTTP/1.0 style (a new connection per
+//! object, six at a time), sizes from [`netsim::web::response_size`]. The origin, the clients
+//! and the byte checks are the load-generation kit's (`loadgen`); every byte is checked, and a
+//! contender whose bytes are wrong fails.
+//! Around the download the emulator's uplink counters and the sender's retransmissions (the
+//! gateway namespace's `RetransSegs` for TCP, the gateway's `/metrics` for STP) are read.
+
+mod contender;
+mod daemons;
+mod lan;
+mod measure;
+mod report;
+mod system;
+
+pub use contender::Contender;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use linkem::Profile;
+use netsim::units::parse_bytes;
+use rand_core::SeedableRng;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use system::{ensure_cc, HostSysctls};
+
+#[derive(Debug, Args)]
+pub struct LinkBenchArgs {
+    /// Link profile: geo (50/5 Mb/s, 600 ms), geo-1998, direcpc, leo.
+    #[arg(long)]
+    profile: Profile,
+    /// Contenders, comma-separated: cubic, bbr, reno (kernel TCP end to end), split-tcp,
+    /// split-stp, split-stp-fo (split STP with the terminal's SOCKS5 fast open),
+    /// split-stp-tproxy (split STP, the client intercepted transparently).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cubic,bbr,reno,split-tcp,split-stp,split-stp-fo"
+    )]
+    contenders: Vec<Contender>,
+    /// Bulk download size (units such as 20MB accepted). Default: 100 MB, or about 30 s of the
+    /// profile's downlink if that is less.
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// Bulk upload size. Default: the download size, or about 30 s of the uplink if that is less.
+    #[arg(long, value_parser = parse_bytes)]
+    upload_size: Option<u64>,
+    /// Runs of every contender; the table shows the median and the min–max spread.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Objects on the web page (the first is the page itself).
+    #[arg(long, default_value_t = 30)]
+    objects: u32,
+    /// Seed of the page's object sizes; run i uses seed + i for the emulated link.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Write bar charts (SVG and PNG) to this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// The origin's port on the gateway side.
+const ORIGIN_PORT: u16 = 8080;
+/// The terminal daemon's SOCKS5 port (loopback of the terminal namespace).
+const SOCKS_PORT: u16 = 1080;
+/// The terminal daemon's transparent listener (`TPROXY_PORT` of deploy/nftables-tproxy.nft).
+const TPROXY_PORT: u16 = 12345;
+/// The gateway daemon's hop port (UDP for STP, TCP for the TCP hop).
+const HOP_PORT: u16 = 4433;
+/// The daemons' `/metrics` ports (loopback of their namespaces).
+const TERMINAL_METRICS_PORT: u16 = 9464;
+const GATEWAY_METRICS_PORT: u16 = 9465;
+/// Parallel connections of the page loads (HTTP/1.1 browsers: six per host).
+const BROWSER_CONNECTIONS: usize = loadgen::page::BROWSER_CONNECTIONS;
+/// TCP payload of a full segment on `sat0` (1500-byte MTU, IPv4 and TCP headers with
+/// timestamps): the unit of `RetransSegs`, and the payload share of the link's capacity.
+const TCP_MSS: u64 = 1448;
+const MTU: u64 = 1500;
+/// Default download size, and the seconds of link time a default transfer is cut to.
+const DEFAULT_SIZE: u64 = 100_000_000;
+const DEFAULT_TRANSFER_S: u64 = 30;
+/// The daemons' `shutdown_timeout_s`: time for the closes still crossing the hop when a run
+/// ends. A drain that needs it all has failed (a connection did not close).
+const DRAIN_S: u64 = 20;
+/// The untimed object fetched before a run's measurements.
+const WARM_UP_BYTES: u64 = 1000;
+
+pub fn run(args: &LinkBenchArgs) -> Result<()> {
+    if !(1..=100).contains(&args.runs) {
+        bail!("--runs must be between 1 and 100, got {}", args.runs);
+    }
+    if !(1..=1000).contains(&args.objects) {
+        bail!("--objects must be between 1 and 1000, got {}", args.objects);
+    }
+    if args.contenders.is_empty() {
+        bail!("--contenders: name at least one contender");
+    }
+    for (i, c) in args.contenders.iter().enumerate() {
+        if args.contenders[..i].contains(c) {
+            bail!("--contenders: '{c}' is listed twice");
+        }
+    }
+    let (down_bps, up_bps, rtt_ns) = args.profile.parameters();
+    let size = match args.size {
+        Some(0) => bail!("--size must be positive"),
+        Some(s) if s > 100_000_000_000 => bail!("--size must be at most 100GB, got {s}"),
+        Some(s) => s,
+        None => DEFAULT_SIZE.min(down_bps / 8 * DEFAULT_TRANSFER_S),
+    };
+    let upload_size = match args.upload_size {
+        Some(0) => bail!("--upload-size must be positive"),
+        Some(s) if s > 100_000_000_000 => bail!("--upload-size must be at most 100GB, got {s}"),
+        Some(s) => s,
+        None => size.min(up_bps / 8 * DEFAULT_TRANSFER_S),
+    };
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--out: cannot create {}", dir.display()))?;
+    }
+    linkem::net::check_support().map_err(|e| anyhow!("satstp bench link: {e}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
+    let stop = crate::signals::stop_flag(Some("\nsatstp bench link: stopping (signal)"))?;
+
+    // Socket buffers: 4 × the downlink's bandwidth-delay product (≥ 2 × BDP even when the
+    // one-BDP queue doubles the round trip), at least 4 MiB.
+    let bdp = down_bps.max(up_bps) * rtt_ns / 8 / 1_000_000_000;
+    let buffer = (4 * bdp).max(4 << 20);
+    let mut host = HostSysctls::default();
+    for name in ["net/core/rmem_max", "net/core/wmem_max"] {
+        host.raise(name, buffer)?;
+    }
+    let bbr = if args.contenders.contains(&Contender::Kernel("bbr")) {
+        Some(ensure_cc("bbr"))
+    } else {
+        None
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let page: Vec<u64> = (0..args.objects)
+        .map(|_| netsim::web::response_size(&mut rng))
+        .collect();
+    let plan = Plan {
+        rt,
+        profile: args.profile,
+        size,
+        upload_size,
+        page,
+        buffer,
+        exe,
+        stop: stop.clone(),
+    };
+    let settings = report::settings_json(args, &plan, &host, bbr.as_ref());
+    println!(
+        "satstp bench link: profile {} ({:.2} Mb/s down, {:.3} Mb/s up, {} ms RTT, drop-tail queues of one BDP)",
+        plan.profile,
+        down_bps as f64 / 1e6,
+        up_bps as f64 / 1e6,
+        rtt_ns / 1_000_000
+    );
+    println!(
+        "  download {} bytes, upload {} bytes, page of {} objects ({} bytes) over {} connections; {} run(s); socket buffer limits {} bytes",
+        plan.size,
+        plan.upload_size,
+        plan.page.len(),
+        plan.page.iter().sum::<u64>(),
+        BROWSER_CONNECTIONS,
+        args.runs,
+        plan.buffer
+    );
+
+    let mut outcomes: Vec<(Contender, Vec<Sample>, Vec<String>)> = args
+        .contenders
+        .iter()
+        .map(|c| (*c, Vec::new(), Vec::new()))
+        .collect();
+    let started = Instant::now();
+    for run in 0..args.runs {
+        for (contender, samples, errors) in outcomes.iter_mut() {
+            if stop.load(Ordering::SeqCst) {
+                bail!("interrupted");
+            }
+            if let (Contender::Kernel("bbr"), Some(Err(why))) = (*contender, &bbr) {
+                if run == 0 {
+                    errors.push(format!("skipped: {why}"));
+                }
+                continue;
+            }
+            eprint!("  run {} {contender:<10} ", run + 1);
+            let t0 = Instant::now();
+            match measure::measure(&plan, *contender, u64::from(run), args.seed) {
+                Ok(s) => {
+                    eprintln!(
+                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s ({:.0} s)",
+                        s.download_bps / 1e6,
+                        s.upload_bps / 1e6,
+                        s.page_load_s,
+                        s.page_per_object_s,
+                        t0.elapsed().as_secs_f64()
+                    );
+                    samples.push(s);
+                }
+                Err(e) => {
+                    eprintln!("FAILED: {e:#}");
+                    errors.push(format!("run {}: {e:#}", run + 1));
+                }
+            }
+        }
+    }
+    if stop.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let results: Vec<Value> = outcomes
+        .iter()
+        .map(|(c, s, e)| report::result_json(*c, s, e, &plan))
+        .collect();
+    report::print_table(&plan, &outcomes);
+    println!("  wall time {wall:.0} s");
+    let report = json!({
+        "profile": plan.profile.name(),
+        "settings": settings,
+        "wall_seconds": wall,
+        "results": results,
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("--json: cannot write {}", path.display()))?;
+    }
+    if let Some(dir) = &args.out {
+        report::write_charts(dir, &plan, &outcomes)?;
+    }
+    host.restore()?;
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, _, e)| e.iter().any(|e| !e.starts_with("skipped:")))
+        .map(|(c, _, _)| c.to_string())
+        .collect();
+    if !failed.is_empty() {
+        bail!("contender(s) failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// What every contender is asked to do.
+struct Plan {
+    /// The runtime the origin and the clients run on.
+    rt: tokio::runtime::Runtime,
+    profile: Profile,
+    size: u64,
+    upload_size: u64,
+    page: Vec<u64>,
+    buffer: u64,
+    exe: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+impl Plan {
+    /// Time allowed for a transfer of `bytes` at `rate_bps`: ten times the ideal, at least 2 min.
+    fn limit(&self, bytes: u64, rate_bps: u64) -> Duration {
+        let ideal = bytes as f64 * 8.0 / rate_bps as f64;
+        Duration::from_secs_f64((10.0 * ideal).max(120.0))
+    }
+}
+
+/// One contender's figures from one run.
+#[derive(Debug, Clone)]
+struct Sample {
+    download_bps: f64,
+    upload_bps: f64,
+    page_load_s: f64,
+    page_per_object_s: f64,
+    uplink_bytes_per_mb: f64,
+    uplink_packets_per_mb: f64,
+    retransmitted_bytes: f64,
+    connect_s: f64,
+}
+
+const METRICS: [(&str, &str); 7] = [
+    ("download_bps", "download Mb/s"),
+    ("upload_bps", "upload Mb/s"),
+    ("page_load_s", "page load s"),
+    ("page_per_object_s", "page 1.0 s"),
+    ("uplink_bytes_per_mb", "uplink B/MB"),
+    ("uplink_packets_per_mb", "uplink pkt/MB"),
+    ("retransmitted_bytes", "retrans B"),
+];
+
+impl Sample {
+    fn get(&self, metric: &str) -> f64 {
+        match metric {
+            "download_bps" => self.download_bps,
+            "upload_bps" => self.upload_bps,
+            "page_load_s" => self.page_load_s,
+            "page_per_object_s" => self.page_per_object_s,
+            "uplink_bytes_per_mb" => self.uplink_bytes_per_mb,
+            "uplink_packets_per_mb" => self.uplink_packets_per_mb,
+            "retransmitted_bytes" => self.retransmitted_bytes,
+            _ => self.connect_s,
+        }
+    }
+}
+
+/// Median, min and max.
+fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((median, v[0], v[n - 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_median_min_max() {
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(spread(&[4.0, 1.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(&[]), None);
+    }
+}

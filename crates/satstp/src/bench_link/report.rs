@@ -1,0 +1,254 @@
+//! What `satstp bench link` prints and writes: the settings, the table, the JSON results and
+//! the charts.
+
+use super::system::{namespace_sysctls, HostSysctls};
+use super::{
+    spread, Contender, LinkBenchArgs, Plan, Sample, BROWSER_CONNECTIONS, METRICS, MTU, TCP_MSS,
+};
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::path::Path;
+
+pub fn settings_json(
+    args: &LinkBenchArgs,
+    plan: &Plan,
+    host: &HostSysctls,
+    bbr: Option<&Result<(), String>>,
+) -> Value {
+    let (down_bps, up_bps, rtt_ns) = plan.profile.parameters();
+    let (up, down) = plan.profile.ip_links();
+    let queue = |l: &linkmodel::LinkConfig| match l.queue {
+        linkmodel::QueueLimit::Bytes(b) => json!({"bytes": b}),
+        linkmodel::QueueLimit::Packets(p) => json!({"packets": p}),
+    };
+    let host_sysctls: serde_json::Map<String, Value> = host
+        .saved
+        .iter()
+        .map(|(path, old, now)| {
+            let key = path.trim_start_matches("/proc/sys/").replace('/', ".");
+            (key, json!({"during": now, "before": old}))
+        })
+        .collect();
+    let ns_sysctls: serde_json::Map<String, Value> = namespace_sysctls(plan.buffer)
+        .into_iter()
+        .map(|(k, v)| (k.replace('/', "."), json!(v)))
+        .collect();
+    json!({
+        "down_rate_bps": down_bps,
+        "up_rate_bps": up_bps,
+        "rtt_ms": rtt_ns / 1_000_000,
+        "down_queue": queue(&down),
+        "up_queue": queue(&up),
+        "payload_capacity_bps": payload_capacity(down_bps),
+        "download_bytes": plan.size,
+        "upload_bytes": plan.upload_size,
+        "page_objects": plan.page.len(),
+        "page_bytes": plan.page.iter().sum::<u64>(),
+        "page_object_bytes": plan.page,
+        "page_connections": BROWSER_CONNECTIONS,
+        "runs": args.runs,
+        "seed": args.seed,
+        "contenders": args.contenders.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        "emulator": "one fresh NetEmulator (new namespaces) per run and contender; link seed = seed + run",
+        "host_sysctls": host_sysctls,
+        "namespace_sysctls": ns_sysctls,
+        "kernel_tcp": "TCP_CONGESTION set on the client's and the origin's socket; buffers autotuned up to the namespace limits",
+        "split": {
+            "hop_rates_and_rtt": "up_rate_bps, down_rate_bps and rtt_ms of the profile in both daemons",
+            "hop_tcp_congestion": "cubic",
+            "origin": "198.18.0.2:8080 in the gateway namespace (allowed by the gateway's policy)",
+        },
+        "bbr": match bbr { Some(Err(e)) => json!(e), Some(Ok(())) => json!("available"), None => Value::Null },
+        "retransmitted_bytes": "during the download, at its sender: TCP RetransSegs of the gateway namespace x 1448; STP satstp_stp_retransmitted_bytes_total of the gateway",
+        "uplink_counters": "IP bytes and packets written by the emulator's up direction during the download, per 1e6 bytes downloaded",
+    })
+}
+
+/// TCP payload the downlink can carry: its rate × MSS / MTU.
+pub fn payload_capacity(down_bps: u64) -> f64 {
+    down_bps as f64 * TCP_MSS as f64 / MTU as f64
+}
+
+pub fn result_json(c: Contender, samples: &[Sample], errors: &[String], plan: &Plan) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("contender".into(), json!(c.to_string()));
+    m.insert("description".into(), json!(c.describe()));
+    m.insert("runs_ok".into(), json!(samples.len()));
+    m.insert("failed".into(), json!(!errors.is_empty()));
+    m.insert("errors".into(), json!(errors));
+    for (key, _) in METRICS.iter().chain([("connect_s", "")].iter()) {
+        let values: Vec<f64> = samples.iter().map(|s| s.get(key)).collect();
+        match spread(&values) {
+            Some((med, lo, hi)) => {
+                m.insert((*key).into(), json!(med));
+                m.insert(format!("{key}_min"), json!(lo));
+                m.insert(format!("{key}_max"), json!(hi));
+            }
+            None => {
+                m.insert((*key).into(), Value::Null);
+            }
+        }
+    }
+    let (down_bps, _, _) = plan.profile.parameters();
+    if let Some((med, _, _)) = spread(&samples.iter().map(|s| s.download_bps).collect::<Vec<_>>()) {
+        m.insert(
+            "download_share_of_payload_capacity".into(),
+            json!(med / payload_capacity(down_bps)),
+        );
+    }
+    m.insert(
+        "samples".into(),
+        json!(samples
+            .iter()
+            .map(|s| {
+                let mut o = serde_json::Map::new();
+                for (key, _) in METRICS.iter().chain([("connect_s", "")].iter()) {
+                    o.insert((*key).into(), json!(s.get(key)));
+                }
+                Value::Object(o)
+            })
+            .collect::<Vec<_>>()),
+    );
+    Value::Object(m)
+}
+
+/// A metric for the table: scaled median and spread.
+fn cell(samples: &[Sample], key: &str) -> String {
+    let scale = match key {
+        "download_bps" | "upload_bps" => 1e-6,
+        _ => 1.0,
+    };
+    let values: Vec<f64> = samples.iter().map(|s| s.get(key) * scale).collect();
+    let fmt = |v: f64| match key {
+        "download_bps" | "upload_bps" | "page_load_s" | "page_per_object_s" => format!("{v:.2}"),
+        _ => format!("{v:.0}"),
+    };
+    match spread(&values) {
+        None => "-".into(),
+        Some((m, lo, hi)) if samples.len() == 1 || lo == hi => fmt(m),
+        Some((m, lo, hi)) => format!("{} ({}–{})", fmt(m), fmt(lo), fmt(hi)),
+    }
+}
+
+pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>)]) {
+    let (down_bps, _, _) = plan.profile.parameters();
+    let mut rows = vec![{
+        let mut h = vec!["contender".to_string()];
+        h.extend(METRICS.iter().map(|(_, label)| label.to_string()));
+        h.push("% of payload cap.".into());
+        h
+    }];
+    for (c, samples, errors) in outcomes {
+        let mut r = vec![c.to_string()];
+        if samples.is_empty() {
+            r.push(format!(
+                "FAILED: {}",
+                errors.first().map_or("", String::as_str)
+            ));
+            rows.push(r);
+            continue;
+        }
+        r.extend(METRICS.iter().map(|(k, _)| cell(samples, k)));
+        let dl: Vec<f64> = samples.iter().map(|s| s.download_bps).collect();
+        r.push(spread(&dl).map_or("-".into(), |(m, _, _)| {
+            format!("{:.1}", 100.0 * m / payload_capacity(down_bps))
+        }));
+        if !errors.is_empty() {
+            r.push(format!("({} run(s) FAILED)", errors.len()));
+        }
+        rows.push(r);
+    }
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter(|r| r.len() > 2)
+                .filter_map(|r| r.get(i))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    println!();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let w = widths.get(i).copied().unwrap_or(0);
+                if i == 0 {
+                    format!("{s:<w$}")
+                } else {
+                    format!("{s:>w$}")
+                }
+            })
+            .collect();
+        println!("  {}", line.join("  ").trim_end());
+    }
+    println!(
+        "\n  median (min–max) over runs; uplink B/MB and pkt/MB: IP bytes and packets on the emulated uplink during the download per MB downloaded;\n  retrans B: bytes retransmitted by the download's sender; payload capacity {:.2} Mb/s (downlink × {TCP_MSS}/{MTU})",
+        payload_capacity(down_bps) / 1e6
+    );
+    for (c, _, errors) in outcomes {
+        for e in errors {
+            println!("  {c}: {e}");
+        }
+    }
+}
+
+pub fn write_charts(
+    dir: &Path,
+    plan: &Plan,
+    outcomes: &[(Contender, Vec<Sample>, Vec<String>)],
+) -> Result<()> {
+    use crate::plot::{Chart, Series, XAxis};
+    let names: Vec<String> = outcomes.iter().map(|(c, _, _)| c.to_string()).collect();
+    let charts = [
+        (
+            "link-download",
+            "download_bps",
+            "download goodput",
+            "Mb/s",
+            1e-6,
+        ),
+        ("link-upload", "upload_bps", "upload goodput", "Mb/s", 1e-6),
+        ("link-page-load", "page_load_s", "page load time", "s", 1.0),
+        (
+            "link-page-load-per-object",
+            "page_per_object_s",
+            "page load time, a connection per object (HTTP/1.0 style)",
+            "s",
+            1.0,
+        ),
+        (
+            "link-uplink",
+            "uplink_bytes_per_mb",
+            "uplink bytes per MB downloaded",
+            "bytes",
+            1.0,
+        ),
+    ];
+    for (file, key, what, unit, scale) in charts {
+        let points: Vec<(f64, f64, f64)> = outcomes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, samples, _))| {
+                let v: Vec<f64> = samples.iter().map(|s| s.get(key) * scale).collect();
+                // The error bar reaches the farther end of the min–max spread.
+                spread(&v).map(|(m, lo, hi)| (i as f64, m, (m - lo).max(hi - m)))
+            })
+            .collect();
+        let chart = Chart {
+            title: format!("{what}, profile {} (median, min–max)", plan.profile),
+            x_label: "contender".into(),
+            y_label: unit.into(),
+            x_axis: XAxis::Categories(names.clone()),
+            series: vec![Series {
+                name: "median".into(),
+                points,
+            }],
+        };
+        chart.write(dir, file)?;
+    }
+    Ok(())
+}
