@@ -53,11 +53,16 @@ fn the_whole_site_loads_and_the_browser_times_it() {
     let Some(chromium) = chromium() else { return };
     let site = Site::standard();
     let origin = serve(&site, None);
-    let load = chromium.load(&request(&origin, &site)).expect("complete load");
+    let load = chromium
+        .load(&request(&origin, &site))
+        .expect("complete load");
     assert_eq!(load.subresources, site.subresources());
     assert!(load.first_byte <= load.dom_content_loaded, "{load:?}");
     assert!(load.dom_content_loaded <= load.load, "{load:?}");
-    assert!(load.load > Duration::ZERO && load.load < load.wall, "{load:?}");
+    assert!(
+        load.load > Duration::ZERO && load.load < load.wall,
+        "{load:?}"
+    );
     // One page plus its subresources, each on some connection of the browser's.
     assert!(origin.accepted() >= 1);
     assert!(origin.errors().is_empty(), "{:?}", origin.errors());
