@@ -3,6 +3,7 @@
 #   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs).
 #   tshark         - the Wireshark dissector tests (crates/satstp/tests/dissector.rs), which run
 #                    tools/wireshark/stp.lua over pcaps the simulator and the daemons write.
+#   chromium-headless-shell - the browser workload of `satstp bench link` and its test (crates/browser).
 # Idempotent: does nothing when every tool is present. Never fails: when a tool cannot be
 # installed (not root, no apt-get, no network) it says why, and the tests that need the tool
 # skip with their own printed reason.
@@ -11,9 +12,11 @@ set -u
 need=()
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
+command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 \
+    || need+=(chromium-headless-shell)
 
 if [ ${#need[@]} -eq 0 ]; then
-    echo "install-deps: nothing to install (nft and tshark present)"
+    echo "install-deps: nothing to install (nft, tshark and a headless Chromium present)"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

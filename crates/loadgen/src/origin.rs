@@ -35,6 +35,35 @@ pub type SocketHook = Arc<dyn Fn(&TcpStream) -> io::Result<()> + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct OriginConfig {
     pub on_accept: Option<SocketHook>,
+    /// Static objects answered to `GET` at their paths (e.g. a test web site for a browser),
+    /// with their content types; other paths keep the kit's meaning.
+    pub files: Option<Arc<Files>>,
+}
+
+/// Static objects by absolute path (`/site/index.html`), query strings ignored.
+#[derive(Debug, Clone, Default)]
+pub struct Files {
+    objects: std::collections::BTreeMap<String, (String, Vec<u8>)>,
+}
+
+impl Files {
+    pub fn new() -> Files {
+        Files::default()
+    }
+
+    /// Adds (or replaces) the object at `path`.
+    pub fn insert(&mut self, path: &str, content_type: &str, body: Vec<u8>) {
+        self.objects
+            .insert(path.to_owned(), (content_type.to_owned(), body));
+    }
+
+    /// The content type and body at `path`.
+    pub fn get(&self, path: &str) -> Option<(&str, &[u8])> {
+        let path = path.split('?').next().unwrap_or(path);
+        self.objects
+            .get(path)
+            .map(|(t, b)| (t.as_str(), b.as_slice()))
+    }
 }
 
 /// The head reader's buffer: small, because an idle held connection keeps it.
@@ -190,7 +219,7 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) => serve(s, &mut answered).await,
+                Ok(()) => serve(s, config.files.as_deref(), &mut answered).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
@@ -210,18 +239,19 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
 /// Serves one connection until its peer closes it (or a raw exchange or a closing request ends).
 /// The wait for the first line is a small future of its own: an idle held connection costs
 /// little; what follows is boxed.
-async fn serve(s: TcpStream, answered: &mut u64) -> Result<(), Error> {
+async fn serve(s: TcpStream, files: Option<&Files>, answered: &mut u64) -> Result<(), Error> {
     let _ = s.set_nodelay(true);
     let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
     let Some(first) = http::read_line(&mut r).await? else {
         return Ok(());
     };
-    Box::pin(serve_requests(r, first, answered)).await
+    Box::pin(serve_requests(r, first, files, answered)).await
 }
 
 async fn serve_requests(
     mut r: BufReader<TcpStream>,
     mut line: String,
+    files: Option<&Files>,
     answered: &mut u64,
 ) -> Result<(), Error> {
     loop {
@@ -233,7 +263,7 @@ async fn serve_requests(
             return serve_raw(r, verb, &numbers).await;
         }
         let head = http::read_rest_of_head(&mut r, line).await?;
-        let close = serve_http(&mut r, &head).await?;
+        let close = serve_http(&mut r, &head, files).await?;
         *answered += 1;
         if close {
             r.get_mut().shutdown().await?;
@@ -251,9 +281,24 @@ fn bad(what: String) -> Error {
 }
 
 /// One HTTP request whose head is read; whether the connection ends after it.
-async fn serve_http(r: &mut BufReader<TcpStream>, head: &Head) -> Result<bool, Error> {
+async fn serve_http(
+    r: &mut BufReader<TcpStream>,
+    head: &Head,
+    files: Option<&Files>,
+) -> Result<bool, Error> {
     let mut words = head.first.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    if let Some((content_type, body)) = files.filter(|_| method == "GET").and_then(|f| f.get(path))
+    {
+        let w = r.get_mut();
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n",
+            body.len()
+        );
+        w.write_all(answer.as_bytes()).await?;
+        w.write_all(body).await?;
+        return Ok(head.close);
+    }
     let mut parts = path.trim_start_matches('/').split('/');
     let kind = parts.next().unwrap_or("");
     let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();

@@ -12,7 +12,7 @@ use super::{
 use anyhow::{anyhow, bail, Context, Result};
 use linkem::{NetConfig, NetEmulator, NetStats, Side};
 use loadgen::client::{Client, Dialer, Route};
-use loadgen::origin::{Origin, OriginConfig, SocketHook};
+use loadgen::origin::{Files, Origin, OriginConfig, SocketHook};
 use loadgen::page::{self, Style};
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -55,7 +55,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
             Route::Socks5(SocketAddr::from((Ipv4Addr::LOCALHOST, SOCKS_PORT))),
         ),
     };
-    let client = Client::new(origin_addr.into(), route).with_dialer(dialer(client_ns, cc));
+    let client = Client::new(origin_addr.into(), route).with_dialer(dialer(client_ns.clone(), cc));
     let (down_bps, up_bps, _) = plan.profile.parameters();
 
     // A small object first, untimed: the path is up as it is in use (the terminal's tunnel
@@ -114,6 +114,31 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         .context("page load, a connection per object")?;
     let page_per_object_s = t0.elapsed().as_secs_f64();
 
+    // The test site in a real browser, from the client's namespace, the way the contender
+    // carries the client's connections.
+    let browser_load_s = match &plan.browser {
+        Some(b) => {
+            origin.set_phase("browser page load");
+            let socks5 = match route {
+                Route::Socks5(proxy) => Some(proxy),
+                _ => None,
+            };
+            let req = browser::LoadRequest {
+                url: format!("http://{origin_addr}{}", browser::site::PAGE_PATH),
+                socks5,
+                netns: Some(client_ns.clone()),
+                timeout: limit.min(Duration::from_secs(300)),
+                expect_subresources: plan.site.subresources(),
+                expect_scripts: plan.site.scripts(),
+            };
+            b.load(&req)
+                .context("browser page load")?
+                .load
+                .as_secs_f64()
+        }
+        None => f64::NAN,
+    };
+
     // The client has closed its connections; their closes may still be crossing the hop. The
     // daemons drain (they wait for every stream's end to be delivered) before they exit.
     origin.set_phase("daemons' graceful shutdown");
@@ -132,6 +157,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         upload_bps: plan.upload_size as f64 * 8.0 / upload_s,
         page_load_s,
         page_per_object_s,
+        browser_load_s,
         uplink_bytes_per_mb: up_bytes as f64 / mb,
         uplink_packets_per_mb: up_packets as f64 / mb,
         retransmitted_bytes: retrans_after.saturating_sub(retrans_before) as f64,
@@ -175,10 +201,17 @@ fn start_origin(
         .with_context(|| format!("the origin cannot listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let on_accept = cc.map(|cc| -> SocketHook { Arc::new(move |s| set_congestion(s, cc)) });
+    let mut files = Files::new();
+    for o in plan.site.objects() {
+        files.insert(&o.path, o.content_type, o.body.clone());
+    }
     let _in_rt = plan.rt.enter();
     Ok(Origin::start(
         tokio::net::TcpListener::from_std(listener)?,
-        OriginConfig { on_accept },
+        OriginConfig {
+            on_accept,
+            files: Some(Arc::new(files)),
+        },
     ))
 }
 

@@ -84,6 +84,11 @@ pub struct LinkBenchArgs {
     /// Write bar charts (SVG and PNG) to this directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Leave out the browser workload (the test site loaded in headless Chromium). Without this
+    /// flag it runs whenever a Chromium is found (`SATSTP_CHROMIUM` or `PATH`), and is skipped
+    /// with the reason printed when none is.
+    #[arg(long)]
+    no_browser: bool,
 }
 
 /// The origin's port on the gateway side.
@@ -170,7 +175,20 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     let page: Vec<u64> = (0..args.objects)
         .map(|_| netsim::web::response_size(&mut rng))
         .collect();
+    let browser = if args.no_browser {
+        None
+    } else {
+        match browser::Chromium::find() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("  browser workload skipped: {e}");
+                None
+            }
+        }
+    };
     let plan = Plan {
+        browser,
+        site: browser::Site::standard(),
         rt,
         profile: args.profile,
         size,
@@ -198,6 +216,14 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         args.runs,
         plan.buffer
     );
+    if let Some(b) = &plan.browser {
+        println!(
+            "  browser: {} loads the test site ({} objects, {} bytes, chains of dependent requests) in a fresh profile",
+            b.path().display(),
+            plan.site.objects().len(),
+            plan.site.total_bytes()
+        );
+    }
 
     let mut outcomes: Vec<(Contender, Vec<Sample>, Vec<String>)> = args
         .contenders
@@ -221,11 +247,12 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             match measure::measure(&plan, *contender, u64::from(run), args.seed) {
                 Ok(s) => {
                     eprintln!(
-                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s ({:.0} s)",
+                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s, browser {:.2} s ({:.0} s)",
                         s.download_bps / 1e6,
                         s.upload_bps / 1e6,
                         s.page_load_s,
                         s.page_per_object_s,
+                        s.browser_load_s,
                         t0.elapsed().as_secs_f64()
                     );
                     samples.push(s);
@@ -274,6 +301,10 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
 
 /// What every contender is asked to do.
 struct Plan {
+    /// The browser of the browser workload, if it runs.
+    browser: Option<browser::Chromium>,
+    /// The site the origin serves to the browser.
+    site: browser::Site,
     /// The runtime the origin and the clients run on.
     rt: tokio::runtime::Runtime,
     profile: Profile,
@@ -300,17 +331,20 @@ struct Sample {
     upload_bps: f64,
     page_load_s: f64,
     page_per_object_s: f64,
+    /// The browser's load event (NaN when the browser workload did not run).
+    browser_load_s: f64,
     uplink_bytes_per_mb: f64,
     uplink_packets_per_mb: f64,
     retransmitted_bytes: f64,
     connect_s: f64,
 }
 
-const METRICS: [(&str, &str); 7] = [
+const METRICS: [(&str, &str); 8] = [
     ("download_bps", "download Mb/s"),
     ("upload_bps", "upload Mb/s"),
     ("page_load_s", "page load s"),
     ("page_per_object_s", "page 1.0 s"),
+    ("browser_load_s", "browser s"),
     ("uplink_bytes_per_mb", "uplink B/MB"),
     ("uplink_packets_per_mb", "uplink pkt/MB"),
     ("retransmitted_bytes", "retrans B"),
@@ -323,6 +357,7 @@ impl Sample {
             "upload_bps" => self.upload_bps,
             "page_load_s" => self.page_load_s,
             "page_per_object_s" => self.page_per_object_s,
+            "browser_load_s" => self.browser_load_s,
             "uplink_bytes_per_mb" => self.uplink_bytes_per_mb,
             "uplink_packets_per_mb" => self.uplink_packets_per_mb,
             "retransmitted_bytes" => self.retransmitted_bytes,

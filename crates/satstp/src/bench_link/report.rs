@@ -120,7 +120,8 @@ fn cell(samples: &[Sample], key: &str) -> String {
     };
     let values: Vec<f64> = samples.iter().map(|s| s.get(key) * scale).collect();
     let fmt = |v: f64| match key {
-        "download_bps" | "upload_bps" | "page_load_s" | "page_per_object_s" => format!("{v:.2}"),
+        "download_bps" | "upload_bps" => format!("{v:.2}"),
+        k if k.ends_with("_s") => format!("{v:.2}"),
         _ => format!("{v:.0}"),
     };
     match spread(&values) {
@@ -217,6 +218,13 @@ pub fn write_charts(
             "link-page-load-per-object",
             "page_per_object_s",
             "page load time, a connection per object (HTTP/1.0 style)",
+            "s",
+            1.0,
+        ),
+        (
+            "link-browser-load",
+            "browser_load_s",
+            "test site's load event in headless Chromium",
             "s",
             1.0,
         ),

@@ -1,0 +1,83 @@
+//! Headless Chromium loads the test site from the kit's origin: every object fetched, the
+//! browser's timing read back, and a site with a missing object reported as incomplete.
+//! Skips with a printed reason where no Chromium is installed (scripts/install-deps.sh installs
+//! Debian's chromium-headless-shell).
+
+use browser::site::PAGE_PATH;
+use browser::{BrowserError, Chromium, LoadRequest, Site};
+use loadgen::origin::{Files, Origin, OriginConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn chromium() -> Option<Chromium> {
+    match Chromium::find() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
+fn serve(site: &Site, leave_out: Option<&str>) -> Origin {
+    let mut files = Files::new();
+    for o in site.objects() {
+        if Some(o.path.as_str()) != leave_out {
+            files.insert(&o.path, o.content_type, o.body.clone());
+        }
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    Origin::start_in_thread(
+        listener,
+        OriginConfig {
+            files: Some(Arc::new(files)),
+            ..OriginConfig::default()
+        },
+    )
+    .expect("origin")
+}
+
+fn request(origin: &Origin, site: &Site) -> LoadRequest {
+    LoadRequest {
+        url: format!("http://{}{PAGE_PATH}", origin.addr()),
+        socks5: None,
+        netns: None,
+        timeout: Duration::from_secs(60),
+        expect_subresources: site.subresources(),
+        expect_scripts: site.scripts(),
+    }
+}
+
+#[test]
+fn the_whole_site_loads_and_the_browser_times_it() {
+    let Some(chromium) = chromium() else { return };
+    let site = Site::standard();
+    let origin = serve(&site, None);
+    let load = chromium
+        .load(&request(&origin, &site))
+        .expect("complete load");
+    assert_eq!(load.subresources, site.subresources());
+    assert!(load.first_byte <= load.dom_content_loaded, "{load:?}");
+    assert!(load.dom_content_loaded <= load.load, "{load:?}");
+    assert!(
+        load.load > Duration::ZERO && load.load < load.wall,
+        "{load:?}"
+    );
+    // One page plus its subresources, each on some connection of the browser's.
+    assert!(origin.accepted() >= 1);
+    assert!(origin.errors().is_empty(), "{:?}", origin.errors());
+}
+
+#[test]
+fn a_missing_object_makes_the_load_incomplete() {
+    let Some(chromium) = chromium() else { return };
+    let site = Site::standard();
+    let origin = serve(&site, Some("/site/css/theme.css"));
+    match chromium.load(&request(&origin, &site)) {
+        Err(BrowserError::Incomplete(why)) => {
+            assert!(why.contains("answered with an error status"), "{why}");
+            assert!(why.contains("imported style sheet"), "{why}");
+        }
+        other => panic!("expected an incomplete load, got {other:?}"),
+    }
+}
