@@ -14,7 +14,7 @@
 //! A new connection therefore costs exactly one satellite round trip before the client's first
 //! byte reaches the server: the gateway connects while the BGN's answer is on its way back.
 
-use crate::socks::{Target, TargetError};
+use crate::socks::{Reply, Target, TargetError};
 use std::net::SocketAddr;
 use thiserror::Error;
 
@@ -60,9 +60,72 @@ pub fn canonical_addr(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// A typed view of the bytes that begin a stream: a complete, valid header and what follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderView<'a> {
+    buf: &'a [u8],
+    len: usize,
+}
+
+impl<'a> HeaderView<'a> {
+    /// Checks that `buf` begins with a complete header: `Ok(None)` while more bytes are needed,
+    /// an error as soon as `buf` cannot begin one.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Option<HeaderView<'a>>, HeaderError> {
+        Ok(StreamHeader::parse(buf)?.map(|(_, len)| HeaderView { buf, len }))
+    }
+
+    /// The version byte.
+    pub fn version(&self) -> u8 {
+        self.buf.first().copied().unwrap_or_default()
+    }
+
+    /// The header's bytes.
+    pub fn header(&self) -> &'a [u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+
+    /// The client's bytes after the header (early data).
+    pub fn payload(&self) -> &'a [u8] {
+        self.buf.get(self.len..).unwrap_or_default()
+    }
+
+    /// The header's fields.
+    pub fn repr(&self) -> StreamHeader {
+        match StreamHeader::parse(self.header()) {
+            Ok(Some((h, _))) => h,
+            // `new_checked` parsed these very bytes.
+            _ => unreachable!("a checked header view parses"),
+        }
+    }
+}
+
+/// The verdict byte the gateway answers a stream with: its SOCKS5 reply code.
+pub fn verdict_byte(reply: Reply) -> u8 {
+    reply as u8
+}
+
+/// The outcome a verdict byte names (unknown codes are a general failure).
+pub fn verdict_from_byte(c: u8) -> Reply {
+    match c {
+        0 => Reply::Succeeded,
+        2 => Reply::NotAllowed,
+        3 => Reply::NetworkUnreachable,
+        4 => Reply::HostUnreachable,
+        5 => Reply::ConnectionRefused,
+        _ => Reply::GeneralFailure,
+    }
+}
+
 impl StreamHeader {
+    /// Bytes [`Self::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        let mut v = Vec::new();
+        self.emit(&mut v);
+        v.len()
+    }
+
     /// Appends the header's binary form: version `0x02` with a client address, `0x01` without.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    pub fn emit(&self, out: &mut Vec<u8>) {
         match self.client {
             Some(c) => {
                 out.push(RELAY_VERSION_CLIENT);
@@ -121,7 +184,8 @@ mod tests {
 
     fn encoded(h: &StreamHeader) -> Vec<u8> {
         let mut b = Vec::new();
-        h.encode(&mut b);
+        h.emit(&mut b);
+        assert_eq!(b.len(), h.buffer_len());
         b
     }
 
@@ -159,7 +223,10 @@ mod tests {
                 assert_eq!(StreamHeader::parse(&b[..cut]), Ok(None), "cut at {cut}");
             }
             b.extend_from_slice(b"GET /");
-            assert_eq!(StreamHeader::parse(&b), Ok(Some((h, len))));
+            assert_eq!(StreamHeader::parse(&b), Ok(Some((h.clone(), len))));
+            let v = HeaderView::new_checked(&b).unwrap().unwrap();
+            assert_eq!((v.repr(), v.payload()), (h, &b"GET /"[..]));
+            assert_eq!(v.version(), RELAY_VERSION_CLIENT);
         }
     }
 
@@ -172,6 +239,21 @@ mod tests {
         let b = encoded(&h);
         let (got, _) = StreamHeader::parse(&b).unwrap().unwrap();
         assert_eq!(got.client, Some("192.0.2.2:5555".parse().unwrap()));
+    }
+
+    #[test]
+    fn verdicts_round_trip() {
+        for r in [
+            Reply::Succeeded,
+            Reply::GeneralFailure,
+            Reply::NotAllowed,
+            Reply::NetworkUnreachable,
+            Reply::HostUnreachable,
+            Reply::ConnectionRefused,
+        ] {
+            assert_eq!(verdict_from_byte(verdict_byte(r)), r);
+        }
+        assert_eq!(verdict_from_byte(200), Reply::GeneralFailure);
     }
 
     #[test]

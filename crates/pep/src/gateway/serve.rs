@@ -9,7 +9,7 @@ use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::socks::{Reply, Target};
 use crate::splice::splice_tracked;
-use crate::stream_header::{StreamHeader, MAX_HEADER};
+use crate::stream_header::{verdict_byte, StreamHeader, MAX_HEADER};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ pub async fn serve_stream_tracked(
         report(&stream, reply_for(&last_err)).await;
         return Err(last_err);
     };
-    if let Err(e) = stream.write(&[Reply::Succeeded as u8]).await {
+    if let Err(e) = stream.write(&[verdict_byte(Reply::Succeeded)]).await {
         // The hop is gone: the server must not take the connection for a finished exchange.
         crate::sockopt::reset(tcp);
         return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e));
@@ -177,7 +177,7 @@ fn refuse(conn: &mut Option<&mut Conn>, reason: RefusalReason) {
 
 /// Tells the terminal why the connect failed, and ends the stream.
 async fn report(stream: &HopStream, code: Reply) -> Reply {
-    let _ = stream.write(&[code as u8]).await;
+    let _ = stream.write(&[verdict_byte(code)]).await;
     stream.shutdown().await;
     code
 }

@@ -10,7 +10,7 @@ pub mod tproxy;
 use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::socks::{Reply, Target};
-use crate::stream_header::{StreamHeader, MAX_HEADER};
+use crate::stream_header::{verdict_from_byte, StreamHeader, MAX_HEADER};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ pub async fn open(
         target: target.clone(),
         client,
     }
-    .encode(&mut first);
+    .emit(&mut first);
     first.extend_from_slice(early);
     let mut stream = hop.open(first).await.map_err(|_| Reply::GeneralFailure)?;
     loop {
@@ -40,7 +40,7 @@ pub async fn open(
                     // The gateway ended its side after the code; end ours so the connection
                     // closes at both hops instead of lingering.
                     stream.shutdown().await;
-                    return Err(reply_from_code(code));
+                    return Err(verdict_from_byte(code));
                 }
                 return Ok((stream, b[1..].to_vec()));
             }
@@ -50,16 +50,6 @@ pub async fn open(
                 return Err(Reply::GeneralFailure);
             }
         }
-    }
-}
-
-fn reply_from_code(c: u8) -> Reply {
-    match c {
-        2 => Reply::NotAllowed,
-        3 => Reply::NetworkUnreachable,
-        4 => Reply::HostUnreachable,
-        5 => Reply::ConnectionRefused,
-        _ => Reply::GeneralFailure,
     }
 }
 

@@ -38,18 +38,15 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
     }
 }
 
-/// Hop parameters sized from a link's allocation, as the daemons size them from their config.
+/// Hop parameters sized from a link's allocation, as the daemons size them from their config
+/// (`pep::sizing`).
 pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
-    let connection = link.stp_config(pep::sizing::hop_stp_defaults(false));
-    let bdp = link.send_rate_bps.max(link.recv_rate_bps) * u64::from(link.rtt_ms) / 8000;
+    let stp = StpHop::sized(link, false, seed);
     HopConfig {
-        endpoint: EndpointConfig {
-            connection,
-            ..EndpointConfig::default()
-        },
-        relay_buffer_bytes: u32::try_from(bdp * 5 / 2).unwrap_or(u32::MAX),
+        endpoint: stp.endpoint,
+        relay_buffer_bytes: link.relay_buffer_bytes(),
         seed,
-        send_rate_bps: Some(link.shaper_rate_bps()),
+        send_rate_bps: stp.send_rate_bps,
     }
 }
 
