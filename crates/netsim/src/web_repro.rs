@@ -120,14 +120,8 @@ pub struct Row {
     pub metrics: BTreeMap<String, Value>,
 }
 
-/// A claim and whether it held.
-#[derive(Debug, Clone, Serialize)]
-pub struct WebClaimResult {
-    pub text: String,
-    pub lhs: f64,
-    pub rhs: f64,
-    pub holds: bool,
-}
+/// A checked claim of a web reproduction: the same record as the scenario reproductions'.
+pub type WebClaimResult = crate::reproduce::ClaimResult;
 
 /// Everything a web reproduction produced.
 #[derive(Debug, Clone, Serialize)]

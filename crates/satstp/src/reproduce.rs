@@ -336,29 +336,13 @@ pub(crate) fn write_outputs(
             ours.mean / sf.value
         );
     }
-    let _ = writeln!(sec, "\nSeeds' conclusion: {}\n", r.conclusion);
-    for c in &res.claims {
-        let _ = writeln!(
-            sec,
-            "- [{}] {} (ours: {:.4} vs {:.4})",
-            if c.holds { "x" } else { " " },
-            c.text,
-            c.lhs,
-            c.rhs
-        );
-    }
-    let _ = writeln!(
-        sec,
-        "\n**{}**\n",
-        if res.conclusion_holds {
-            "The seeds' qualitative conclusion holds in our reproduction."
-        } else {
-            "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
-        }
+    write_verdict(
+        &mut sec,
+        &r.conclusion,
+        &res.claims,
+        res.conclusion_holds,
+        r.note.as_deref(),
     );
-    if let Some(note) = &r.note {
-        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", note.trim());
-    }
     update_report(&dir.join("report.md"), &r.name, &sec)
 }
 
@@ -428,4 +412,38 @@ pub(crate) fn update_report(path: &Path, name: &str, section: &str) -> Result<()
         text.push_str(&block);
     }
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The report's closing lines of one reproduction: the seeds' conclusion, each claim checked or
+/// not with both sides' values, the verdict, and the note on why ours differs.
+pub(crate) fn write_verdict(
+    sec: &mut String,
+    conclusion: &str,
+    claims: &[netsim::reproduce::ClaimResult],
+    holds: bool,
+    note: Option<&str>,
+) {
+    let _ = writeln!(sec, "\nSeeds' conclusion: {conclusion}\n");
+    for c in claims {
+        let _ = writeln!(
+            sec,
+            "- [{}] {} (ours: {:.4} vs {:.4})",
+            if c.holds { "x" } else { " " },
+            c.text,
+            c.lhs,
+            c.rhs
+        );
+    }
+    let _ = writeln!(
+        sec,
+        "\n**{}**\n",
+        if holds {
+            "The seeds' qualitative conclusion holds in our reproduction."
+        } else {
+            "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
+        }
+    );
+    if let Some(note) = note {
+        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", note.trim());
+    }
 }

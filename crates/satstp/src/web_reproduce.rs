@@ -207,28 +207,12 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
             let _ = writeln!(sec, "| {} | {m} | {sv} | {ours} | {ratio} |", row.name);
         }
     }
-    let _ = writeln!(sec, "\nSeeds' conclusion: {}\n", r.conclusion);
-    for c in &res.claims {
-        let _ = writeln!(
-            sec,
-            "- [{}] {} (ours: {:.4} vs {:.4})",
-            if c.holds { "x" } else { " " },
-            c.text,
-            c.lhs,
-            c.rhs
-        );
-    }
-    let _ = writeln!(
-        sec,
-        "\n**{}**\n",
-        if res.conclusion_holds {
-            "The seeds' qualitative conclusion holds in our reproduction."
-        } else {
-            "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
-        }
+    crate::reproduce::write_verdict(
+        &mut sec,
+        &r.conclusion,
+        &res.claims,
+        res.conclusion_holds,
+        r.note.as_deref(),
     );
-    if let Some(n) = &r.note {
-        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", n.trim());
-    }
     crate::reproduce::update_report(&dir.join("report.md"), &r.name, &sec)
 }
