@@ -246,13 +246,17 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             let t0 = Instant::now();
             match measure::measure(&plan, *contender, u64::from(run), args.seed) {
                 Ok(s) => {
+                    let browser = if s.browser_load_s.is_finite() {
+                        format!(", browser {:.2} s", s.browser_load_s)
+                    } else {
+                        String::new()
+                    };
                     eprintln!(
-                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s, browser {:.2} s ({:.0} s)",
+                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s{browser} ({:.0} s)",
                         s.download_bps / 1e6,
                         s.upload_bps / 1e6,
                         s.page_load_s,
                         s.page_per_object_s,
-                        s.browser_load_s,
                         t0.elapsed().as_secs_f64()
                     );
                     samples.push(s);
