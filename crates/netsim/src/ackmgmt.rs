@@ -18,8 +18,8 @@
 //! The queue is FIFO: filtering removes packets but never reorders, and pacing only delays
 //! the head, so order is preserved. Its bound is the link's queue limit.
 
+use crate::clock::Time;
 use crate::packet::{Addr, FlowId, LinkId, Packet, Payload};
-use crate::sim::Time;
 use std::collections::{HashMap, VecDeque};
 
 /// ACK pacing: where the forward queue is and how fast it drains.

@@ -5,6 +5,7 @@
 //! results about the shipped code. Same scenario and seed give identical results.
 
 pub mod ackmgmt;
+pub mod clock;
 pub mod gateway;
 // Short transfers and web latency (issue 15): the HTTP model, its agents, the analytic model.
 pub mod http;

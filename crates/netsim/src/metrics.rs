@@ -1,8 +1,8 @@
 //! Per-flow and per-link measurements taken during a run, and the summary statistics of several
 //! replications (mean and 95 % confidence interval, Student t).
 
+use crate::clock::Time;
 use crate::packet::{Direction, FlowId, LinkId, Packet};
-use crate::sim::Time;
 use linkmodel::{DropCause, Fate};
 use std::collections::BTreeMap;
 

@@ -11,13 +11,7 @@ use std::any::Any;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
-/// Virtual time, nanoseconds since the start of the run.
-pub type Time = u64;
-
-/// Nanoseconds per millisecond.
-pub const MS: Time = 1_000_000;
-/// Nanoseconds per second.
-pub const SEC: Time = 1_000_000_000;
+pub use crate::clock::{Time, MS, SEC};
 
 /// A hook that sees every packet a link transmits (used for pcap output).
 pub type Tracer = dyn FnMut(Time, &Packet);

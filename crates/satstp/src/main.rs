@@ -16,10 +16,12 @@ mod flood;
 mod keygen;
 mod leo;
 mod plot;
+mod repro_report;
 mod reproduce;
 mod shard;
 mod signals;
 mod sim;
+mod summary_table;
 mod web_reproduce;
 
 use anyhow::Result;

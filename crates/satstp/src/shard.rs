@@ -3,7 +3,7 @@
 //! into exactly the JSON (and for reproductions the CSV, plots and report section) one
 //! unsharded run writes. docs/cluster.md shows them on Slurm and Kubernetes.
 
-use crate::reproduce::write_outputs;
+use crate::repro_report::write_outputs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use netsim::reproduce::Reproduction;
@@ -138,7 +138,7 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
     for (name, parts) in sims {
         let n = parts.len();
         let summary = netsim::shard::merge_sim(parts)?;
-        crate::sim::print_table(&summary);
+        crate::summary_table::print_table(&summary);
         let path = args.out.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -147,7 +147,7 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
     if repros.is_empty() {
         return Ok(());
     }
-    let all = crate::reproduce::all()?;
+    let all = crate::repro_report::all()?;
     for (name, parts) in repros {
         let Some((r, template)) = all.iter().find(|(r, _)| r.name == name) else {
             bail!("partial results of reproduction '{name}', which this satstp does not have");

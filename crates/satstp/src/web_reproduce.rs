@@ -62,7 +62,7 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             .with_context(|| format!("reproduction {}", r.name))?;
         let wall = t0.elapsed().as_secs_f64();
         write_outputs(out, &r, &res, wall, quick)?;
-        crate::reproduce::record_web_verdict(
+        crate::repro_report::record_web_verdict(
             &out.join("verdicts.json"),
             &res.name,
             res.conclusion_holds,
@@ -207,12 +207,12 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
             let _ = writeln!(sec, "| {} | {m} | {sv} | {ours} | {ratio} |", row.name);
         }
     }
-    crate::reproduce::write_verdict(
+    crate::repro_report::write_verdict(
         &mut sec,
         &r.conclusion,
         &res.claims,
         res.conclusion_holds,
         r.note.as_deref(),
     );
-    crate::reproduce::update_report(&dir.join("report.md"), &r.name, &sec)
+    crate::repro_report::update_report(&dir.join("report.md"), &r.name, &sec)
 }

@@ -187,7 +187,7 @@ fn write_section(
             "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
         }
     );
-    crate::reproduce::update_report(&dir.join("report.md"), s.name, &md)
+    crate::repro_report::update_report(&dir.join("report.md"), s.name, &md)
 }
 
 pub(super) fn percentile(v: &mut [f64], q: f64) -> f64 {

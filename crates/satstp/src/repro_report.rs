@@ -1,0 +1,368 @@
+//! The report-writing side of `satstp reproduce`, shared by the orchestrator (`reproduce`), the
+//! per-kind runners (`web_reproduce`, `leo::reproduce`) and `satstp merge` (`shard`): the embedded
+//! reproductions, each one's `NAME.json`/`NAME.csv`/plots, its section of `report.md` and its
+//! line of `verdicts.json`. It calls none of those modules back.
+
+use crate::plot::{Chart, Series, XAxis};
+use anyhow::{Context, Result};
+use netsim::reproduce::{ReproResult, Reproduction};
+use netsim::scenario::Replication;
+use std::fmt::Write as _;
+use std::path::Path;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/reproductions.rs"));
+}
+
+fn file(name: &str) -> Option<&'static str> {
+    embedded::FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+}
+
+/// Every reproduction, parsed, with its template text.
+pub fn all() -> Result<Vec<(Reproduction, &'static str)>> {
+    let mut v = Vec::new();
+    for (fname, text) in embedded::FILES {
+        if fname.ends_with(".template.toml") {
+            continue;
+        }
+        let r = Reproduction::from_toml(text).with_context(|| format!("reproduction {fname}"))?;
+        let t = file(&r.template)
+            .with_context(|| format!("reproduction {fname}: no template {}", r.template))?;
+        v.push((r, t));
+    }
+    Ok(v)
+}
+
+fn seed_value(r: &Reproduction, series: &str, point: &str, m: &str) -> Option<(f64, String)> {
+    r.seeds
+        .iter()
+        .find(|s| s.series == series && s.point == point && s.metric == m && s.flow.is_none())
+        .map(|s| (s.value, s.source.clone()))
+}
+
+const METRICS: [&str; 6] = [
+    "goodput_bps",
+    "fwd_efficiency",
+    "reverse_bps",
+    "completion_s",
+    "fairness",
+    "utilization",
+];
+
+pub(crate) fn write_outputs(
+    dir: &Path,
+    r: &Reproduction,
+    res: &ReproResult,
+    wall_s: f64,
+    quick: bool,
+) -> Result<()> {
+    // JSON: the flows of every case, with the seeds' values beside ours.
+    let flows: Vec<serde_json::Value> = res
+        .cases
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(&c.flow).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("name".into(), format!("{} @ {}", c.series, c.point).into());
+                o.insert("series".into(), c.series.clone().into());
+                o.insert("point".into(), c.point.clone().into());
+                o.insert("x".into(), c.x.into());
+                o.insert("runs".into(), c.runs.into());
+                if c.flows.len() > 1 {
+                    let all: serde_json::Map<String, serde_json::Value> = c
+                        .flows
+                        .iter()
+                        .map(|f| (f.name.clone(), f.goodput_bps.mean.into()))
+                        .collect();
+                    o.insert("goodput_bps_of_flows".into(), all.into());
+                }
+                for (k, st) in [("fairness", c.fairness), ("utilization", c.utilization)] {
+                    if let Some(st) = st {
+                        o.insert(k.into(), serde_json::to_value(st).unwrap_or_default());
+                    }
+                }
+                let mut seed = serde_json::Map::new();
+                for m in METRICS {
+                    if let Some((val, _)) = seed_value(r, &c.series, &c.point, m) {
+                        seed.insert(m.into(), val.into());
+                    }
+                }
+                if !seed.is_empty() {
+                    o.insert("seed".into(), seed.into());
+                }
+            }
+            v
+        })
+        .collect();
+    let json = serde_json::json!({
+        "name": r.name, "title": r.title, "source": r.source, "runs": res.runs, "quick": quick,
+        "wall_time_s": wall_s, "events": res.events, "conclusion": r.conclusion,
+        "conclusion_holds": res.conclusion_holds, "claims": res.claims, "flows": flows,
+        "confidence": res.confidence, "note": r.note, "replication": res.replication,
+    });
+    let p = dir.join(format!("{}.json", r.name));
+    std::fs::write(&p, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("cannot write {}", p.display()))?;
+
+    // CSV.
+    let mut csv = String::from("series,point,x,goodput_bps,goodput_ci95,fwd_efficiency,fwd_efficiency_ci95,reverse_bps,reverse_ci95,completion_s,completion_ci95\n");
+    for c in &res.cases {
+        let f = &c.flow;
+        let (cm, cc) = f.completion_s.map_or((String::new(), String::new()), |s| {
+            (s.mean.to_string(), s.ci95.to_string())
+        });
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            c.series,
+            c.point,
+            c.x,
+            f.goodput_bps.mean,
+            f.goodput_bps.ci95,
+            f.fwd_efficiency.mean,
+            f.fwd_efficiency.ci95,
+            f.reverse_bps.mean,
+            f.reverse_bps.ci95,
+            cm,
+            cc
+        );
+    }
+    let p = dir.join(format!("{}.csv", r.name));
+    std::fs::write(&p, csv).with_context(|| format!("cannot write {}", p.display()))?;
+
+    // Plots.
+    let axis = match r.x_axis.as_str() {
+        "log" => XAxis::Log,
+        "categories" => XAxis::Categories(r.points.iter().map(|p| p.label.clone()).collect()),
+        _ => XAxis::Linear,
+    };
+    let chart = |m: &str, y_label: &str, scale: f64| Chart {
+        title: r.title.clone(),
+        x_label: r.x_label.clone(),
+        y_label: y_label.to_string(),
+        x_axis: axis.clone(),
+        series: r
+            .series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: res
+                    .cases
+                    .iter()
+                    .filter(|c| c.series == s.name)
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let x = if matches!(axis, XAxis::Categories(_)) {
+                            i as f64
+                        } else {
+                            c.x
+                        };
+                        let st = c.metric(m);
+                        (
+                            x,
+                            st.map_or(f64::NAN, |v| v.mean / scale),
+                            st.map_or(0.0, |v| v.ci95 / scale),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    chart(&r.plot_metric, &r.y_label, r.plot_scale).write(dir, &r.name)?;
+    if let Some(m2) = &r.plot2_metric {
+        let scale = if m2.ends_with("_bps") { 1000.0 } else { 1.0 };
+        chart(m2, r.y2_label.as_deref().unwrap_or(m2), scale)
+            .write(dir, &format!("{}-2", r.name))?;
+    }
+
+    // Report section.
+    let mut sec = String::new();
+    let _ = writeln!(sec, "## {} — {}\n", r.name, r.title);
+    let replications = match res.replication {
+        Replication::Fixed { runs } => format!("{runs} replications"),
+        Replication::Until {
+            percent, max_runs, ..
+        } => {
+            let least = res.cases.iter().map(|c| c.runs).min().unwrap_or(0);
+            format!(
+                "replicated until every flow's standard error was ≤ {percent} % of its mean \
+                 (cap {max_runs}): {least}–{} replications per case",
+                res.runs
+            )
+        }
+    };
+    let _ = writeln!(
+        sec,
+        "Source: {}. {replications}{}; wall time {wall_s:.1} s.\n",
+        r.source,
+        if quick { " (--quick)" } else { "" }
+    );
+    let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
+    let _ = writeln!(
+        sec,
+        "| series | point | metric | seed | ours (mean ± {:.0}% CI) | ratio |\n|---|---|---|---|---|---|",
+        res.confidence * 100.0
+    );
+    for c in &res.cases {
+        for m in METRICS {
+            let Some(ours) = c.metric(m) else {
+                continue;
+            };
+            let seed = seed_value(r, &c.series, &c.point, m);
+            if seed.is_none() && m != r.plot_metric.as_str() && Some(m) != r.plot2_metric.as_deref()
+            {
+                continue;
+            }
+            let (sv, ratio) = match &seed {
+                Some((v, _)) => (fmt_metric(m, *v), format!("{:.2}", ours.mean / v)),
+                None => ("—".into(), "—".into()),
+            };
+            let _ = writeln!(
+                sec,
+                "| {} | {} | {m} | {sv} | {} ± {} | {ratio} |",
+                c.series,
+                c.point,
+                fmt_metric(m, ours.mean),
+                fmt_metric(m, ours.ci)
+            );
+        }
+    }
+    // The seeds' figures for other flows of a case (e.g. every flow of thesis Table 4.1).
+    for sf in r.seeds.iter().filter(|s| s.flow.is_some()) {
+        let flow = sf.flow.as_deref().unwrap_or_default();
+        let Some(c) = res
+            .cases
+            .iter()
+            .find(|c| c.series == sf.series && c.point == sf.point)
+        else {
+            continue;
+        };
+        let Some(ours) = c.flow_metric(Some(flow), &sf.metric) else {
+            continue;
+        };
+        let _ = writeln!(
+            sec,
+            "| {} | {} | {} of {flow} | {} | {} ± {} | {:.2} |",
+            c.series,
+            c.point,
+            sf.metric,
+            fmt_metric(&sf.metric, sf.value),
+            fmt_metric(&sf.metric, ours.mean),
+            fmt_metric(&sf.metric, ours.ci),
+            ours.mean / sf.value
+        );
+    }
+    write_verdict(
+        &mut sec,
+        &r.conclusion,
+        &res.claims,
+        res.conclusion_holds,
+        r.note.as_deref(),
+    );
+    update_report(&dir.join("report.md"), &r.name, &sec)
+}
+
+/// Adds (or replaces) this reproduction's verdicts in `path`: name → {conclusion_holds, claims:
+/// [bool per claim]}, the file a quick run is compared with (`full-verdicts.json`).
+pub(crate) fn record_verdict(path: &Path, res: &ReproResult) -> Result<()> {
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.insert(
+        res.name.clone(),
+        serde_json::json!({
+            "conclusion_holds": res.conclusion_holds,
+            "claims": res.claims.iter().map(|c| c.holds).collect::<Vec<_>>(),
+        }),
+    );
+    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Records a web reproduction's verdicts as `record_verdict` does.
+pub(crate) fn record_web_verdict(
+    path: &Path,
+    name: &str,
+    holds: bool,
+    claims: Vec<bool>,
+) -> Result<()> {
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.insert(
+        name.to_string(),
+        serde_json::json!({ "conclusion_holds": holds, "claims": claims }),
+    );
+    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn fmt_metric(m: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    match m {
+        "goodput_bps" | "reverse_bps" => format!("{:.1} kb/s", v / 1e3),
+        "completion_s" => format!("{v:.2} s"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// Replaces (or appends) the section of `name` in the report, keeping the others.
+pub(crate) fn update_report(path: &Path, name: &str, section: &str) -> Result<()> {
+    let begin = format!("<!-- begin {name} -->");
+    let end = format!("<!-- end {name} -->");
+    let mut text = std::fs::read_to_string(path).unwrap_or_else(|_| {
+        "# satstp reproductions\n\nEach section sets the seeds' figures beside ours. Generated by `satstp reproduce`.\n\n".to_string()
+    });
+    let block = format!("{begin}\n{section}{end}\n");
+    if let (Some(a), Some(b)) = (text.find(&begin), text.find(&end)) {
+        if a < b {
+            text.replace_range(a..b + end.len() + 1.min(text.len() - b - end.len()), &block);
+        } else {
+            text.push_str(&block);
+        }
+    } else {
+        text.push_str(&block);
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The report's closing lines of one reproduction: the seeds' conclusion, each claim checked or
+/// not with both sides' values, the verdict, and the note on why ours differs.
+pub(crate) fn write_verdict(
+    sec: &mut String,
+    conclusion: &str,
+    claims: &[netsim::reproduce::ClaimResult],
+    holds: bool,
+    note: Option<&str>,
+) {
+    let _ = writeln!(sec, "\nSeeds' conclusion: {conclusion}\n");
+    for c in claims {
+        let _ = writeln!(
+            sec,
+            "- [{}] {} (ours: {:.4} vs {:.4})",
+            if c.holds { "x" } else { " " },
+            c.text,
+            c.lhs,
+            c.rhs
+        );
+    }
+    let _ = writeln!(
+        sec,
+        "\n**{}**\n",
+        if holds {
+            "The seeds' qualitative conclusion holds in our reproduction."
+        } else {
+            "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
+        }
+    );
+    if let Some(note) = note {
+        let _ = writeln!(sec, "Why ours differs from the seeds: {}\n", note.trim());
+    }
+}
