@@ -607,24 +607,16 @@ impl HttpClient {
             }
         }
         if let Some(ep) = self.ep.as_mut() {
-            let t = Instant::from_nanos(now);
-            while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
-                let size = tx.size as u32 + self.framing;
-                sent.0 += 1;
-                sent.1 += u64::from(size);
-                ctx.send(
-                    self.port,
-                    addr_of(tx.destination),
-                    flow,
-                    Direction::Reverse,
-                    size,
-                    Payload::Stp(self.buf[..tx.size].to_vec()),
-                );
-            }
-            if let Some(d) = ep.poll_timeout(t) {
-                let d = d.as_nanos();
-                next = Some(next.map_or(d, |n| n.min(d)));
-            }
+            let from = (self.port, flow, Direction::Reverse);
+            flush_stp(
+                ep,
+                &mut self.buf,
+                self.framing,
+                from,
+                ctx,
+                &mut sent,
+                &mut next,
+            );
         }
         {
             let mut log = self.log.borrow_mut();
@@ -633,6 +625,38 @@ impl HttpClient {
         }
         self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
         arm(&mut self.wakeups, next, ctx);
+    }
+}
+
+/// Sends every datagram `ep` has ready now from `from` (port, flow, direction), each with
+/// `framing` bytes of headers below STP, counting packets and bytes in `sent`, and lowers `next`
+/// to the endpoint's next deadline: the STP half of both HTTP ends' pump.
+fn flush_stp(
+    ep: &mut Endpoint,
+    buf: &mut Vec<u8>,
+    framing: u32,
+    (port, flow, dir): (u16, FlowId, Direction),
+    ctx: &mut Ctx<'_>,
+    sent: &mut (u64, u64),
+    next: &mut Option<Time>,
+) {
+    let t = Instant::from_nanos(ctx.now);
+    while let Some(tx) = ep.poll_transmit(t, buf) {
+        let size = tx.size as u32 + framing;
+        sent.0 += 1;
+        sent.1 += u64::from(size);
+        ctx.send(
+            port,
+            addr_of(tx.destination),
+            flow,
+            dir,
+            size,
+            Payload::Stp(buf[..tx.size].to_vec()),
+        );
+    }
+    if let Some(d) = ep.poll_timeout(t) {
+        let d = d.as_nanos();
+        *next = Some(next.map_or(d, |n| n.min(d)));
     }
 }
 
@@ -881,24 +905,16 @@ impl HttpServer {
                     self.stp.remove(&h);
                 }
             }
-            let t = Instant::from_nanos(now);
-            while let Some(tx) = ep.poll_transmit(t, &mut self.buf) {
-                let size = tx.size as u32 + self.framing;
-                sent.0 += 1;
-                sent.1 += u64::from(size);
-                ctx.send(
-                    self.port,
-                    addr_of(tx.destination),
-                    self.flow,
-                    Direction::Forward,
-                    size,
-                    Payload::Stp(self.buf[..tx.size].to_vec()),
-                );
-            }
-            if let Some(d) = ep.poll_timeout(t) {
-                let d = d.as_nanos();
-                next = Some(next.map_or(d, |x| x.min(d)));
-            }
+            let from = (self.port, self.flow, Direction::Forward);
+            flush_stp(
+                ep,
+                &mut self.buf,
+                self.framing,
+                from,
+                ctx,
+                &mut sent,
+                &mut next,
+            );
         }
         {
             let mut log = self.log.borrow_mut();
