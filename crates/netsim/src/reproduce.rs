@@ -374,18 +374,29 @@ impl Reproduction {
                 let summary = run_replicated(&sc, rule, level, sc.seed, threads, &|_, _| {}, None)?;
                 runs = runs.max(summary.runs);
                 events += summary.events;
-                cases.push(CaseResult::from_summary(
-                    &s.name,
-                    &p.label,
-                    p.x,
-                    summary,
-                    &self.flow,
-                    self.link.as_deref(),
-                    self.fairness_flows.as_deref(),
-                )?);
+                cases.push(self.case_result(&s.name, p, summary)?);
             }
         }
         self.finish(runs, rule, level, cases, events)
+    }
+
+    /// One case's result from its replications' summary, with this reproduction's main flow,
+    /// link and fairness flows (the one place a run's and a merged shard's cases are made).
+    pub(crate) fn case_result(
+        &self,
+        series: &str,
+        p: &Point,
+        summary: crate::scenario::Summary,
+    ) -> Result<CaseResult, ScenarioError> {
+        CaseResult::from_summary(
+            series,
+            &p.label,
+            p.x,
+            summary,
+            &self.flow,
+            self.link.as_deref(),
+            self.fairness_flows.as_deref(),
+        )
     }
 
     /// Checks the claims against the cases' results and assembles the reproduction's result.

@@ -16,7 +16,7 @@
 //! (a sim partial carries the whole scenario text), so partials of different inputs or shard
 //! counts are refused rather than mixed.
 
-use crate::reproduce::{CaseResult, ReproResult, Reproduction};
+use crate::reproduce::{ReproResult, Reproduction};
 use crate::scenario::{
     run_replications, summarise_fixed, FlowMeta, FlowRun, LinkRun,
     Replication as ScenarioReplication, RunResult, Scenario, ScenarioError, Summary,
@@ -526,16 +526,9 @@ impl Reproduction {
                 let end = sc.duration_ns()?;
                 let summary = summarise_fixed(&sc, runs, level, sc.seed, end, results);
                 events += summary.events;
-                let case = CaseResult::from_summary(
-                    &s.name,
-                    &p.label,
-                    p.x,
-                    summary,
-                    &self.flow,
-                    self.link.as_deref(),
-                    self.fairness_flows.as_deref(),
-                )
-                .map_err(|e| ShardError::Mismatch(format!("{what}: {e}")))?;
+                let case = self
+                    .case_result(&s.name, p, summary)
+                    .map_err(|e| ShardError::Mismatch(format!("{what}: {e}")))?;
                 cases.push(case);
             }
         }
