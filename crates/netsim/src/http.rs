@@ -101,7 +101,10 @@ pub struct TransferLog {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PageLog {
     pub objects: u32,
+    /// Reply bytes of the page's objects.
     pub bytes: u64,
+    /// Request bytes of the page's objects (HTTP payload, no headers below it).
+    pub request_bytes: u64,
     /// From the page's request to the last byte of its last object.
     pub load_ns: Time,
 }
@@ -179,6 +182,7 @@ struct Page {
     started: Time,
     objects: u32,
     bytes: u64,
+    request_bytes: u64,
     /// Embedded objects not yet requested: (request, reply) sizes.
     queue: VecDeque<(u64, u64)>,
     /// Objects whose replies are not complete.
@@ -268,11 +272,13 @@ impl HttpClient {
             })
             .collect();
         let bytes = objs.iter().map(|o| o.1).sum();
+        let request_bytes = objs.iter().map(|o| o.0).sum();
         let Some(html) = objs.pop_front() else { return };
         self.page = Some(Page {
             started: ctx.now,
             objects: n,
             bytes,
+            request_bytes,
             queue: objs,
             remaining: n,
             html_done: false,
@@ -489,6 +495,7 @@ impl HttpClient {
                     page_done = Some(PageLog {
                         objects: p.objects,
                         bytes: p.bytes,
+                        request_bytes: p.request_bytes,
                         load_ns: ctx.now - p.started,
                     });
                 }

@@ -528,7 +528,12 @@ fn versions_jobs() -> Vec<Job> {
 /// Browsing (the model's pages, P-HTTP) over GEO with a 1 kb/s and a 1 Mb/s return channel.
 fn thin_return_jobs() -> Vec<Job> {
     let mut v = Vec::new();
-    for (group, up_bps) in [("1 kb/s return", 1000u64), ("1 Mb/s return", 1_000_000)] {
+    for (group, up_bps, version) in [
+        ("1 kb/s return", 1000u64, HttpVersion::Persistent),
+        ("1 Mb/s return", 1_000_000, HttpVersion::Persistent),
+        ("1 kb/s return HTTP/1.0 x4", 1000u64, HttpVersion::Http10 { parallel: 4 }),
+        ("1 Mb/s return HTTP/1.0 x4", 1_000_000, HttpVersion::Http10 { parallel: 4 }),
+    ] {
         for (label, transport) in [
             (
                 "STP",
@@ -551,7 +556,7 @@ fn thin_return_jobs() -> Vec<Job> {
                         up_queue_packets: 20,
                     };
                     let w = Workload {
-                        version: HttpVersion::Persistent,
+                        version,
                         pages: Pages::Model,
                         think: Think::Fixed(SEC),
                         max_pages: n,
@@ -569,6 +574,24 @@ fn thin_return_jobs() -> Vec<Job> {
                     m.insert(
                         "reverse_kbps_while_loading".into(),
                         Value::exact(rev / 1000.0),
+                    );
+                    // What the return channel carries per page, and the part no transport can
+                    // remove: the requests' own bytes (HTTP payload, headers below it excluded).
+                    let floors: Vec<f64> = log
+                        .pages
+                        .iter()
+                        .map(|p| p.request_bytes as f64 * 8.0 / up_bps as f64)
+                        .collect();
+                    m.insert("request_floor_s".into(), Value::of(&floors));
+                    let pages = log.pages.len().max(1) as f64;
+                    m.insert(
+                        "return_bytes_per_page".into(),
+                        Value::exact(log.client_bytes as f64 / pages),
+                    );
+                    let req: u64 = log.pages.iter().map(|p| p.request_bytes).sum();
+                    m.insert(
+                        "request_share_of_return".into(),
+                        Value::exact(req as f64 / log.client_bytes.max(1) as f64),
                     );
                     Ok((m, ev))
                 }),
