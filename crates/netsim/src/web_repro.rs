@@ -531,8 +531,16 @@ fn thin_return_jobs() -> Vec<Job> {
     for (group, up_bps, version) in [
         ("1 kb/s return", 1000u64, HttpVersion::Persistent),
         ("1 Mb/s return", 1_000_000, HttpVersion::Persistent),
-        ("1 kb/s return HTTP/1.0 x4", 1000u64, HttpVersion::Http10 { parallel: 4 }),
-        ("1 Mb/s return HTTP/1.0 x4", 1_000_000, HttpVersion::Http10 { parallel: 4 }),
+        (
+            "1 kb/s return HTTP/1.0 x4",
+            1000u64,
+            HttpVersion::Http10 { parallel: 4 },
+        ),
+        (
+            "1 Mb/s return HTTP/1.0 x4",
+            1_000_000,
+            HttpVersion::Http10 { parallel: 4 },
+        ),
     ] {
         for (label, transport) in [
             (
