@@ -1,6 +1,6 @@
 //! Wire-level protocol behaviour: what goes on the wire, and when, for the mechanisms the
 //! specification names (USTAT per hole, the STAT timestamp rule, burst-end POLLs, pacing,
-//! stateless answers, version negotiation, instances, limits, keepalives).
+//! stateless answers, version negotiation, instances, limits, keepalives, POLLs after END).
 
 use linkmodel::{LinkConfig, QueueLimit};
 use memnet::{Bulk, Net, Outcome, Side, Writer, NS_PER_MS};
