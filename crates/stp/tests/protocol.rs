@@ -1,6 +1,6 @@
 //! Wire-level protocol behaviour: what goes on the wire, and when, for the mechanisms the
 //! specification names (USTAT per hole, the STAT timestamp rule, burst-end POLLs, pacing,
-//! stateless answers, version negotiation, instances, limits, keepalives).
+//! stateless answers, version negotiation, instances, limits, keepalives, POLLs after END).
 
 use linkmodel::{LinkConfig, QueueLimit};
 use memnet::{Bulk, Net, Outcome, Side, Writer, NS_PER_MS};
@@ -679,4 +679,61 @@ fn a_lost_sd_at_the_cumulative_point_is_resent_even_behind_others_in_a_short_win
     }
     .run();
     assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+}
+
+#[test]
+fn retransmissions_after_the_end_do_not_each_draw_a_poll() {
+    // The whole transfer (40 SDs) leaves in the first window, so every SD is packetized (END
+    // sent, send state Sent) before any loss is reported; every other SD of that flight is lost.
+    // The window halves to 20 SDs, above small-window mode (10 SDs), so the repair is polled by
+    // the timer (3 per RTT) as any other repair, and the retransmissions do not each carry a
+    // POLL (and so draw a STAT each). The END rides on those timer POLLs.
+    let conn = Config {
+        initial_window: InitialWindow::Packets(40),
+        ..Config::default()
+    };
+    let link = LinkConfig::simple(10_000_000, 250 * NS_PER_MS, 1000);
+    let mut net = Net::symmetric(cfg(conn), link, 41);
+    net.capture = Some(Vec::new());
+    let mut seen = std::collections::HashSet::new();
+    net.drop_filter = Some(Box::new(move |a_to_b, _, bytes| {
+        let Ok(p) = Packet::parse(bytes) else {
+            return false;
+        };
+        if !a_to_b || !p.header.types.contains(Types::SD) || !seen.insert(p.header.seq) {
+            return false;
+        }
+        seen.len() % 2 == 0
+    }));
+    let mss = Config::default().max_datagram_bytes - 40;
+    let bytes = 40 * mss as u64;
+    let r = Bulk {
+        net,
+        a_to_b: bytes,
+        b_to_a: 0,
+        limit_ns: 100_000 * NS_PER_MS,
+    }
+    .run();
+    assert!(r.ab_exact && r.a.closed && r.b.closed, "{r:?}");
+    let log = r.net.capture.as_ref().unwrap();
+    let mut sent = std::collections::HashSet::new();
+    let (mut retx, mut retx_polled) = (0, 0);
+    for c in log.iter().filter(|c| c.from == Side::A) {
+        let p = c.packet();
+        if p.header.types.contains(Types::SD) && !sent.insert(p.header.seq) {
+            retx += 1;
+            retx_polled += usize::from(p.poll.is_some());
+        }
+    }
+    assert_eq!(retx, 20, "each lost SD resent once");
+    assert!(
+        retx_polled <= retx / 3,
+        "{retx_polled} of {retx} retransmissions carried a POLL"
+    );
+    let stats = r.b_stats.unwrap();
+    assert!(
+        stats.packets_sent.get(Types::STAT) <= 12,
+        "{} STATs for one repair round",
+        stats.packets_sent.get(Types::STAT)
+    );
 }

@@ -279,7 +279,9 @@ impl Connection {
             early_timer = poll.is_some_and(|(t, _)| t <= now + tolerance);
             forced |=
                 self.config.poll_every_sds > 0 && self.sds_since_poll >= self.config.poll_every_sds;
-            forced |= end_final.is_some();
+            // No rule forces a POLL on every SD once END is due (spec §5.7, §6.6): after the
+            // last new SD, which carries the first END, only retransmissions remain, and they
+            // are polled like any other (timer, burst end), the END riding on those POLLs.
         }
         forced |= self.pending.bgn && (b.sd.is_some() || self.send.has_outstanding());
         forced |= end_final.is_some() && !self.end_sent_once;
