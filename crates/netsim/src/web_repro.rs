@@ -598,7 +598,7 @@ fn thin_return_jobs() -> Vec<Job> {
                     );
                     let req: u64 = log.pages.iter().map(|p| p.request_bytes).sum();
                     m.insert(
-                        "request_share_of_return".into(),
+                        "return_request_share".into(),
                         Value::exact(req as f64 / log.client_bytes.max(1) as f64),
                     );
                     Ok((m, ev))

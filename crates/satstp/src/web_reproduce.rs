@@ -88,7 +88,7 @@ fn fmt(metric: &str, v: f64) -> String {
         format!("{v:.2} s")
     } else if metric.ends_with("_kbps") {
         format!("{v:.1} kb/s")
-    } else if metric == "completed" || metric == "model_left_out" {
+    } else if metric == "completed" || metric == "model_left_out" || metric.ends_with("_share") {
         format!("{:.0} %", v * 100.0)
     } else {
         format!("{v:.1}")
