@@ -68,6 +68,10 @@ pub enum Pages {
     Model,
     /// Every page is `n` objects (sizes from the model); 1 gives single transfers.
     Objects(u32),
+    /// Every page is one object whose reply size is drawn from the model restricted to
+    /// `min_bytes..=max_bytes` (equal bounds: exactly that size): single transfers of one size
+    /// class, to see where a protocol's cost comes from.
+    Single { min_bytes: u64, max_bytes: u64 },
 }
 
 /// The pause between one page's last byte and the next page's request.
@@ -173,6 +177,9 @@ struct ClientConn {
     done: bool,
     /// STP request bytes not yet accepted by the connection.
     unsent: Vec<u8>,
+    /// TCP request bytes waiting for the connection to open (a sockets client writes after
+    /// `connect` returns).
+    unsent_tcp: u64,
 }
 
 struct Page {
@@ -258,13 +265,20 @@ impl HttpClient {
         let n = match self.workload.pages {
             Pages::Model => http_model::objects_per_page(ctx.rng),
             Pages::Objects(n) => n.max(1),
+            Pages::Single { .. } => 1,
         };
+        let pages = self.workload.pages;
         let mut objs: VecDeque<(u64, u64)> = (0..n)
             .map(|_| {
-                (
-                    http_model::request_size(ctx.rng),
-                    http_model::reply_size(ctx.rng),
-                )
+                let req = http_model::request_size(ctx.rng);
+                let reply = match pages {
+                    Pages::Single {
+                        min_bytes,
+                        max_bytes,
+                    } => http_model::reply_size_between(ctx.rng, min_bytes, max_bytes),
+                    _ => http_model::reply_size(ctx.rng),
+                };
+                (req, reply)
             })
             .collect();
         let bytes = objs.iter().map(|o| o.1).sum();
@@ -333,6 +347,7 @@ impl HttpClient {
             closing: false,
             done: false,
             unsent: Vec::new(),
+            unsent_tcp: 0,
         });
         Some(self.conns.len() - 1)
     }
@@ -347,11 +362,18 @@ impl HttpClient {
         // HTTP/1.0 over TCP: the server closes after the reply; the client closes after reading
         // it, except over T/TCP, whose client sends its request with the FIN (sendto with
         // MSG_EOF, thesis §2.1.1). Over STP the client ends its direction with the request.
+        // A TCP client writes once `connect` has returned (the handshake done); a T/TCP client's
+        // sendto opens the connection with the request on the SYN.
         let mut close_now = c.one_shot;
         match &mut c.link {
             Link::Tcp { conn, port } => {
-                conn.write(req);
-                close_now = c.one_shot && conn.config().data_on_syn;
+                let ttcp = conn.config().data_on_syn;
+                if ttcp || conn.is_established() {
+                    conn.write(req);
+                } else {
+                    c.unsent_tcp += req;
+                }
+                close_now = c.one_shot && ttcp;
                 self.table
                     .borrow_mut()
                     .by_addr
@@ -377,6 +399,23 @@ impl HttpClient {
             c.closing = true;
             if let Link::Tcp { conn, .. } = &mut c.link {
                 conn.close();
+            }
+        }
+        if let (Link::Stp(h), Some(ep)) = (&c.link, self.ep.as_mut()) {
+            // STP's fast start: the request (and, for HTTP/1.0, the END) goes with the BGN, as
+            // a sendto does with T/TCP.
+            if let Some(sc) = ep.connection(*h) {
+                while !c.unsent.is_empty() {
+                    match sc.write(&c.unsent) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => {
+                            c.unsent.drain(..k);
+                        }
+                    }
+                }
+                if c.closing && c.unsent.is_empty() {
+                    sc.shutdown();
+                }
             }
         }
     }
@@ -521,11 +560,27 @@ impl HttpClient {
         }
     }
 
+    /// Runs the client after an input or timer: the transports answer first (as a kernel does
+    /// before the application is scheduled: an ACK it owes goes out alone), then the
+    /// application reads, writes and closes, then the transports send what that allows.
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
-        // Reads (and, over STP, pending request bytes and closes).
+        self.transmit(ctx);
+        self.application(ctx);
+        self.transmit(ctx);
+        self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
+    }
+
+    fn application(&mut self, ctx: &mut Ctx<'_>) {
+        // Reads (and pending request bytes and closes).
         for i in 0..self.conns.len() {
-            let n = match &mut self.conns[i].link {
+            let ClientConn {
+                link, unsent_tcp, ..
+            } = &mut self.conns[i];
+            let n = match link {
                 Link::Tcp { conn, .. } => {
+                    if *unsent_tcp > 0 && conn.is_established() {
+                        *unsent_tcp -= conn.write(*unsent_tcp);
+                    }
                     let n = conn.readable();
                     conn.read(n)
                 }
@@ -573,7 +628,10 @@ impl HttpClient {
                 }
             }
         }
-        // Transmit.
+    }
+
+    /// Sends what every connection has ready now and re-arms the wake-up.
+    fn transmit(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let mut next: Option<Time> = None;
         let (server, flow) = (self.server, self.flow);
@@ -623,7 +681,6 @@ impl HttpClient {
             log.client_packets += sent.0;
             log.client_bytes += sent.1;
         }
-        self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
         arm(&mut self.wakeups, next, ctx);
     }
 }
@@ -1032,6 +1089,132 @@ pub fn add_http_pair(
     Ok(log)
 }
 
+/// One packet of a traced exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WirePacket {
+    /// When it entered the link (after its queue accepted it).
+    pub at_ns: Time,
+    /// Sent by the client (else by the server).
+    pub from_client: bool,
+    /// What it carries: TCP flags and data as `SYN+ACK+data+FIN` (`ACK` alone: a pure ACK);
+    /// STP packet types in wire order, e.g. `BGNAK+STAT+SD+POLL` (SD: data).
+    pub what: String,
+    /// Data bytes carried (TCP payload; STP datagram bytes beyond the common header).
+    pub data_bytes: u64,
+}
+
+/// Describes a TCP segment as `SYN+ACK+data+FIN`.
+pub fn describe_tcp(seg: &crate::tcp::TcpSegment) -> String {
+    let mut parts = Vec::new();
+    if seg.rst {
+        parts.push("RST");
+    }
+    if seg.syn {
+        parts.push("SYN");
+    }
+    if seg.ack_flag {
+        parts.push("ACK");
+    }
+    if seg.len > 0 {
+        parts.push("data");
+    }
+    if seg.fin {
+        parts.push("FIN");
+    }
+    parts.join("+")
+}
+
+/// Describes an STP datagram by the packet types it carries, in wire order.
+pub fn describe_stp(datagram: &[u8]) -> String {
+    use stp::wire::Types;
+    let Some(t) = stp::wire::peek_types(datagram) else {
+        return "malformed".into();
+    };
+    let names = [
+        (Types::BGN, "BGN"),
+        (Types::BGNAK, "BGNAK"),
+        (Types::RST, "RST"),
+        (Types::POLL, "POLL"),
+        (Types::STAT, "STAT"),
+        (Types::USTAT, "USTAT"),
+        (Types::END, "END"),
+        (Types::ENDAK, "ENDAK"),
+        (Types::SD, "SD"),
+    ];
+    let v: Vec<&str> = names
+        .iter()
+        .filter(|(ty, _)| t.contains(*ty))
+        .map(|&(_, n)| n)
+        .collect();
+    v.join("+")
+}
+
+/// Runs one HTTP/1.0 transfer of a `reply_bytes` reply over a two-host path (`rate_bps` each
+/// way, round-trip time `rtt`, no loss) and returns every packet both sides sent, in order:
+/// the exchange of one Table 5.3 transfer, set-up and close included. The run stops 60 s after
+/// the start (every exchange here ends long before).
+pub fn trace_exchange(
+    transport: Transport,
+    reply_bytes: u64,
+    rate_bps: u64,
+    rtt: Time,
+) -> Result<Vec<WirePacket>, HttpError> {
+    use crate::sim::{Sim, SEC};
+    let mut sim = Sim::new(1);
+    let client = sim.add_node("client");
+    let server = sim.add_node("server");
+    let link = |_| linkmodel::LinkConfig::simple(rate_bps, rtt / 2, 1000);
+    let up = sim.add_link("client->server", client, server, link(()))?;
+    let down = sim.add_link("server->client", server, client, link(()))?;
+    sim.compute_routes();
+    let trace: Rc<RefCell<Vec<WirePacket>>> = Rc::default();
+    for (id, from_client) in [(up, true), (down, false)] {
+        let t = trace.clone();
+        sim.trace_link(
+            id,
+            Box::new(move |at, pkt: &Packet| {
+                let (what, data_bytes) = match &pkt.payload {
+                    Payload::Tcp(seg) => (describe_tcp(seg), u64::from(seg.len)),
+                    Payload::Stp(d) => (
+                        describe_stp(d),
+                        d.len().saturating_sub(stp::wire::HEADER_LEN) as u64,
+                    ),
+                };
+                t.borrow_mut().push(WirePacket {
+                    at_ns: at,
+                    from_client,
+                    what,
+                    data_bytes,
+                });
+            }),
+        );
+    }
+    let workload = Workload {
+        version: HttpVersion::Http10 { parallel: 1 },
+        pages: Pages::Single {
+            min_bytes: reply_bytes,
+            max_bytes: reply_bytes,
+        },
+        think: Think::Fixed(SEC),
+        max_pages: 1,
+    };
+    add_http_pair(
+        &mut sim,
+        client,
+        server,
+        crate::packet::FlowId(1),
+        (1000, 80),
+        transport,
+        workload,
+        1,
+        0,
+    )?;
+    sim.run_until(60 * SEC);
+    sim.finish();
+    let out = trace.borrow().clone();
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1185,5 +1368,53 @@ mod tests {
         let p = page(HttpVersion::Persistent);
         let pipe = page(HttpVersion::Pipelined);
         assert!(pipe < p, "pipelined {pipe} vs persistent {p}");
+    }
+}
+
+#[cfg(test)]
+mod trace_print {
+    use super::*;
+    use crate::sim::MS;
+    use crate::stp_agent::Framing;
+
+    #[test]
+    #[ignore]
+    fn print_traces() {
+        let mut stp = EndpointConfig::default();
+        stp.connection.initial_window = stp::InitialWindow::Packets(1);
+        stp.connection.max_datagram_bytes = 1480;
+        let tcp = TcpConfig {
+            delayed_ack_on_ticks: true,
+            ..TcpConfig::default()
+        };
+        let ttcp = TcpConfig {
+            data_on_syn: true,
+            ..tcp.clone()
+        };
+        for (name, t) in [
+            ("TCP", Transport::Tcp(tcp)),
+            ("T/TCP", Transport::Tcp(ttcp)),
+            (
+                "STP",
+                Transport::Stp {
+                    config: stp,
+                    framing: Framing::Ip,
+                },
+            ),
+        ] {
+            for segs in [1u64, 3, 10] {
+                let tr = trace_exchange(t.clone(), segs * 1460, 1_300_000, 600 * MS).unwrap();
+                println!("== {name} {segs} segments: {} packets", tr.len());
+                for p in tr {
+                    println!(
+                        "{:8.3} {} {} ({} B)",
+                        p.at_ns as f64 / 1e9,
+                        if p.from_client { "C->S" } else { "      S->C" },
+                        p.what,
+                        p.data_bytes
+                    );
+                }
+            }
+        }
     }
 }
