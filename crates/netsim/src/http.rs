@@ -81,6 +81,10 @@ pub enum Think {
     Model,
     /// A fixed pause.
     Fixed(Time),
+    /// A pause drawn uniformly from `[min, max)`: with `max - min` at least one delayed-ACK
+    /// tick, each transfer meets BSD's 200 ms tick at a random phase, as a traffic generator on
+    /// a real host does (a fixed pause on a jitter-free path locks the phase).
+    Uniform { min: Time, max: Time },
 }
 
 /// What the client does.
@@ -554,6 +558,10 @@ impl HttpClient {
         let gap = match self.workload.think {
             Think::Model => http_model::think_time_ns(ctx.rng),
             Think::Fixed(t) => t,
+            Think::Uniform { min, max } => {
+                let span = max.saturating_sub(min);
+                min + (http_model::uniform(ctx.rng) * span as f64) as Time
+            }
         };
         if self.pages_started < self.workload.max_pages {
             ctx.timer_at(ctx.now + gap, PAGE);
@@ -1412,52 +1420,100 @@ mod tests {
         let pipe = page(HttpVersion::Pipelined);
         assert!(pipe < p, "pipelined {pipe} vs persistent {p}");
     }
-}
 
-#[cfg(test)]
-mod trace_print {
-    use super::*;
-    use crate::sim::MS;
-    use crate::stp_agent::Framing;
+    /// The Table 5.3 set-up: the seeds' TCP (BSD delayed-ACK tick) over 1.3 Mb/s, 600 ms RTT.
+    fn table53_trace(transport: Transport, reply: u64) -> Vec<WirePacket> {
+        trace_exchange(transport, reply, 1_300_000, 600 * MS).unwrap()
+    }
+
+    fn seeds_tcp(ttcp: bool) -> Transport {
+        Transport::Tcp(TcpConfig {
+            delayed_ack_on_ticks: true,
+            data_on_syn: ttcp,
+            ..TcpConfig::default()
+        })
+    }
+
+    fn whats(trace: &[WirePacket]) -> Vec<String> {
+        trace
+            .iter()
+            .map(|p| format!("{} {}", if p.from_client { "C" } else { "S" }, p.what))
+            .collect()
+    }
 
     #[test]
-    #[ignore]
-    fn print_traces() {
+    fn http10_exchanges_packet_by_packet() {
+        // Standard TCP, a one-segment reply: the handshake's ACK and the request are separate
+        // segments (connect() returns after the kernel's ACK), as are the client's ACK of the
+        // server's FIN and its own FIN.
+        let t = table53_trace(seeds_tcp(false), 1000);
+        assert_eq!(
+            whats(&t),
+            [
+                "C SYN",
+                "S SYN+ACK",
+                "C ACK",
+                "C ACK+data",
+                "S ACK+data+FIN",
+                "C ACK",
+                "C ACK+FIN",
+                "S ACK"
+            ]
+        );
+        // The server sends the reply a round trip and a half after the SYN (plus the
+        // request's transmission time).
+        let reply = t
+            .iter()
+            .find(|p| !p.from_client && p.data_bytes > 0)
+            .unwrap();
+        assert!(
+            (900 * MS..910 * MS).contains(&reply.at_ns),
+            "{}",
+            reply.at_ns
+        );
+        // T/TCP with a warm TAO cache: RFC 1644's three segments.
+        let t = table53_trace(seeds_tcp(true), 1000);
+        assert_eq!(whats(&t), ["C SYN+data+FIN", "S SYN+ACK+data+FIN", "C ACK"]);
+        // T/TCP, three segments: the client's ACK of the SYN-ACK's data waits for the BSD
+        // delayed-ACK tick (at most 200 ms).
+        let t = table53_trace(seeds_tcp(true), 3 * 1460);
+        assert_eq!(
+            whats(&t),
+            [
+                "C SYN+data+FIN",
+                "S SYN+ACK+data",
+                "C ACK",
+                "S ACK+data",
+                "S ACK+data+FIN",
+                "C ACK"
+            ]
+        );
+        let wait = t[2].at_ns - (t[1].at_ns + 300 * MS);
+        assert!(wait <= 200 * MS, "{wait}");
+        // T/TCP saves five packets a transfer whatever the reply's size.
+        for segments in [1, 2, 4, 7, 12] {
+            let reply = segments * 1460 - 100;
+            let tcp = table53_trace(seeds_tcp(false), reply).len();
+            let ttcp = table53_trace(seeds_tcp(true), reply).len();
+            assert_eq!(tcp, ttcp + 5, "{segments} segments");
+        }
+        // STP's fast start: the request and the END ride on the BGN.
         let mut stp = EndpointConfig::default();
         stp.connection.initial_window = stp::InitialWindow::Packets(1);
-        stp.connection.max_datagram_bytes = 1480;
-        let tcp = TcpConfig {
-            delayed_ack_on_ticks: true,
-            ..TcpConfig::default()
-        };
-        let ttcp = TcpConfig {
-            data_on_syn: true,
-            ..tcp.clone()
-        };
-        for (name, t) in [
-            ("TCP", Transport::Tcp(tcp)),
-            ("T/TCP", Transport::Tcp(ttcp)),
-            (
-                "STP",
-                Transport::Stp {
-                    config: stp,
-                    framing: Framing::Ip,
-                },
-            ),
-        ] {
-            for segs in [1u64, 3, 10] {
-                let tr = trace_exchange(t.clone(), segs * 1400, 1_300_000, 600 * MS).unwrap();
-                println!("== {name} {segs} segments: {} packets", tr.len());
-                for p in tr {
-                    println!(
-                        "{:8.3} {} {} ({} B)",
-                        p.at_ns as f64 / 1e9,
-                        if p.from_client { "C->S" } else { "      S->C" },
-                        p.what,
-                        p.data_bytes
-                    );
-                }
-            }
-        }
+        let t = table53_trace(
+            Transport::Stp {
+                config: stp,
+                framing: Framing::Ip,
+            },
+            1000,
+        );
+        assert_eq!(t[0].what, "BGN+POLL+END+SD");
+        assert!(t[0].from_client);
+        let served: u64 = t
+            .iter()
+            .filter(|p| !p.from_client)
+            .map(|p| p.data_bytes)
+            .sum();
+        assert!(served >= 1000, "{t:?}");
     }
 }

@@ -305,7 +305,11 @@ fn single_transfers(n: u32) -> Workload {
     Workload {
         version: HttpVersion::Http10 { parallel: 1 },
         pages: Pages::Objects(1),
-        think: Think::Fixed(200 * MS),
+        // 200-400 ms between transfers: a random phase against the delayed-ACK tick.
+        think: Think::Uniform {
+            min: 200 * MS,
+            max: 400 * MS,
+        },
         max_pages: n,
     }
 }
