@@ -130,7 +130,7 @@ pub struct TcpConnection {
     /// three-way handshake completes (RFC 1644 §3.3).
     held_syn: Option<TcpSegment>,
     /// T/TCP: the SYN-ACK waits (up to the delayed-ACK timer) to ride on the reply, as BSD's
-    /// T/TCP delays it after a SYN that carried a FIN or data.
+    /// T/TCP delays it after a SYN that carried a FIN.
     syn_ack_delayed: bool,
 
     // Send sequence space.
@@ -524,9 +524,12 @@ impl TcpConnection {
                     }
                     // The SYN-ACK acknowledges whatever came with the SYN.
                     self.ack = AckState::default();
-                    if self.tao_accepted && self.config.delayed_ack {
-                        // BSD T/TCP: hold the SYN-ACK for the delayed-ACK timer in the hope of
-                        // sending it with the reply.
+                    if self.tao_accepted && seg.fin && self.config.delayed_ack {
+                        // BSD T/TCP: after a SYN with a FIN (a whole request), hold the SYN-ACK
+                        // for the delayed-ACK timer in the hope of sending it with the reply.
+                        // Otherwise it goes at once, in case the peer is slow-starting (BSD
+                        // also holds it for data alone from a host on a local network; our
+                        // paths are not local).
                         self.syn_ack_delayed = true;
                         self.ack.deadline = Some(self.delayed_ack_deadline(now));
                     }

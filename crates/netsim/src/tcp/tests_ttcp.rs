@@ -331,3 +331,26 @@ fn ttcp_needs_both_ends() {
     assert_eq!(r.done, Some(2 * RTT));
     assert_eq!(r.trace.len(), 8);
 }
+
+#[test]
+fn ttcp_syn_ack_goes_at_once_after_a_syn_without_fin() {
+    // A T/TCP client that keeps its side open (no MSG_EOF): the server's SYN-ACK is not held,
+    // so it leaves before the application has answered; the reply follows within the initial
+    // window, without waiting for the handshake.
+    let mut a = TcpConnection::new_active(0, cfg(true, false));
+    let mut b = TcpConnection::new_passive(0, cfg(true, false));
+    a.write(300);
+    let syn = a.poll_segment(0).expect("SYN");
+    assert_eq!(describe_tcp(&syn), "SYN+data");
+    b.on_segment(RTT / 2, &syn);
+    let syn_ack = b.poll_segment(RTT / 2).expect("SYN-ACK at once");
+    assert_eq!(describe_tcp(&syn_ack), "SYN+ACK");
+    assert_eq!(syn_ack.ack, 301);
+    assert_eq!(b.read(u64::MAX), 300);
+    b.write(1000);
+    let reply = b
+        .poll_segment(RTT / 2)
+        .expect("reply before the handshake's ACK");
+    assert_eq!(describe_tcp(&reply), "ACK+data");
+    assert!(b.poll_segment(RTT / 2).is_none());
+}
