@@ -335,8 +335,9 @@ fn ttcp_needs_both_ends() {
 #[test]
 fn ttcp_syn_ack_goes_at_once_after_a_syn_without_fin() {
     // A T/TCP client that keeps its side open (no MSG_EOF): the server's SYN-ACK is not held,
-    // so it leaves before the application has answered; the reply follows within the initial
-    // window, without waiting for the handshake.
+    // so it leaves before the application has answered; the reply's first (full) segment
+    // follows within the initial window, without waiting for the handshake. (A short last
+    // segment would wait: Nagle, with the SYN unacknowledged.)
     let mut a = TcpConnection::new_active(0, cfg(true, false));
     let mut b = TcpConnection::new_passive(0, cfg(true, false));
     a.write(300);
@@ -347,10 +348,11 @@ fn ttcp_syn_ack_goes_at_once_after_a_syn_without_fin() {
     assert_eq!(describe_tcp(&syn_ack), "SYN+ACK");
     assert_eq!(syn_ack.ack, 301);
     assert_eq!(b.read(u64::MAX), 300);
-    b.write(1000);
+    b.write(2 * MSS);
     let reply = b
         .poll_segment(RTT / 2)
         .expect("reply before the handshake's ACK");
     assert_eq!(describe_tcp(&reply), "ACK+data");
+    assert_eq!(u64::from(reply.len), MSS);
     assert!(b.poll_segment(RTT / 2).is_none());
 }
