@@ -371,14 +371,14 @@ fn seeds_stp() -> EndpointConfig {
     c
 }
 
-/// Table 5.3's size classes: (label, smallest and largest reply in bytes), by 1460-byte
-/// segments.
+/// Table 5.3's size classes: (group, smallest and largest reply in bytes), by 1460-byte
+/// segments ("seg").
 const TABLE53_CLASSES: [(&str, u64, u64); 5] = [
-    ("1 segment", 1, 1460),
-    ("2-3 segments", 1461, 3 * 1460),
-    ("4-10 segments", 3 * 1460 + 1, 10 * 1460),
-    ("11-100 segments", 10 * 1460 + 1, 100 * 1460),
-    ("over 100 segments", 100 * 1460 + 1, u64::MAX),
+    ("1 seg", 1, 1460),
+    ("2-3 seg", 1461, 3 * 1460),
+    ("4-10 seg", 3 * 1460 + 1, 10 * 1460),
+    ("11-100 seg", 10 * 1460 + 1, 100 * 1460),
+    (">100 seg", 100 * 1460 + 1, u64::MAX),
 ];
 
 /// Table 5.3: HTTP transfers at 600 ms with TCP, T/TCP and STP (and STP's unpaced option),
@@ -451,7 +451,7 @@ fn table53_jobs() -> Vec<Job> {
             min_bytes: lo,
             max_bytes: hi,
         });
-        let group = format!("replies of {class}");
+        let group = class.to_string();
         add(group.clone(), "TCP", &tcp, pages);
         add(group.clone(), "T/TCP", &ttcp, pages);
         add(group, "STP", &stp, pages);
