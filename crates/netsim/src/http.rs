@@ -68,6 +68,10 @@ pub enum Pages {
     Model,
     /// Every page is `n` objects (sizes from the model); 1 gives single transfers.
     Objects(u32),
+    /// Every page is one object whose reply size is drawn from the model restricted to
+    /// `min_bytes..=max_bytes` (equal bounds: exactly that size): single transfers of one size
+    /// class, to see where a protocol's cost comes from.
+    Single { min_bytes: u64, max_bytes: u64 },
 }
 
 /// The pause between one page's last byte and the next page's request.
@@ -77,6 +81,10 @@ pub enum Think {
     Model,
     /// A fixed pause.
     Fixed(Time),
+    /// A pause drawn uniformly from `[min, max)`: with `max - min` at least one delayed-ACK
+    /// tick, each transfer meets BSD's 200 ms tick at a random phase, as a traffic generator on
+    /// a real host does (a fixed pause on a jitter-free path locks the phase).
+    Uniform { min: Time, max: Time },
 }
 
 /// What the client does.
@@ -176,6 +184,9 @@ struct ClientConn {
     done: bool,
     /// STP request bytes not yet accepted by the connection.
     unsent: Vec<u8>,
+    /// TCP request bytes waiting for the connection to open (a sockets client writes after
+    /// `connect` returns).
+    unsent_tcp: u64,
 }
 
 struct Page {
@@ -262,13 +273,20 @@ impl HttpClient {
         let n = match self.workload.pages {
             Pages::Model => http_model::objects_per_page(ctx.rng),
             Pages::Objects(n) => n.max(1),
+            Pages::Single { .. } => 1,
         };
+        let pages = self.workload.pages;
         let mut objs: VecDeque<(u64, u64)> = (0..n)
             .map(|_| {
-                (
-                    http_model::request_size(ctx.rng),
-                    http_model::reply_size(ctx.rng),
-                )
+                let req = http_model::request_size(ctx.rng);
+                let reply = match pages {
+                    Pages::Single {
+                        min_bytes,
+                        max_bytes,
+                    } => http_model::reply_size_between(ctx.rng, min_bytes, max_bytes),
+                    _ => http_model::reply_size(ctx.rng),
+                };
+                (req, reply)
             })
             .collect();
         let bytes = objs.iter().map(|o| o.1).sum();
@@ -339,6 +357,7 @@ impl HttpClient {
             closing: false,
             done: false,
             unsent: Vec::new(),
+            unsent_tcp: 0,
         });
         Some(self.conns.len() - 1)
     }
@@ -353,11 +372,18 @@ impl HttpClient {
         // HTTP/1.0 over TCP: the server closes after the reply; the client closes after reading
         // it, except over T/TCP, whose client sends its request with the FIN (sendto with
         // MSG_EOF, thesis §2.1.1). Over STP the client ends its direction with the request.
+        // A TCP client writes once `connect` has returned (the handshake done); a T/TCP client's
+        // sendto opens the connection with the request on the SYN.
         let mut close_now = c.one_shot;
         match &mut c.link {
             Link::Tcp { conn, port } => {
-                conn.write(req);
-                close_now = c.one_shot && conn.config().data_on_syn;
+                let ttcp = conn.config().data_on_syn;
+                if ttcp || conn.is_established() {
+                    conn.write(req);
+                } else {
+                    c.unsent_tcp += req;
+                }
+                close_now = c.one_shot && ttcp;
                 self.table
                     .borrow_mut()
                     .by_addr
@@ -383,6 +409,13 @@ impl HttpClient {
             c.closing = true;
             if let Link::Tcp { conn, .. } = &mut c.link {
                 conn.close();
+            }
+        }
+        if let (Link::Stp(h), Some(ep)) = (&c.link, self.ep.as_mut()) {
+            // STP's fast start: the request (and, for HTTP/1.0, the END) goes with the BGN, as
+            // a sendto does with T/TCP.
+            if let Some(sc) = ep.connection(*h) {
+                write_unsent(sc, c);
             }
         }
     }
@@ -522,17 +555,37 @@ impl HttpClient {
         let gap = match self.workload.think {
             Think::Model => http_model::think_time_ns(ctx.rng),
             Think::Fixed(t) => t,
+            Think::Uniform { min, max } => {
+                let span = max.saturating_sub(min);
+                min + (http_model::uniform(ctx.rng) * span as f64) as Time
+            }
         };
         if self.pages_started < self.workload.max_pages {
             ctx.timer_at(ctx.now + gap, PAGE);
         }
     }
 
+    /// Runs the client after an input or timer: the transports answer first (as a kernel does
+    /// before the application is scheduled: an ACK it owes goes out alone), then the
+    /// application reads, writes and closes, then the transports send what that allows.
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
-        // Reads (and, over STP, pending request bytes and closes).
+        self.transmit(ctx);
+        self.application(ctx);
+        self.transmit(ctx);
+        self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
+    }
+
+    fn application(&mut self, ctx: &mut Ctx<'_>) {
+        // Reads (and pending request bytes and closes).
         for i in 0..self.conns.len() {
-            let n = match &mut self.conns[i].link {
+            let ClientConn {
+                link, unsent_tcp, ..
+            } = &mut self.conns[i];
+            let n = match link {
                 Link::Tcp { conn, .. } => {
+                    if *unsent_tcp > 0 && conn.is_established() {
+                        *unsent_tcp -= conn.write(*unsent_tcp);
+                    }
                     let n = conn.readable();
                     conn.read(n)
                 }
@@ -555,17 +608,6 @@ impl HttpClient {
                 self.received(ctx, i, n);
             }
         }
-        // A reply read above may have issued the next request (P-HTTP, pipelining, parallel
-        // connections): hand it to its connection now, not at the next wake-up.
-        if let Some(ep) = self.ep.as_mut() {
-            for c in &mut self.conns {
-                if let Link::Stp(h) = c.link {
-                    if let Some(sc) = ep.connection(h) {
-                        write_unsent(sc, c);
-                    }
-                }
-            }
-        }
         if let Some(ep) = self.ep.as_mut() {
             while let Some((h, ev)) = ep.poll_event() {
                 if matches!(ev, Event::Closed | Event::Failed(_)) {
@@ -580,7 +622,10 @@ impl HttpClient {
                 }
             }
         }
-        // Transmit.
+    }
+
+    /// Sends what every connection has ready now and re-arms the wake-up.
+    fn transmit(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let mut next: Option<Time> = None;
         let (server, flow) = (self.server, self.flow);
@@ -630,7 +675,6 @@ impl HttpClient {
             log.client_packets += sent.0;
             log.client_bytes += sent.1;
         }
-        self.conns.retain(|c| !c.done || !c.outstanding.is_empty());
         arm(&mut self.wakeups, next, ctx);
     }
 }
@@ -773,6 +817,8 @@ pub struct HttpServer {
     log: SharedLog,
     table: SharedExchanges,
     tcp: BTreeMap<Addr, ServerConn>,
+    /// T/TCP: the client hosts whose connection counts this host has cached (RFC 1644 TAO).
+    tao_cache: BTreeSet<crate::packet::NodeId>,
     ep: Option<Endpoint>,
     stp: BTreeMap<ConnectionHandle, StpServerConn>,
     framing: u32,
@@ -806,6 +852,7 @@ impl HttpServer {
             log,
             table,
             tcp: BTreeMap::new(),
+            tao_cache: BTreeSet::new(),
             ep,
             stp: BTreeMap::new(),
             framing,
@@ -814,12 +861,23 @@ impl HttpServer {
         })
     }
 
+    /// Runs the server after an input or timer: the transports answer first (as a kernel does
+    /// before the application is scheduled), then the application reads requests, writes
+    /// replies and closes, then the transports send what that allows.
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        let mut next: Option<Time> = None;
-        let mut sent = (0u64, 0u64);
+        self.transmit(ctx);
+        self.application();
+        self.transmit(ctx);
+    }
+
+    fn application(&mut self) {
         // TCP: match requests, write replies, close after the client.
         for (addr, sc) in self.tcp.iter_mut() {
+            if sc.conn.is_established() {
+                // RFC 1644: a host caches a peer's connection count once a connection with it
+                // completes its handshake (or passes the TAO test).
+                self.tao_cache.insert(addr.node);
+            }
             let n = sc.conn.readable();
             sc.got += sc.conn.read(n);
             let mut table = self.table.borrow_mut();
@@ -842,6 +900,77 @@ impl HttpServer {
                 sc.conn.close();
                 sc.closed = true;
             }
+        }
+        // STP.
+        let Some(ep) = self.ep.as_mut() else { return };
+        while let Some(h) = ep.accept() {
+            self.stp.insert(h, StpServerConn::default());
+        }
+        let table = self.table.borrow();
+        for (&h, st) in self.stp.iter_mut() {
+            let Some(c) = ep.connection(h) else { continue };
+            loop {
+                match c.read_chunk(usize::MAX) {
+                    Ok(Some(b)) => {
+                        let mut b: &[u8] = &b;
+                        while !b.is_empty() {
+                            if st.body_left > 0 {
+                                let k = (st.body_left as usize).min(b.len());
+                                st.body_left -= k as u64;
+                                b = &b[k..];
+                                continue;
+                            }
+                            let need = ID_BYTES as usize - st.header.len();
+                            let k = need.min(b.len());
+                            st.header.extend_from_slice(&b[..k]);
+                            b = &b[k..];
+                            if st.header.len() == ID_BYTES as usize {
+                                let mut id = [0u8; 8];
+                                id.copy_from_slice(&st.header);
+                                st.header.clear();
+                                let (req, reply) = table
+                                    .by_id
+                                    .get(&u64::from_le_bytes(id))
+                                    .copied()
+                                    .unwrap_or((ID_BYTES, 0));
+                                st.body_left = req - ID_BYTES;
+                                st.reply_left += reply;
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        st.peer_done = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            while st.reply_left > 0 {
+                let k = (st.reply_left as usize).min(ZEROS.len());
+                match c.write(&ZEROS[..k]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(w) => st.reply_left -= w as u64,
+                }
+            }
+            if st.peer_done && st.reply_left == 0 && !st.shut {
+                c.shutdown();
+                st.shut = true;
+            }
+        }
+        drop(table);
+        while let Some((h, ev)) = ep.poll_event() {
+            if matches!(ev, Event::Closed | Event::Failed(_)) {
+                self.stp.remove(&h);
+            }
+        }
+    }
+
+    /// Sends what every connection has ready now and re-arms the wake-up.
+    fn transmit(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let mut next: Option<Time> = None;
+        let mut sent = (0u64, 0u64);
+        for (addr, sc) in self.tcp.iter_mut() {
             let mut retx = sc.conn.retransmissions();
             while let Some(seg) = sc.conn.poll_segment(now) {
                 let size = seg.wire_size();
@@ -866,68 +995,7 @@ impl HttpServer {
         }
         self.tcp
             .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
-        // STP.
         if let Some(ep) = self.ep.as_mut() {
-            while let Some(h) = ep.accept() {
-                self.stp.insert(h, StpServerConn::default());
-            }
-            let table = self.table.borrow();
-            for (&h, st) in self.stp.iter_mut() {
-                let Some(c) = ep.connection(h) else { continue };
-                loop {
-                    match c.read_chunk(usize::MAX) {
-                        Ok(Some(b)) => {
-                            let mut b: &[u8] = &b;
-                            while !b.is_empty() {
-                                if st.body_left > 0 {
-                                    let k = (st.body_left as usize).min(b.len());
-                                    st.body_left -= k as u64;
-                                    b = &b[k..];
-                                    continue;
-                                }
-                                let need = ID_BYTES as usize - st.header.len();
-                                let k = need.min(b.len());
-                                st.header.extend_from_slice(&b[..k]);
-                                b = &b[k..];
-                                if st.header.len() == ID_BYTES as usize {
-                                    let mut id = [0u8; 8];
-                                    id.copy_from_slice(&st.header);
-                                    st.header.clear();
-                                    let (req, reply) = table
-                                        .by_id
-                                        .get(&u64::from_le_bytes(id))
-                                        .copied()
-                                        .unwrap_or((ID_BYTES, 0));
-                                    st.body_left = req - ID_BYTES;
-                                    st.reply_left += reply;
-                                }
-                            }
-                        }
-                        Ok(None) => {
-                            st.peer_done = true;
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                while st.reply_left > 0 {
-                    let k = (st.reply_left as usize).min(ZEROS.len());
-                    match c.write(&ZEROS[..k]) {
-                        Ok(0) | Err(_) => break,
-                        Ok(w) => st.reply_left -= w as u64,
-                    }
-                }
-                if st.peer_done && st.reply_left == 0 && !st.shut {
-                    c.shutdown();
-                    st.shut = true;
-                }
-            }
-            drop(table);
-            while let Some((h, ev)) = ep.poll_event() {
-                if matches!(ev, Event::Closed | Event::Failed(_)) {
-                    self.stp.remove(&h);
-                }
-            }
             let from = (self.port, self.flow, Direction::Forward);
             flush_stp(
                 ep,
@@ -961,10 +1029,12 @@ impl Agent for HttpServer {
                     Some(sc) => fresh && sc.closed && sc.conn.is_send_complete(),
                 };
                 if replace {
+                    let mut conn = TcpConnection::new_passive(ctx.now, cfg.clone());
+                    conn.set_tao_cached(self.tao_cache.contains(&pkt.src.node));
                     self.tcp.insert(
                         pkt.src,
                         ServerConn {
-                            conn: TcpConnection::new_passive(ctx.now, cfg.clone()),
+                            conn,
                             got: 0,
                             closed: false,
                         },
@@ -1053,6 +1123,149 @@ pub fn add_http_pair(
     sim.add_agent(server_node, ports.1, 0, Box::new(server))?;
     sim.add_agent(client_node, ports.0, start, Box::new(client))?;
     Ok(log)
+}
+
+/// One packet of a traced exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WirePacket {
+    /// When it entered the link (after its queue accepted it).
+    pub at_ns: Time,
+    /// Sent by the client (else by the server).
+    pub from_client: bool,
+    /// What it carries: TCP flags and data as `SYN+ACK+data+FIN` (`ACK` alone: a pure ACK);
+    /// STP packet types in wire order, e.g. `BGNAK+STAT+SD+POLL` (SD: data).
+    pub what: String,
+    /// Data bytes carried (TCP payload; STP datagram bytes beyond the common header).
+    pub data_bytes: u64,
+}
+
+/// Describes a TCP segment as `SYN+ACK+data+FIN`.
+pub fn describe_tcp(seg: &crate::tcp::TcpSegment) -> String {
+    let mut parts = Vec::new();
+    if seg.rst {
+        parts.push("RST");
+    }
+    if seg.syn {
+        parts.push("SYN");
+    }
+    if seg.ack_flag {
+        parts.push("ACK");
+    }
+    if seg.len > 0 {
+        parts.push("data");
+    }
+    if seg.fin {
+        parts.push("FIN");
+    }
+    parts.join("+")
+}
+
+/// Describes an STP datagram by the packet types it carries, in wire order.
+pub fn describe_stp(datagram: &[u8]) -> String {
+    use stp::wire::Types;
+    let Some(t) = stp::wire::peek_types(datagram) else {
+        return "malformed".into();
+    };
+    let names = [
+        (Types::BGN, "BGN"),
+        (Types::BGNAK, "BGNAK"),
+        (Types::RST, "RST"),
+        (Types::POLL, "POLL"),
+        (Types::STAT, "STAT"),
+        (Types::USTAT, "USTAT"),
+        (Types::END, "END"),
+        (Types::ENDAK, "ENDAK"),
+        (Types::SD, "SD"),
+    ];
+    let v: Vec<&str> = names
+        .iter()
+        .filter(|(ty, _)| t.contains(*ty))
+        .map(|&(_, n)| n)
+        .collect();
+    v.join("+")
+}
+
+/// Runs HTTP/1.0 transfers of a `reply_bytes` reply over a two-host path (`rate_bps` each way,
+/// round-trip time `rtt`, no loss) and returns every packet both sides sent for the second
+/// one, in order, times from its request: the exchange of one Table 5.3 transfer, set-up and
+/// close included. The first transfer warms the hosts up as in a long run (T/TCP's TAO cache
+/// holds the client after it); the second starts 5 s after it. Transfers still running 60 s
+/// after their start are cut there.
+pub fn trace_exchange(
+    transport: Transport,
+    reply_bytes: u64,
+    rate_bps: u64,
+    rtt: Time,
+) -> Result<Vec<WirePacket>, HttpError> {
+    use crate::sim::{Sim, SEC};
+    const GAP: Time = 5 * SEC;
+    let mut sim = Sim::new(1);
+    let client = sim.add_node("client");
+    let server = sim.add_node("server");
+    let link = |_| linkmodel::LinkConfig::simple(rate_bps, rtt / 2, 1000);
+    let up = sim.add_link("client->server", client, server, link(()))?;
+    let down = sim.add_link("server->client", server, client, link(()))?;
+    sim.compute_routes();
+    let trace: Rc<RefCell<Vec<WirePacket>>> = Rc::default();
+    for (id, from_client) in [(up, true), (down, false)] {
+        let t = trace.clone();
+        sim.trace_link(
+            id,
+            Box::new(move |at, pkt: &Packet| {
+                let (what, data_bytes) = match &pkt.payload {
+                    Payload::Tcp(seg) => (describe_tcp(seg), u64::from(seg.len)),
+                    Payload::Stp(d) => (
+                        describe_stp(d),
+                        d.len().saturating_sub(stp::wire::HEADER_LEN) as u64,
+                    ),
+                };
+                t.borrow_mut().push(WirePacket {
+                    at_ns: at,
+                    from_client,
+                    what,
+                    data_bytes,
+                });
+            }),
+        );
+    }
+    let workload = Workload {
+        version: HttpVersion::Http10 { parallel: 1 },
+        pages: Pages::Single {
+            min_bytes: reply_bytes,
+            max_bytes: reply_bytes,
+        },
+        think: Think::Fixed(GAP),
+        max_pages: 2,
+    };
+    let log = add_http_pair(
+        &mut sim,
+        client,
+        server,
+        crate::packet::FlowId(1),
+        (1000, 80),
+        transport,
+        workload,
+        1,
+        0,
+    )?;
+    sim.run_until(60 * SEC);
+    let first = log.borrow().pages.first().map(|p| p.load_ns);
+    let Some(first) = first else {
+        return Ok(Vec::new());
+    };
+    let start = first + GAP;
+    sim.run_until(start + 60 * SEC);
+    sim.finish();
+    let out = trace
+        .borrow()
+        .iter()
+        .filter(|p| p.at_ns >= start)
+        .map(|p| WirePacket {
+            at_ns: p.at_ns - start,
+            ..p.clone()
+        })
+        .collect();
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1241,5 +1454,101 @@ mod tests {
         let p = page(HttpVersion::Persistent);
         let pipe = page(HttpVersion::Pipelined);
         assert!(pipe < p, "pipelined {pipe} vs persistent {p}");
+    }
+
+    /// The Table 5.3 set-up: the seeds' TCP (BSD delayed-ACK tick) over 1.3 Mb/s, 600 ms RTT.
+    fn table53_trace(transport: Transport, reply: u64) -> Vec<WirePacket> {
+        trace_exchange(transport, reply, 1_300_000, 600 * MS).unwrap()
+    }
+
+    fn seeds_tcp(ttcp: bool) -> Transport {
+        Transport::Tcp(TcpConfig {
+            delayed_ack_on_ticks: true,
+            data_on_syn: ttcp,
+            ..TcpConfig::default()
+        })
+    }
+
+    fn whats(trace: &[WirePacket]) -> Vec<String> {
+        trace
+            .iter()
+            .map(|p| format!("{} {}", if p.from_client { "C" } else { "S" }, p.what))
+            .collect()
+    }
+
+    #[test]
+    fn http10_exchanges_packet_by_packet() {
+        // Standard TCP, a one-segment reply: the handshake's ACK and the request are separate
+        // segments (connect() returns after the kernel's ACK), as are the client's ACK of the
+        // server's FIN and its own FIN.
+        let t = table53_trace(seeds_tcp(false), 1000);
+        assert_eq!(
+            whats(&t),
+            [
+                "C SYN",
+                "S SYN+ACK",
+                "C ACK",
+                "C ACK+data",
+                "S ACK+data+FIN",
+                "C ACK",
+                "C ACK+FIN",
+                "S ACK"
+            ]
+        );
+        // The server sends the reply a round trip and a half after the SYN (plus the
+        // request's transmission time).
+        let reply = t
+            .iter()
+            .find(|p| !p.from_client && p.data_bytes > 0)
+            .unwrap();
+        assert!(
+            (900 * MS..910 * MS).contains(&reply.at_ns),
+            "{}",
+            reply.at_ns
+        );
+        // T/TCP with a warm TAO cache: RFC 1644's three segments.
+        let t = table53_trace(seeds_tcp(true), 1000);
+        assert_eq!(whats(&t), ["C SYN+data+FIN", "S SYN+ACK+data+FIN", "C ACK"]);
+        // T/TCP, three segments: the client's ACK of the SYN-ACK's data waits for the BSD
+        // delayed-ACK tick (at most 200 ms).
+        let t = table53_trace(seeds_tcp(true), 3 * 1460);
+        assert_eq!(
+            whats(&t),
+            [
+                "C SYN+data+FIN",
+                "S SYN+ACK+data",
+                "C ACK",
+                "S ACK+data",
+                "S ACK+data+FIN",
+                "C ACK"
+            ]
+        );
+        let wait = t[2].at_ns - (t[1].at_ns + 300 * MS);
+        assert!(wait <= 200 * MS, "{wait}");
+        // T/TCP saves five packets a transfer whatever the reply's size.
+        for segments in [1, 2, 4, 7, 12] {
+            let reply = segments * 1460 - 100;
+            let tcp = table53_trace(seeds_tcp(false), reply).len();
+            let ttcp = table53_trace(seeds_tcp(true), reply).len();
+            assert_eq!(tcp, ttcp + 5, "{segments} segments");
+        }
+        // STP's fast start: the request and the END ride on the BGN.
+        let mut stp = EndpointConfig::default();
+        stp.connection.initial_window = stp::InitialWindow::Packets(1);
+        let t = table53_trace(
+            Transport::Stp {
+                config: stp,
+                framing: Framing::Ip,
+            },
+            1000,
+        );
+        assert_eq!(t[0].what, "BGN+POLL+END+SD");
+        assert!(t[0].from_client);
+        let served: u64 = t
+            .iter()
+            .filter(|p| !p.from_client)
+            .map(|p| p.data_bytes)
+            .sum();
+        assert!(served >= 1000, "{t:?}");
     }
 }

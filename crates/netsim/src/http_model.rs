@@ -65,6 +65,34 @@ pub fn reply_size(rng: &mut dyn RngCore) -> u64 {
     lognormal(rng, REPLY_MEDIAN_BYTES, REPLY_SIGMA).clamp(1.0, REPLY_CAP_BYTES) as u64
 }
 
+/// A reply size in bytes drawn from the model restricted to `min_bytes..=max_bytes` (bounds
+/// clamped to 1 ..= the cap; equal bounds give that size): the inverse of [`reply_cdf`] at a
+/// uniform point between the bounds' probabilities, found by bisection.
+pub fn reply_size_between(rng: &mut dyn RngCore, min_bytes: u64, max_bytes: u64) -> u64 {
+    let cap = REPLY_CAP_BYTES as u64;
+    let lo = min_bytes.clamp(1, cap);
+    let hi = max_bytes.clamp(lo, cap);
+    if lo == hi {
+        return lo;
+    }
+    // Sizes are whole bytes: P(size <= x) for the integer x is reply_cdf(x + 1) (the draw
+    // truncates), so the class [lo, hi] holds the mass between F(lo) and F(hi + 1).
+    let f = |x: u64| reply_cdf((x + 1) as f64);
+    let (f_lo, f_hi) = (f(lo - 1), f(hi));
+    let u = f_lo + uniform(rng) * (f_hi - f_lo);
+    // The smallest x in [lo, hi] with f(x) >= u.
+    let (mut a, mut b) = (lo, hi);
+    while a < b {
+        let m = a + (b - a) / 2;
+        if f(m) >= u {
+            b = m;
+        } else {
+            a = m + 1;
+        }
+    }
+    a
+}
+
 /// A request size in bytes.
 pub fn request_size(rng: &mut dyn RngCore) -> u64 {
     lognormal(rng, REQUEST_MEDIAN_BYTES, REQUEST_SIGMA).clamp(REQUEST_MIN_BYTES, REQUEST_MAX_BYTES)
@@ -145,6 +173,27 @@ mod tests {
         assert!((0.02..0.06).contains(&over_460), "{over_460}");
         let sampled = v.iter().filter(|&&s| s > 46_000).count() as f64 / v.len() as f64;
         assert!((sampled - over_460).abs() < 0.01, "{sampled} vs {over_460}");
+    }
+
+    #[test]
+    fn restricted_reply_sizes_stay_in_their_class() {
+        let mut r = ChaCha8Rng::seed_from_u64(3);
+        assert_eq!(reply_size_between(&mut r, 4380, 4380), 4380);
+        assert_eq!(reply_size_between(&mut r, 0, 0), 1);
+        let v: Vec<u64> = (0..4000)
+            .map(|_| reply_size_between(&mut r, 1461, 4380))
+            .collect();
+        assert!(v.iter().all(|s| (1461..=4380).contains(s)));
+        // Within the class the model's shape holds: the share below 2920 B is the model's
+        // conditional probability.
+        let p = (reply_cdf(2921.0) - reply_cdf(1462.0)) / (reply_cdf(4381.0) - reply_cdf(1462.0));
+        let got = v.iter().filter(|&&s| s <= 2920).count() as f64 / v.len() as f64;
+        assert!((got - p).abs() < 0.03, "{got} vs {p}");
+        // The tail class reaches the cap's point mass.
+        let big: Vec<u64> = (0..200)
+            .map(|_| reply_size_between(&mut r, 146_001, u64::MAX))
+            .collect();
+        assert!(big.iter().all(|&s| (146_001..=2_000_000).contains(&s)));
     }
 
     #[test]

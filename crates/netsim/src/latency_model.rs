@@ -16,7 +16,9 @@
 //!   counting: the seeds' BSD TCP);
 //! - the client acknowledges every second segment at once and a lone segment after the mean
 //!   delayed-ACK wait (100 ms: BSD's 200 ms tick, on average half a tick), or at once when the
-//!   segment carries the SYN-ACK (T/TCP: an ACK of a SYN is never delayed).
+//!   segment carries the SYN-ACK (T/TCP: an ACK of a SYN is never delayed). This is the
+//!   thesis' count (2 RTT for a 3-segment T/TCP reply); the simulated BSD T/TCP client does
+//!   delay its ACK of a SYN-ACK carrying data, as BSD's T/TCP code does (`crate::tcp`).
 //!
 //! So a 3-segment reply costs 3 RTT + 100 ms with standard TCP, 2 RTT with T/TCP or 4KSS and
 //! 1 RTT with both (the thesis' worked example; tests below).

@@ -305,7 +305,11 @@ fn single_transfers(n: u32) -> Workload {
     Workload {
         version: HttpVersion::Http10 { parallel: 1 },
         pages: Pages::Objects(1),
-        think: Think::Fixed(200 * MS),
+        // 200-400 ms between transfers: a random phase against the delayed-ACK tick.
+        think: Think::Uniform {
+            min: 200 * MS,
+            max: 400 * MS,
+        },
         max_pages: n,
     }
 }
@@ -367,48 +371,90 @@ fn seeds_stp() -> EndpointConfig {
     c
 }
 
-/// Table 5.3: HTTP transfers at 600 ms with TCP, T/TCP and STP (and STP's unpaced option).
+/// Table 5.3's size classes: (group, smallest and largest reply in bytes), by 1460-byte
+/// segments ("seg").
+const TABLE53_CLASSES: [(&str, u64, u64); 5] = [
+    ("1 seg", 1, 1460),
+    ("2-3 seg", 1461, 3 * 1460),
+    ("4-10 seg", 3 * 1460 + 1, 10 * 1460),
+    ("11-100 seg", 10 * 1460 + 1, 100 * 1460),
+    (">100 seg", 100 * 1460 + 1, u64::MAX),
+];
+
+/// Table 5.3: HTTP transfers at 600 ms with TCP, T/TCP and STP (and STP's unpaced option),
+/// over the model's reply sizes; then the three protocols again with the replies restricted to
+/// each size class (a quarter of the samples each), to show where each protocol's cost lies.
 fn table53_jobs() -> Vec<Job> {
+    let tcp = Transport::Tcp(seeds_tcp(1460));
+    let ttcp = Transport::Tcp(TcpConfig {
+        data_on_syn: true,
+        ..seeds_tcp(1460)
+    });
+    let stp = Transport::Stp {
+        config: seeds_stp(),
+        framing: Framing::Ip,
+    };
+    let unpaced = {
+        let mut c = seeds_stp();
+        c.connection.unpaced_first_flight = true;
+        Transport::Stp {
+            config: c,
+            framing: Framing::Ip,
+        }
+    };
     let mut v = Vec::new();
-    for (label, transport) in [
-        ("TCP", Transport::Tcp(seeds_tcp(1460))),
-        (
-            "T/TCP",
-            Transport::Tcp(TcpConfig {
-                data_on_syn: true,
-                ..seeds_tcp(1460)
-            }),
-        ),
-        (
-            "STP",
-            Transport::Stp {
-                config: seeds_stp(),
-                framing: Framing::Ip,
-            },
-        ),
-        ("STP, first flight unpaced", {
-            let mut c = seeds_stp();
-            c.connection.unpaced_first_flight = true;
-            Transport::Stp {
-                config: c,
-                framing: Framing::Ip,
-            }
-        }),
-    ] {
+    let mut add = |group: String, label: &str, transport: &Transport, pages: Option<Pages>| {
+        let transport = transport.clone();
         v.push(job(
-            "GEO 600 ms",
+            &group,
             label,
             Box::new(move |n| {
+                let (n, workload) = match pages {
+                    None => (n, single_transfers(n)),
+                    Some(p) => {
+                        let n = (n / 4).max(1);
+                        (
+                            n,
+                            Workload {
+                                pages: p,
+                                ..single_transfers(n)
+                            },
+                        )
+                    }
+                };
                 let (log, ev) = run_http(
                     PathSpec::lab(600 * MS),
                     transport.clone(),
-                    single_transfers(n),
+                    workload,
                     53,
                     u64::from(n) * 60 * SEC,
                 )?;
-                Ok((transfer_metrics(&log), ev))
+                let mut m = transfer_metrics(&log);
+                // The reply's size in 1460-byte segments, for reading packets per transfer.
+                let segments: Vec<f64> = log
+                    .transfers
+                    .iter()
+                    .map(|t| t.reply_bytes.div_ceil(1460) as f64)
+                    .collect();
+                m.insert("reply_segments".into(), Value::of(&segments));
+                Ok((m, ev))
             }),
         ));
+    };
+    let main = "GEO 600 ms".to_string();
+    add(main.clone(), "TCP", &tcp, None);
+    add(main.clone(), "T/TCP", &ttcp, None);
+    add(main.clone(), "STP", &stp, None);
+    add(main, "STP, first flight unpaced", &unpaced, None);
+    for (class, lo, hi) in TABLE53_CLASSES {
+        let pages = Some(Pages::Single {
+            min_bytes: lo,
+            max_bytes: hi,
+        });
+        let group = class.to_string();
+        add(group.clone(), "TCP", &tcp, pages);
+        add(group.clone(), "T/TCP", &ttcp, pages);
+        add(group, "STP", &stp, pages);
     }
     v
 }

@@ -118,10 +118,20 @@ pub struct TcpConnection {
     syn_retries: u32,
     peer_sack: bool,
     peer_window_scaling: bool,
-    /// T/TCP (passive side): the peer's SYN carried data and both ends run T/TCP, so the TAO
-    /// test is taken as passed and the reply may leave with the SYN-ACK, before the handshake
-    /// completes.
+    /// T/TCP (passive side): the peer's SYN carried data (or a FIN), both ends run T/TCP and
+    /// the TAO test passed, so the data is delivered at once and the reply may leave with the
+    /// SYN-ACK, before the handshake completes.
     tao_accepted: bool,
+    /// T/TCP (passive side): whether this host's TAO cache holds a connection count of the peer
+    /// (RFC 1644 §3.2: the test passes for a SYN whose CC exceeds the cached one, and a
+    /// client's counts only grow, so it passes exactly when the peer is cached). Default true.
+    tao_cached: bool,
+    /// T/TCP after a failed TAO test: the SYN's data and FIN, held (unacknowledged) until the
+    /// three-way handshake completes (RFC 1644 §3.3).
+    held_syn: Option<TcpSegment>,
+    /// T/TCP: the SYN-ACK waits (up to the delayed-ACK timer) to ride on the reply, as BSD's
+    /// T/TCP delays it after a SYN that carried a FIN.
+    syn_ack_delayed: bool,
 
     // Send sequence space.
     snd_una: u64,
@@ -203,6 +213,9 @@ impl TcpConnection {
             iss,
             syn_pending: state == TcpState::SynSent,
             tao_accepted: false,
+            tao_cached: true,
+            held_syn: None,
+            syn_ack_delayed: false,
             syn_retries: 0,
             peer_sack: false,
             peer_window_scaling: false,
@@ -257,6 +270,15 @@ impl TcpConnection {
     /// A passive opener waiting for a SYN.
     pub fn new_passive(_now: Time, config: TcpConfig) -> Self {
         TcpConnection::new(config, TcpState::Listen)
+    }
+
+    /// T/TCP, passive side, before the SYN arrives: whether this host's TAO cache holds a
+    /// connection count of the peer (default true). Without one the TAO test fails (RFC 1644
+    /// §3.3): the SYN's data and FIN wait, unacknowledged, for the three-way handshake, and
+    /// the reply for them. The driver keeps the cache (a host caches a peer once a connection
+    /// with it completes its handshake or passes the test).
+    pub fn set_tao_cached(&mut self, cached: bool) {
+        self.tao_cached = cached;
     }
 
     // ----- application interface -----
@@ -429,6 +451,16 @@ impl TcpConnection {
             }
             TcpState::SynReceived => {
                 if self.syn_pending {
+                    // A delayed T/TCP SYN-ACK goes with the reply, once the application has
+                    // written (or closed), or alone when the delayed-ACK timer fires.
+                    let wait = self.syn_ack_delayed
+                        && self.write_end == self.iss + 1
+                        && !self.closing
+                        && !self.ack.now;
+                    if wait {
+                        return None;
+                    }
+                    self.syn_ack_delayed = false;
                     return Some(self.emit_syn(now));
                 }
                 if self.tao_accepted {
@@ -480,12 +512,27 @@ impl TcpConnection {
                     self.accept_syn(seg);
                     self.state = TcpState::SynReceived;
                     self.syn_pending = true;
-                    self.tao_accepted = self.config.data_on_syn && seg.len > 0;
+                    let carries = seg.len > 0 || seg.fin;
+                    self.tao_accepted = self.config.data_on_syn && carries && self.tao_cached;
                     self.snd_wnd = seg.window;
                     self.max_sndwnd = seg.window;
-                    self.receive(now, seg.seq.saturating_add(1), seg);
+                    if self.tao_accepted || !self.config.data_on_syn {
+                        self.receive(now, seg.seq.saturating_add(1), seg);
+                    } else if carries {
+                        // TAO test failed: the data waits for the handshake, unacknowledged.
+                        self.held_syn = Some(seg.clone());
+                    }
                     // The SYN-ACK acknowledges whatever came with the SYN.
-                    self.ack.now = false;
+                    self.ack = AckState::default();
+                    if self.tao_accepted && seg.fin && self.config.delayed_ack {
+                        // BSD T/TCP: after a SYN with a FIN (a whole request), hold the SYN-ACK
+                        // for the delayed-ACK timer in the hope of sending it with the reply.
+                        // Otherwise it goes at once, in case the peer is slow-starting (BSD
+                        // also holds it for data alone from a host on a local network; our
+                        // paths are not local).
+                        self.syn_ack_delayed = true;
+                        self.ack.deadline = Some(self.delayed_ack_deadline(now));
+                    }
                 }
             }
             TcpState::SynSent => {
@@ -499,7 +546,12 @@ impl TcpConnection {
                     }
                     self.process_ack(now, seg, false);
                     self.receive(now, seg.seq.saturating_add(1), seg);
-                    self.ack.now = true;
+                    if seg.len == 0 && !seg.fin {
+                        // A bare SYN-ACK is acknowledged at once. One carrying T/TCP reply data
+                        // is acknowledged as data is (BSD's T/TCP delays it, unless a FIN
+                        // came too).
+                        self.ack.now = true;
+                    }
                 }
             }
             TcpState::SynReceived => {
@@ -517,6 +569,10 @@ impl TcpConnection {
                     // any ACK of data does.
                     let grow = self.tao_accepted && seg.ack > self.iss + 1;
                     self.process_ack(now, seg, grow);
+                    if let Some(held) = self.held_syn.take() {
+                        // After a failed TAO test: the SYN's data and FIN, now acceptable.
+                        self.receive(now, held.seq.saturating_add(1), &held);
+                    }
                 }
                 // T/TCP data may come before the handshake completes.
                 self.receive(now, seg.seq, seg);
@@ -550,6 +606,9 @@ impl TcpConnection {
             self.config.recv_buffer_bytes,
             cap,
         ));
+        // From here the peer reckons with the whole (scaled) window, not a SYN's 16-bit one:
+        // no window update is owed for the difference (BSD sets rcv_adv here).
+        self.last_window_sent = self.local_window();
     }
 
     fn emit_syn(&mut self, now: Time) -> TcpSegment {
@@ -603,13 +662,19 @@ impl TcpConnection {
             if self.ack.unacked_segments >= self.config.ack_every_segments {
                 self.ack.now = true;
             } else if self.ack.deadline.is_none() {
-                let t = self.config.delayed_ack_timeout_ns.max(1);
-                self.ack.deadline = Some(if self.config.delayed_ack_on_ticks {
-                    (now / t + 1).saturating_mul(t)
-                } else {
-                    now.saturating_add(t)
-                });
+                self.ack.deadline = Some(self.delayed_ack_deadline(now));
             }
+        }
+    }
+
+    /// When an ACK delayed at `now` is due: the timeout after `now`, or BSD's next fast-timer
+    /// tick.
+    fn delayed_ack_deadline(&self, now: Time) -> Time {
+        let t = self.config.delayed_ack_timeout_ns.max(1);
+        if self.config.delayed_ack_on_ticks {
+            (now / t + 1).saturating_mul(t)
+        } else {
+            now.saturating_add(t)
         }
     }
 
