@@ -153,6 +153,11 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out: cannot create {}", dir.display()))?;
     }
+    if let Some(path) = &args.browser_waterfall {
+        // Checked now rather than after minutes of measuring.
+        std::fs::write(path, "")
+            .with_context(|| format!("--browser-waterfall: cannot write {}", path.display()))?;
+    }
     linkem::net::check_support().map_err(|e| anyhow!("satstp bench link: {e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
