@@ -98,6 +98,8 @@ pub struct PageLoad {
     pub subresources: usize,
     /// Wall time of the whole browser process (start-up and shut-down included).
     pub wall: Duration,
+    /// Every fetch's Resource Timing, the page's first (the waterfall).
+    pub fetches: Vec<crate::waterfall::Fetch>,
 }
 
 static PROFILES: AtomicU64 = AtomicU64::new(0);
@@ -248,8 +250,21 @@ impl Chromium {
             });
         };
         let line = line.split('<').next().unwrap_or(line);
-        parse_result(line, req, wall)
+        let mut load = parse_result(line, req, wall)?;
+        load.fetches = parse_fetches(&out)?;
+        Ok(load)
     }
+}
+
+/// The page's `satstp-res` lines (its waterfall), in the page's order.
+fn parse_fetches(dom: &str) -> Result<Vec<crate::waterfall::Fetch>, BrowserError> {
+    dom.lines()
+        .filter_map(|l| l.find("satstp-res ").map(|i| &l[i..]))
+        .map(|l| {
+            let l = l.split('<').next().unwrap_or(l);
+            crate::waterfall::Fetch::parse(l).map_err(BrowserError::BadResult)
+        })
+        .collect()
 }
 
 /// Reads the page's result line and checks that the load was complete.
@@ -278,6 +293,7 @@ fn parse_result(line: &str, req: &LoadRequest, wall: Duration) -> Result<PageLoa
         first_byte: ms("ttfb_ms")?,
         subresources: count("resources")?,
         wall,
+        fetches: Vec::new(),
     };
     let mut missing = Vec::new();
     let failed = count("failed")?;
@@ -380,6 +396,21 @@ mod tests {
         ] {
             assert!(e.contains(part), "{e}");
         }
+    }
+
+    #[test]
+    fn the_waterfall_lines_are_read_from_the_dom() {
+        let dom = "<pre id=\"satstp-waterfall\">satstp-res navigation /site/index.html 0.0 1.0 600.0 600.5 1201.0 1210.0\n\
+                   satstp-res link /site/css/main.css 1215.0 0.0 0.0 1215.2 1815.0 1820.0</pre>";
+        let f = parse_fetches(dom).expect("parses");
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].kind, "navigation");
+        assert_eq!(f[1].path, "/site/css/main.css");
+        assert_eq!(f[1].response_end_ms, 1820.0);
+        assert!(matches!(
+            parse_fetches("satstp-res img /x 1 2"),
+            Err(BrowserError::BadResult(_))
+        ));
     }
 
     #[test]

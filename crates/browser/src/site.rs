@@ -20,7 +20,10 @@
 //! `satstp-load load_ms=… dcl_ms=… ttfb_ms=… resources=… failed=… broken_images=… scripts=… css=…`,
 //! from the browser's Navigation and Resource Timing entries (times in milliseconds since the
 //! navigation started), the count of images that did not decode, of scripts that ran and whether
-//! the imported style sheet applied. [`crate::chromium`] reads that line from the page's DOM.
+//! the imported style sheet applied; and below it one line per fetch (the navigation first),
+//! `satstp-res KIND PATH start connectStart connectEnd requestStart responseStart responseEnd`,
+//! the browser's Resource Timing for the waterfall ([`crate::waterfall`]). [`crate::chromium`]
+//! reads both from the page's DOM.
 
 /// One object of the site.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +82,9 @@ impl Site {
                 i + 1
             ));
         }
-        html.push_str("<pre id=\"satstp-result\">satstp-pending</pre>\n<script>\n");
+        html.push_str(
+            "<pre id=\"satstp-result\">satstp-pending</pre>\n<pre id=\"satstp-waterfall\"></pre>\n<script>\n",
+        );
         html.push_str(RESULT_SCRIPT);
         html.push_str("</script>\n");
         let html = pad.fill_html(html, "</body></html>\n", HTML_BYTES);
@@ -156,6 +161,38 @@ impl Site {
         SCRIPTS.len()
     }
 
+    /// The paths `object` references (links, scripts, images, `@import`s and backgrounds, and
+    /// the URLs scripts insert), resolved to absolute paths: style sheets' URLs against the
+    /// style sheet, the others' against the page.
+    pub fn references(&self, object: &SiteObject) -> Vec<String> {
+        let Ok(text) = std::str::from_utf8(&object.body) else {
+            return Vec::new();
+        };
+        let dir = if object.content_type == "text/css" {
+            &object.path[..object.path.rfind('/').map_or(0, |i| i + 1)]
+        } else {
+            "/site/"
+        };
+        let mut out = Vec::new();
+        for marker in ["src=\"", "href=\"", "url(\"", ".src = '"] {
+            for piece in text.split(marker).skip(1) {
+                if let Some(end) = piece.find(['"', '\'']) {
+                    out.push(normalize(&format!("{dir}{}", &piece[..end])));
+                }
+            }
+        }
+        out
+    }
+
+    /// The object that references `path` (`None` for the page and for unknown paths): the
+    /// request that must arrive before the browser can ask for `path`.
+    pub fn referrer(&self, path: &str) -> Option<&str> {
+        self.objects
+            .iter()
+            .find(|o| self.references(o).iter().any(|r| r == path))
+            .map(|o| o.path.as_str())
+    }
+
     /// Bytes of all objects' bodies.
     pub fn total_bytes(&self) -> usize {
         self.objects.iter().map(|o| o.body.len()).sum()
@@ -175,7 +212,29 @@ const RESULT_SCRIPT: &str = "window.addEventListener('load', function () {\n\
     ' dcl_ms=' + nav.domContentLoadedEventStart.toFixed(1) + ' ttfb_ms=' + nav.responseStart.toFixed(1) +\n\
     ' resources=' + res.length + ' failed=' + failed + ' broken_images=' + broken +\n\
     ' scripts=' + (window.satstpScripts || 0) + ' css=' + css;\n\
+  var f = function (v) { return (v || 0).toFixed(1); };\n\
+  var all = [nav].concat(res), lines = [];\n\
+  // The marker is built so that this script's own text never holds it.\n\
+  for (var k = 0; k < all.length; k++) { var e = all[k];\n\
+    lines.push('satstp' + '-res ' + (e.initiatorType || 'other') + ' ' + new URL(e.name).pathname + ' ' + f(e.startTime) + ' ' +\n\
+      f(e.connectStart) + ' ' + f(e.connectEnd) + ' ' + f(e.requestStart) + ' ' + f(e.responseStart) + ' ' + f(e.responseEnd)); }\n\
+  document.getElementById('satstp-waterfall').textContent = lines.join('\\n');\n\
 });\n";
+
+/// `path` without `.` and `..` segments.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            ".." => {
+                parts.pop();
+            }
+            "." => {}
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
 
 fn css(name: &str, text: String) -> SiteObject {
     SiteObject {
@@ -305,6 +364,28 @@ mod tests {
             }
         }
         parts.join("/")
+    }
+
+    #[test]
+    fn every_object_but_the_page_has_the_referrer_that_pulls_it_in() {
+        let site = Site::standard();
+        for (path, referrer) in [
+            ("/site/css/main.css", PAGE_PATH),
+            ("/site/css/theme.css", "/site/css/main.css"),
+            ("/site/img/logo.svg", "/site/css/theme.css"),
+            ("/site/img/hero.svg", "/site/css/main.css"),
+            ("/site/js/app.js", PAGE_PATH),
+            ("/site/js/widget.js", "/site/js/app.js"),
+            ("/site/img/w3.svg", "/site/js/widget.js"),
+            ("/site/img/p10.svg", PAGE_PATH),
+        ] {
+            assert_eq!(site.referrer(path), Some(referrer), "{path}");
+        }
+        assert_eq!(site.referrer(PAGE_PATH), None);
+        assert_eq!(site.referrer("/site/none"), None);
+        for o in &site.objects()[1..] {
+            assert!(site.referrer(&o.path).is_some(), "{}", o.path);
+        }
     }
 
     #[test]

@@ -63,6 +63,20 @@ fn the_whole_site_loads_and_the_browser_times_it() {
         load.load > Duration::ZERO && load.load < load.wall,
         "{load:?}"
     );
+    // The waterfall: every object once, the page first, and a critical path through the site's
+    // references whose parts add up to the load time.
+    assert_eq!(load.fetches.len(), site.objects().len());
+    assert_eq!(load.fetches[0].path, PAGE_PATH);
+    let load_ms = load.load.as_secs_f64() * 1000.0;
+    let path = browser::waterfall::critical_path(&load.fetches, load_ms, |p| {
+        site.referrer(p).map(String::from)
+    })
+    .expect("critical path");
+    assert!(path.requests() >= 2, "{path:?}");
+    assert!(
+        (path.total_ms() - load_ms).abs() < 1.0,
+        "{path:?} vs {load_ms}"
+    );
     // One page plus its subresources, each on some connection of the browser's.
     assert!(origin.accepted() >= 1);
     assert!(origin.errors().is_empty(), "{:?}", origin.errors());

@@ -2,8 +2,10 @@
 //! passed on after every byte, failures turned into resets, idle and drain timeouts.
 
 use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent};
-use crate::metrics::{CloseReason, ConnTrack, ConnectionState};
+use crate::metrics::{CloseReason, ConnTrack, ConnectionState, RefusalReason};
 use crate::ops::Conn;
+use crate::socks::Reply;
+use crate::stream_header::verdict_from_byte;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,6 +24,9 @@ enum SpliceError {
     /// The stream failed (reset by the peer, timed out, or the hop is gone): the TCP connection
     /// is reset.
     Hop(io::Error),
+    /// The gateway's verdict was a failure (its status byte), or did not come in time (`None`):
+    /// the TCP connection is reset and the connection counted as refused.
+    Refused(Option<Reply>),
 }
 
 /// Relays bytes between a TCP connection and a hop stream until both directions have ended.
@@ -48,10 +53,38 @@ pub async fn splice(
 /// for that long: the stream is aborted with [`AbortCode::Idle`] and the TCP connection reset, and
 /// the close is counted as `idle_timeout`.
 pub async fn splice_tracked(
+    tcp: TcpStream,
+    stream: HopStream,
+    pre_client: Vec<u8>,
+    conn: Option<&mut Conn>,
+) -> io::Result<(u64, u64)> {
+    splice_inner(tcp, stream, pre_client, conn, None).await
+}
+
+/// Terminal: [`splice_tracked`] on a stream just opened, before the gateway's verdict (its
+/// status byte, the first byte the stream delivers) has come back. The client's bytes cross the
+/// hop at once — the gateway holds them in the stream until its connect is done — so a request
+/// the client writes after its connection was accepted does not wait a satellite round trip for
+/// the verdict before it leaves. A success verdict is consumed and the relay goes on; a failure
+/// (or no verdict within `verdict_limit`) resets the client's connection and counts the
+/// connection as refused, as a fast-open or transparent terminal reports every failed connect.
+pub async fn splice_before_verdict(
+    tcp: TcpStream,
+    stream: HopStream,
+    conn: &mut Conn,
+    verdict_limit: Option<Duration>,
+) -> io::Result<(u64, u64)> {
+    splice_inner(tcp, stream, Vec::new(), Some(conn), Some(verdict_limit)).await
+}
+
+/// `verdict`: `None` when the stream is open already; `Some(limit)` when its first byte is the
+/// gateway's verdict, awaited for at most `limit` (when given).
+async fn splice_inner(
     mut tcp: TcpStream,
     stream: HopStream,
     pre_client: Vec<u8>,
     mut conn: Option<&mut Conn>,
+    verdict: Option<Option<Duration>>,
 ) -> io::Result<(u64, u64)> {
     let idle = conn.as_ref().and_then(|c| c.ops().config().idle_timeout);
     if let Some(c) = conn.as_ref() {
@@ -66,7 +99,7 @@ pub async fn splice_tracked(
         let relay = async {
             tokio::try_join!(
                 tcp_to_hop(rd, &hw, tracked),
-                hop_to_tcp(hr, wr, &pre_client, tracked)
+                hop_to_tcp(hr, wr, &pre_client, tracked, verdict)
             )
         };
         match tracked {
@@ -93,6 +126,22 @@ pub async fn splice_tracked(
         // no-op; after a TCP failure it resets the connection across the hop.
         Ok(Err(SpliceError::Tcp(e))) => (CloseReason::TcpReset, e),
         Ok(Err(SpliceError::Hop(e))) => (CloseReason::HopReset, e),
+        Ok(Err(SpliceError::Refused(code))) => {
+            if let Some(c) = conn.as_deref_mut() {
+                c.refuse(code.map_or(RefusalReason::Timeout, crate::terminal::refusal_for));
+            }
+            // The gateway has ended its side after the code; ending ours closes the stream at
+            // both hops (bytes the client sent meanwhile are discarded there).
+            hw.shutdown().await;
+            crate::sockopt::reset(tcp);
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                match code {
+                    Some(code) => format!("the gateway answered {code:?}"),
+                    None => "no answer from the gateway in time".to_string(),
+                },
+            ));
+        }
         Err(reason) => {
             let what = if reason == CloseReason::IdleTimeout {
                 "idle in both directions"
@@ -163,16 +212,47 @@ async fn tcp_to_hop(
     }
 }
 
+/// The gateway's verdict, the stream's first byte; the bytes that came with it.
+async fn await_verdict(hr: &mut HopReader) -> Result<Vec<u8>, SpliceError> {
+    loop {
+        match hr.recv().await {
+            Some(StreamEvent::Data(b)) if b.is_empty() => continue,
+            Some(StreamEvent::Data(b)) => {
+                return match b[0] {
+                    0 => Ok(b[1..].to_vec()),
+                    code => Err(SpliceError::Refused(Some(verdict_from_byte(code)))),
+                };
+            }
+            // Ended or failed without a verdict: what `terminal::open` reports as a general
+            // failure.
+            _ => return Err(SpliceError::Refused(Some(Reply::GeneralFailure))),
+        }
+    }
+}
+
 async fn hop_to_tcp(
     mut hr: HopReader,
     mut wr: WriteHalf<'_>,
     pre: &[u8],
     conn: Option<&Conn>,
+    verdict: Option<Option<Duration>>,
 ) -> Result<u64, SpliceError> {
     let count = |n: usize| {
         if let Some(c) = conn {
             c.add_bytes(c.directions().1, n as u64);
         }
+    };
+    let with_verdict = match verdict {
+        None => Vec::new(),
+        Some(None) => await_verdict(&mut hr).await?,
+        Some(Some(limit)) => tokio::time::timeout(limit, await_verdict(&mut hr))
+            .await
+            .map_err(|_| SpliceError::Refused(None))??,
+    };
+    let pre: &[u8] = if with_verdict.is_empty() {
+        pre
+    } else {
+        &with_verdict
     };
     wr.write_all(pre).await.map_err(SpliceError::Tcp)?;
     count(pre.len());

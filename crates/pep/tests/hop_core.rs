@@ -11,6 +11,9 @@
 //! - An outage shorter than the dead-peer timeout is ridden out byte-exact (the terminal's
 //!   re-handshake carries the old connections on); a longer one fails the streams, never ends
 //!   them cleanly.
+//! - On a hop sized for its link, a request on a new stream is answered one round trip later,
+//!   the answer arriving at the link's rate, and bytes written behind the BGN before anything
+//!   came back follow it in order.
 
 use bytes::Bytes;
 use linkmodel::{Fate, Link, LinkConfig, Loss, Outage};
@@ -118,6 +121,36 @@ fn endpoint(dead_timeout_ms: u32) -> EndpointConfig {
 
 impl Pair {
     fn new(up: LinkConfig, down: LinkConfig, dead_timeout_ms: u32, seed: u64) -> Pair {
+        let e = endpoint(dead_timeout_ms);
+        Pair::with_endpoints(up, down, [e.clone(), e], seed)
+    }
+
+    /// Both sides sized from the links' rates and `rtt_ms`, as the daemons size their hops
+    /// (`pep::sizing`, `pep::stack::StpHop::sized`).
+    fn sized(up: LinkConfig, down: LinkConfig, rtt_ms: u32, seed: u64) -> Pair {
+        let side = |send: &LinkConfig, recv: &LinkConfig| {
+            let link = pep::sizing::HopLink {
+                send_rate_bps: send.rate_bps,
+                recv_rate_bps: recv.rate_bps,
+                rtt_ms,
+            };
+            EndpointConfig {
+                connection: link.stp_config(pep::sizing::hop_stp_defaults(false)),
+                ..EndpointConfig::default()
+            }
+        };
+        let endpoints = [side(&up, &down), side(&down, &up)];
+        Pair::with_endpoints(up, down, endpoints, seed)
+    }
+
+    /// `endpoints`: the terminal's, the gateway's.
+    fn with_endpoints(
+        up: LinkConfig,
+        down: LinkConfig,
+        endpoints: [EndpointConfig; 2],
+        seed: u64,
+    ) -> Pair {
+        let [t_endpoint, g_endpoint] = endpoints;
         let t_addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
         let g_addr: SocketAddr = "198.51.100.1:7000".parse().unwrap();
         let (tk, gk) = (key(1), key(2));
@@ -125,7 +158,7 @@ impl Pair {
         let t0 = Instant::ZERO;
         let terminal = HopCore::new(
             CoreConfig {
-                endpoint: endpoint(dead_timeout_ms),
+                endpoint: t_endpoint,
                 seed: seed.wrapping_mul(3) + 1,
                 rng: None,
                 send_rate_bps: Some(up.rate_bps * 99 / 100),
@@ -148,7 +181,7 @@ impl Pair {
         .unwrap();
         let gateway = HopCore::new(
             CoreConfig {
-                endpoint: endpoint(dead_timeout_ms),
+                endpoint: g_endpoint,
                 seed: seed.wrapping_mul(5) + 2,
                 rng: None,
                 send_rate_bps: Some(down.rate_bps * 99 / 100),
@@ -549,4 +582,78 @@ fn an_outage_longer_than_the_dead_timeout_fails_the_stream() {
         "{e}"
     );
     assert!(seen.bytes.len() < 2_000_000);
+}
+
+/// What one browser request costs on a hop already up (`geo`, 50 Mb/s down, both sides sized
+/// from the link as the daemons are): a new stream whose
+/// BGN carries the request, a second write right behind it before anything came back (what a
+/// fast-open or transparent terminal relays when the client writes after its first bytes
+/// left), and the gateway's answer of `size` bytes as soon as the stream arrives. Returns when
+/// the answer's first and last bytes reached the terminal (ns after the open) and what the
+/// gateway received.
+fn request_round(size: usize) -> (u64, u64, Vec<u8>) {
+    let (up, down) = geo(50_000_000);
+    let mut p = Pair::sized(up, down, 600, 21);
+    // The tunnel comes up with a first exchange.
+    let mut warm = Transfers::open(&mut p, 1, 1000);
+    assert!(p.run(20 * S, |p| warm.step(p)), "warm-up did not finish");
+    warm.assert_complete(&p);
+    let until = p.now + 2 * S;
+    p.run(until, |_| false);
+
+    let t0 = p.now;
+    let reader = Reader::default();
+    let info = p
+        .terminal
+        .open(p.instant(), Bytes::from_static(b"GET /a "), reader.clone())
+        .unwrap();
+    p.terminal
+        .write(info.id, Bytes::from_static(b"GET /b"), None);
+    let mut seen = Received::default();
+    let mut g_seen = Received::default();
+    let mut first_byte = None;
+    let mut answered = false;
+    let done = p.run(t0 + 10 * S, |p| {
+        if p.accepted.len() == 2 {
+            if !answered {
+                let id = p.accepted[1].0.id;
+                p.gateway.write(id, Bytes::from(pattern(7, size)), None);
+                answered = true;
+            }
+            g_seen.take(&p.accepted[1].1);
+        }
+        seen.take(&reader);
+        if first_byte.is_none() && !seen.bytes.is_empty() {
+            first_byte = Some(p.now - t0);
+        }
+        seen.bytes.len() == size && g_seen.bytes.len() == 13
+    });
+    assert!(done, "the answer did not arrive within 10 s");
+    assert_eq!(seen.bytes, pattern(7, size));
+    (first_byte.unwrap(), p.now - t0, g_seen.bytes)
+}
+
+#[test]
+fn a_request_on_a_new_stream_costs_one_round_trip_and_its_answer_is_not_paced_out() {
+    for size in [30_000usize, 120_000] {
+        let (first, last, got) = request_round(size);
+        // The bytes written behind the BGN, before anything came back, follow it in order.
+        assert_eq!(got, b"GET /a GET /b", "what the gateway received");
+        // One round trip (600 ms) and the answer's serialization at 50 Mb/s (with the tunnel's
+        // and STP's headers), plus the pacer's bucket of 5 ms and a little: no extra round
+        // trip, no pacing over the RTT. (With STP's defaults instead of the sized hop, the
+        // 30 kB answer's last byte comes about 1.5 s after the open.)
+        let serialization = size as u64 * 8 * S / 50_000_000 * 110 / 100;
+        eprintln!(
+            "{size} bytes: first byte {:.1} ms, last {:.1} ms after the open (serialization {:.1} ms)",
+            first as f64 / MS as f64,
+            last as f64 / MS as f64,
+            serialization as f64 / MS as f64
+        );
+        assert!(first < 600 * MS + 5 * MS, "first byte after {first} ns");
+        assert!(
+            last < 600 * MS + serialization + 10 * MS,
+            "last byte after {last} ns"
+        );
+    }
 }

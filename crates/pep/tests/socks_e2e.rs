@@ -188,3 +188,62 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
         times[1]
     );
 }
+
+/// SOCKS5 fast open over GEO with a client that writes its request later than the terminal waits
+/// for early bytes (as a browser may, with a connection it opened before it had a request for
+/// it): the request crosses the hop at once instead of waiting for the gateway's verdict, so its
+/// answer comes one round trip after it was written, not two; a refused connect still resets
+/// the client after it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
+    let origin = origin().await;
+    let (t, g) = profile_links(Profile::Geo);
+    let st = socks_pair_opts(
+        hop_config_for(1, t),
+        hop_config_for(2, g),
+        Some(Profile::Geo.links()),
+        vec!["127.0.0.0/8".into()],
+        true,
+    )
+    .await;
+    let late = pep::terminal::socks5::SOCKS_EARLY_DATA_WAIT * 20;
+    for round in 0..2 {
+        let (mut s, code) = socks_connect(st.socks, origin).await;
+        assert_eq!(code, 0);
+        tokio::time::sleep(late).await;
+        let t0 = Instant::now();
+        s.write_all(b"D 1000\n").await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got == pattern(0, 1000));
+        // The first connection brings the tunnel up; the second is timed.
+        if round == 1 {
+            let took = t0.elapsed().as_secs_f64();
+            eprintln!("request written {late:?} after the SOCKS5 reply: answered in {took:.2} s");
+            assert!(
+                took < 0.9,
+                "one round trip after the request expected, took {took:.2} s"
+            );
+        }
+    }
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let (mut s, code) = socks_connect(st.socks, closed).await;
+    assert_eq!(code, 0, "fast open answers before the verdict");
+    tokio::time::sleep(late).await;
+    s.write_all(b"D 1000\n").await.unwrap();
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "a refused connect must reset the client"
+    );
+}

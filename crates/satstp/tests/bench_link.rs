@@ -64,6 +64,7 @@ fn small_bench_over_leo_writes_plausible_byte_exact_results() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let json_path = dir.join("leo.json");
+    let waterfall_path = dir.join("waterfall.txt");
     let child = satstp()
         .args([
             "bench",
@@ -83,6 +84,8 @@ fn small_bench_over_leo_writes_plausible_byte_exact_results() {
         .arg(&json_path)
         .arg("--out")
         .arg(&dir)
+        .arg("--browser-waterfall")
+        .arg(&waterfall_path)
         .spawn()
         .unwrap();
     let pid = child.id();
@@ -139,6 +142,38 @@ fn small_bench_over_leo_writes_plausible_byte_exact_results() {
             assert!(number(r, &format!("{key}_min")) <= number(r, key));
             assert!(number(r, &format!("{key}_max")) >= number(r, key));
         }
+    }
+    // Where a Chromium is installed, each sample has the browser's load and its critical path,
+    // whose parts add up to the load time, and the waterfall file shows each load.
+    let waterfall = std::fs::read_to_string(&waterfall_path).unwrap();
+    for r in results {
+        let name = r["contender"].as_str().unwrap();
+        if r["browser_load_s"].is_null() {
+            println!("{name}: no browser workload (no Chromium), its checks skipped");
+            continue;
+        }
+        let b = &r["samples"][0]["browser"];
+        let load = number(b, "load_s");
+        assert!(load > 0.04 && load < 30.0, "{name}: browser load {load}");
+        let p = &b["critical_path"];
+        assert!(number(p, "requests") >= 2.0, "{name}: {p}");
+        assert_eq!(p["fetches"][0], "/site/index.html", "{name}: {p}");
+        let parts: f64 = [
+            "gap_s",
+            "queue_s",
+            "connect_s",
+            "wait_s",
+            "receive_s",
+            "tail_s",
+        ]
+        .iter()
+        .map(|k| number(p, k))
+        .sum();
+        assert!((parts - load).abs() < 0.002, "{name}: {parts} vs {load}");
+        assert!(
+            waterfall.contains(&format!("{name} run 1: load event")),
+            "{name}: {waterfall}"
+        );
     }
     // Kernel TCP acknowledges every other segment on the uplink; STP sends a few STATs per
     // round trip.
@@ -200,6 +235,15 @@ fn bad_flags_are_named() {
     fails_naming(&["--profile", "geo", "--upload-size", "0"], "--upload-size");
     fails_naming(&["--profile", "geo", "--objects", "0"], "--objects");
     fails_naming(&["--size", "1MB"], "--profile");
+    fails_naming(
+        &[
+            "--profile",
+            "geo",
+            "--browser-waterfall",
+            "/nonexistent-dir/waterfall.txt",
+        ],
+        "--browser-waterfall",
+    );
 }
 
 #[test]

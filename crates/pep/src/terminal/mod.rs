@@ -24,14 +24,7 @@ pub async fn open(
     early: &[u8],
     client: Option<SocketAddr>,
 ) -> Result<(HopStream, Vec<u8>), Reply> {
-    let mut first = Vec::with_capacity(MAX_HEADER + early.len());
-    StreamHeader {
-        target: target.clone(),
-        client,
-    }
-    .emit(&mut first);
-    first.extend_from_slice(early);
-    let mut stream = hop.open(first).await.map_err(|_| Reply::GeneralFailure)?;
+    let mut stream = open_unverified(hop, target, early, client).await?;
     loop {
         match stream.recv().await {
             Some(StreamEvent::Data(b)) if !b.is_empty() => {
@@ -51,6 +44,25 @@ pub async fn open(
             }
         }
     }
+}
+
+/// Terminal side: opens a stream to `target` carrying the header and `early` client bytes, without
+/// waiting for the gateway's verdict: the stream's first byte, when it comes, is the verdict
+/// ([`crate::splice::splice_before_verdict`] reads it).
+pub async fn open_unverified(
+    hop: &Hop,
+    target: &Target,
+    early: &[u8],
+    client: Option<SocketAddr>,
+) -> Result<HopStream, Reply> {
+    let mut first = Vec::with_capacity(MAX_HEADER + early.len());
+    StreamHeader {
+        target: target.clone(),
+        client,
+    }
+    .emit(&mut first);
+    first.extend_from_slice(early);
+    hop.open(first).await.map_err(|_| Reply::GeneralFailure)
 }
 
 /// How long a refused client may take over its handshake before it is dropped unanswered.

@@ -2,13 +2,13 @@
 //! the client's first bytes on the BGN), then the relay.
 
 use super::accept::next_client;
-use super::{open, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use super::{open, open_unverified, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::metrics::{AuthFailure, RefusalReason};
 use crate::ops::{Conn, Ops};
 use crate::socks::{self, Reply, SocksAuth, Target};
-use crate::splice::splice_tracked;
+use crate::splice::{splice_before_verdict, splice_tracked};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,21 +145,18 @@ async fn socks_fast_open(
     };
     early.truncate(n);
     conn.add_bytes(conn.directions().0, n as u64);
-    let opened = within(limit, open(hop, target, &early, Some(peer))).await;
+    let opened = open_unverified(hop, target, &early, Some(peer)).await;
     // The early bytes are in the stream now; the buffer must not live as long as the
     // connection (4 KiB of every idle connection).
     drop(early);
     match opened {
-        Some(Ok((stream, pre))) => {
+        Ok(stream) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open (fast open)");
-            let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
+            // The relay starts before the verdict: later client bytes need not wait for it.
+            let _ = splice_before_verdict(tcp, stream, &mut conn, limit).await;
         }
-        Some(Err(code)) => {
+        Err(code) => {
             conn.refuse(refusal_for(code));
-            crate::sockopt::reset(tcp);
-        }
-        None => {
-            conn.refuse(RefusalReason::Timeout);
             crate::sockopt::reset(tcp);
         }
     }

@@ -136,11 +136,16 @@ async fn relay_one(
     conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
-    let opened = terminal::open(hop, &Target::Ip(dest), &early, Some(peer)).await;
+    let opened = terminal::open_unverified(hop, &Target::Ip(dest), &early, Some(peer)).await;
     // Freed before the relay: it would otherwise stay for the connection's whole life.
     drop(early);
     match opened {
-        Ok((stream, pre)) => splice::splice_tracked(tcp, stream, pre, Some(&mut conn)).await,
+        // The relay starts before the verdict: later client bytes need not wait for it; a
+        // failure verdict resets the client's connection.
+        Ok(stream) => {
+            let limit = conn.ops().config().open_timeout;
+            splice::splice_before_verdict(tcp, stream, &mut conn, limit).await
+        }
         Err(code) => {
             conn.refuse(terminal::refusal_for(code));
             crate::sockopt::reset(tcp);

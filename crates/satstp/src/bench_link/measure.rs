@@ -6,8 +6,8 @@ use super::daemons::Daemons;
 use super::lan::Lan;
 use super::system::{retrans_segs, scrape_metrics, set_congestion, tune_namespace};
 use super::{
-    Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, ORIGIN_PORT, SOCKS_PORT,
-    TCP_MSS, WARM_UP_BYTES,
+    BrowserSample, Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, ORIGIN_PORT,
+    SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use linkem::{NetConfig, NetEmulator, NetStats, Side};
@@ -116,7 +116,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
 
     // The test site in a real browser, from the client's namespace, the way the contender
     // carries the client's connections.
-    let browser_load_s = match &plan.browser {
+    let browser = match &plan.browser {
         Some(b) => {
             origin.set_phase("browser page load");
             let socks5 = match route {
@@ -131,13 +131,22 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 expect_subresources: plan.site.subresources(),
                 expect_scripts: plan.site.scripts(),
             };
-            b.load(&req)
-                .context("browser page load")?
-                .load
-                .as_secs_f64()
+            let load = b.load(&req).context("browser page load")?;
+            let load_ms = load.load.as_secs_f64() * 1e3;
+            let critical_path = browser::waterfall::critical_path(&load.fetches, load_ms, |p| {
+                plan.site.referrer(p).map(String::from)
+            });
+            Some(BrowserSample {
+                load,
+                critical_path,
+                loadavg: loadavg(),
+            })
         }
-        None => f64::NAN,
+        None => None,
     };
+    let browser_load_s = browser
+        .as_ref()
+        .map_or(f64::NAN, |b| b.load.load.as_secs_f64());
 
     // The client has closed its connections; their closes may still be crossing the hop. The
     // daemons drain (they wait for every stream's end to be delivered) before they exit.
@@ -162,7 +171,16 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         uplink_packets_per_mb: up_packets as f64 / mb,
         retransmitted_bytes: retrans_after.saturating_sub(retrans_before) as f64,
         connect_s,
+        browser,
     })
+}
+
+/// The one-minute load average (NaN where /proc/loadavg cannot be read).
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// Runs one step of the client on the bench's runtime, giving up after `limit` or when the bench

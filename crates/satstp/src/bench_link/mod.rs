@@ -89,6 +89,10 @@ pub struct LinkBenchArgs {
     /// with the reason printed when none is.
     #[arg(long)]
     no_browser: bool,
+    /// Write every browser load's waterfall (the browser's Resource Timing of each fetch) and
+    /// its critical path, split into round trips and the rest, to this text file.
+    #[arg(long, value_name = "PATH")]
+    browser_waterfall: Option<PathBuf>,
 }
 
 /// The origin's port on the gateway side.
@@ -148,6 +152,11 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out: cannot create {}", dir.display()))?;
+    }
+    if let Some(path) = &args.browser_waterfall {
+        // Checked now rather than after minutes of measuring.
+        std::fs::write(path, "")
+            .with_context(|| format!("--browser-waterfall: cannot write {}", path.display()))?;
     }
     linkem::net::check_support().map_err(|e| anyhow!("satstp bench link: {e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -230,6 +239,7 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         .iter()
         .map(|c| (*c, Vec::new(), Vec::new()))
         .collect();
+    let mut waterfalls = String::new();
     let started = Instant::now();
     for run in 0..args.runs {
         for (contender, samples, errors) in outcomes.iter_mut() {
@@ -246,10 +256,28 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             let t0 = Instant::now();
             match measure::measure(&plan, *contender, u64::from(run), args.seed) {
                 Ok(s) => {
-                    let browser = if s.browser_load_s.is_finite() {
-                        format!(", browser {:.2} s", s.browser_load_s)
-                    } else {
-                        String::new()
+                    let browser = match &s.browser {
+                        Some(b) => {
+                            let p = b.critical_path.as_ref().map_or(String::new(), |p| {
+                                format!(" ({} requests on the critical path)", p.requests())
+                            });
+                            waterfalls.push_str(&format!(
+                                "{contender} run {}: load event {:.0} ms, DOMContentLoaded {:.0} ms, first byte {:.0} ms; load average {:.2}\n{}\n",
+                                run + 1,
+                                b.load.load.as_secs_f64() * 1e3,
+                                b.load.dom_content_loaded.as_secs_f64() * 1e3,
+                                b.load.first_byte.as_secs_f64() * 1e3,
+                                b.loadavg,
+                                browser::waterfall::render(
+                                    &b.load.fetches,
+                                    b.critical_path.as_ref(),
+                                    b.load.load.as_secs_f64() * 1e3,
+                                    rtt_ns as f64 / 1e6
+                                )
+                            ));
+                            format!(", browser {:.2} s{p}", s.browser_load_s)
+                        }
+                        None => String::new(),
                     };
                     eprintln!(
                         "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s{browser} ({:.0} s)",
@@ -290,6 +318,15 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     }
     if let Some(dir) = &args.out {
         report::write_charts(dir, &plan, &outcomes)?;
+    }
+    if let Some(path) = &args.browser_waterfall {
+        let head = format!(
+            "satstp bench link: browser waterfalls, profile {} (RTT {} ms); times in ms since the navigation started; * on the critical path\n\n",
+            plan.profile,
+            rtt_ns / 1_000_000
+        );
+        std::fs::write(path, head + &waterfalls)
+            .with_context(|| format!("--browser-waterfall: cannot write {}", path.display()))?;
     }
     host.restore()?;
     let failed: Vec<String> = outcomes
@@ -341,6 +378,17 @@ struct Sample {
     uplink_packets_per_mb: f64,
     retransmitted_bytes: f64,
     connect_s: f64,
+    /// The browser load in detail (when the browser workload ran).
+    browser: Option<BrowserSample>,
+}
+
+/// One browser load: the browser's figures, its critical path and the machine's load then.
+#[derive(Debug, Clone)]
+struct BrowserSample {
+    load: browser::PageLoad,
+    critical_path: Option<browser::CriticalPath>,
+    /// One-minute load average when the load ended (the machine may be busy with other work).
+    loadavg: f64,
 }
 
 const METRICS: [(&str, &str); 8] = [

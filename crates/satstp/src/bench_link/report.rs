@@ -3,7 +3,8 @@
 
 use super::system::{namespace_sysctls, HostSysctls};
 use super::{
-    spread, Contender, LinkBenchArgs, Plan, Sample, BROWSER_CONNECTIONS, METRICS, MTU, TCP_MSS,
+    spread, BrowserSample, Contender, LinkBenchArgs, Plan, Sample, BROWSER_CONNECTIONS, METRICS,
+    MTU, TCP_MSS,
 };
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -104,6 +105,9 @@ pub fn result_json(c: Contender, samples: &[Sample], errors: &[String], plan: &P
                 let mut o = serde_json::Map::new();
                 for (key, _) in METRICS.iter().chain([("connect_s", "")].iter()) {
                     o.insert((*key).into(), json!(s.get(key)));
+                }
+                if let Some(b) = &s.browser {
+                    o.insert("browser".into(), browser_json(b));
                 }
                 Value::Object(o)
             })
@@ -259,4 +263,27 @@ pub fn write_charts(
         chart.write(dir, file)?;
     }
     Ok(())
+}
+
+/// One browser load: its figures, the critical path's parts (seconds) and the load average.
+fn browser_json(b: &BrowserSample) -> Value {
+    let path = b.critical_path.as_ref().map(|p| {
+        json!({
+            "requests": p.requests(),
+            "fetches": p.steps.iter().map(|s| b.load.fetches[s.fetch].path.clone()).collect::<Vec<_>>(),
+            "gap_s": p.gap_ms / 1e3,
+            "queue_s": p.queue_ms / 1e3,
+            "connect_s": p.connect_ms / 1e3,
+            "wait_s": p.wait_ms / 1e3,
+            "receive_s": p.receive_ms / 1e3,
+            "tail_s": p.tail_ms / 1e3,
+        })
+    });
+    json!({
+        "load_s": b.load.load.as_secs_f64(),
+        "dom_content_loaded_s": b.load.dom_content_loaded.as_secs_f64(),
+        "first_byte_s": b.load.first_byte.as_secs_f64(),
+        "loadavg": b.loadavg,
+        "critical_path": path,
+    })
 }
