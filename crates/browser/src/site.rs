@@ -352,20 +352,6 @@ mod tests {
         assert_eq!(seen.len(), site.objects().len(), "reachable: {seen:?}");
     }
 
-    fn normalize(path: &str) -> String {
-        let mut parts: Vec<&str> = Vec::new();
-        for p in path.split('/') {
-            match p {
-                ".." => {
-                    parts.pop();
-                }
-                "." => {}
-                p => parts.push(p),
-            }
-        }
-        parts.join("/")
-    }
-
     #[test]
     fn every_object_but_the_page_has_the_referrer_that_pulls_it_in() {
         let site = Site::standard();

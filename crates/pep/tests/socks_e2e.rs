@@ -22,6 +22,17 @@ async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
     socks_pair(term, gw, profile.map(|p| p.links()), allow).await
 }
 
+/// Asks the origin for 1000 pattern bytes over `s` and checks the whole answer.
+async fn fetch_1000(s: &mut tokio::net::TcpStream) {
+    s.write_all(b"D 1000\n").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got == pattern(0, 1000));
+}
+
 /// The acceptance run: 20 MB down and 5 MB up byte-exact through the `geo` profile
 /// (50 Mb/s down, 5 Mb/s up, 600 ms RTT, one-BDP queues); the download's goodput, request to last
 /// byte at the client, at least 75 % of the downlink; the uplink carries at most 1 % of the
@@ -144,13 +155,7 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
             let t0 = Instant::now();
             let (mut s, code) = socks_connect(st.socks, origin).await;
             assert_eq!(code, 0);
-            s.write_all(b"D 1000\n").await.unwrap();
-            let mut got = Vec::new();
-            tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(got == pattern(0, 1000));
+            fetch_1000(&mut s).await;
             if round == 1 {
                 times.push(t0.elapsed().as_secs_f64());
             }
@@ -212,13 +217,7 @@ async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
         assert_eq!(code, 0);
         tokio::time::sleep(late).await;
         let t0 = Instant::now();
-        s.write_all(b"D 1000\n").await.unwrap();
-        let mut got = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(got == pattern(0, 1000));
+        fetch_1000(&mut s).await;
         // The first connection brings the tunnel up; the second is timed.
         if round == 1 {
             let took = t0.elapsed().as_secs_f64();
