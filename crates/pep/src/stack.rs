@@ -87,6 +87,20 @@ impl StpHop {
         }
     }
 
+    /// Logs, once at start, what running without the link's allocation costs: the hop's STP
+    /// connections slow-start across the satellite round trip (a first answer of some tens of
+    /// kilobytes takes one or two round trips more) and keep the engine's default buffers.
+    fn warn_without_allocation(&self, side: &str) {
+        if self.send_rate_bps.is_none() {
+            tracing::warn!(
+                "{side}: the STP hop runs without the link's allocation (up_rate_bps, \
+                 down_rate_bps and rtt_ms unset): connections slow-start across the satellite \
+                 round trip and use default buffers; set all three (docs/gateway.md, 'Using the \
+                 hop's allocation')"
+            );
+        }
+    }
+
     /// An STP hop sized for `link` ([`crate::sizing`]), datagrams for IPv4 or IPv6 paths.
     pub fn sized(link: crate::sizing::HopLink, ipv6: bool, seed: u64) -> StpHop {
         StpHop {
@@ -232,6 +246,7 @@ impl Terminal {
             }
             TerminalHop::Stp(stp) => {
                 let stp = *stp;
+                stp.warn_without_allocation("terminal");
                 let bind = stp.bind.unwrap_or(if gateway.is_ipv6() {
                     SocketAddr::from(([0u16; 8], 0))
                 } else {
@@ -425,6 +440,7 @@ impl Gateway {
         let mut hops = Vec::new();
         let mut listen = o.listen;
         if let Some(stp) = o.hops.stp {
+            stp.warn_without_allocation("gateway");
             let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(o.responder_seed));
             let responder = Responder::new(
                 o.key.clone(),
