@@ -118,6 +118,10 @@ pub struct Config {
     /// Window controller: send the first flight (before the first report arrives) unpaced, as
     /// T/TCP would, instead of spreading it over the assumed RTT (default false).
     pub unpaced_first_flight: bool,
+    /// Window controller: one pacing gain for every phase, 1.0 to 4.0 (the seeds' STP spreads
+    /// each window uniformly over the RTT: 1.0); `None` (default): 2.0 in slow start, 1.25 in
+    /// congestion avoidance (spec §7.3, design decision 17).
+    pub pacing_gain: Option<f64>,
 }
 
 impl Default for Config {
@@ -146,6 +150,7 @@ impl Default for Config {
             dead_timeout_ms: 30_000,
             window_rtt_backoff_ms: None,
             unpaced_first_flight: false,
+            pacing_gain: None,
         }
     }
 }
@@ -204,6 +209,9 @@ impl Config {
         }
         if matches!(self.reverse_rate_bps, Some(r) if r < 100) {
             return Err(bad("reverse_rate_bps", "must be at least 100 bit/s"));
+        }
+        if matches!(self.pacing_gain, Some(g) if !(1.0..=4.0).contains(&g)) {
+            return Err(bad("pacing_gain", "must be 1.0..=4.0"));
         }
         if self.pacing_granularity_us == 0 || self.pacing_granularity_us > 100_000 {
             return Err(bad("pacing_granularity_us", "must be 1..=100000"));

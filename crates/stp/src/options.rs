@@ -29,7 +29,7 @@ pub enum CongestionName {
 /// Overrides of [`Config`]; every key left out keeps the base configuration's value (the
 /// engine's defaults are listed on [`Config`] and in `docs/stp-spec.md` §8). Unknown keys are
 /// errors; bad values are named by [`ConfigOptions::apply`] (its error's `field` is the key).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(try_from = "RawOptions")]
 pub struct ConfigOptions {
     /// "window" or "rate".
@@ -62,6 +62,8 @@ pub struct ConfigOptions {
     pub window_rtt_backoff_ms: Option<u32>,
     /// Window controller: send the first flight unpaced.
     pub unpaced_first_flight: Option<bool>,
+    /// Window controller: one pacing gain for every phase.
+    pub pacing_gain: Option<f64>,
 }
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -130,7 +132,8 @@ impl ConfigOptions {
             min_rate_bps,
             max_rate_bps,
             reverse_rate_bps,
-            window_rtt_backoff_ms
+            window_rtt_backoff_ms,
+            pacing_gain
         );
         c.validate().map_err(|e| {
             // The engine names the rate controller's rate `congestion.rate_bps`; the key is
@@ -270,6 +273,7 @@ raw_options! {
     dead_timeout_ms: u32,
     window_rtt_backoff_ms: u32,
     unpaced_first_flight: bool,
+    pacing_gain: f64,
 }
 
 /// Older keys and what replaced them.
@@ -358,6 +362,7 @@ impl TryFrom<RawOptions> for ConfigOptions {
             dead_timeout_ms: r.dead_timeout_ms,
             window_rtt_backoff_ms: r.window_rtt_backoff_ms,
             unpaced_first_flight: r.unpaced_first_flight,
+            pacing_gain: r.pacing_gain,
         })
     }
 }
@@ -430,6 +435,12 @@ mod tests {
         };
         assert_eq!(field("max_datagram_bytes = 10"), "max_datagram_bytes");
         assert_eq!(field("polls_per_rtt = 0"), "polls_per_rtt");
+        assert_eq!(field("pacing_gain = 0.5"), "pacing_gain");
+        let c = parse("pacing_gain = 1.0")
+            .unwrap()
+            .apply(Config::default())
+            .unwrap();
+        assert_eq!(c.pacing_gain, Some(1.0));
         assert_eq!(field("congestion = \"rate\""), "rate_bps");
         assert_eq!(
             field("congestion = \"window\"\nrate_bps = 1000000"),

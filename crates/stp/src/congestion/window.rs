@@ -29,6 +29,8 @@ pub struct WindowController {
     rtt_backoff: Option<Duration>,
     /// Do not pace until the first acknowledgement arrives.
     unpaced_first_flight: bool,
+    /// One pacing gain for every phase (None: SLOW_START_GAIN and AVOIDANCE_GAIN).
+    pacing_gain: Option<f64>,
     /// An acknowledgement arrived (the first flight is over).
     acked_any: bool,
     /// Reductions caused by RTT samples.
@@ -47,6 +49,7 @@ impl WindowController {
             recovery_stamp: None,
             rtt_backoff: None,
             unpaced_first_flight: false,
+            pacing_gain: None,
             acked_any: false,
             delay_reductions: 0,
         }
@@ -60,6 +63,7 @@ impl WindowController {
                 .window_rtt_backoff_ms
                 .map(|ms| Duration::from_millis(u64::from(ms))),
             unpaced_first_flight: config.unpaced_first_flight,
+            pacing_gain: config.pacing_gain,
             ..WindowController::new(mss, config.initial_window.bytes(mss))
         }
     }
@@ -82,6 +86,7 @@ impl WindowController {
             recovery_stamp: None,
             rtt_backoff: None,
             unpaced_first_flight: false,
+            pacing_gain: None,
             acked_any: false,
             delay_reductions: 0,
         }
@@ -166,10 +171,10 @@ impl Controller for WindowController {
         if secs <= 0.0 || (self.unpaced_first_flight && !self.acked_any) {
             return f64::INFINITY;
         }
-        let gain = if self.in_slow_start() {
-            SLOW_START_GAIN
-        } else {
-            AVOIDANCE_GAIN
+        let gain = match self.pacing_gain {
+            Some(g) => g,
+            None if self.in_slow_start() => SLOW_START_GAIN,
+            None => AVOIDANCE_GAIN,
         };
         gain * self.cwnd as f64 / secs
     }
@@ -274,6 +279,28 @@ mod tests {
             c.pacing_rate(srtt).is_finite(),
             "paced after the first report"
         );
+    }
+
+    #[test]
+    fn one_pacing_gain_for_every_phase_only_with_the_option() {
+        let srtt = Duration::from_secs(1);
+        let mut default = WindowController::new(1000, 4000);
+        assert_eq!(
+            default.pacing_rate(srtt),
+            2.0 * 4000.0,
+            "slow start: gain 2"
+        );
+        let cfg = Config {
+            pacing_gain: Some(1.0),
+            ..Config::default()
+        };
+        let mut one = WindowController::from_config(&cfg, 1000);
+        let iw = one.cwnd as f64;
+        assert_eq!(one.pacing_rate(srtt), iw, "the window over one RTT");
+        default.on_loss(1, 2);
+        one.on_loss(1, 2);
+        assert_eq!(default.pacing_rate(srtt), 1.25 * default.cwnd as f64);
+        assert_eq!(one.pacing_rate(srtt), one.cwnd as f64);
     }
 
     #[test]
