@@ -9,7 +9,8 @@
 //! - [`sockopt`]: every socket option the gateway sets;
 //! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
 //! - [`config`], [`sizing`], [`ops`], [`metrics`], [`http_endpoint`], [`capture`], [`fdlimit`]:
-//!   configuration, sizing from the allocation, limits, metrics and their endpoint, capture.
+//!   configuration, sizing from the allocation, limits, metrics and their endpoint, capture;
+//! - [`nft_rules`]: the shipped nftables files made ready to load.
 
 pub mod capture;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod http_connect;
 pub mod http_endpoint;
 pub mod keys;
 pub mod metrics;
+pub mod nft_rules;
 #[cfg(feature = "runtime")]
 pub mod ops;
 pub mod sizing;

@@ -188,47 +188,19 @@ impl Topology {
         let path = deploy_file(file);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let mut port = None;
-        let mut rules = String::new();
-        let mut routing = Vec::new();
-        for line in text.lines() {
-            let t = line.trim();
-            if let Some(v) = t.strip_prefix("define TPROXY_PORT = ") {
-                port = Some(
-                    v.trim()
-                        .parse::<u16>()
-                        .map_err(|_| format!("{file}: TPROXY_PORT {v:?} is not a port"))?,
-                );
-            }
-            if let (Some(lan), true) = (lan_if, t.starts_with("define LAN_IF = ")) {
-                rules.push_str(&format!("define LAN_IF = \"{lan}\"\n"));
-                continue;
-            }
-            let cmd = t.trim_start_matches('#').trim();
-            if cmd.starts_with("ip -4 ") || cmd.starts_with("ip -6 ") {
-                routing.push(cmd.trim_start_matches("ip ").to_string());
-            }
-            rules.push_str(line);
-            rules.push('\n');
-        }
-        if lan_if.is_some() && !text.contains("define LAN_IF = ") {
-            return Err(format!("{file} has no `define LAN_IF` line to set"));
-        }
-        if routing.is_empty() {
-            return Err(format!("{file} gives no `ip -4/-6 rule|route` commands"));
-        }
+        let p = pep::nft_rules::prepare(file, &text, lan_if)?;
         let tmp = std::env::temp_dir().join(format!("{ns}-{file}"));
-        std::fs::write(&tmp, rules).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::write(&tmp, &p.rules).map_err(|e| format!("{}: {e}", tmp.display()))?;
         let loaded = run(
             "ip",
             &["netns", "exec", ns, "nft", "-f", &tmp.to_string_lossy()],
         );
         let _ = std::fs::remove_file(&tmp);
         loaded?;
-        for r in &routing {
+        for r in &p.routing {
             self.ip(ns, r)?;
         }
-        Ok(port)
+        Ok(p.tproxy_port)
     }
 }
 

@@ -69,28 +69,14 @@ impl Lan {
         ip(c, "route add default via 192.0.2.1")?;
 
         // The shipped rules with LAN_IF set; the routing commands their comments give.
-        let mut rules = String::new();
-        let mut routing = Vec::new();
-        for line in RULES.lines() {
-            let t = line.trim();
-            if let Some(port) = t.strip_prefix("define TPROXY_PORT = ") {
-                if port.trim() != TPROXY_PORT.to_string() {
-                    bail!("deploy/nftables-tproxy.nft sets TPROXY_PORT {port}, the bench expects {TPROXY_PORT}");
-                }
-            }
-            if t.starts_with("define LAN_IF = ") {
-                rules.push_str(&format!("define LAN_IF = \"{LAN_IF}\"\n"));
-                continue;
-            }
-            let cmd = t.trim_start_matches('#').trim();
-            if cmd.starts_with("ip -4 ") || cmd.starts_with("ip -6 ") {
-                routing.push(cmd.trim_start_matches("ip ").to_string());
-            }
-            rules.push_str(line);
-            rules.push('\n');
+        let p = pep::nft_rules::prepare("deploy/nftables-tproxy.nft", RULES, Some(LAN_IF))
+            .map_err(anyhow::Error::msg)?;
+        if let Some(port) = p.tproxy_port.filter(|&p| p != TPROXY_PORT) {
+            bail!("deploy/nftables-tproxy.nft sets TPROXY_PORT {port}, the bench expects {TPROXY_PORT}");
         }
         let file = std::env::temp_dir().join(format!("{}.nft", self.ns));
-        std::fs::write(&file, rules).with_context(|| format!("cannot write {}", file.display()))?;
+        std::fs::write(&file, &p.rules)
+            .with_context(|| format!("cannot write {}", file.display()))?;
         let loaded = run(
             "ip",
             &[
@@ -104,7 +90,7 @@ impl Lan {
         );
         let _ = std::fs::remove_file(&file);
         loaded?;
-        for r in &routing {
+        for r in &p.routing {
             ip(terminal_ns, r)?;
         }
         Ok(())
