@@ -658,24 +658,19 @@ impl HttpClient {
                 }
             }
         }
-        if let Some(ep) = self.ep.as_mut() {
-            let from = (self.port, flow, Direction::Reverse);
-            flush_stp(
-                ep,
-                &mut self.buf,
-                self.framing,
-                from,
-                ctx,
-                &mut sent,
-                &mut next,
-            );
-        }
-        {
-            let mut log = self.log.borrow_mut();
-            log.client_packets += sent.0;
-            log.client_bytes += sent.1;
-        }
-        arm(&mut self.wakeups, next, ctx);
+        let from = (self.port, flow, Direction::Reverse);
+        let (packets, bytes) = finish_pump(
+            self.ep.as_mut(),
+            &mut self.buf,
+            (self.framing, from),
+            ctx,
+            sent,
+            next,
+            &mut self.wakeups,
+        );
+        let mut log = self.log.borrow_mut();
+        log.client_packets += packets;
+        log.client_bytes += bytes;
     }
 }
 
@@ -725,6 +720,24 @@ fn flush_stp(
         let d = d.as_nanos();
         *next = Some(next.map_or(d, |n| n.min(d)));
     }
+}
+
+/// The end of both HTTP ends' pump: flushes the STP endpoint (if any) from `from`, arms the
+/// next wake-up, and returns the packets and bytes sent in this pump (TCP's `sent` included).
+fn finish_pump(
+    ep: Option<&mut Endpoint>,
+    buf: &mut Vec<u8>,
+    (framing, from): (u32, (u16, FlowId, Direction)),
+    ctx: &mut Ctx<'_>,
+    mut sent: (u64, u64),
+    mut next: Option<Time>,
+    wakeups: &mut BTreeSet<Time>,
+) -> (u64, u64) {
+    if let Some(ep) = ep {
+        flush_stp(ep, buf, framing, from, ctx, &mut sent, &mut next);
+    }
+    arm(wakeups, next, ctx);
+    sent
 }
 
 fn arm(wakeups: &mut BTreeSet<Time>, next: Option<Time>, ctx: &mut Ctx<'_>) {
@@ -995,24 +1008,19 @@ impl HttpServer {
         }
         self.tcp
             .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
-        if let Some(ep) = self.ep.as_mut() {
-            let from = (self.port, self.flow, Direction::Forward);
-            flush_stp(
-                ep,
-                &mut self.buf,
-                self.framing,
-                from,
-                ctx,
-                &mut sent,
-                &mut next,
-            );
-        }
-        {
-            let mut log = self.log.borrow_mut();
-            log.server_packets += sent.0;
-            log.server_bytes += sent.1;
-        }
-        arm(&mut self.wakeups, next, ctx);
+        let from = (self.port, self.flow, Direction::Forward);
+        let (packets, bytes) = finish_pump(
+            self.ep.as_mut(),
+            &mut self.buf,
+            (self.framing, from),
+            ctx,
+            sent,
+            next,
+            &mut self.wakeups,
+        );
+        let mut log = self.log.borrow_mut();
+        log.server_packets += packets;
+        log.server_bytes += bytes;
     }
 }
 
