@@ -3,28 +3,31 @@
 #   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs).
 #   tshark         - the Wireshark dissector tests (crates/satstp/tests/dissector.rs), which run
 #                    tools/wireshark/stp.lua over pcaps the simulator and the daemons write.
-#   chromium-headless-shell - the browser workload of `satstp bench link` and its test (crates/browser).
-# Idempotent: does nothing when every tool is present. Never fails: when a tool cannot be
-# installed (not root, no apt-get, no network) it says why, and the tests that need the tool
-# skip with their own printed reason.
+#   chromium, chromium-headless-shell - the browser workload of `satstp bench link` and its tests
+#                    (crates/browser): users have either Debian's full browser or its headless
+#                    shell, and the two behave differently (the full one asks for /favicon.ico),
+#                    so the tests run with both.
+# Idempotent: does nothing when every tool is present. Never fails itself: when a tool cannot be
+# installed (not root, no apt-get, no network) it says why; the tests that need the tool then
+# fail under CI (CI set) and skip with a printed reason elsewhere.
 set -u
 
 need=()
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
-command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 \
-    || need+=(chromium-headless-shell)
+command -v chromium-headless-shell >/dev/null 2>&1 || need+=(chromium-headless-shell)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
-    echo "install-deps: nothing to install (nft, tshark and a headless Chromium present)"
+    echo "install-deps: nothing to install (nft, tshark, chromium and chromium-headless-shell present)"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: not root; not installing ${need[*]} (tests that need them will skip)"
+    echo "install-deps: not root; not installing ${need[*]} (tests that need them fail under CI, skip elsewhere)"
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-deps: apt-get not available; not installing ${need[*]} (tests that need them will skip)"
+    echo "install-deps: apt-get not available; not installing ${need[*]} (tests that need them fail under CI, skip elsewhere)"
     exit 0
 fi
 echo "install-deps: installing ${need[*]}"
@@ -37,7 +40,7 @@ fi
 if ! apt-get install -y --no-install-recommends "${need[@]}"; then
     # The package lists may be missing or stale (fresh container): refresh once and retry.
     if ! { apt-get update && apt-get install -y --no-install-recommends "${need[@]}"; }; then
-        echo "install-deps: apt-get could not install ${need[*]} (tests that need them will skip)"
+        echo "install-deps: apt-get could not install ${need[*]} (tests that need them fail under CI, skip elsewhere)"
     fi
 fi
 exit 0

@@ -40,6 +40,8 @@ pub enum BrowserError {
     NotFound,
     #[error("{ENV_OVERRIDE}={0} is not an executable file")]
     BadOverride(String),
+    #[error("browser {0:?}: not an executable file, nor one of {CANDIDATES:?} found in PATH")]
+    NotInstalled(String),
     #[error("could not start {path}: {source}")]
     Spawn {
         path: String,
@@ -115,20 +117,49 @@ impl Chromium {
                 Err(BrowserError::BadOverride(path.display().to_string()))
             };
         }
-        let dirs = std::env::var_os("PATH").unwrap_or_default();
-        for name in CANDIDATES {
-            for dir in std::env::split_paths(&dirs) {
-                let path = dir.join(name);
-                if is_executable(&path) {
-                    return Ok(Chromium { path });
-                }
-            }
+        CANDIDATES
+            .iter()
+            .find_map(|name| in_path(name))
+            .map(|path| Chromium { path })
+            .ok_or(BrowserError::NotFound)
+    }
+
+    /// The browser `name_or_path` names: one of [`CANDIDATES`] looked up in `PATH` (e.g.
+    /// `chromium` for Debian's full browser, `chromium-headless-shell` for the headless shell),
+    /// or the path of an executable.
+    pub fn named(name_or_path: &str) -> Result<Chromium, BrowserError> {
+        let path = PathBuf::from(name_or_path);
+        if name_or_path.contains('/') {
+            return if is_executable(&path) {
+                Ok(Chromium { path })
+            } else {
+                Err(BrowserError::NotInstalled(name_or_path.to_owned()))
+            };
         }
-        Err(BrowserError::NotFound)
+        in_path(name_or_path)
+            .map(|path| Chromium { path })
+            .ok_or_else(|| BrowserError::NotInstalled(name_or_path.to_owned()))
+    }
+
+    /// Every one of [`CANDIDATES`] installed in `PATH`, in that order (users have either
+    /// Debian's `chromium` or its `chromium-headless-shell`, and tests try each present).
+    pub fn installed() -> Vec<Chromium> {
+        CANDIDATES
+            .iter()
+            .filter_map(|name| in_path(name))
+            .map(|path| Chromium { path })
+            .collect()
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether this is a headless shell (no `--headless` needed) rather than the full browser.
+    pub fn is_headless_shell(&self) -> bool {
+        self.path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("headless-shell"))
     }
 
     /// Loads the page once, in a fresh browser with an empty profile.
@@ -156,11 +187,7 @@ impl Chromium {
             }
             None => Command::new(&self.path),
         };
-        let headless_shell = self
-            .path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().contains("headless-shell"));
-        if !headless_shell {
+        if !self.is_headless_shell() {
             cmd.arg("--headless");
         }
         if running_as_root() {
@@ -339,6 +366,14 @@ fn stderr_tail(err: &str) -> String {
     } else {
         format!("; its last messages: {}", tail.join(" | "))
     }
+}
+
+/// The first executable `name` in `PATH`.
+fn in_path(name: &str) -> Option<PathBuf> {
+    let dirs = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&dirs)
+        .map(|dir| dir.join(name))
+        .find(|path| is_executable(path))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -18,7 +18,7 @@ fn supported(test: &str) -> bool {
     match net::check_support() {
         Ok(()) => true,
         Err(e) => {
-            println!("skipping {test}: {e}");
+            testenv::cannot_run(test, &e.to_string());
             false
         }
     }

@@ -4,7 +4,10 @@
 //! `GET /bytes/N/K` answers N bytes of object K's [pattern](crate::pattern) (K defaults to 0);
 //! `POST /upload/N/K` with N bytes of that pattern answers `200` if every byte is right, else
 //! `422` (and the origin records the wrong byte); `Connection: close` ends the connection after
-//! the answer. A connection that sends nothing is held until its peer closes it.
+//! the answer. A connection that sends nothing is held until its peer closes it (browsers open
+//! such speculative connections). Any other well-formed request (a browser's `/favicon.ico`, a
+//! `HEAD`) is answered `404 Not Found` and counted ([`Origin::not_found`]): real clients ask for
+//! things a test site does not list, and that is not an error of the run.
 //!
 //! The raw dialect, for tests of the gateway's byte stream where HTTP framing would hide a clean
 //! close or a reset, one exchange per connection: `D N [K]\n` answers N pattern bytes of object K
@@ -74,7 +77,23 @@ struct Shared {
     ended: AtomicU64,
     phase: Mutex<String>,
     errors: Mutex<Vec<String>>,
+    not_found: Mutex<NotFound>,
 }
+
+/// Requests answered 404: how many, and the first few request lines.
+#[derive(Debug, Clone, Default)]
+pub struct NotFound {
+    pub count: u64,
+    /// The first [`NOT_FOUND_KEPT`] request lines answered 404 (e.g. `GET /favicon.ico HTTP/1.1`).
+    pub first: Vec<String>,
+}
+
+/// How many 404'd request lines [`NotFound::first`] keeps.
+pub const NOT_FOUND_KEPT: usize = 16;
+
+/// The largest body of an unknown request the origin reads and discards to keep the connection;
+/// a larger one is answered 404 and the connection closed.
+const DISCARD_LIMIT: u64 = 1 << 20;
 
 impl Shared {
     fn phase(&self) -> String {
@@ -109,6 +128,7 @@ impl Origin {
             ended: AtomicU64::new(0),
             phase: Mutex::new("start".into()),
             errors: Mutex::new(Vec::new()),
+            not_found: Mutex::new(NotFound::default()),
         });
         let task = tokio::spawn(accept_loop(listener, config, Arc::clone(&shared)));
         Origin {
@@ -176,6 +196,16 @@ impl Origin {
         addr
     }
 
+    /// The requests answered `404 Not Found` so far (paths the origin does not serve, such as a
+    /// browser's `/favicon.ico`): counted, not errors.
+    pub fn not_found(&self) -> NotFound {
+        self.shared
+            .not_found
+            .lock()
+            .map(|n| n.clone())
+            .unwrap_or_default()
+    }
+
     /// The connection errors so far (a peer's reset, a wrong upload, a malformed request), each
     /// naming the connection and the phases it was opened and failed in.
     pub fn errors(&self) -> Vec<String> {
@@ -219,7 +249,7 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) => serve(s, config.files.as_deref(), &mut answered).await,
+                Ok(()) => serve(s, config.files.as_deref(), &shared, &mut answered).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
@@ -239,19 +269,25 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
 /// Serves one connection until its peer closes it (or a raw exchange or a closing request ends).
 /// The wait for the first line is a small future of its own: an idle held connection costs
 /// little; what follows is boxed.
-async fn serve(s: TcpStream, files: Option<&Files>, answered: &mut u64) -> Result<(), Error> {
+async fn serve(
+    s: TcpStream,
+    files: Option<&Files>,
+    shared: &Shared,
+    answered: &mut u64,
+) -> Result<(), Error> {
     let _ = s.set_nodelay(true);
     let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
     let Some(first) = http::read_line(&mut r).await? else {
         return Ok(());
     };
-    Box::pin(serve_requests(r, first, files, answered)).await
+    Box::pin(serve_requests(r, first, files, shared, answered)).await
 }
 
 async fn serve_requests(
     mut r: BufReader<TcpStream>,
     mut line: String,
     files: Option<&Files>,
+    shared: &Shared,
     answered: &mut u64,
 ) -> Result<(), Error> {
     loop {
@@ -263,7 +299,7 @@ async fn serve_requests(
             return serve_raw(r, verb, &numbers).await;
         }
         let head = http::read_rest_of_head(&mut r, line).await?;
-        let close = serve_http(&mut r, &head, files).await?;
+        let close = serve_http(&mut r, &head, files, shared).await?;
         *answered += 1;
         if close {
             r.get_mut().shutdown().await?;
@@ -285,6 +321,7 @@ async fn serve_http(
     r: &mut BufReader<TcpStream>,
     head: &Head,
     files: Option<&Files>,
+    shared: &Shared,
 ) -> Result<bool, Error> {
     let mut words = head.first.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
@@ -302,13 +339,10 @@ async fn serve_http(
     let mut parts = path.trim_start_matches('/').split('/');
     let kind = parts.next().unwrap_or("");
     let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();
-    let (n, key) = match fields.as_deref() {
-        Ok([n]) => (*n, 0),
-        Ok([n, key]) => (*n, *key),
-        _ => {
-            respond(r, "404 Not Found").await?;
-            return Err(bad(format!("bad request {:?}", head.first)));
-        }
+    let (n, key) = match (kind, fields.as_deref()) {
+        ("bytes" | "upload", Ok([n])) => (*n, 0),
+        ("bytes" | "upload", Ok([n, key])) => (*n, *key),
+        _ => return not_found(r, head, shared).await,
     };
     match (method, kind) {
         ("GET", "bytes") => {
@@ -333,12 +367,34 @@ async fn serve_http(
             }
             respond(r, "200 OK").await?;
         }
-        _ => {
-            respond(r, "404 Not Found").await?;
-            return Err(bad(format!("bad request {:?}", head.first)));
-        }
+        _ => return not_found(r, head, shared).await,
     }
     Ok(head.close)
+}
+
+/// Answers a request for something the origin does not serve with `404 Not Found` and counts it;
+/// the connection goes on (its body, if any, read and discarded) unless the body is too large
+/// to skip or the request asked for the close.
+async fn not_found(
+    r: &mut BufReader<TcpStream>,
+    head: &Head,
+    shared: &Shared,
+) -> Result<bool, Error> {
+    if let Ok(mut n) = shared.not_found.lock() {
+        n.count += 1;
+        if n.first.len() < NOT_FOUND_KEPT {
+            n.first.push(head.first.clone());
+        }
+    }
+    let body = head.content_length.unwrap_or(0);
+    let close = head.close || body > DISCARD_LIMIT;
+    if !close && body > 0 {
+        read_body(r, body, |_| ()).await?;
+    }
+    let connection = if close { "Connection: close\r\n" } else { "" };
+    let text = format!("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n{connection}\r\n");
+    r.get_mut().write_all(text.as_bytes()).await?;
+    Ok(close)
 }
 
 async fn respond(r: &mut BufReader<TcpStream>, status: &str) -> Result<(), Error> {
@@ -444,6 +500,29 @@ mod tests {
             errors.len() == 1 && errors[0].contains("upload 6: byte 10 of 1000 is wrong"),
             "{errors:?}"
         );
+        assert_eq!(origin.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_answered_404_and_counted_not_failed() {
+        let origin = Origin::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mut c = HttpConn::new(TcpStream::connect(origin.addr()).await.unwrap());
+        // What a real browser asks for unprompted, then a HEAD and a POST with a body to skip;
+        // the same connection then serves a kit request.
+        for req in [
+            "GET /favicon.ico HTTP/1.1\r\nHost: x\r\n\r\n",
+            "HEAD /bytes/10 HTTP/1.1\r\n\r\n",
+            "POST /form HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+        ] {
+            c.get_mut().write_all(req.as_bytes()).await.unwrap();
+            let head = c.response().await.unwrap();
+            assert_eq!(http::status_code(&head.first).unwrap(), 404, "{req}");
+        }
+        c.get(1, 1000).await.unwrap();
+        let nf = origin.not_found();
+        assert_eq!(nf.count, 3);
+        assert_eq!(nf.first[0], "GET /favicon.ico HTTP/1.1");
+        assert!(origin.errors().is_empty(), "{:?}", origin.errors());
         assert_eq!(origin.accepted(), 1);
     }
 

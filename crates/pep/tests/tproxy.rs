@@ -327,7 +327,7 @@ struct Running {
 /// the machine cannot run the test.
 fn start(source_transparent: bool) -> Result<Option<Running>, String> {
     if let Some(why) = missing_prerequisite() {
-        eprintln!("skipping TPROXY namespace test: {why}");
+        testenv::cannot_run("the TPROXY namespace test", &why);
         return Ok(None);
     }
     let topo = Topology::create()?;
@@ -335,7 +335,10 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
         Ok(Some(p)) => p,
         Ok(None) => return Err("nftables-tproxy.nft has no TPROXY_PORT define".into()),
         Err(e) if kernel_lacks_support(&e) => {
-            eprintln!("skipping TPROXY namespace test: the kernel lacks nftables TPROXY: {e}");
+            testenv::cannot_run(
+                "the TPROXY namespace test",
+                &format!("the kernel lacks nftables TPROXY: {e}"),
+            );
             return Ok(None);
         }
         Err(e) => return Err(e),

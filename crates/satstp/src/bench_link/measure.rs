@@ -155,6 +155,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         d.stop().context("stopping the daemons")?;
     }
     let errors = origin.errors();
+    let not_found = origin.not_found();
     drop(origin);
     if let Some(e) = errors.first() {
         bail!("origin: {e}");
@@ -172,6 +173,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         retransmitted_bytes: retrans_after.saturating_sub(retrans_before) as f64,
         connect_s,
         browser,
+        not_found,
     })
 }
 

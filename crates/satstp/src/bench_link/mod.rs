@@ -87,8 +87,14 @@ pub struct LinkBenchArgs {
     /// Leave out the browser workload (the test site loaded in headless Chromium). Without this
     /// flag it runs whenever a Chromium is found (`SATSTP_CHROMIUM` or `PATH`), and is skipped
     /// with the reason printed when none is.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "browser")]
     no_browser: bool,
+    /// The browser for the browser workload: `chromium` (Debian's full browser, run with
+    /// `--headless`), `chromium-headless-shell`, or an executable's path. Default: `SATSTP_CHROMIUM`,
+    /// else the first of chromium-headless-shell, chromium, chromium-browser, google-chrome found
+    /// in PATH.
+    #[arg(long, value_name = "NAME|PATH")]
+    browser: Option<String>,
     /// Write every browser load's waterfall (the browser's Resource Timing of each fetch) and
     /// its critical path, split into round trips and the rest, to this text file.
     #[arg(long, value_name = "PATH")]
@@ -186,6 +192,8 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         .collect();
     let browser = if args.no_browser {
         None
+    } else if let Some(name) = &args.browser {
+        Some(browser::Chromium::named(name).map_err(|e| anyhow!("--browser: {e}"))?)
     } else {
         match browser::Chromium::find() {
             Ok(c) => Some(c),
@@ -279,8 +287,15 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
                         }
                         None => String::new(),
                     };
+                    let extra = match s.not_found.count {
+                        0 => String::new(),
+                        n => format!(
+                            "; {n} request(s) answered 404 ({})",
+                            s.not_found.first.join(", ")
+                        ),
+                    };
                     eprintln!(
-                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s{browser} ({:.0} s)",
+                        "download {:.2} Mb/s, upload {:.2} Mb/s, page {:.2} s, page HTTP/1.0 {:.2} s{browser} ({:.0} s){extra}",
                         s.download_bps / 1e6,
                         s.upload_bps / 1e6,
                         s.page_load_s,
@@ -380,6 +395,9 @@ struct Sample {
     connect_s: f64,
     /// The browser load in detail (when the browser workload ran).
     browser: Option<BrowserSample>,
+    /// Requests the origin answered 404 (a real browser's `/favicon.ico` and the like): normal,
+    /// reported, never a failure of the run.
+    not_found: loadgen::origin::NotFound,
 }
 
 /// One browser load: the browser's figures, its critical path and the machine's load then.

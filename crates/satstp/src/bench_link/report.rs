@@ -109,6 +109,10 @@ pub fn result_json(c: Contender, samples: &[Sample], errors: &[String], plan: &P
                 if let Some(b) = &s.browser {
                     o.insert("browser".into(), browser_json(b));
                 }
+                o.insert(
+                    "not_found_requests".into(),
+                    json!({"count": s.not_found.count, "first": s.not_found.first}),
+                );
                 Value::Object(o)
             })
             .collect::<Vec<_>>()),

@@ -19,7 +19,7 @@ pub fn supported(test: &str) -> bool {
     match linkem::net::check_support() {
         Ok(()) => true,
         Err(e) => {
-            println!("skipping {test}: {e}");
+            testenv::cannot_run(test, &e.to_string());
             false
         }
     }

@@ -18,15 +18,19 @@ pub fn available(test: &str) -> bool {
     match Command::new("tshark").arg("--version").output() {
         Ok(o) if o.status.success() => true,
         Ok(o) => {
-            println!(
-                "skipping {test}: tshark --version failed: {}",
-                String::from_utf8_lossy(&o.stderr)
+            testenv::cannot_run(
+                test,
+                &format!(
+                    "tshark --version failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ),
             );
             false
         }
         Err(e) => {
-            println!(
-                "skipping {test}: tshark not found ({e}); scripts/install-deps.sh installs it"
+            testenv::cannot_run(
+                test,
+                &format!("tshark not found ({e}); scripts/install-deps.sh installs it"),
             );
             false
         }
