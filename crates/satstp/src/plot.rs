@@ -206,11 +206,15 @@ impl Chart {
             .filter(|y| y.is_finite())
             .fold(0.0f64, f64::max);
         let (blo, bhi) = self.y_bounds;
+        // The axis reaches the highest value (ours, the seeds') and the error bars' tops, but
+        // no further than 1.6 times the highest value: a wide interval from a few runs must not
+        // flatten every line (its bar is cut at the frame).
+        let top_value = all.iter().map(|p| p.1).fold(ytop, f64::max).max(1e-9);
         let ymax = all
             .iter()
-            .map(|p| (p.1 + p.2.max(0.0)).min(bhi.max(p.1)))
-            .fold(ytop, f64::max)
-            .max(1e-9)
+            .map(|p| (p.1 + err(p.2)).min(bhi.max(p.1)))
+            .fold(top_value, f64::max)
+            .min(1.6 * top_value)
             * 1.08;
         let (xlo, xhi, ncat) = match &self.x_axis {
             XAxis::Categories(c) => (0.0, c.len().max(1) as f64, c.len().max(1)),
@@ -234,8 +238,9 @@ impl Chart {
         let ymap = |y: f64| top + ph - (y / ymax) * ph;
         // An error bar's ends, clipped to the quantity's physical range and to the axis.
         let bar = |y: f64, e: f64| {
+            let e = err(e);
             (
-                ymap((y + e).min(bhi.max(y))),
+                ymap((y + e).min(bhi.max(y)).min(ymax)),
                 ymap((y - e).max(blo.min(y)).max(0.0)),
             )
         };
@@ -470,6 +475,16 @@ impl Chart {
     }
 }
 
+/// An error bar's half-width: none where the quantity has no interval (NaN, e.g. fairness of
+/// the means).
+fn err(e: f64) -> f64 {
+    if e.is_finite() {
+        e.max(0.0)
+    } else {
+        0.0
+    }
+}
+
 /// Draws an error bar from `top` to `bottom` (pixels); false (nothing drawn) when it is too
 /// short to see.
 fn errbar(s: &mut String, x: f64, top: f64, bottom: f64) -> bool {
@@ -532,7 +547,7 @@ mod tests {
             .skip(1)
             .map(|l| &l[..l.find("/>").unwrap()])
             .filter(|l| l.contains(r#"stroke="black""#) && !l.contains("dasharray"))
-            .filter(|l| attr(l, "x1") < W - RIGHT)
+            .filter(|l| attr(l, "x1") < W - RIGHT + 8.0)
             .map(|l| (attr(l, "y1"), attr(l, "y2")))
             .collect()
     }
@@ -625,6 +640,21 @@ mod tests {
                 "{a} {b} > {bottom}"
             );
         }
+        // No interval (NaN) draws no bar; an interval far wider than the values is cut at the
+        // frame without flattening the values.
+        let mut n = chart();
+        n.series[0].points = vec![(1.0, 0.8, f64::NAN), (2.0, 0.5, 40.0)];
+        let svg = n.svg();
+        let bars = black_lines(&svg);
+        assert_eq!(bars.len(), 3, "{bars:?}");
+        let top = 22.0 + TITLE_LINE;
+        for (a, b) in bars {
+            assert!(
+                a >= top - 0.05 && b >= top - 0.05,
+                "{a} {b} above the frame {top}"
+            );
+        }
+        assert!(svg.contains(">1.2</text>") || svg.contains(">1.0</text>"));
         // A fraction of 0.9 ± 0.3 stops at 1.
         let mut f = chart();
         f.y_bounds = (0.0, 1.0);

@@ -19,7 +19,9 @@ fn write(dir: &Path, name: &str, svg: &str) -> Result<()> {
     render_png(svg, &png).with_context(|| format!("cannot render {}", png.display()))
 }
 
-/// A scatter plot of point series, axes from 0 to the data's maxima (or the given limits).
+/// A scatter plot of point series, axes from 0 to the data's maxima (or the given limits), with
+/// the seeds' levels (series index, y) as dashed lines, legend entry "seeds".
+#[allow(clippy::too_many_arguments)]
 pub fn scatter(
     dir: &Path,
     name: &str,
@@ -28,6 +30,7 @@ pub fn scatter(
     y_label: &str,
     series: &[(&str, Vec<(f64, f64)>)],
     y_max: Option<f64>,
+    seed_levels: &[(usize, f64)],
 ) -> Result<()> {
     let (l, r, t, b) = (70.0, 170.0, 45.0, 55.0);
     let (pw, ph) = (W - l - r, H - t - b);
@@ -92,6 +95,27 @@ pub fn scatter(
             ly - 9.0,
             W - r + 30.0,
             esc(sname)
+        );
+    }
+    for &(i, y) in seed_levels {
+        let _ = write!(
+            s,
+            r#"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{}" stroke-width="1.5" stroke-dasharray="7 4"/>"#,
+            l + pw,
+            COLORS[i % COLORS.len()],
+            y = ys(y)
+        );
+    }
+    if !seed_levels.is_empty() {
+        let ly = t + 14.0 + series.len() as f64 * 20.0;
+        let _ = write!(
+            s,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="black" stroke-width="1.5" stroke-dasharray="5 3"/><text x="{:.1}" y="{ly:.1}">seeds</text>"#,
+            W - r + 10.0,
+            ly - 4.0,
+            W - r + 26.0,
+            ly - 4.0,
+            W - r + 30.0
         );
     }
     let _ = write!(
