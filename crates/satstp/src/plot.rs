@@ -146,7 +146,8 @@ pub(crate) fn diamond(s: &mut String, x: f64, y: f64, col: &str) {
     );
 }
 
-fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
+/// Round tick values from `lo` to `hi` (steps of 1, 2 or 5 times a power of ten).
+pub(crate) fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let span = (hi - lo).max(1e-12);
     let raw = span / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
@@ -164,7 +165,8 @@ fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
     v
 }
 
-fn fmt_num(v: f64) -> String {
+/// A tick label: 1.5M, 20k, 350, 2.5, 0.25.
+pub(crate) fn fmt_num(v: f64) -> String {
     let a = v.abs();
     if a >= 1e6 {
         format!("{:.1}M", v / 1e6)
@@ -369,7 +371,7 @@ impl Chart {
                         (top + ph - ymap(y)).max(0.0)
                     );
                     let (t, b) = bar(y, e);
-                    has_bars |= errbar(&mut s, px(si, x), t, b);
+                    has_bars |= errbar(&mut s, px(si, x), t, b, "black");
                 }
             } else {
                 let pts: Vec<String> = ser
@@ -391,7 +393,8 @@ impl Chart {
                         ymap(y)
                     );
                     let (t, b) = bar(y, e);
-                    has_bars |= errbar(&mut s, xmap(x), t, b);
+                    // In the series' colour, so crossing bars stay apart.
+                    has_bars |= errbar(&mut s, xmap(x), t, b, col);
                 }
             }
             let lines = wrap(&ser.name, legend_w, 12.0);
@@ -404,12 +407,12 @@ impl Chart {
             ly += LEGEND_LINE * lines.len() as f64 + 5.0;
         }
         for p in self.seeds.iter().filter(|p| p.y.is_finite()) {
-            diamond(
-                &mut s,
-                px(p.series, p.x),
-                ymap(p.y),
-                COLORS[p.series % COLORS.len()],
-            );
+            // On a bar the bar's own colour would not show: black there.
+            let col = match self.x_axis {
+                XAxis::Categories(_) => "black",
+                _ => COLORS[p.series % COLORS.len()],
+            };
+            diamond(&mut s, px(p.series, p.x), ymap(p.y), col);
         }
         for &(si, y) in self.seed_levels.iter().filter(|l| l.1.is_finite()) {
             let _ = write!(
@@ -456,7 +459,7 @@ impl Chart {
                 .error_bars
                 .as_deref()
                 .unwrap_or("error bars: not explained by the caller");
-            errbar(&mut s, legend_x + 7.0, ly - 10.0, ly + 2.0);
+            errbar(&mut s, legend_x + 7.0, ly - 10.0, ly + 2.0, "black");
             let lines = wrap(what, legend_w, 12.0);
             text_lines(&mut s, &lines, legend_x + 20.0, ly, LEGEND_LINE, "");
         }
@@ -487,13 +490,13 @@ fn err(e: f64) -> f64 {
 
 /// Draws an error bar from `top` to `bottom` (pixels); false (nothing drawn) when it is too
 /// short to see.
-fn errbar(s: &mut String, x: f64, top: f64, bottom: f64) -> bool {
+fn errbar(s: &mut String, x: f64, top: f64, bottom: f64, col: &str) -> bool {
     if (bottom - top).abs() < 0.5 {
         return false;
     }
     let _ = write!(
         s,
-        r#"<line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="black"/><line x1="{:.1}" y1="{top:.1}" x2="{:.1}" y2="{top:.1}" stroke="black"/><line x1="{:.1}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="black"/>"#,
+        r#"<g class="err" stroke="{col}"><line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}"/><line x1="{:.1}" y1="{top:.1}" x2="{:.1}" y2="{top:.1}"/><line x1="{:.1}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}"/></g>"#,
         x - 4.0,
         x + 4.0,
         x - 4.0,
@@ -536,17 +539,16 @@ mod tests {
         }
     }
 
-    /// The (y1, y2) of every black line in the plot area: the error bars (grid lines are grey,
-    /// the legend's sample bar is right of the plot).
+    /// The (y1, y2) of every error bar's line in the plot area (the legend's sample bar is
+    /// right of the plot).
     fn black_lines(svg: &str) -> Vec<(f64, f64)> {
         let attr = |l: &str, k: &str| -> f64 {
             let a = l.find(&format!(" {k}=\"")).unwrap() + k.len() + 3;
             l[a..a + l[a..].find('"').unwrap()].parse().unwrap()
         };
-        svg.split("<line")
+        svg.split(r#"<g class="err""#)
             .skip(1)
-            .map(|l| &l[..l.find("/>").unwrap()])
-            .filter(|l| l.contains(r#"stroke="black""#) && !l.contains("dasharray"))
+            .flat_map(|g| g[..g.find("</g>").unwrap()].split("<line").skip(1))
             .filter(|l| attr(l, "x1") < W - RIGHT + 8.0)
             .map(|l| (attr(l, "y1"), attr(l, "y2")))
             .collect()

@@ -2,7 +2,7 @@
 //! plots (delay against distance) and map snapshots of satellites and active ISLs on a
 //! rectangular projection (like the thesis' figs. 6.2 and 6.3). SVG, rendered to PNG.
 
-use crate::plot::{esc, render_png};
+use crate::plot::{esc, fmt_num, nice_ticks, render_png};
 use anyhow::{Context, Result};
 use constellation::Snapshot;
 use std::fmt::Write as _;
@@ -58,23 +58,24 @@ pub fn scatter(
         l + pw / 2.0,
         esc(title)
     );
-    for k in 0..=5 {
-        let (xv, yv) = (xmax * k as f64 / 5.0, ymax * k as f64 / 5.0);
+    for yv in nice_ticks(0.0, ymax) {
         let _ = write!(
             s,
-            r##"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{:.0}</text>"##,
+            r##"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             l + pw,
             l - 6.0,
             ys(yv) + 4.0,
-            yv,
+            fmt_num(yv),
             y = ys(yv)
         );
+    }
+    for xv in nice_ticks(0.0, xmax) {
         let _ = write!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">{:.0}</text>"##,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
             xs(xv),
             t + ph + 18.0,
-            xv
+            fmt_num(xv)
         );
     }
     for (i, (sname, pts)) in series.iter().enumerate() {
