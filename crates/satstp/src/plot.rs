@@ -156,7 +156,8 @@ pub(crate) fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {
         .map(|m| m * mag)
         .find(|s| span / s <= 6.0)
         .unwrap_or(10.0 * mag);
-    let mut t = (lo / step).ceil() * step;
+    // (+ 0.0 turns a -0 into 0, which would print as "-0".)
+    let mut t = (lo / step).ceil() * step + 0.0;
     let mut v = Vec::new();
     while t <= hi + step * 1e-9 && v.len() < 20 {
         v.push(t);
@@ -237,13 +238,20 @@ impl Chart {
                 _ => LEFT + (x - xlo) / (xhi - xlo) * pw,
             }
         };
-        let ymap = |y: f64| top + ph - (y / ymax) * ph;
+        // The axis starts at 0, or below it for a quantity that can be negative and is.
+        let low_value = all.iter().map(|p| p.1).fold(0.0f64, f64::min);
+        let ymin = if blo < 0.0 && low_value < 0.0 {
+            low_value * 1.08 - 0.04 * ymax
+        } else {
+            0.0
+        };
+        let ymap = |y: f64| top + ph - ((y - ymin) / (ymax - ymin)) * ph;
         // An error bar's ends, clipped to the quantity's physical range and to the axis.
         let bar = |y: f64, e: f64| {
             let e = err(e);
             (
                 ymap((y + e).min(bhi.max(y)).min(ymax)),
-                ymap((y - e).max(blo.min(y)).max(0.0)),
+                ymap((y - e).max(blo.min(y)).max(ymin)),
             )
         };
         let mut s = String::new();
@@ -260,7 +268,7 @@ impl Chart {
             TITLE_LINE,
             &format!(r#"font-size="{TITLE_SIZE}" text-anchor="middle""#),
         );
-        for t in nice_ticks(0.0, ymax) {
+        for t in nice_ticks(ymin, ymax) {
             let y = ymap(t);
             let _ = write!(
                 s,
@@ -366,9 +374,9 @@ impl Chart {
                         s,
                         r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{col}"/>"#,
                         px(si, x) - bw * 0.45,
-                        ymap(y),
+                        ymap(y).min(ymap(0.0)),
                         bw * 0.9,
-                        (top + ph - ymap(y)).max(0.0)
+                        (ymap(0.0) - ymap(y)).abs()
                     );
                     let (t, b) = bar(y, e);
                     has_bars |= errbar(&mut s, px(si, x), t, b, "black");
@@ -657,6 +665,21 @@ mod tests {
             );
         }
         assert!(svg.contains(">1.2</text>") || svg.contains(">1.0</text>"));
+        // A difference that may be negative gets an axis below zero, and stays in the frame.
+        let mut d = chart();
+        d.y_bounds = (f64::NEG_INFINITY, f64::INFINITY);
+        d.series[0].points = vec![(1.0, -0.4, 0.0), (2.0, 5.0, 0.0)];
+        let svg = d.svg();
+        assert!(!svg.contains(">-0</text>"), "{svg}");
+        let circles: Vec<f64> = svg
+            .split("<circle")
+            .skip(1)
+            .map(|c| {
+                let a = c.find(" cy=\"").unwrap() + 5;
+                c[a..a + c[a..].find('"').unwrap()].parse().unwrap()
+            })
+            .collect();
+        assert!(circles.iter().all(|&y| y <= bottom), "{circles:?}");
         // A fraction of 0.9 ± 0.3 stops at 1.
         let mut f = chart();
         f.y_bounds = (0.0, 1.0);
