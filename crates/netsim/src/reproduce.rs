@@ -38,9 +38,13 @@ pub struct Reproduction {
     /// Divide plotted values by this (e.g. 1000 for kb/s).
     #[serde(default = "one")]
     pub plot_scale: f64,
+    /// Title of the plot (default: `title`).
+    pub plot_title: Option<String>,
     /// Optional second plot of another metric (e.g. reverse_bps).
     pub plot2_metric: Option<String>,
     pub y2_label: Option<String>,
+    /// Title of the second plot (default: `title`, then the second plot's y label).
+    pub plot2_title: Option<String>,
     /// Replications of the full run (a count, or a rule such as "until-5%", capped by
     /// `max_runs`) and of `--quick`.
     pub runs: RunsSpec,
@@ -234,8 +238,81 @@ impl CaseResult {
 pub struct ClaimResult {
     pub text: String,
     pub lhs: f64,
+    /// The right side with the claim's factor applied.
     pub rhs: f64,
     pub holds: bool,
+    /// The comparison as checked, with labels, units and the threshold: "split STP @ 300 ms
+    /// 1228.3 kb/s ≥ 0.9 × split TCP @ 300 ms 1366.0 kb/s".
+    pub shown: String,
+}
+
+/// One side of a claim as measured: what it is (e.g. "split TCP @ 300 ms"; empty for a
+/// constant), its metric (None: a constant, shown in the other side's unit) and its value.
+#[derive(Debug, Clone)]
+pub struct Side {
+    pub label: String,
+    pub metric: Option<String>,
+    pub value: f64,
+}
+
+/// A metric's value in the reports' units: `*_bps` and `*_kbps` in kb/s, `*_s` in seconds,
+/// shares in percent, efficiencies, fairness and utilization as fractions, counts with one
+/// decimal. The one formatter of the scenario and web reproductions' tables and claims.
+pub fn format_metric(metric: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    if metric.ends_with("_kbps") {
+        format!("{v:.1} kb/s")
+    } else if metric.ends_with("_bps") {
+        format!("{:.1} kb/s", v / 1e3)
+    } else if metric.ends_with("_s") {
+        format!("{v:.2} s")
+    } else if metric == "completed" || metric == "model_left_out" || metric.ends_with("_share") {
+        format!("{:.0} %", v * 100.0)
+    } else if matches!(metric, "fwd_efficiency" | "fairness" | "utilization") {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Checks `lhs op factor × rhs` and says it in words; None for an unknown operator.
+pub fn compare(text: &str, lhs: &Side, op: &str, factor: f64, rhs: &Side) -> Option<ClaimResult> {
+    let r = rhs.value * factor;
+    let (holds, sym) = match op {
+        "<" => (lhs.value < r, "<"),
+        "<=" => (lhs.value <= r, "≤"),
+        ">" => (lhs.value > r, ">"),
+        ">=" => (lhs.value >= r, "≥"),
+        _ => return None,
+    };
+    let unit_of = |s: &Side, other: &Side| {
+        s.metric
+            .clone()
+            .or_else(|| other.metric.clone())
+            .unwrap_or_default()
+    };
+    let side = |s: &Side, other: &Side| {
+        let v = format_metric(&unit_of(s, other), s.value);
+        if s.label.is_empty() {
+            v
+        } else {
+            format!("{} {v}", s.label)
+        }
+    };
+    let times = if factor == 1.0 {
+        String::new()
+    } else {
+        format!("{factor} × ")
+    };
+    Some(ClaimResult {
+        text: text.to_string(),
+        lhs: lhs.value,
+        rhs: r,
+        holds,
+        shown: format!("{} {sym} {times}{}", side(lhs, rhs), side(rhs, lhs)),
+    })
 }
 
 /// Everything a reproduction produced.
@@ -427,9 +504,13 @@ impl Reproduction {
         })
     }
 
-    fn value(&self, o: &Operand, cases: &[CaseResult]) -> Result<f64, ScenarioError> {
+    fn value(&self, o: &Operand, cases: &[CaseResult]) -> Result<Side, ScenarioError> {
         if let Some(v) = o.value {
-            return Ok(v);
+            return Ok(Side {
+                label: String::new(),
+                metric: o.metric.clone(),
+                value: v,
+            });
         }
         let (Some(s), Some(p), Some(m)) = (&o.series, &o.point, &o.metric) else {
             return Err(bad(
@@ -440,8 +521,16 @@ impl Reproduction {
             .iter()
             .find(|c| &c.series == s && &c.point == p)
             .ok_or_else(|| bad(format!("claim names unknown case {s} @ {p}")))?;
+        let label = match &o.flow {
+            Some(f) => format!("{s} @ {p} ({f})"),
+            None => format!("{s} @ {p}"),
+        };
         case.flow_metric(o.flow.as_deref(), m)
-            .map(|st| st.mean)
+            .map(|st| Side {
+                label,
+                metric: Some(m.clone()),
+                value: st.mean,
+            })
             .ok_or_else(|| {
                 bad(format!(
                     "claim names unknown or missing metric '{m}'{}",
@@ -454,19 +543,12 @@ impl Reproduction {
 
     fn check(&self, c: &Claim, cases: &[CaseResult]) -> Result<ClaimResult, ScenarioError> {
         let lhs = self.value(&c.lhs, cases)?;
-        let rhs = self.value(&c.rhs, cases)? * c.factor;
-        let holds = match c.op.as_str() {
-            "<" => lhs < rhs,
-            "<=" => lhs <= rhs,
-            ">" => lhs > rhs,
-            ">=" => lhs >= rhs,
-            other => return Err(bad(format!("unknown claim operator '{other}'"))),
-        };
-        Ok(ClaimResult {
-            text: c.text.clone(),
-            lhs,
-            rhs,
-            holds,
+        let rhs = self.value(&c.rhs, cases)?;
+        compare(&c.text, &lhs, &c.op, c.factor, &rhs).ok_or_else(|| {
+            bad(format!(
+                "unknown claim operator '{}' (accepted: <, <=, >, >=)",
+                c.op
+            ))
         })
     }
 }
@@ -547,6 +629,51 @@ rhs = { value = 0.0 }
             .unwrap_err()
             .to_string();
         assert!(e.contains("until-never"), "{e}");
+    }
+
+    #[test]
+    fn claims_are_shown_with_labels_units_and_threshold() {
+        let side = |label: &str, metric: Option<&str>, value| Side {
+            label: label.into(),
+            metric: metric.map(str::to_string),
+            value,
+        };
+        let c = compare(
+            "t",
+            &side("split STP @ 300 ms", Some("goodput_bps"), 1_228_294.645_9),
+            ">=",
+            0.9,
+            &side("split TCP @ 300 ms", Some("goodput_bps"), 1_366_000.0),
+        )
+        .unwrap();
+        assert!(!c.holds);
+        assert_eq!(
+            c.shown,
+            "split STP @ 300 ms 1228.3 kb/s ≥ 0.9 × split TCP @ 300 ms 1366.0 kb/s"
+        );
+        assert!((c.rhs - 0.9 * 1_366_000.0).abs() < 1e-6);
+        // A constant takes the measured side's unit.
+        let c = compare(
+            "t",
+            &side("web / STP", Some("page_s"), 15.62),
+            "<",
+            1.0,
+            &side("", None, 10.0),
+        )
+        .unwrap();
+        assert_eq!(c.shown, "web / STP 15.62 s < 10.00 s");
+        assert!(compare("t", &c_side(), "=~", 1.0, &c_side()).is_none());
+        assert_eq!(format_metric("fwd_efficiency", 0.93812), "0.938");
+        assert_eq!(format_metric("completed", 0.5), "50 %");
+        assert_eq!(format_metric("rev_kbps", 6.84), "6.8 kb/s");
+    }
+
+    fn c_side() -> Side {
+        Side {
+            label: String::new(),
+            metric: None,
+            value: 1.0,
+        }
     }
 
     #[test]

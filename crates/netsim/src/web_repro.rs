@@ -10,6 +10,7 @@
 
 use crate::http::{HttpLog, HttpVersion, Pages, Think, Transport, Workload};
 use crate::latency_model::ModelTcp;
+use crate::reproduce::{compare, Side};
 use crate::sim::{Time, MS, SEC};
 use crate::stp_agent::Framing;
 use crate::tcp::{InitialWindow as TcpIw, TcpConfig};
@@ -202,9 +203,13 @@ impl WebRepro {
     }
 }
 
-fn operand(o: &WebOperand, rows: &[Row]) -> Result<f64, WebReproError> {
+fn operand(o: &WebOperand, rows: &[Row]) -> Result<Side, WebReproError> {
     if let Some(v) = o.value {
-        return Ok(v);
+        return Ok(Side {
+            label: String::new(),
+            metric: o.metric.clone(),
+            value: v,
+        });
     }
     let (Some(r), Some(m)) = (&o.row, &o.metric) else {
         return Err(WebReproError::Bad(
@@ -216,29 +221,22 @@ fn operand(o: &WebOperand, rows: &[Row]) -> Result<f64, WebReproError> {
         .ok_or_else(|| WebReproError::Bad(format!("claim names unknown row '{r}'")))?
         .metrics
         .get(m)
-        .map(|v| v.mean)
+        .map(|v| Side {
+            label: r.clone(),
+            metric: Some(m.clone()),
+            value: v.mean,
+        })
         .ok_or_else(|| WebReproError::Bad(format!("claim names unknown metric '{m}' of '{r}'")))
 }
 
 fn check(c: &WebClaim, rows: &[Row]) -> Result<WebClaimResult, WebReproError> {
     let lhs = operand(&c.lhs, rows)?;
-    let rhs = operand(&c.rhs, rows)? * c.factor;
-    let holds = match c.op.as_str() {
-        "<" => lhs < rhs,
-        "<=" => lhs <= rhs,
-        ">" => lhs > rhs,
-        ">=" => lhs >= rhs,
-        other => {
-            return Err(WebReproError::Bad(format!(
-                "unknown claim operator '{other}'"
-            )))
-        }
-    };
-    Ok(WebClaimResult {
-        text: c.text.clone(),
-        lhs,
-        rhs,
-        holds,
+    let rhs = operand(&c.rhs, rows)?;
+    compare(&c.text, &lhs, &c.op, c.factor, &rhs).ok_or_else(|| {
+        WebReproError::Bad(format!(
+            "unknown claim operator '{}' (accepted: <, <=, >, >=)",
+            c.op
+        ))
     })
 }
 
@@ -698,7 +696,9 @@ mod tests {
                 value: Some(1.5),
             },
         };
-        assert!(check(&c, &rows).unwrap().holds);
+        let r = check(&c, &rows).unwrap();
+        assert!(r.holds);
+        assert_eq!(r.shown, "a / b 3.0 ≥ 2 × 1.5");
         let bad = WebClaim {
             lhs: WebOperand {
                 row: Some("nope".into()),

@@ -3,8 +3,9 @@
 //! `NAME.json`, `NAME.csv`, a plot and a section of `report.md` with the seeds' figures beside
 //! ours and the claims checked.
 
-use crate::plot::{Chart, Series, XAxis};
+use crate::plot::{ci_label, Chart, SeedPoint, Series, XAxis};
 use anyhow::{Context, Result};
+use netsim::reproduce::format_metric as fmt;
 use netsim::web_repro::{WebRepro, WebResult};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -80,27 +81,51 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
     Ok(())
 }
 
-fn fmt(metric: &str, v: f64) -> String {
-    if !v.is_finite() {
-        return "—".into();
-    }
-    if metric.ends_with("_s") {
-        format!("{v:.2} s")
-    } else if metric.ends_with("_kbps") {
-        format!("{v:.1} kb/s")
-    } else if metric == "completed" || metric == "model_left_out" || metric.ends_with("_share") {
-        format!("{:.0} %", v * 100.0)
-    } else {
-        format!("{v:.1}")
+/// The metrics plotted for each experiment: (metric, y label, title; None: the reproduction's).
+fn plots(r: &WebRepro) -> Vec<(&'static str, &'static str, Option<&'static str>)> {
+    match r.experiment.as_str() {
+        "table5.4" => vec![
+            ("fwd_kbps", "forward throughput (kb/s)", None),
+            (
+                "rev_kbps",
+                "reverse channel (kb/s)",
+                Some("Reverse-channel use of the file transfers over DirecPC and Ricochet"),
+            ),
+        ],
+        "table5.3" => vec![
+            ("latency_s", "mean latency per transfer (s)", None),
+            (
+                "packets",
+                "packets per transfer (both directions)",
+                Some("Packets per HTTP transfer at 600 ms RTT: TCP, T/TCP and STP"),
+            ),
+        ],
+        "http-versions" | "thin-return" => vec![("page_s", "mean page load time (s)", None)],
+        _ => vec![("latency_s", "mean latency per transfer (s)", None)],
     }
 }
 
-/// The metric plotted for each experiment.
-fn plot_metric(r: &WebRepro) -> (&'static str, &'static str) {
+/// What a row's error bar is the mean of: "95 % CI of the mean over N transfers" (the rows'
+/// own counts where they record them).
+fn bars_label(r: &WebRepro, res: &WebResult) -> String {
+    let counts: Vec<u32> = res
+        .rows
+        .iter()
+        .filter_map(|row| row.metrics.get("transfers"))
+        .map(|v| v.mean.round() as u32)
+        .collect();
     match r.experiment.as_str() {
-        "table5.4" => ("fwd_kbps", "forward throughput (kb/s)"),
-        "http-versions" | "thin-return" => ("page_s", "mean page load time (s)"),
-        _ => ("latency_s", "mean latency per transfer (s)"),
+        "table5.4" => ci_label(0.95, res.samples, res.samples, "files"),
+        "http-versions" | "thin-return" => {
+            format!("95 % CI of the mean over up to {} pages", res.samples)
+        }
+        _ if !counts.is_empty() => ci_label(
+            0.95,
+            counts.iter().copied().min().unwrap_or(0),
+            counts.iter().copied().max().unwrap_or(0),
+            "transfers",
+        ),
+        _ => format!("95 % CI of the mean over up to {} samples", res.samples),
     }
 }
 
@@ -139,8 +164,7 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
     let p = dir.join(format!("{}.csv", r.name));
     std::fs::write(&p, csv).with_context(|| format!("cannot write {}", p.display()))?;
 
-    // One bar group per row group, one series per row label.
-    let (pm, y_label) = plot_metric(r);
+    // One bar group per row group, one series per row label; the seeds' figures as markers.
     let mut groups: Vec<String> = Vec::new();
     let mut labels: Vec<String> = Vec::new();
     for row in &res.rows {
@@ -151,29 +175,56 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
             labels.push(row.label.clone());
         }
     }
-    let chart = Chart {
-        title: r.title.clone(),
-        x_label: String::new(),
-        y_label: y_label.into(),
-        x_axis: XAxis::Categories(groups.clone()),
-        series: labels
-            .iter()
-            .map(|l| Series {
-                name: l.clone(),
-                points: res
-                    .rows
-                    .iter()
-                    .filter(|row| &row.label == l)
-                    .filter_map(|row| {
-                        let x = groups.iter().position(|g| g == &row.group)? as f64;
-                        let v = row.metrics.get(pm)?;
-                        Some((x, v.mean, v.ci95))
-                    })
-                    .collect(),
-            })
-            .collect(),
-    };
-    chart.write(dir, &r.name)?;
+    let bars = bars_label(r, res);
+    let mut images = Vec::new();
+    for (k, (pm, y_label, title)) in plots(r).into_iter().enumerate() {
+        let at = |row: &netsim::web_repro::Row| -> Option<(usize, f64)> {
+            Some((
+                labels.iter().position(|l| l == &row.label)?,
+                groups.iter().position(|g| g == &row.group)? as f64,
+            ))
+        };
+        let chart = Chart {
+            title: title.map_or_else(|| r.title.clone(), str::to_string),
+            x_label: String::new(),
+            y_label: y_label.into(),
+            x_axis: XAxis::Categories(groups.clone()),
+            series: labels
+                .iter()
+                .map(|l| Series {
+                    name: l.clone(),
+                    points: res
+                        .rows
+                        .iter()
+                        .filter(|row| &row.label == l)
+                        .filter_map(|row| {
+                            let (_, x) = at(row)?;
+                            let v = row.metrics.get(pm)?;
+                            Some((x, v.mean, v.ci95))
+                        })
+                        .collect(),
+                })
+                .collect(),
+            seeds: res
+                .rows
+                .iter()
+                .filter_map(|row| {
+                    let (series, x) = at(row)?;
+                    let y = r.seed(&row.name, pm)?.value;
+                    Some(SeedPoint { series, x, y })
+                })
+                .collect(),
+            error_bars: Some(bars.clone()),
+            ..Chart::default()
+        };
+        let name = if k == 0 {
+            r.name.clone()
+        } else {
+            format!("{}-{}", r.name, k + 1)
+        };
+        chart.write(dir, &name)?;
+        images.push(name);
+    }
 
     let mut sec = String::new();
     let _ = writeln!(sec, "## {} — {}\n", r.name, r.title);
@@ -184,7 +235,9 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
         res.samples,
         if quick { " (--quick)" } else { "" }
     );
-    let _ = writeln!(sec, "![{}]({}.png)\n", r.name, r.name);
+    for name in &images {
+        let _ = writeln!(sec, "![{name}]({name}.png)\n");
+    }
     let _ = writeln!(
         sec,
         "| row | metric | seed | ours (mean ± 95% CI) | ratio |\n|---|---|---|---|---|"

@@ -263,6 +263,8 @@ pub fn write_charts(
                 name: "median".into(),
                 points,
             }],
+            error_bars: Some("the farther of the runs' minimum and maximum".into()),
+            ..Chart::default()
         };
         chart.write(dir, file)?;
     }

@@ -156,6 +156,9 @@ pub(super) fn nysf_day(quick: bool, out: &Path) -> Result<Section> {
                 points: series(&iri, 60.0),
             },
         ],
+        // The seeds' ranges: Teledesic 23-60 ms (fig. 6.8), Iridium 20-75 ms (fig. 6.10).
+        seed_levels: vec![(0, 23.0), (0, 60.0), (1, 20.0), (1, 75.0)],
+        ..Chart::default()
     }
     .write(out, "leo-nysf-day")?;
     let zoom: Vec<(f64, f64, f64)> = tel
@@ -173,6 +176,8 @@ pub(super) fn nysf_day(quick: bool, out: &Path) -> Result<Section> {
             name: "Teledesic".into(),
             points: zoom,
         }],
+        seed_levels: vec![(0, 23.0), (0, 60.0)],
+        ..Chart::default()
     }
     .write(out, "leo-nysf-zoom")?;
     s.plots = vec!["leo-nysf-day".into(), "leo-nysf-zoom".into()];
@@ -261,6 +266,10 @@ pub(super) fn central(quick: bool, out: &Path) -> Result<Section> {
                 points: pts(&|x| Some(x.geographic_consistency)),
             },
         ],
+        // The seeds: temporal consistency generally 0.7-0.95 (fig. 6.24).
+        seed_levels: vec![(0, 0.7), (0, 0.95)],
+        y_bounds: (0.0, 1.0),
+        ..Chart::default()
     }
     .write(out, "leo-central")?;
     Chart {
@@ -278,6 +287,9 @@ pub(super) fn central(quick: bool, out: &Path) -> Result<Section> {
                 points: pts(&|x| x.aggregated_entries.map(|a| a as f64)),
             },
         ],
+        // The seeds: over 20,000 entries before, a couple of thousand after (fig. 6.26).
+        seed_levels: vec![(0, 20_000.0), (1, 2_000.0)],
+        ..Chart::default()
     }
     .write(out, "leo-central-aggregation")?;
     s.plots = vec!["leo-central".into(), "leo-central-aggregation".into()];
@@ -405,6 +417,7 @@ pub(super) fn seam_transfer(quick: bool, out: &Path) -> Result<Section> {
                 .filter_map(|x| x.delay_s.map(|d| (x.t_s, d * 1e3, 0.0)))
                 .collect(),
         }],
+        ..Chart::default()
     }
     .write(out, "leo-seam-transfer")?;
     s.plots = vec!["leo-seam-transfer".into()];

@@ -111,6 +111,8 @@ pub(super) fn pings(data: &mut Data, quick: bool, out: &Path) -> Result<Section>
             ("Iridium min-delay", pts(&i.pings, &|p| p.min_delay_ms)),
         ],
         Some(150.0),
+        // The seeds: fewer than 1 % of Teledesic's min-delay pings exceed 100 ms (fig. 6.5).
+        &[(0, 100.0)],
     )?;
     let mut hist = vec![0.0; 30];
     for p in &t.pings {
@@ -129,6 +131,7 @@ pub(super) fn pings(data: &mut Data, quick: bool, out: &Path) -> Result<Section>
                 .map(|(k, &n)| (k as f64 * 5.0, n, 0.0))
                 .collect(),
         }],
+        ..Chart::default()
     }
     .write(out, "leo-pings-hist")?;
     for name in ["iridium", "teledesic"] {
@@ -156,7 +159,18 @@ fn bins_json(b: &[Bin]) -> Value {
     json!(b.iter().map(|x| json!({"from_km": x.lo_km, "n": x.n, "mean_ms": x.mean, "sd_ms": x.sd, "max_ms": x.max})).collect::<Vec<_>>())
 }
 
-fn bin_chart(out: &Path, name: &str, title: &str, y: &str, sets: &[(&str, &[Bin])]) -> Result<()> {
+/// Average (± one standard deviation) and maximum per distance bin of each set, with the
+/// seeds' levels (series index: 2k is set k's average, 2k + 1 its maximum) and the quantity's
+/// physical bounds.
+fn bin_chart(
+    out: &Path,
+    name: &str,
+    title: &str,
+    y: &str,
+    sets: &[(&str, &[Bin])],
+    seed_levels: Vec<(usize, f64)>,
+    y_bounds: (f64, f64),
+) -> Result<()> {
     let mut series = Vec::new();
     for (n, b) in sets {
         series.push(Series {
@@ -174,6 +188,10 @@ fn bin_chart(out: &Path, name: &str, title: &str, y: &str, sets: &[(&str, &[Bin]
         y_label: y.into(),
         x_axis: XAxis::Linear,
         series,
+        seed_levels,
+        error_bars: Some("± 1 standard deviation of the pings in the bin".into()),
+        y_bounds,
+        ..Chart::default()
     }
     .write(out, name)
 }
@@ -231,6 +249,10 @@ pub(super) fn hop_penalty(data: &mut Data, quick: bool, out: &Path) -> Result<Se
         "Min-hop minus min-delay one-way delay",
         "delay difference (ms)",
         &[("Teledesic", &bt), ("Iridium", &bi)],
+        // The seeds: "generally below 10 ms on average" (fig. 6.11).
+        vec![(0, 10.0)],
+        // Min-delay is the least delay: the penalty is never negative.
+        (0.0, f64::INFINITY),
     )?;
     s.plots = vec!["leo-hop-penalty".into()];
     s.notes.push("Same pings as leo-pings; binned by great-circle distance (1000 km bins; error bars one standard deviation). Min-hop ties go to the lowest-numbered satellite settled first, not to the lower delay.".into());
@@ -300,6 +322,11 @@ pub(super) fn geographic(data: &mut Data, quick: bool, out: &Path) -> Result<Sec
         "Geographic forwarding minus shortest-path delay (Teledesic)",
         "delay difference (ms)",
         &[("vs min-hop", &bh), ("vs min-delay", &bd)],
+        // The seeds: about 3 ms above min-hop, 5-10 ms above min-delay on average, up to
+        // about 55 ms (figs. 6.21, 6.22).
+        vec![(0, 3.0), (2, 5.0), (2, 10.0), (3, 55.0)],
+        // Min-delay is the least delay; min-hop is not, so that difference may be negative.
+        (f64::NEG_INFINITY, f64::INFINITY),
     )?;
     s.plots = vec!["leo-geographic".into()];
     s.notes.push("Hybrid protocol as §6.5.2 describes: greedy great-circle forwarding, local min-hop routing within 2 hops of the destination's satellite (3 above 45° latitude), POLAR satellites heading along their plane to the nearer POLAR BORDER satellite; a packet with no closer neighbour is dropped (not counted in the averages).".into());

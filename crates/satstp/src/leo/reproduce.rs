@@ -169,7 +169,7 @@ fn write_section(
     for c in &s.claims {
         let _ = writeln!(
             md,
-            "- [{}] {} (ours: {})",
+            "- [{}] {} — ours: {}",
             if c.1 { "x" } else { " " },
             c.0,
             c.2
