@@ -32,7 +32,7 @@ pub const RELAY_VERSION_DEADLINE: u8 = 3;
 pub(crate) const MAX_HEADER: usize = 300;
 /// A gateway refuses a stream whose deadline is less than this far ahead: its connect and its
 /// verdict's way back to the terminal must fit before the terminal gives up.
-pub const DEADLINE_MARGIN_MS: u64 = 1000;
+pub const DEADLINE_MARGIN_MS: u64 = 500;
 
 /// Writes `deadline_ms` into the deadline field of the header at the start of `buf`, if it
 /// has one (version `0x03`); whether it had.

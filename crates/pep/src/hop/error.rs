@@ -27,8 +27,8 @@ pub enum AbortCode {
     HopClosed = 6,
     /// The side's graceful shutdown ran out of time.
     DrainTimeout = 7,
-    /// Gateway: the stream's deadline had passed (its terminal had given up on it); it was not
-    /// run.
+    /// The open's deadline passed: the terminal gave up waiting for the verdict, or the gateway
+    /// got the stream too late and did not run it.
     Expired = 8,
 }
 
@@ -66,7 +66,7 @@ impl AbortCode {
             AbortCode::WriterDropped => "writer dropped",
             AbortCode::HopClosed => "hop closed",
             AbortCode::DrainTimeout => "drain timed out",
-            AbortCode::Expired => "open expired before the gateway ran it",
+            AbortCode::Expired => "open expired",
         }
     }
 }
