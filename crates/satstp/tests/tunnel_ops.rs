@@ -547,3 +547,42 @@ fn connections_open_at_a_gateway_kill_are_reset_within_2_s_of_its_return() {
     assert!(took < Duration::from_secs(2), "reset after {took:?}");
     let _ = std::fs::remove_dir_all(&p.dir);
 }
+
+#[test]
+fn terminals_sharing_a_key_evict_each_other_and_the_gateway_says_so() {
+    let p = Pair::new("tunnel-shared-key");
+    let _gw = daemon("gateway", &p.gateway_config(""), Some(&p.log("gw.log")));
+    wait_listening(&[p.gw_metrics]);
+    // Three terminals with one key (a cloned configuration): max_sessions_per_key = 2.
+    let mut terms = Vec::new();
+    let mut socks_addrs = Vec::new();
+    for i in 0..3 {
+        let socks = addr(free_port());
+        let config = p.keys.write_terminal_config(
+            &format!("terminal-{i}.toml"),
+            socks.port(),
+            p.gw_port,
+            "",
+        );
+        terms.push(daemon(
+            "terminal",
+            &config,
+            Some(&p.log(&format!("term-{i}.log"))),
+        ));
+        socks_addrs.push(socks);
+        wait_listening(&[socks]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let line = wait_log_line(
+        &p.log("gw.log"),
+        &[
+            "tunnel session evicted",
+            "max_sessions_per_key = 2",
+            &format!("terminal={}", p.keys.terminal_pub),
+            "evicted=127.0.0.1:",
+        ],
+        Duration::from_secs(5),
+    );
+    assert!(line.is_some(), "no eviction logged");
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
