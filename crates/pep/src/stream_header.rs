@@ -100,7 +100,7 @@ impl<'a> HeaderView<'a> {
         Ok(StreamHeader::parse(buf)?.map(|(_, len)| HeaderView { buf, len }))
     }
 
-    /// The version byte.
+    /// The first byte: the version, or `0x03` for a header behind the deadline prefix.
     pub fn version(&self) -> u8 {
         self.buf.first().copied().unwrap_or_default()
     }
