@@ -43,6 +43,41 @@ pub enum KeyError {
     File { path: PathBuf, reason: String },
     #[error("{}: already exists; refusing to overwrite a key file", path.display())]
     Exists { path: PathBuf },
+    /// A well-formed key that cannot work: a placeholder or a low-order X25519 point.
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// The X25519 public keys of small order (with bit 255 cleared, as X25519 reads them): 0, 1,
+/// the two points of order 8, p - 1, p and p + 1. A key exchange with any of them gives a
+/// shared secret an attacker knows, so no key file or configuration may name one.
+const LOW_ORDER_POINTS: [[u8; KEY_LEN]; 7] = [
+    [0; KEY_LEN],
+    [
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0,
+    ],
+    [
+        0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4,
+        0x6a, 0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49,
+        0xb8, 0x00,
+    ],
+    [
+        0x5f, 0x9c, 0x95, 0xbc, 0xa3, 0x50, 0x8c, 0x24, 0xb1, 0xd0, 0xb1, 0x55, 0x9c, 0x83, 0xef,
+        0x5b, 0x04, 0x44, 0x5c, 0xc4, 0x58, 0x1c, 0x8e, 0x86, 0xd8, 0x22, 0x4e, 0xdd, 0xd0, 0x9f,
+        0x11, 0x57,
+    ],
+    high_point(0xec),
+    high_point(0xed),
+    high_point(0xee),
+];
+
+/// `b`, then thirty `0xff`, then `0x7f`: p - 1, p and p + 1 for `b` = 0xec, 0xed, 0xee.
+const fn high_point(b: u8) -> [u8; KEY_LEN] {
+    let mut k = [0xff; KEY_LEN];
+    k[0] = b;
+    k[KEY_LEN - 1] = 0x7f;
+    k
 }
 
 impl PrivateKey {
@@ -63,8 +98,15 @@ impl PrivateKey {
     pub fn to_hex(&self) -> String {
         to_hex(&self.0)
     }
+    /// Parses 64 hex digits; an all-zero key (a placeholder) is refused.
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        from_hex(s).map(PrivateKey)
+        let k = from_hex(s)?;
+        if k == [0; KEY_LEN] {
+            return Err(KeyError::Unusable(
+                "all zeros: a placeholder, not a key (make one with `satstp keygen`)".into(),
+            ));
+        }
+        Ok(PrivateKey(k))
     }
 }
 
@@ -90,9 +132,53 @@ impl PublicKey {
     pub fn to_hex(&self) -> String {
         to_hex(&self.0)
     }
+    /// Parses 64 hex digits; a key that cannot work (all zeros, the shipped placeholder, or
+    /// another low-order X25519 point) is refused.
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        from_hex(s).map(PublicKey)
+        let k = PublicKey(from_hex(s)?);
+        k.check_usable()?;
+        Ok(k)
     }
+
+    /// Refuses a key no secure key exchange can be made with: all zeros (the placeholder in
+    /// `deploy/terminal.toml`) or another point of small order.
+    pub fn check_usable(&self) -> Result<(), KeyError> {
+        if self.0 == [0; KEY_LEN] {
+            return Err(KeyError::Unusable(
+                "all zeros: a placeholder, not a key (put the content of the peer's .pub file \
+                 from `satstp keygen` here)"
+                    .into(),
+            ));
+        }
+        let mut masked = self.0;
+        masked[KEY_LEN - 1] &= 0x7f;
+        if LOW_ORDER_POINTS.contains(&masked) {
+            return Err(KeyError::Unusable(
+                "a low-order X25519 point, not a key: no key exchange with it is secret".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A short form for logs: the first 16 hex digits.
+    pub fn fingerprint(&self) -> String {
+        let mut h = self.to_hex();
+        h.truncate(16);
+        h
+    }
+}
+
+/// Refuses a terminal configured with its own public key as the gateway's (`own` is its
+/// private key): the handshake would be with itself, and no gateway could answer.
+pub fn check_not_own_key(own: &PrivateKey, peer: &PublicKey) -> Result<(), KeyError> {
+    if own.public_key()? == *peer {
+        return Err(KeyError::Unusable(
+            "is this side's own public key (from its private_key_file); it must be the \
+             gateway's public key"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for PublicKey {
@@ -166,13 +252,37 @@ fn read_key_text(path: &Path) -> Result<String, KeyError> {
     })
 }
 
-/// Loads a private key file (`PREFIX.key`); errors name the file.
+/// Loads a private key file (`PREFIX.key`); errors name the file. A file that group or others
+/// may read is loaded with a warning in the log (`satstp keygen` writes mode 0600).
 pub fn load_private_key(path: &Path) -> Result<PrivateKey, KeyError> {
     let text = read_key_text(path)?;
+    if let Some(mode) = loose_permissions(path) {
+        tracing::warn!(
+            file = %path.display(),
+            "private key file has mode {mode:04o}: group or others may read it; \
+             `chmod 600 {}`",
+            path.display()
+        );
+    }
     PrivateKey::from_hex(&text).map_err(|e| KeyError::File {
         path: path.to_path_buf(),
         reason: format!("not a private key: {e}"),
     })
+}
+
+/// The file's permission bits when group or others have any access to it.
+pub fn loose_permissions(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Loads a public key file (`PREFIX.pub`); errors name the file.
@@ -255,6 +365,46 @@ mod tests {
         assert!(PublicKey::from_hex("abcd").is_err());
         assert!(PublicKey::from_hex(&"zz".repeat(32)).is_err());
         assert!(!format!("{sk:?}").contains(&sk.to_hex()));
+    }
+
+    #[test]
+    fn keys_that_cannot_work_are_refused() {
+        let e = PublicKey::from_hex(&"0".repeat(64))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("placeholder"), "{e}");
+        assert!(PrivateKey::from_hex(&"0".repeat(64)).is_err());
+        for p in LOW_ORDER_POINTS {
+            let e = PublicKey::from_hex(&to_hex(&p)).unwrap_err().to_string();
+            assert!(e.contains("low-order") || e.contains("placeholder"), "{e}");
+            // X25519 ignores bit 255: the same point with it set is refused too.
+            let mut high = p;
+            high[KEY_LEN - 1] |= 0x80;
+            assert!(PublicKey::from_hex(&to_hex(&high)).is_err());
+        }
+        let (sk, pk) = generate_keypair().unwrap();
+        assert!(PublicKey::from_hex(&pk.to_hex()).is_ok());
+        let e = check_not_own_key(&sk, &pk).unwrap_err().to_string();
+        assert!(e.contains("own public key"), "{e}");
+        let (_, other) = generate_keypair().unwrap();
+        assert!(check_not_own_key(&sk, &other).is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn loose_private_key_permissions_are_seen() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("pep-keys-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (sk, pk) = generate_keypair().unwrap();
+        let (kp, _) = write_keypair(&dir.join("t"), &sk, &pk).unwrap();
+        assert_eq!(loose_permissions(&kp), None, "keygen writes 0600");
+        std::fs::set_permissions(&kp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(loose_permissions(&kp), Some(0o644));
+        // Still loaded: a warning, not an error.
+        assert_eq!(load_private_key(&kp).unwrap(), sk);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -454,6 +454,10 @@ pub struct Metrics {
     pub stp_connections: Gauge,
     /// Terminal: whether the tunnel session to the gateway is up (1) or not (0).
     pub hop_established: Gauge,
+    /// Tunnel handshakes completed (terminal: its own; gateway: all terminals').
+    pub tunnel_handshakes: Counter,
+    /// The tunnel's state, last handshake and last error at the last hop snapshot.
+    tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
     pub memory_reserved_bytes: Gauge,
     /// Status entries not recorded because the table was full.
@@ -492,6 +496,8 @@ impl Metrics {
             stp_cwnd_mean_bytes: Gauge::default(),
             stp_connections: Gauge::default(),
             hop_established: Gauge::default(),
+            tunnel_handshakes: Counter::default(),
+            tunnel: Mutex::new(Default::default()),
             memory_reserved_bytes: Gauge::default(),
             status_entries_dropped: Counter::default(),
             status: Mutex::new(BTreeMap::new()),
@@ -601,6 +607,10 @@ impl Metrics {
         self.auth_failures(AuthFailure::Replay)
             .set(st.tunnel.replays);
         self.hop_established.set(i64::from(st.established));
+        self.tunnel_handshakes.set(st.tunnel.handshakes);
+        if let Ok(mut t) = self.tunnel.lock() {
+            *t = st.tunnel_report.clone();
+        }
         for (c, v) in self.hop_dropped.iter().zip([
             st.tunnel.malformed,
             st.tunnel.unknown_session,
@@ -831,6 +841,12 @@ impl Metrics {
             &one(self.hop_established.get().to_string()),
         );
         family(
+            "satstp_tunnel_handshakes_total",
+            "counter",
+            "Tunnel handshakes completed (on a terminal its own, on a gateway those of all terminals).",
+            &one(self.tunnel_handshakes.get().to_string()),
+        );
+        family(
             "satstp_memory_reserved_bytes",
             "gauge",
             "Relay buffer bytes reserved by open connections, counted against limits.memory_cap_bytes.",
@@ -915,10 +931,27 @@ impl Metrics {
                 "connections": self.stp_connections.get(),
             },
             "hop_established": self.hop_established.get() != 0,
+            "tunnel": self.tunnel_json(),
             "auth_failures": auth,
             "memory_reserved_bytes": self.memory_reserved_bytes.get(),
             "status_entries_dropped": self.status_entries_dropped.get(),
             "connections": connections,
+        })
+    }
+}
+
+impl Metrics {
+    /// `/status`'s `tunnel` object: state, seconds since the last handshake, the last error and
+    /// its age (null when none).
+    fn tunnel_json(&self) -> serde_json::Value {
+        let t = self.tunnel.lock().map(|t| t.clone()).unwrap_or_default();
+        let secs =
+            |d: Option<std::time::Duration>| d.map(|d| (d.as_secs_f64() * 10.0).round() / 10.0);
+        serde_json::json!({
+            "state": t.state.as_str(),
+            "last_handshake_s_ago": secs(t.last_handshake_ago),
+            "last_error": t.last_error,
+            "last_error_s_ago": secs(t.last_error_ago),
         })
     }
 }
@@ -1062,6 +1095,8 @@ mod tests {
         assert_eq!(v["connections_closed"]["idle_timeout"], 0);
         assert_eq!(v["tcp_bytes"]["up"], 0);
         assert_eq!(v["stp"]["packets_sent"]["stat"], 0);
+        assert_eq!(v["tunnel"]["state"], "up");
+        assert!(v["tunnel"]["last_error"].is_null());
         let conns = v["connections"].as_array().unwrap();
         assert_eq!(conns.len(), 2);
         assert_eq!(conns[0]["id"], a.id());

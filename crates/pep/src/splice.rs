@@ -131,8 +131,13 @@ async fn splice_inner(
                 c.refuse(code.map_or(RefusalReason::Timeout, crate::terminal::refusal_for));
             }
             // The gateway has ended its side after the code; ending ours closes the stream at
-            // both hops (bytes the client sent meanwhile are discarded there).
-            hw.shutdown().await;
+            // both hops (bytes the client sent meanwhile are discarded there). Without a code
+            // the terminal gives up: the stream is aborted, so it is not carried on to the
+            // gateway after the client was told (at-most-once opens).
+            match code {
+                Some(_) => hw.shutdown().await,
+                None => hw.abort(AbortCode::Expired).await,
+            }
             crate::sockopt::reset(tcp);
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,

@@ -11,6 +11,9 @@
 //! - An outage shorter than the dead-peer timeout is ridden out byte-exact (the terminal's
 //!   re-handshake carries the old connections on); a longer one fails the streams, never ends
 //!   them cleanly.
+//! - A restarted gateway over GEO: the terminal's probe finds it and the stream the old one
+//!   carried fails within a second and two round trips; a stream opened just after the restart
+//!   is served within three round trips (notice, handshake, BGN).
 //! - On a hop sized for its link, a request on a new stream is answered one round trip later,
 //!   the answer arriving at the link's rate, and bytes written behind the BGN before anything
 //!   came back follow it in order.
@@ -656,4 +659,116 @@ fn a_request_on_a_new_stream_costs_one_round_trip_and_its_answer_is_not_paced_ou
             "last byte after {last} ns"
         );
     }
+}
+
+/// A new gateway core in place of `p.gateway` (a restarted process: same key and address, a
+/// new instance, no sessions); datagrams in flight to the old one are lost with it.
+fn restart_gateway(p: &mut Pair, seed: u64) {
+    let tp = key(1).public_key().unwrap();
+    let responder = Responder::new(
+        key(2),
+        [tp],
+        ResponderConfig::default(),
+        Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed)),
+    )
+    .unwrap();
+    p.gateway = HopCore::new(
+        CoreConfig {
+            endpoint: endpoint(pep::sizing::HOP_DEAD_TIMEOUT_MS),
+            seed,
+            rng: None,
+            send_rate_bps: None,
+            local: p.g_addr,
+            wall_clock_at_zero_ns: 1_700_000_000 * S,
+        },
+        CoreSecurity::Gateway {
+            responder: Box::new(responder),
+        },
+        p.instant(),
+    )
+    .unwrap();
+    p.accepted.clear();
+    let queue = std::mem::take(&mut p.queue);
+    p.queue = queue
+        .into_iter()
+        .filter(|Reverse((_, _, to_gateway, _))| !to_gateway)
+        .collect();
+}
+
+#[test]
+fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a_handshake() {
+    let rtt = 600 * MS;
+    let (up, down) = geo(10_000_000);
+    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 11);
+    // A stream the first gateway carries (it answers and keeps it open).
+    let old = Reader::default();
+    p.terminal
+        .open(p.instant(), Bytes::from_static(b"GET"), old.clone())
+        .unwrap();
+    let mut old_seen = Received::default();
+    let mut answered = false;
+    assert!(p.run(10 * S, |p| {
+        if let (false, Some((info, _))) = (answered, p.accepted.first()) {
+            p.gateway
+                .write(info.id, Bytes::from_static(b"answer"), None);
+            answered = true;
+        }
+        old_seen.take(&old);
+        old_seen.bytes == b"answer"
+    }));
+    // The gateway dies and a new one starts; the terminal has nothing to send.
+    restart_gateway(&mut p, 99);
+    let back = p.now;
+    let mut failed_at = None;
+    assert!(p.run(back + 10 * S, |p| {
+        old_seen.take(&old);
+        if old_seen.failed.is_some() {
+            failed_at = Some(p.now - back);
+        }
+        failed_at.is_some()
+    }));
+    let failed_at = failed_at.unwrap();
+    assert_eq!(old_seen.failed, Some(StreamError::GatewayRestarted));
+    assert!(!old_seen.finished);
+    // Found by the probe (a second of quiet), then notice and handshake: two round trips.
+    assert!(
+        failed_at <= pep::hop::PROBE_AFTER.as_nanos() as u64 + 2 * rtt + 100 * MS,
+        "the old stream failed {} ms after the restart",
+        failed_at / MS
+    );
+
+    // Again, and this time a new stream opens right after the restart: its BGN gets the
+    // notice, the terminal re-handshakes and sends the BGN again at once.
+    restart_gateway(&mut p, 123);
+    let t0 = p.now;
+    let new = Reader::default();
+    p.terminal
+        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
+        .unwrap();
+    let mut seen = Received::default();
+    let mut answered = false;
+    assert!(p.run(t0 + 20 * S, |p| {
+        if !answered {
+            if let Some((info, _)) = p.accepted.first() {
+                p.gateway
+                    .write(info.id, Bytes::from_static(b"served"), None);
+                answered = true;
+            }
+        }
+        seen.take(&new);
+        seen.bytes == b"served"
+    }));
+    let took = p.now - t0;
+    // BGN and notice (1 RTT), handshake (1 RTT), BGN and answer (1 RTT).
+    assert!(
+        took <= 3 * rtt + 100 * MS,
+        "served {} ms after the open (3 RTT = {} ms)",
+        took / MS,
+        3 * rtt / MS
+    );
+    eprintln!(
+        "over geo: old stream reset {} ms after the restart; a new one served in {} ms",
+        failed_at / MS,
+        took / MS
+    );
 }

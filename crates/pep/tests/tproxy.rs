@@ -108,8 +108,10 @@ struct Topology {
 impl Topology {
     fn create() -> Result<Topology, String> {
         static RUN: AtomicU32 = AtomicU32::new(0);
+        // Not `satstp-…`: linkem's `clean_stale` (run by any `emulate net` or `bench link`,
+        // in any checkout) deletes `satstp-*-t` / `-g` namespaces that hold no lock file.
         let tag = format!(
-            "satstp-tp{}-{}",
+            "pep-tproxy{}-{}",
             std::process::id(),
             RUN.fetch_add(1, Ordering::Relaxed)
         );
@@ -326,6 +328,14 @@ struct Running {
 /// Sets up the topology, rules and pieces; `Ok(None)` (after printing why) where the kernel or
 /// the machine cannot run the test.
 fn start(source_transparent: bool) -> Result<Option<Running>, String> {
+    start_with(source_transparent, None)
+}
+
+/// [`start`] with the terminal giving up on a gateway's verdict after `open_timeout`.
+fn start_with(
+    source_transparent: bool,
+    open_timeout: Option<Duration>,
+) -> Result<Option<Running>, String> {
     if let Some(why) = missing_prerequisite() {
         testenv::cannot_run("the TPROXY namespace test", &why);
         return Ok(None);
@@ -401,6 +411,7 @@ fn start(source_transparent: bool) -> Result<Option<Running>, String> {
         );
         // One dual-stack listener for both families, as deploy/README.md suggests.
         o.tproxy = Some(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+        o.ops.open_timeout = open_timeout;
         pep::Terminal::start(o).await.map_err(|e| e.to_string())?;
         Ok(())
     })?;
@@ -520,4 +531,65 @@ fn gateway_connects_from_the_clients_address_when_source_transparent() {
         peers, clients,
         "the server must see the client's own address"
     );
+}
+
+#[test]
+fn an_intercepted_open_the_client_was_reset_on_never_reaches_the_server_20_rounds() {
+    // At-most-once opens (docs/gateway.md): with the gateway unreachable the terminal gives up
+    // on the verdict after 1 s and resets the intercepted client; when the gateway is back the
+    // server must not see that connection. The gateway's ingress is cut with an nftables rule
+    // in its namespace (this kernel has no netem to hold the open back instead; the gateway's
+    // own deadline check is exercised with a paused gateway in satstp's tunnel_ops.rs).
+    let r = match start_with(false, Some(Duration::from_secs(1))) {
+        Ok(Some(r)) => r,
+        Ok(None) => return,
+        Err(e) => panic!("setting up the namespaces: {e}"),
+    };
+    let nft = |args: &str| {
+        let mut v = vec!["netns", "exec", r.topo.gateway.as_str(), "nft"];
+        v.extend(args.split_whitespace());
+        run("ip", &v)
+    };
+    let dest = addr(SERVER4, SERVER_PORT);
+    // The tunnel is up and works.
+    assert_eq!(
+        download(&r, dest, 1000).expect("first download").len(),
+        1000
+    );
+    let before = peers_seen(&r).len();
+    for round in 0..20 {
+        nft("add table ip opsa_cut").unwrap();
+        nft("add chain ip opsa_cut in { type filter hook prerouting priority -400 ; }").unwrap();
+        nft("add rule ip opsa_cut in ip protocol udp drop").unwrap();
+        let t = std::time::Instant::now();
+        let got = blocking_in(&r.topo.client, move || {
+            let mut s = connect(dest)?;
+            s.write_all(b"D 10\n")?;
+            let mut b = Vec::new();
+            s.read_to_end(&mut b).map(|n| n as u64)
+        });
+        let took = t.elapsed();
+        assert!(
+            matches!(&got, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
+            "round {round}: expected a reset, got {got:?}"
+        );
+        assert!(took < Duration::from_secs(3), "round {round}: {took:?}");
+        nft("delete table ip opsa_cut").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            peers_seen(&r).len(),
+            before,
+            "round {round}: the server saw a connection the client was reset on"
+        );
+    }
+    // The control: with the gateway reachable a connection reaches the server again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while download(&r, dest, 1000).map(|b| b.len()).unwrap_or(0) != 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no download after the rounds"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(peers_seen(&r).len(), before + 1);
 }

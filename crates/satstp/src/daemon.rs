@@ -228,6 +228,11 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
     let cfg = load_terminal(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
     let gateway_key = cfg.gateway_public_key()?;
+    pep::keys::check_not_own_key(&key, &gateway_key).context("terminal.gateway_public_key")?;
+    for (i, (_, k)) in cfg.backup_gateways()?.iter().enumerate() {
+        pep::keys::check_not_own_key(&key, k)
+            .with_context(|| format!("terminal.backup_gateways[{i}].public_key"))?;
+    }
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
         max_connections: hop_connection_limit(&cfg.limits),

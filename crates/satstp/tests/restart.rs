@@ -2,8 +2,9 @@
 //! terminal and gateway as separate processes on loopback.
 //!
 //! - Gateway killed and restarted: the client connection it was carrying ends with a reset,
-//!   never a clean end; the terminal notices the new gateway by itself (a new tunnel handshake
-//!   after [`pep::hop::REHANDSHAKE_AFTER`] of silence) and new connections work within seconds.
+//!   never a clean end; the terminal notices the new gateway by itself (its probe gets an
+//!   unknown-session notice, it re-handshakes and sees a new gateway instance) and new
+//!   connections work at once (`tunnel_ops.rs` times both).
 //! - Terminal killed and restarted: the gateway frees the dead terminal's connections (its relay,
 //!   its STP connection) within the configured dead-peer timeout, as `/status` shows.
 

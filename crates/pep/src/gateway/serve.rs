@@ -9,7 +9,7 @@ use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::socks::{Reply, Target};
 use crate::splice::splice_tracked;
-use crate::stream_header::{verdict_byte, StreamHeader, MAX_HEADER};
+use crate::stream_header::{verdict_byte, StreamHeader, DEADLINE_MARGIN_MS, MAX_HEADER};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,7 +69,24 @@ pub async fn serve_stream_tracked(
             }
         }
     };
-    let StreamHeader { target, client } = header;
+    let StreamHeader {
+        target,
+        client,
+        deadline_ms,
+    } = header;
+    // At-most-once opens: a stream whose terminal has given up (or will have, before our
+    // verdict can reach it) is not run. Checked now, before the connect, and before the
+    // client's bytes are written to the server.
+    let deadline = deadline_ms.filter(|&d| d > 0);
+    let time_left = || {
+        deadline.map(|d| {
+            let ms = d.saturating_sub(crate::hop::clock::unix_ms_now() + DEADLINE_MARGIN_MS);
+            std::time::Duration::from_millis(ms)
+        })
+    };
+    if time_left().is_some_and(|t| t.is_zero()) {
+        return expired(&stream, &mut conn, &target, deadline).await;
+    }
     if let Some(c) = conn.as_deref() {
         c.track().set_destination(target.to_string());
         if let Some(client) = client {
@@ -122,12 +139,15 @@ pub async fn serve_stream_tracked(
     let mut last_err = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
     let mut tcp = None;
     for a in &allowed {
+        let limit = match time_left() {
+            Some(t) if t.is_zero() => return expired(&stream, &mut conn, &target, deadline).await,
+            Some(t) => t.min(options.connect_timeout),
+            None => options.connect_timeout,
+        };
         // Transparency only where the families match: an IPv4 client cannot be the source of
         // an IPv6 connection.
         let from = source.filter(|c| c.is_ipv4() == a.is_ipv4());
-        match tokio::time::timeout(options.connect_timeout, connect_from(*a, from, tcp_options))
-            .await
-        {
+        match tokio::time::timeout(limit, connect_from(*a, from, tcp_options)).await {
             Ok(Ok(s)) => {
                 tcp = Some(s);
                 break;
@@ -152,6 +172,11 @@ pub async fn serve_stream_tracked(
         report(&stream, reply_for(&last_err)).await;
         return Err(last_err);
     };
+    if time_left().is_some_and(|t| t.is_zero()) {
+        // Connected, but too late: the server gets a reset and none of the client's bytes.
+        crate::sockopt::reset(tcp);
+        return expired(&stream, &mut conn, &target, deadline).await;
+    }
     if let Err(e) = stream.write(&[verdict_byte(Reply::Succeeded)]).await {
         // The hop is gone: the server must not take the connection for a finished exchange.
         crate::sockopt::reset(tcp);
@@ -166,6 +191,32 @@ pub async fn serve_stream_tracked(
         c.add_bytes(c.directions().1, early.len() as u64);
     }
     splice_tracked(tcp, stream, Vec::new(), conn).await
+}
+
+/// Refuses a stream whose deadline passed: counted as a timeout, logged, the stream aborted
+/// (its terminal gave up on it already).
+async fn expired(
+    stream: &HopStream,
+    conn: &mut Option<&mut Conn>,
+    target: &Target,
+    deadline_ms: Option<u64>,
+) -> io::Result<(u64, u64)> {
+    refuse(conn, RefusalReason::Timeout);
+    let late_ms = deadline_ms.map_or(0, |d| {
+        (crate::hop::clock::unix_ms_now() + DEADLINE_MARGIN_MS).saturating_sub(d)
+    });
+    tracing::info!(
+        id = conn.as_deref().map(|c| c.track().id()),
+        destination = %target,
+        late_ms,
+        "stream not run: its deadline (less the {DEADLINE_MARGIN_MS} ms margin) had passed; \
+         the terminal gave up on it"
+    );
+    stream.abort(AbortCode::Expired).await;
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("{target}: the stream's deadline had passed"),
+    ))
 }
 
 /// Counts a refusal into `conn`, when tracked.

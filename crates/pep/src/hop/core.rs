@@ -41,6 +41,18 @@ pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
 /// the terminal moves on to the next one (one every [`HANDSHAKE_RETRY`]).
 pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
+/// Terminal: handshake initiations (per gateway) left unanswered before the tunnel counts as
+/// down: the cause is logged, waiting opens that have sent nothing fail, new opens are refused.
+pub const DOWN_AFTER_HANDSHAKES: u32 = 3;
+/// Terminal with open streams: after this long without hearing the gateway it sends a probe
+/// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
+/// answers it with an unknown-session notice, is found within about this time.
+pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// Gateway: unknown-session notices sent per second at most (all terminals together).
+pub const NOTICES_PER_SECOND: u32 = 200;
+/// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
+/// logs a failing handshake per source address.
+pub const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 pub use crate::sizing::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD};
 
 /// A stream's id within its hop.
@@ -85,6 +97,40 @@ pub struct StreamStatus {
 /// STP counters summed over every connection the hop has had (live and closed).
 pub type StpTotals = stp::ConnectionTotals;
 
+/// The tunnel's state as a terminal sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TunnelState {
+    /// A session is established (always so on a gateway).
+    #[default]
+    Up,
+    /// A handshake is under way and not yet given up on.
+    Handshaking,
+    /// [`DOWN_AFTER_HANDSHAKES`] initiations went unanswered: opens fail at once.
+    Down,
+}
+
+impl TunnelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TunnelState::Up => "up",
+            TunnelState::Handshaking => "handshaking",
+            TunnelState::Down => "down",
+        }
+    }
+}
+
+/// What the tunnel reports of itself for `/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TunnelReport {
+    pub state: TunnelState,
+    /// Time since the last completed handshake (terminal: its own; gateway: any terminal's).
+    pub last_handshake_ago: Option<Duration>,
+    /// The last problem and how long ago: a terminal's unanswered handshakes, a gateway's
+    /// refused handshake (with the source address).
+    pub last_error: Option<String>,
+    pub last_error_ago: Option<Duration>,
+}
+
 /// A snapshot of a hop, for metrics and `/status`.
 #[derive(Debug, Clone)]
 pub struct HopStatus {
@@ -108,6 +154,8 @@ pub struct HopStatus {
     pub send_rate_bps: Option<u64>,
     /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
     pub tunnel: crate::tunnel::Counters,
+    /// The tunnel's state, last handshake and last error.
+    pub tunnel_report: TunnelReport,
     pub endpoint: stp::EndpointStats,
     /// Sums over every connection, closed ones included.
     pub totals: StpTotals,
@@ -194,6 +242,8 @@ enum Sec {
         current: usize,
         /// Handshake initiations sent to the current gateway since it was last heard.
         unanswered: u32,
+        /// Handshake initiations sent to any gateway since one was last heard.
+        unanswered_total: u32,
     },
     Gateway {
         responder: Box<Responder>,
@@ -216,6 +266,33 @@ struct StreamState<S, P> {
     finished_sent: bool,
     /// A chunk read from STP that the reader had no room for yet.
     held: Option<Bytes>,
+    /// Terminal: when the opener gives up on the gateway's verdict; written into the stream
+    /// header's deadline field when the first piece goes into STP.
+    deadline: Option<Instant>,
+    /// Terminal: the first piece (the stream header) has not gone into STP yet; it waits for
+    /// the tunnel session, whose clock offset stamps the deadline.
+    unstamped: bool,
+}
+
+/// What a terminal knows and tells about its tunnel (and a gateway about its handshakes).
+#[derive(Default)]
+struct TunnelWatch {
+    /// The gateway instance of the last session (a different one means it restarted).
+    instance: Option<u64>,
+    /// Gateway clock minus terminal clock, ns, as a lower bound (from the last response).
+    clock_offset_ns: Option<i128>,
+    down: bool,
+    down_logged: Option<Instant>,
+    /// When the current handshake attempt began (for "tunnel up after ...").
+    handshake_began: Option<Instant>,
+    last_handshake: Option<Instant>,
+    last_error: Option<(Instant, String)>,
+    last_heard: Option<Instant>,
+    last_probe: Option<Instant>,
+    /// When an unknown-session notice last started a handshake.
+    last_notice: Option<Instant>,
+    /// Gateway: notices sent in the current second, and that second's start.
+    notices: (Instant, u32),
 }
 
 /// The STP hop's logic; `S` is a stream's reader, `P` the token that comes with written bytes.
@@ -246,6 +323,23 @@ pub struct HopCore<S, P> {
     tap: Option<Tap>,
     local: SocketAddr,
     wall_clock_at_zero_ns: u64,
+    watch: TunnelWatch,
+    /// Gateway: handshake failures logged once a minute per source address.
+    handshake_log: crate::tunnel::log_limit::LogLimiter<std::net::IpAddr>,
+    /// The latest `now` seen (for ages in [`Self::status`]).
+    last_now: Instant,
+}
+
+/// Writes the deadline into a stream header's deadline field (`stream_header`, which needs
+/// the `runtime` feature; without it the core opens no streams with headers).
+#[cfg(feature = "runtime")]
+fn stamp_deadline(first: &mut [u8], deadline_ms: u64) -> bool {
+    crate::stream_header::stamp_deadline(first, deadline_ms)
+}
+
+#[cfg(not(feature = "runtime"))]
+fn stamp_deadline(_first: &mut [u8], _deadline_ms: u64) -> bool {
+    false
 }
 
 /// A tunnel initiator stamped with `stamp_ns`.
@@ -289,9 +383,13 @@ impl<S: EventSink, P> HopCore<S, P> {
                     gateways,
                     current: 0,
                     unanswered: 0,
+                    unanswered_total: 0,
                 }
             }
-            CoreSecurity::Gateway { responder } => Sec::Gateway { responder },
+            CoreSecurity::Gateway { mut responder } => {
+                responder.set_wall_clock(config.wall_clock_at_zero_ns);
+                Sec::Gateway { responder }
+            }
             CoreSecurity::Clear { peer } => Sec::Clear { peer },
         };
         let overhead = if config.local.is_ipv6() {
@@ -318,6 +416,13 @@ impl<S: EventSink, P> HopCore<S, P> {
             tap: None,
             local: config.local,
             wall_clock_at_zero_ns: config.wall_clock_at_zero_ns,
+            watch: TunnelWatch {
+                handshake_began: Some(now),
+                notices: (now, 0),
+                ..TunnelWatch::default()
+            },
+            handshake_log: crate::tunnel::log_limit::LogLimiter::new(TUNNEL_LOG_INTERVAL),
+            last_now: now,
         })
     }
 
@@ -375,6 +480,8 @@ impl<S: EventSink, P> HopCore<S, P> {
                 shutdown_requested: false,
                 finished_sent: false,
                 held: None,
+                deadline: None,
+                unstamped: false,
             },
         );
         self.by_handle.insert(handle, info.id);
@@ -410,10 +517,28 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Terminal (or clear hop): opens a stream whose first bytes (`first`) ride on the STP BGN;
     /// its events go to `events`.
     pub fn open(&mut self, now: Instant, first: Bytes, events: S) -> Result<StreamInfo, HopError> {
+        self.open_by(now, first, events, None)
+    }
+
+    /// [`Self::open`] for an opener that gives up on the gateway's verdict at `deadline`: when
+    /// `first` begins with a stream header that has a deadline field, the field gets the
+    /// deadline in the gateway's clock (`docs/gateway.md`, "At-most-once opens"). A terminal
+    /// whose tunnel is down refuses at once ([`HopError::TunnelDown`]).
+    pub fn open_by(
+        &mut self,
+        now: Instant,
+        first: Bytes,
+        events: S,
+        deadline: Option<Instant>,
+    ) -> Result<StreamInfo, HopError> {
+        self.last_now = now;
         let to = match &self.security {
             // The endpoint knows every gateway by the first one's address (see
             // `Sec::Terminal::gateways`), so connections not yet sent survive a failover.
             Sec::Terminal { gateways, .. } => {
+                if self.watch.down {
+                    return Err(HopError::TunnelDown);
+                }
                 gateways.first().map(|g| g.0).ok_or(HopError::NoGateway)?
             }
             Sec::Clear { peer } => *peer,
@@ -423,22 +548,29 @@ impl<S: EventSink, P> HopCore<S, P> {
             .endpoint
             .connect(now, to)
             .map_err(|e| HopError::Stp(e.to_string()))?;
-        // As much of the first piece as the send buffer takes rides in the BGN's flight; the
-        // rest waits in the stream's queue like any later write, so no byte is cut whatever the
-        // buffer size.
-        let mut first = first;
-        if let Some(c) = self.endpoint.connection(h) {
-            let n = c.write_bytes(&first).unwrap_or(0);
-            first = first.slice(n..);
-        }
         let info = self.info_for(h);
         self.add_stream(h, info, events);
-        if !first.is_empty() {
-            if let Some(st) = self.streams.get_mut(&info.id) {
+        if let Some(st) = self.streams.get_mut(&info.id) {
+            st.deadline = deadline;
+            st.unstamped = matches!(self.security, Sec::Terminal { .. });
+            // The first piece goes into STP with the stream's first pump (at once when the
+            // session is up), before the BGN is built, so it rides in the BGN's flight; what
+            // the send buffer does not take waits like any later write.
+            if !first.is_empty() || st.unstamped {
                 st.pending.push_back((first, None));
             }
         }
         Ok(info)
+    }
+
+    /// The deadline field's value for `deadline`: ms since the Unix epoch in the gateway's
+    /// clock, rounded down (0: none, or the clock offset is not known).
+    fn gateway_deadline_ms(&self, deadline: Option<Instant>) -> u64 {
+        let (Some(d), Some(offset)) = (deadline, self.watch.clock_offset_ns) else {
+            return 0;
+        };
+        let ns = i128::from(self.now_stamp(d)) + offset;
+        u64::try_from(ns / 1_000_000).unwrap_or(0).max(1)
     }
 
     /// Queues bytes from a stream's writer; `token` is dropped once STP has taken them.
@@ -488,12 +620,14 @@ impl<S: EventSink, P> HopCore<S, P> {
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
         self.counts.datagrams_received += 1;
         self.counts.bytes_received += data.len() as u64;
+        self.last_now = now;
         let plain = &mut self.plain;
         match &mut self.security {
             Sec::Terminal {
                 init,
                 gateway,
                 unanswered,
+                unanswered_total,
                 gateways,
                 ..
             } => {
@@ -503,21 +637,33 @@ impl<S: EventSink, P> HopCore<S, P> {
                 // The endpoint's name for whichever gateway is in use.
                 let endpoint_from = gateways.first().map_or(from, |g| g.0);
                 let opened = init.open(data, plain);
-                if opened.is_ok() {
+                // An unknown-session notice is not authenticated: it proves nothing about the
+                // gateway being there.
+                if opened.is_ok() && opened != Ok(Opened::SessionUnknown) {
                     *unanswered = 0;
+                    *unanswered_total = 0;
                     self.sent_since_heard = None;
+                    self.watch.last_heard = Some(now);
                 }
-                if let Ok(Opened::Data { .. }) = opened {
-                    if let Some(t) = &mut self.tap {
-                        t(from, self.local, plain);
+                match opened {
+                    Ok(Opened::Data { .. }) => {
+                        if let Some(t) = &mut self.tap {
+                            t(from, self.local, plain);
+                        }
+                        self.endpoint.handle_datagram(now, endpoint_from, plain);
                     }
-                    self.endpoint.handle_datagram(now, endpoint_from, plain);
+                    Ok(Opened::Established) => self.on_established(now),
+                    Ok(Opened::SessionUnknown) => self.on_session_unknown(now),
+                    _ => {}
                 }
             }
             Sec::Gateway { responder } => match responder.open(now, data, from, plain) {
                 Ok(Opened::Reply { .. }) => {
+                    self.watch.last_handshake = Some(now);
                     self.control.push_back((from, plain.clone(), true));
                 }
+                // A terminal's probe: it only wanted to know whether we know its session.
+                Ok(Opened::Data { .. }) if plain.is_empty() => {}
                 Ok(Opened::Data { session }) => {
                     if let Some(t) = &mut self.tap {
                         t(from, self.local, plain);
@@ -529,6 +675,17 @@ impl<S: EventSink, P> HopCore<S, P> {
                         return;
                     }
                     self.endpoint.handle_datagram(now, from, plain)
+                }
+                Err(crate::tunnel::Error::UnknownSession(index))
+                    if data.first() == Some(&crate::tunnel::wire::TYPE_DATA) =>
+                {
+                    // Data for a session we do not have (we restarted, or expired it): say so,
+                    // so the terminal re-handshakes now instead of after its silence timer.
+                    self.send_notice(now, from, index);
+                }
+                Err(e) if data.first() == Some(&crate::tunnel::wire::TYPE_INITIATION) => {
+                    let key = responder.rejected_key();
+                    self.log_refused_handshake(now, from, &e, key);
                 }
                 _ => {}
             },
@@ -543,6 +700,7 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// The deadline from [`Self::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = now;
         self.endpoint.handle_timeout(now);
     }
 
@@ -566,6 +724,12 @@ impl<S: EventSink, P> HopCore<S, P> {
             let at = since + REHANDSHAKE_AFTER;
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
+        if !self.streams.is_empty() && self.established() {
+            if let Some(at) = self.probe_due() {
+                let at = at.max(now);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        }
         wake
     }
 
@@ -574,16 +738,111 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// stream's reader or refuses it), connection events, writers' bytes into STP and STP's
     /// bytes to the readers.
     pub fn pump(&mut self, now: Instant, accept: &mut dyn FnMut(StreamInfo) -> Option<S>) {
+        self.last_now = now;
         self.check_gateway_silence(now);
         if !self.established() && now >= self.next_handshake {
             self.fail_over_if_unanswered(now);
+            self.check_down(now);
             if let Sec::Terminal { init, gateway, .. } = &self.security {
                 self.control
                     .push_back((*gateway, init.initiation().to_vec(), false));
             }
             self.next_handshake = now + HANDSHAKE_RETRY;
         }
+        self.probe_if_quiet(now);
         self.pump_streams(accept);
+    }
+
+    /// Terminal: after [`DOWN_AFTER_HANDSHAKES`] unanswered initiations (per gateway) the
+    /// tunnel is down: the likely causes are logged (again once a minute while it lasts), opens
+    /// that have sent nothing fail, and new opens are refused until a gateway answers. Streams
+    /// whose BGN left are left to their own timeout: the gateway may have them.
+    fn check_down(&mut self, now: Instant) {
+        let Sec::Terminal {
+            gateway,
+            gateways,
+            unanswered_total,
+            ..
+        } = &self.security
+        else {
+            return;
+        };
+        let limit = DOWN_AFTER_HANDSHAKES.saturating_mul(gateways.len().max(1) as u32);
+        if *unanswered_total <= limit {
+            return;
+        }
+        let gateway = *gateway;
+        let n = *unanswered_total - 1;
+        let w = &mut self.watch;
+        let first = !w.down;
+        w.down = true;
+        let line = format!(
+            "no handshake answer from {gateway}: gateway down, unreachable, or \
+             gateway_public_key wrong"
+        );
+        w.last_error = Some((now, line.clone()));
+        if first
+            || w.down_logged
+                .is_none_or(|t| now.saturating_duration_since(t) >= TUNNEL_LOG_INTERVAL)
+        {
+            w.down_logged = Some(now);
+            tracing::info!(gateway = %gateway, unanswered = n, "tunnel down: {line}");
+        }
+        if !first {
+            return;
+        }
+        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        for id in ids {
+            let h = self.streams.get(&id).map(|st| st.handle);
+            let sent = h
+                .and_then(|h| self.endpoint.connection(h))
+                .is_some_and(|c| c.stats().datagrams_sent > 0);
+            if sent {
+                continue;
+            }
+            if let Some(mut st) = self.remove_stream(id) {
+                if let Some(c) = self.endpoint.connection(st.handle) {
+                    c.abort(AbortCode::HopClosed.code());
+                }
+                let _ = st
+                    .events
+                    .offer(StreamEvent::Failed(StreamError::TunnelDown));
+            }
+        }
+    }
+
+    /// Terminal with streams: a probe when the gateway has been quiet for [`PROBE_AFTER`] (see
+    /// there). It is sent outside the counts and does not start the silence timer: a live
+    /// gateway does not answer it.
+    fn probe_if_quiet(&mut self, now: Instant) {
+        if self.streams.is_empty() || !self.established() {
+            return;
+        }
+        let Some(at) = self.probe_due() else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        if let Sec::Terminal { init, gateway, .. } = &mut self.security {
+            let mut d = Vec::new();
+            if init.seal(&[], &mut d).is_ok() {
+                self.control.push_back((*gateway, d, false));
+            }
+        }
+        self.watch.last_probe = Some(now);
+    }
+
+    /// When the next probe is due (terminal, session up), whether or not streams exist.
+    fn probe_due(&self) -> Option<Instant> {
+        if !matches!(self.security, Sec::Terminal { .. }) {
+            return None;
+        }
+        let quiet_since = match (self.watch.last_heard, self.watch.last_probe) {
+            (Some(h), Some(p)) => h.max(p),
+            (h, p) => h.or(p)?,
+        };
+        Some(quiet_since + PROBE_AFTER)
     }
 
     /// Terminal: a gateway silent while we send has probably restarted and lost our session;
@@ -595,6 +854,18 @@ impl<S: EventSink, P> HopCore<S, P> {
         if now.saturating_duration_since(since) < REHANDSHAKE_AFTER || !self.established() {
             return;
         }
+        if let Sec::Terminal { gateway, .. } = &self.security {
+            tracing::info!(
+                gateway = %gateway,
+                "tunnel: no answer from the gateway for {} s while sending; new handshake",
+                REHANDSHAKE_AFTER.as_secs()
+            );
+        }
+        self.rehandshake(now);
+    }
+
+    /// Terminal: replaces the session with a new handshake, sent at once.
+    fn rehandshake(&mut self, now: Instant) {
         let stamp = self.now_stamp(now);
         if let Sec::Terminal {
             init,
@@ -610,7 +881,143 @@ impl<S: EventSink, P> HopCore<S, P> {
                 *handshakes += 1;
                 self.next_handshake = now;
                 self.sent_since_heard = None;
+                self.watch.handshake_began = Some(now);
             }
+        }
+    }
+
+    /// Terminal: the gateway answered a handshake. A gateway of another instance than the last
+    /// session's has restarted (or is another one): the connections that reached the old one
+    /// are gone there, so they are reset now; opens it never answered are sent again at once.
+    fn on_established(&mut self, now: Instant) {
+        let Sec::Terminal { init, gateway, .. } = &self.security else {
+            return;
+        };
+        let gateway = *gateway;
+        let Some(info) = init.gateway_info() else {
+            return;
+        };
+        let w = &mut self.watch;
+        w.clock_offset_ns = Some(
+            i128::from(info.clock_ns)
+                - i128::from(self.wall_clock_at_zero_ns.wrapping_add(now.as_nanos())),
+        );
+        w.last_handshake = Some(now);
+        let took = w
+            .handshake_began
+            .take()
+            .map_or(0, |b| now.saturating_duration_since(b).as_millis());
+        let was_down = std::mem::replace(&mut w.down, false);
+        let previous = w.instance.replace(info.instance);
+        let restarted = previous.is_some_and(|p| p != info.instance);
+        let mut reset = 0;
+        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        for id in ids {
+            let Some(h) = self.streams.get(&id).map(|st| st.handle) else {
+                continue;
+            };
+            let confirmed = self
+                .endpoint
+                .connection(h)
+                .is_some_and(|c| c.is_established());
+            if restarted && confirmed {
+                if let Some(mut st) = self.remove_stream(id) {
+                    if let Some(c) = self.endpoint.connection(st.handle) {
+                        c.abort(AbortCode::HopClosed.code());
+                    }
+                    let _ = st
+                        .events
+                        .offer(StreamEvent::Failed(StreamError::GatewayRestarted));
+                    reset += 1;
+                }
+                continue;
+            }
+            if let Some(c) = self.endpoint.connection(h) {
+                c.retry_handshake(now);
+            }
+            self.dirty.insert(id);
+        }
+        if restarted {
+            tracing::info!(
+                gateway = %gateway,
+                handshake_ms = took,
+                reset,
+                "tunnel up: the gateway restarted (a new instance); the connections it carried \
+                 are reset"
+            );
+        } else if was_down {
+            tracing::info!(gateway = %gateway, handshake_ms = took, "tunnel up again");
+        } else {
+            tracing::info!(gateway = %gateway, handshake_ms = took, "tunnel up");
+        }
+    }
+
+    /// Terminal: the gateway says it has no session with our index. Unauthenticated, so only a
+    /// hint: a new handshake, at most one per [`HANDSHAKE_RETRY`] for this reason.
+    fn on_session_unknown(&mut self, now: Instant) {
+        if !self.established()
+            || self
+                .watch
+                .last_notice
+                .is_some_and(|t| now.saturating_duration_since(t) < HANDSHAKE_RETRY)
+        {
+            return;
+        }
+        self.watch.last_notice = Some(now);
+        if let Sec::Terminal { gateway, .. } = &self.security {
+            tracing::info!(
+                gateway = %gateway,
+                "tunnel: the gateway does not know our session (it restarted?); new handshake"
+            );
+        }
+        self.rehandshake(now);
+    }
+
+    /// Gateway: tells `to` that it has no session `index` (rate-limited, all terminals
+    /// together, to [`NOTICES_PER_SECOND`]). Five bytes, smaller than the datagram that caused
+    /// it, so the notice amplifies nothing.
+    fn send_notice(&mut self, now: Instant, to: SocketAddr, index: u32) {
+        let (start, count) = &mut self.watch.notices;
+        if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *count = 0;
+        }
+        if *count >= NOTICES_PER_SECOND {
+            return;
+        }
+        *count += 1;
+        let mut d = Vec::with_capacity(crate::tunnel::wire::UNKNOWN_SESSION_LEN);
+        crate::tunnel::wire::emit_header(&mut d, crate::tunnel::wire::TYPE_UNKNOWN_SESSION, index);
+        self.control.push_back((to, d, false));
+    }
+
+    /// Gateway: logs a refused handshake with its likely cause, once a minute per source.
+    fn log_refused_handshake(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        e: &crate::tunnel::Error,
+        key: Option<PublicKey>,
+    ) {
+        use crate::tunnel::Error as E;
+        let what = match (e, key) {
+            (E::AuthFailed, _) => "failed authentication: the terminal's gateway_public_key is \
+                                   not this gateway's public key (or it is not a satstp terminal)"
+                .to_string(),
+            (E::UnknownKey, Some(k)) => format!(
+                "from terminal key {k} (fingerprint {}), which is not in allowed_terminals",
+                k.fingerprint()
+            ),
+            (E::Replay(_), _) => {
+                "replayed, or older than the last from this terminal key (its clock went back?)"
+                    .to_string()
+            }
+            _ => return,
+        };
+        let line = format!("tunnel handshake from {from} refused: {what}");
+        self.watch.last_error = Some((now, line.clone()));
+        if self.handshake_log.allow(from.ip(), now) {
+            tracing::info!(source = %from, "{line}");
         }
     }
 
@@ -628,11 +1035,13 @@ impl<S: EventSink, P> HopCore<S, P> {
             gateways,
             current,
             unanswered,
+            unanswered_total,
         } = &mut self.security
         else {
             return;
         };
         *unanswered += 1;
+        *unanswered_total += 1;
         if gateways.len() < 2 || *unanswered <= FAILOVER_AFTER_HANDSHAKES {
             return;
         }
@@ -718,11 +1127,27 @@ impl<S: EventSink, P> HopCore<S, P> {
         ids.extend(self.closing.iter());
         ids.sort_unstable();
         ids.dedup();
+        let established = self.established();
         for id in ids {
             self.blocked.remove(&id);
+            // A terminal's first piece waits for the session; then its deadline is stamped.
+            let stamp = match self.streams.get(&id) {
+                Some(s) if s.unstamped && established => Some(self.gateway_deadline_ms(s.deadline)),
+                _ => None,
+            };
             let Some(s) = self.streams.get_mut(&id) else {
                 continue;
             };
+            if let Some(ms) = stamp {
+                if let Some((first, _)) = s.pending.front_mut() {
+                    let mut b = first.to_vec();
+                    if stamp_deadline(&mut b, ms) {
+                        *first = Bytes::from(b);
+                    }
+                }
+                s.unstamped = false;
+            }
+            let hold_writes = s.unstamped;
             let Some(c) = self.endpoint.connection(s.handle) else {
                 // Freed without a failure (a failure removes the stream as its event is taken):
                 // it closed cleanly with every byte read from it. Hand the reader what is held,
@@ -745,7 +1170,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                 continue;
             };
             // Writer → STP, as far as STP's send buffer takes it.
-            while let Some((bytes, _)) = s.pending.front_mut() {
+            while let Some((bytes, _)) = s.pending.front_mut().filter(|_| !hold_writes) {
                 match c.write_bytes(bytes) {
                     Ok(n) if n == bytes.len() => {
                         s.pending.pop_front();
@@ -761,7 +1186,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                     }
                 }
             }
-            if s.pending.is_empty() && s.shutdown_requested {
+            if s.pending.is_empty() && s.shutdown_requested && !hold_writes {
                 c.shutdown();
             }
             // STP → reader, while the reader has room.
@@ -894,7 +1319,22 @@ impl<S: EventSink, P> HopCore<S, P> {
             Sec::Gateway { responder } => (*responder.counters(), 0),
             Sec::Clear { .. } => (crate::tunnel::Counters::default(), 0),
         };
+        let now = self.last_now;
+        let ago = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t));
+        let tunnel_report = TunnelReport {
+            state: if self.watch.down {
+                TunnelState::Down
+            } else if self.established() {
+                TunnelState::Up
+            } else {
+                TunnelState::Handshaking
+            },
+            last_handshake_ago: ago(self.watch.last_handshake),
+            last_error: self.watch.last_error.as_ref().map(|(_, e)| e.clone()),
+            last_error_ago: ago(self.watch.last_error.as_ref().map(|(t, _)| *t)),
+        };
         HopStatus {
+            tunnel_report,
             local: self.local,
             established: self.established(),
             handshakes_started,

@@ -27,11 +27,14 @@ pub enum AbortCode {
     HopClosed = 6,
     /// The side's graceful shutdown ran out of time.
     DrainTimeout = 7,
+    /// The open's deadline passed: the terminal gave up waiting for the verdict, or the gateway
+    /// got the stream too late and did not run it.
+    Expired = 8,
 }
 
 impl AbortCode {
     /// Every code, in numeric order.
-    pub const ALL: [AbortCode; 8] = [
+    pub const ALL: [AbortCode; 9] = [
         AbortCode::Unspecified,
         AbortCode::BadHeader,
         AbortCode::Overloaded,
@@ -40,6 +43,7 @@ impl AbortCode {
         AbortCode::WriterDropped,
         AbortCode::HopClosed,
         AbortCode::DrainTimeout,
+        AbortCode::Expired,
     ];
 
     /// The code on the wire.
@@ -62,6 +66,7 @@ impl AbortCode {
             AbortCode::WriterDropped => "writer dropped",
             AbortCode::HopClosed => "hop closed",
             AbortCode::DrainTimeout => "drain timed out",
+            AbortCode::Expired => "open expired",
         }
     }
 }
@@ -87,6 +92,13 @@ pub enum StreamError {
     /// Terminal: the hop moved to another gateway; the stream had reached the old one.
     #[error("gateway failed over")]
     FailedOver,
+    /// Terminal: the tunnel is down (the gateway leaves handshakes unanswered); the stream had
+    /// sent nothing.
+    #[error("tunnel to the gateway is down")]
+    TunnelDown,
+    /// Terminal: the gateway restarted; the stream had reached the old instance.
+    #[error("the gateway restarted")]
+    GatewayRestarted,
     /// The split-TCP hop's connection failed.
     #[error("tcp hop: {0}")]
     TcpHop(TcpHopFailure),
@@ -148,6 +160,9 @@ pub enum HopError {
     /// A terminal needs at least one gateway.
     #[error("a terminal needs at least one gateway")]
     NoGateway,
+    /// Terminal: the tunnel is down (the gateway leaves handshakes unanswered).
+    #[error("tunnel to the gateway is down")]
+    TunnelDown,
     #[error("send_rate_bps must be positive")]
     ZeroRate,
     /// The STP endpoint refused the configuration or the connection.
@@ -185,7 +200,7 @@ mod tests {
         for c in AbortCode::ALL {
             assert_eq!(AbortCode::from_code(c.code()), Some(c));
         }
-        assert_eq!(AbortCode::from_code(8), None);
+        assert_eq!(AbortCode::from_code(9), None);
         let e = StreamError::Reset { code: 7 };
         assert_eq!(e.abort_code(), Some(AbortCode::DrainTimeout));
         assert!(e.to_string().contains("code 7"), "{e}");

@@ -29,6 +29,8 @@ pub(crate) enum StreamCmd {
 pub(crate) enum Command {
     Open {
         first: Vec<u8>,
+        /// When the opener gives up on the gateway's verdict (stamped into the stream header).
+        deadline: Option<tokio::time::Instant>,
         reply: oneshot::Sender<Result<HopStream, HopError>>,
     },
     Stream(StreamCmd),
@@ -299,9 +301,24 @@ impl Hop {
 
     /// Terminal side: opens a stream whose first bytes (`first`) ride on the STP BGN.
     pub async fn open(&self, first: Vec<u8>) -> Result<HopStream, HopError> {
+        self.open_by(first, None).await
+    }
+
+    /// [`Hop::open`] for an opener that gives up on the gateway's verdict at `deadline`: a
+    /// stream header with a deadline field (`stream_header`, version `0x03`) at the start of
+    /// `first` gets it in the gateway's clock, so the gateway never runs the stream after it.
+    pub async fn open_by(
+        &self,
+        first: Vec<u8>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<HopStream, HopError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Command::Open { first, reply })
+            .send(Command::Open {
+                first,
+                deadline,
+                reply,
+            })
             .await
             .map_err(|_| HopError::Closed)?;
         rx.await.map_err(|_| HopError::Closed)?
@@ -415,6 +432,7 @@ impl HopStatus {
             opens_rate_limited: 0,
             send_rate_bps: None,
             tunnel: o.tunnel,
+            tunnel_report: Default::default(),
             endpoint: stp::EndpointStats::default(),
             totals: StpTotals::default(),
             streams,

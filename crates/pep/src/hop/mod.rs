@@ -5,11 +5,13 @@
 //! - [`core`]: the STP hop's logic, sans-IO (streams over one `stp::Endpoint`, the Noise tunnel);
 //! - [`stp`]: the STP hop's tokio driver, one UDP socket and one task around the core;
 //! - [`tcp`]: the split-TCP hop, one kernel TCP connection per stream;
+//! - [`clock`]: the clock of times that cross the hop (tunnel responses, stream deadlines);
 //! - [`shaper`], [`batch`], [`open_budget`], [`udp_batch`]: the send allocation, datagrams
 //!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
 
 #[cfg(feature = "runtime")]
 pub mod batch;
+pub mod clock;
 pub mod core;
 pub mod error;
 #[cfg(feature = "runtime")]
@@ -24,8 +26,9 @@ pub mod tcp;
 pub(crate) mod udp_batch;
 
 pub use core::{
-    HopStatus, StpTotals, StreamEvent, StreamStatus, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD,
-    IPV6_UDP_OVERHEAD, REHANDSHAKE_AFTER,
+    HopStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
+    DOWN_AFTER_HANDSHAKES, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD,
+    PROBE_AFTER, REHANDSHAKE_AFTER,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]

@@ -87,9 +87,7 @@ impl Hop {
             Security::Gateway { responder } => CoreSecurity::Gateway { responder },
         };
         let start = tokio::time::Instant::now();
-        let wall_clock_at_zero_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let wall_clock_at_zero_ns = super::clock::unix_ns_at(start.into_std());
         let mut core: Core = HopCore::new(
             CoreConfig {
                 endpoint: config.endpoint,
@@ -253,12 +251,19 @@ impl HopTask {
 
     fn on_command(&mut self, c: Command) {
         match c {
-            Command::Open { first, reply } => {
+            Command::Open {
+                first,
+                deadline,
+                reply,
+            } => {
                 let now = self.now();
                 let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
+                let deadline = deadline.map(|d| {
+                    Instant::from_nanos(d.saturating_duration_since(self.start).as_nanos() as u64)
+                });
                 let r = self
                     .core
-                    .open(now, Bytes::from(first), ev_tx)
+                    .open_by(now, Bytes::from(first), ev_tx, deadline)
                     .map(|info| self.stream_handle(info, ev_rx));
                 let _ = reply.send(r);
             }

@@ -295,7 +295,7 @@ async fn terminal_control(
 ) {
     while let Some(cmd) = rx.recv().await {
         match cmd {
-            Command::Open { first, reply } => {
+            Command::Open { first, reply, .. } => {
                 let (stream, ends, bytes) = shared.new_stream(side.gateway, Some(side.gateway_key));
                 let id = stream.id();
                 let _ = reply.send(Ok(stream));

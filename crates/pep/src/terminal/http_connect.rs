@@ -2,7 +2,7 @@
 //! status, then the relay.
 
 use super::accept::next_client;
-use super::{open, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use super::{deadline_in, open_by, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::http_connect;
@@ -59,7 +59,12 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
     // Bytes the client sent after its request head travel on the BGN.
     let (to_hop, _) = conn.directions();
     conn.add_bytes(to_hop, early.len() as u64);
-    let status = match within(limit, open(&hop, &target, &early, Some(peer))).await {
+    let status = match within(
+        limit,
+        open_by(&hop, &target, &early, Some(peer), deadline_in(limit)),
+    )
+    .await
+    {
         Some(Ok((stream, pre))) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
             if tcp.write_all(http_connect::reply_ok()).await.is_ok() {

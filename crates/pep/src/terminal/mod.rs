@@ -7,7 +7,7 @@ pub mod http_connect;
 pub mod socks5;
 pub mod tproxy;
 
-use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
+use crate::hop::{AbortCode, Hop, HopError, HopStream, StreamError, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::socks::{Reply, Target};
 use crate::stream_header::{verdict_from_byte, StreamHeader, MAX_HEADER};
@@ -24,7 +24,19 @@ pub async fn open(
     early: &[u8],
     client: Option<SocketAddr>,
 ) -> Result<(HopStream, Vec<u8>), Reply> {
-    let mut stream = open_unverified(hop, target, early, client).await?;
+    open_by(hop, target, early, client, None).await
+}
+
+/// [`open`] for a caller that gives up waiting at `deadline`: the gateway never runs the stream
+/// after it (`docs/gateway.md`, "At-most-once opens").
+pub async fn open_by(
+    hop: &Hop,
+    target: &Target,
+    early: &[u8],
+    client: Option<SocketAddr>,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(HopStream, Vec<u8>), Reply> {
+    let mut stream = open_unverified_by(hop, target, early, client, deadline).await?;
     loop {
         match stream.recv().await {
             Some(StreamEvent::Data(b)) if !b.is_empty() => {
@@ -38,6 +50,9 @@ pub async fn open(
                 return Ok((stream, b[1..].to_vec()));
             }
             Some(StreamEvent::Data(_)) => continue,
+            Some(StreamEvent::Failed(StreamError::TunnelDown)) => {
+                return Err(Reply::NetworkUnreachable)
+            }
             _ => {
                 stream.abort(AbortCode::TcpFailed).await;
                 return Err(Reply::GeneralFailure);
@@ -55,14 +70,36 @@ pub async fn open_unverified(
     early: &[u8],
     client: Option<SocketAddr>,
 ) -> Result<HopStream, Reply> {
+    open_unverified_by(hop, target, early, client, None).await
+}
+
+/// [`open_unverified`] for a caller that gives up on the verdict at `deadline`. The header has
+/// a deadline field, which the hop fills in the gateway's clock (`docs/gateway.md`,
+/// "At-most-once opens"). A tunnel that is down refuses at once: network unreachable.
+pub async fn open_unverified_by(
+    hop: &Hop,
+    target: &Target,
+    early: &[u8],
+    client: Option<SocketAddr>,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<HopStream, Reply> {
     let mut first = Vec::with_capacity(MAX_HEADER + early.len());
     StreamHeader {
         target: target.clone(),
         client,
+        deadline_ms: Some(0),
     }
     .emit(&mut first);
     first.extend_from_slice(early);
-    hop.open(first).await.map_err(|_| Reply::GeneralFailure)
+    hop.open_by(first, deadline).await.map_err(|e| match e {
+        HopError::TunnelDown => Reply::NetworkUnreachable,
+        _ => Reply::GeneralFailure,
+    })
+}
+
+/// When an opener that waits at most `limit` from now gives up.
+pub(crate) fn deadline_in(limit: Option<Duration>) -> Option<tokio::time::Instant> {
+    limit.map(|l| tokio::time::Instant::now() + l)
 }
 
 /// How long a refused client may take over its handshake before it is dropped unanswered.

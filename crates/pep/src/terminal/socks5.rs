@@ -2,7 +2,9 @@
 //! the client's first bytes on the BGN), then the relay.
 
 use super::accept::next_client;
-use super::{open, open_unverified, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use super::{
+    deadline_in, open_by, open_unverified_by, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT,
+};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::metrics::{AuthFailure, RefusalReason};
@@ -93,7 +95,9 @@ async fn socks_one(
     if fast_open {
         return socks_fast_open(tcp, peer, &hop, &target, conn, limit).await;
     }
-    match within(limit, open(&hop, &target, &[], Some(peer))).await {
+    // The deadline is taken before the wait starts, so it is never later than the give-up.
+    let deadline = deadline_in(limit);
+    match within(limit, open_by(&hop, &target, &[], Some(peer), deadline)).await {
         Some(Ok((stream, pre))) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
             if tcp
@@ -145,7 +149,8 @@ async fn socks_fast_open(
     };
     early.truncate(n);
     conn.add_bytes(conn.directions().0, n as u64);
-    let opened = open_unverified(hop, target, &early, Some(peer)).await;
+    // The verdict is awaited for `limit` from when the relay starts, after this.
+    let opened = open_unverified_by(hop, target, &early, Some(peer), deadline_in(limit)).await;
     // The early bytes are in the stream now; the buffer must not live as long as the
     // connection (4 KiB of every idle connection).
     drop(early);

@@ -136,16 +136,22 @@ async fn relay_one(
     conn.add_bytes(conn.directions().0, n as u64);
     // A client that sent nothing and closed (n == 0 after a read) still gets its half-close
     // carried: splice reads the EOF again.
-    let opened = terminal::open_unverified(hop, &Target::Ip(dest), &early, Some(peer)).await;
+    // The verdict is awaited for `limit` from when the relay starts, after this.
+    let limit = conn.ops().config().open_timeout;
+    let opened = terminal::open_unverified_by(
+        hop,
+        &Target::Ip(dest),
+        &early,
+        Some(peer),
+        terminal::deadline_in(limit),
+    )
+    .await;
     // Freed before the relay: it would otherwise stay for the connection's whole life.
     drop(early);
     match opened {
         // The relay starts before the verdict: later client bytes need not wait for it; a
         // failure verdict resets the client's connection.
-        Ok(stream) => {
-            let limit = conn.ops().config().open_timeout;
-            splice::splice_before_verdict(tcp, stream, &mut conn, limit).await
-        }
+        Ok(stream) => splice::splice_before_verdict(tcp, stream, &mut conn, limit).await,
         Err(code) => {
             conn.refuse(terminal::refusal_for(code));
             crate::sockopt::reset(tcp);

@@ -17,7 +17,19 @@ pub struct Initiator {
     handshake: Option<HandshakeState>,
     session: Option<Session>,
     accepted_response: Option<Vec<u8>>,
+    /// From the response: the gateway's instance and its clock (ns since the Unix epoch) when
+    /// it made the response.
+    gateway: Option<GatewayInfo>,
     counters: Counters,
+}
+
+/// What a gateway's response tells about the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayInfo {
+    /// Random at the gateway's start: another value means another gateway process.
+    pub instance: u64,
+    /// The gateway's clock when it made the response, ns since the Unix epoch.
+    pub clock_ns: u64,
 }
 
 impl Initiator {
@@ -58,6 +70,7 @@ impl Initiator {
             handshake: Some(hs),
             session: None,
             accepted_response: None,
+            gateway: None,
             counters: Counters::default(),
         })
     }
@@ -78,6 +91,11 @@ impl Initiator {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Once established: the gateway's instance and clock from its response.
+    pub fn gateway_info(&self) -> Option<GatewayInfo> {
+        self.gateway
     }
 
     /// Seals one STP datagram into a tunnel datagram in `out` (cleared first).
@@ -104,6 +122,10 @@ impl Initiator {
     fn open_inner(&mut self, d: &[u8], out: &mut Vec<u8>) -> Result<Opened, Error> {
         match Packet::parse(d).ok_or(Error::Malformed)? {
             Packet::Initiation { .. } => Err(Error::Malformed),
+            Packet::UnknownSession { receiver } => match &self.session {
+                Some(s) if s.remote_index == receiver => Ok(Opened::SessionUnknown),
+                _ => Err(Error::UnknownSession(receiver)),
+            },
             Packet::Response { receiver, noise } => {
                 if receiver != self.index {
                     return Err(Error::UnknownSession(receiver));
@@ -118,11 +140,20 @@ impl Initiator {
                 let n = hs
                     .read_message(noise, &mut payload)
                     .map_err(|_| Error::AuthFailed)?;
-                let remote_index = match payload.get(..n) {
-                    Some(&[a, b, c, e]) => u32::from_be_bytes([a, b, c, e]),
-                    // Authenticated but not ours to understand: the handshake state has moved on,
-                    // so this initiator can no longer complete; the driver starts a new one.
-                    _ => return Err(Error::Malformed),
+                // Authenticated but not ours to understand: the handshake state has moved on,
+                // so this initiator can no longer complete; the driver starts a new one.
+                let body = payload.get(..n).ok_or(Error::Malformed)?;
+                if body.len() != super::wire::RESPONSE_PAYLOAD_LEN {
+                    return Err(Error::Malformed);
+                }
+                let be = |r: std::ops::Range<usize>| -> Result<u64, Error> {
+                    let b = body.get(r).ok_or(Error::Malformed)?;
+                    Ok(b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+                };
+                let remote_index = u32::try_from(be(0..4)?).map_err(|_| Error::Malformed)?;
+                let info = GatewayInfo {
+                    instance: be(4..12)?,
+                    clock_ns: be(12..20)?,
                 };
                 let hs = self.handshake.take().ok_or(Error::Internal)?;
                 let transport = hs
@@ -130,6 +161,7 @@ impl Initiator {
                     .map_err(|e| Error::Noise(e.to_string()))?;
                 self.session = Some(Session::new(transport, remote_index));
                 self.accepted_response = Some(d.to_vec());
+                self.gateway = Some(info);
                 self.counters.handshakes += 1;
                 Ok(Opened::Established)
             }

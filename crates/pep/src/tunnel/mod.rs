@@ -16,8 +16,9 @@
 //!
 //! ```text
 //! initiation: 0x01 | sender index u32   | Noise msg 1: e, s, es, ss + payload timestamp u64 (104) = 109 B
-//! response:   0x02 | receiver index u32 | Noise msg 2: e, ee, se + payload responder index u32 (52) = 57 B
+//! response:   0x02 | receiver index u32 | Noise msg 2: e, ee, se + payload index u32, instance u64, clock u64 (68) = 73 B
 //! data:       0x03 | receiver index u32 | nonce u64 | ChaCha20-Poly1305(stp datagram) + tag 16
+//! unknown:    0x04 | receiver index u32 (gateway → terminal: no session with that index) = 5 B
 //! ```
 //!
 //! A data datagram adds [`DATA_OVERHEAD`] = 29 bytes to the STP datagram (on top of STP's 12-byte
@@ -67,12 +68,13 @@
 //! hiding of the fact that this is satstp traffic, and no protection of traffic volume and timing.
 
 mod initiator;
+pub(crate) mod log_limit;
 pub mod replay;
 mod responder;
 mod session;
 pub mod wire;
 
-pub use initiator::Initiator;
+pub use initiator::{GatewayInfo, Initiator};
 pub use responder::{Responder, ResponderConfig};
 pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
 
@@ -80,8 +82,9 @@ use thiserror::Error;
 
 /// The Noise protocol name.
 pub const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
-/// Mixed into every handshake (followed by the initiator's index).
-pub const PROLOGUE: &[u8] = b"satstp-tunnel-v1";
+/// Mixed into every handshake (followed by the initiator's index). Version 2: the response
+/// carries the gateway's instance and clock, and the unknown-session notice exists.
+pub const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
 /// Nonces from this value on are neither sent nor accepted.
 pub const REJECT_AFTER_MESSAGES: u64 = 1 << 60;
 
@@ -189,6 +192,9 @@ pub enum Opened {
     Reply { session: u32 },
     /// (Initiator) the response arrived: the session is established and `seal` may be used.
     Established,
+    /// (Initiator) the gateway says it has no session with the index ours writes: it probably
+    /// restarted. Unauthenticated: the driver starts a new handshake, nothing more.
+    SessionUnknown,
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The gateway's side of the tunnel: answers initiations from allowed terminal keys and holds
 //! the sessions of many terminals behind one socket, found by index.
 
+use super::log_limit::LogLimiter;
 use super::session::Session;
 use super::wire::{emit_header, Packet, RESPONSE_LEN, TYPE_RESPONSE};
 use super::{noise_params, prologue, Counters, Error, Opened};
@@ -89,6 +90,14 @@ pub struct Responder {
     bucket: Bucket,
     rng: Box<dyn RngCore + Send>,
     counters: Counters,
+    /// Random at start: sent in every response, so terminals tell a restarted gateway.
+    instance: u64,
+    /// Wall-clock ns since the Unix epoch at `now` = 0: the clock sent in responses.
+    wall_clock_at_zero_ns: u64,
+    /// The key of the last initiation refused as `UnknownKey` (for the driver's log).
+    rejected_key: Option<PublicKey>,
+    /// Evictions of a key's session for `max_sessions_per_key`: logged once a minute per key.
+    eviction_log: LogLimiter<PublicKey>,
 }
 
 impl Responder {
@@ -102,7 +111,13 @@ impl Responder {
     ) -> Result<Self, Error> {
         config.validate().map_err(Error::Config)?;
         let burst = u64::from(config.handshake_burst) * 1000;
+        let mut rng = rng;
+        let instance = rng.next_u64();
         Ok(Responder {
+            instance,
+            wall_clock_at_zero_ns: 0,
+            rejected_key: None,
+            eviction_log: LogLimiter::new(std::time::Duration::from_secs(60)),
             local,
             peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
             sessions: HashMap::new(),
@@ -120,6 +135,21 @@ impl Responder {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
+    pub fn set_wall_clock(&mut self, at_zero_ns: u64) {
+        self.wall_clock_at_zero_ns = at_zero_ns;
+    }
+
+    /// This responder's instance: random at its start, sent in every response.
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// The key of the last initiation refused because it is not on the allow-list.
+    pub fn rejected_key(&self) -> Option<PublicKey> {
+        self.rejected_key
     }
 
     pub fn session_count(&self) -> usize {
@@ -218,7 +248,9 @@ impl Responder {
     ) -> Result<Opened, Error> {
         out.clear();
         let r = match Packet::parse(udp_payload) {
-            None | Some(Packet::Response { .. }) => Err(Error::Malformed),
+            None | Some(Packet::Response { .. }) | Some(Packet::UnknownSession { .. }) => {
+                Err(Error::Malformed)
+            }
             Some(Packet::Initiation { sender, noise }) => {
                 self.initiation(now, udp_payload, sender, noise, from, out)
             }
@@ -330,7 +362,10 @@ impl Responder {
             Some(&[a, b, c, d, e, f, g, h]) => u64::from_be_bytes([a, b, c, d, e, f, g, h]),
             _ => return Err(Error::Malformed),
         };
-        let peer = self.peers.get(&key).ok_or(Error::UnknownKey)?;
+        let Some(peer) = self.peers.get(&key) else {
+            self.rejected_key = Some(key);
+            return Err(Error::UnknownKey);
+        };
         if peer.last_timestamp.is_some_and(|t| timestamp <= t) {
             return Err(Error::Replay(timestamp));
         }
@@ -352,9 +387,12 @@ impl Responder {
         emit_header(&mut response, TYPE_RESPONSE, sender);
         response.resize(RESPONSE_LEN, 0);
         let body = response.get_mut(5..).ok_or(Error::Internal)?;
-        let written = hs
-            .write_message(&index.to_be_bytes(), body)
-            .map_err(noise_err)?;
+        let mut payload = [0u8; super::wire::RESPONSE_PAYLOAD_LEN];
+        let clock = self.wall_clock_at_zero_ns.wrapping_add(now.as_nanos());
+        payload[..4].copy_from_slice(&index.to_be_bytes());
+        payload[4..12].copy_from_slice(&self.instance.to_be_bytes());
+        payload[12..].copy_from_slice(&clock.to_be_bytes());
+        let written = hs.write_message(&payload, body).map_err(noise_err)?;
         if written + 5 != RESPONSE_LEN {
             return Err(Error::Internal);
         }
@@ -367,6 +405,23 @@ impl Responder {
                 .get(&key)
                 .and_then(|p| p.sessions.front().copied());
             if let Some(oldest) = oldest {
+                let evicted = self.sessions.get(&oldest).map(|e| (e.addr, e.last_rx));
+                if let Some((addr, last_rx)) = evicted {
+                    // A terminal replacing its own session (a re-handshake from where it was)
+                    // is routine; another address may be a second terminal with the same key.
+                    if addr != from && self.eviction_log.allow(key, now) {
+                        tracing::info!(
+                            terminal = %key,
+                            evicted = %addr,
+                            new = %from,
+                            last_heard_s = now.saturating_duration_since(last_rx).as_secs(),
+                            "tunnel session evicted: more than max_sessions_per_key = {} \
+                             handshakes from this terminal key (several terminals sharing one \
+                             key, e.g. a cloned configuration or VM image, evict each other)",
+                            self.config.max_sessions_per_key
+                        );
+                    }
+                }
                 self.remove_session(oldest);
             }
         }

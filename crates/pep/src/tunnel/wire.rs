@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! initiation: type=1 | sender index (4)   | Noise IK message 1 (104)      = 109 bytes
-//! response:   type=2 | receiver index (4) | Noise IK message 2 (52)       =  57 bytes
+//! response:   type=2 | receiver index (4) | Noise IK message 2 (68)       =  73 bytes
 //! data:       type=3 | receiver index (4) | nonce (8) | ciphertext+tag (n+16) = n + 29 bytes
+//! unknown:    type=4 | receiver index (4)                                =   5 bytes
 //! ```
 //!
 //! Parsing only splits bytes; it never panics and never allocates.
@@ -11,11 +12,20 @@
 pub const TYPE_INITIATION: u8 = 1;
 pub const TYPE_RESPONSE: u8 = 2;
 pub const TYPE_DATA: u8 = 3;
+/// Gateway → terminal, unauthenticated: "I have no session with the index you wrote" (a
+/// restarted gateway). A hint only: the terminal answers it with a new handshake.
+pub const TYPE_UNKNOWN_SESSION: u8 = 4;
+/// Length of an unknown-session notice.
+pub const UNKNOWN_SESSION_LEN: usize = 5;
 
 /// Noise IK message 1: ephemeral (32) + encrypted static (32 + 16) + encrypted 8-byte timestamp (8 + 16).
 pub const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
-/// Noise IK message 2: ephemeral (32) + encrypted 4-byte responder index (4 + 16).
-pub const RESPONSE_NOISE_LEN: usize = 32 + 4 + 16;
+/// The response's encrypted payload: the responder's index (4), its instance (8: random at the
+/// gateway's start, so a terminal tells a restarted gateway from the one it knew) and its clock
+/// (8: ns since the Unix epoch when the response was made).
+pub const RESPONSE_PAYLOAD_LEN: usize = 4 + 8 + 8;
+/// Noise IK message 2: ephemeral (32) + encrypted payload (20 + 16).
+pub const RESPONSE_NOISE_LEN: usize = 32 + RESPONSE_PAYLOAD_LEN + 16;
 pub const INITIATION_LEN: usize = 1 + 4 + INITIATION_NOISE_LEN;
 pub const RESPONSE_LEN: usize = 1 + 4 + RESPONSE_NOISE_LEN;
 pub const DATA_HEADER_LEN: usize = 1 + 4 + 8;
@@ -41,6 +51,9 @@ pub enum Packet<'a> {
         receiver: u32,
         nonce: u64,
         ciphertext: &'a [u8],
+    },
+    UnknownSession {
+        receiver: u32,
     },
 }
 
@@ -73,6 +86,9 @@ impl<'a> Packet<'a> {
                     nonce: be64(body)?,
                     ciphertext: body.get(8..)?,
                 })
+            }
+            TYPE_UNKNOWN_SESSION if body.is_empty() => {
+                Some(Packet::UnknownSession { receiver: index })
             }
             _ => None,
         }

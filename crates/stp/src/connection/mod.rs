@@ -484,6 +484,22 @@ impl Connection {
         self.fail(ConnectionError::LocallyAborted(code));
     }
 
+    /// An initiator whose BGN is not yet answered sends it again with the next transmit, and
+    /// its handshake back-off starts over from `now`: the path it was lost on has just come
+    /// back (a driver saw its peer again), so waiting out the back-off would only add delay.
+    /// Does nothing once the handshake completed.
+    pub fn retry_handshake(&mut self, now: Instant) {
+        if self.role != Role::Initiator || self.confirmed || !self.is_live() {
+            return;
+        }
+        self.pending.bgn = true;
+        self.bgn_retries = 0;
+        self.timers.set(
+            Timer::Handshake,
+            now + Config::ms(self.config.handshake_timeout_ms),
+        );
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
