@@ -11,7 +11,6 @@ use pep::config::Limits;
 use pep::config::TcpOptions;
 use pep::config::{load_gateway, load_terminal};
 use pep::gateway::connect::ConnectOptions;
-use pep::keys::load_private_key;
 use pep::ops::{Ops, OpsConfig};
 use pep::socks::SocksAuth;
 use pep::stack::{GatewayHops, SocksListener, StpHop, TerminalHop};
@@ -57,18 +56,6 @@ fn init_logging(flag: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// The limits and timeouts one side enforces, from its configuration.
-fn ops_config(limits: &Limits, relay_buffer_bytes: u64, idle_s: u32, open_s: u32) -> OpsConfig {
-    OpsConfig {
-        max_connections: limits.max_connections,
-        max_connections_per_terminal: limits.max_connections_per_terminal,
-        memory_cap_bytes: limits.memory_cap_bytes,
-        reserve_per_connection_bytes: pep::ops::reserve_per_connection(relay_buffer_bytes),
-        idle_timeout: Some(Duration::from_secs(u64::from(idle_s))),
-        open_timeout: Some(Duration::from_secs(u64::from(open_s))),
-    }
-}
-
 /// Waits for SIGTERM or SIGINT; returns the signal's name.
 async fn wait_for_signal() -> Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -110,12 +97,7 @@ macro_rules! settings {
 impl Settings {
     /// The side's limits and timeouts, with `limits` from its configuration.
     fn ops(&self, limits: &Limits) -> OpsConfig {
-        ops_config(
-            limits,
-            self.relay_buffer_bytes,
-            self.idle_timeout_s,
-            self.connect_timeout_s,
-        )
+        OpsConfig::from_limits(limits, self.idle_timeout_s, self.connect_timeout_s)
     }
 }
 
@@ -226,7 +208,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn terminal(args: &DaemonArgs) -> Result<()> {
     init_logging(args.log_level.as_deref())?;
     let cfg = load_terminal(&args.config)?;
-    let key = load_private_key(&cfg.private_key_file)?;
+    let key = cfg.private_key()?;
     let gateway_key = cfg.gateway_public_key()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
@@ -311,7 +293,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
     init_logging(args.log_level.as_deref())?;
     let cfg = load_gateway(&args.config)?;
-    let key = load_private_key(&cfg.private_key_file)?;
+    let key = cfg.private_key()?;
     let allowed = cfg.allowed_terminal_keys()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
