@@ -186,6 +186,11 @@ macro_rules! side_config {
             /// HTTP listener for `/metrics` and `/status` (default none).
             #[serde(default)]
             pub metrics_listen: Option<SocketAddr>,
+            /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
+            /// directives such as `"info,pep=debug"`; reloaded on SIGHUP. `--log-level` wins
+            /// over it (default: the `RUST_LOG` environment variable, else `info`).
+            #[serde(default)]
+            pub log_level: Option<String>,
             /// STP parameters for the hop (default: the engine's defaults, sized from the
             /// allocation when it is set), in the engine's schema ([`StpOptions`]).
             #[serde(default)]
