@@ -129,6 +129,14 @@ impl Charge {
         self.bytes
     }
 
+    /// Returns what the charge holds beyond `n` bytes.
+    pub fn shrink_to(&mut self, n: u64) {
+        if n < self.bytes {
+            self.budget.release(self.bytes - n);
+            self.bytes = n;
+        }
+    }
+
     /// Ties the charge to `data`: it is returned once every slice of the returned bytes (the
     /// same bytes) is dropped.
     pub fn attach(self, data: bytes::Bytes) -> bytes::Bytes {
@@ -634,6 +642,11 @@ mod tests {
             .unwrap();
         assert_eq!(got, 500);
         assert_eq!(m.used(), 0, "the waiter's charge ended with its task");
+        let mut c = m.try_charge(800).unwrap();
+        c.shrink_to(300);
+        assert_eq!((c.bytes(), m.used()), (300, 300));
+        drop(c);
+        assert_eq!(m.used(), 0);
     }
 
     #[tokio::test]

@@ -184,19 +184,22 @@ async fn tcp_to_hop(
 ) -> Result<u64, SpliceError> {
     // A read buffer exists only while the socket has bytes: it is allocated (and charged to the
     // side's memory budget, waiting for room when the cap is reached) once the socket is
-    // readable, and handed to the hop without copying with its charge, which returns when the
-    // hop has taken the bytes. An idle connection holds none. A full read doubles the next.
+    // readable, and handed to the hop without copying with its charge, which returns when STP
+    // has sent them and had them acknowledged. An idle connection holds none. A full read
+    // doubles the next, one using less than a quarter halves it; a read filling less than half
+    // its buffer is copied into one of its size, so the bytes in flight hold no empty room.
     let tcp: &TcpStream = rd.as_ref();
     let memory = conn.map(|c| std::sync::Arc::clone(c.ops().memory()));
     let mut size = READ_BUF_MIN;
     let mut total = 0u64;
     loop {
         tcp.readable().await.map_err(SpliceError::Tcp)?;
+        let room = size;
         let charge = match &memory {
-            Some(m) => Some(m.charge(size as u64).await),
+            Some(m) => Some(m.charge(room as u64).await),
             None => None,
         };
-        let mut buf = bytes::BytesMut::with_capacity(size);
+        let mut buf = bytes::BytesMut::with_capacity(room);
         let n = match tcp.try_read_buf(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -212,16 +215,27 @@ async fn tcp_to_hop(
         if let Some(c) = conn {
             c.add_bytes(c.directions().0, n as u64);
         }
-        size = if n == size {
+        size = if n == room {
             (size * 2).min(READ_BUF)
-        } else if n < size / 4 {
+        } else if n < room / 4 {
             (size / 2).max(READ_BUF_MIN)
         } else {
             size
         };
-        let data = buf.freeze();
+        // A buffer mostly empty is not kept for a few bytes: they move to one of their size.
+        let copied = n < room / 2;
+        let data = if copied {
+            bytes::Bytes::copy_from_slice(&buf)
+        } else {
+            buf.freeze()
+        };
         let data = match charge {
-            Some(c) => c.attach(data),
+            Some(mut c) => {
+                if copied {
+                    c.shrink_to(n as u64);
+                }
+                c.attach(data)
+            }
             None => data,
         };
         hw.write_bytes(data)
