@@ -219,9 +219,10 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HttpConnectError> {
         return Err(HttpConnectError::MethodNotAllowed(method.to_owned()));
     }
     let (target, written, path) = parse_http_url(authority)?;
-    if lines
-        .clone()
-        .any(|l| l.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
+    if line.bytes().any(|b| b.is_ascii_control())
+        || lines
+            .clone()
+            .any(|l| l.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
     {
         return Err(HttpConnectError::Malformed(
             "control character in a header field",
@@ -388,7 +389,9 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_requests_get_400() {
-        let bad: [&[u8]; 16] = [
+        let bad: [&[u8]; 18] = [
+            b"GET http://example.com/\rX: y HTTP/1.1\r\n\r\n",
+            b"GET http://example.com/ HTTP/1.1\r\nX: a\rInjected: b\r\n\r\n",
             b"GET https://example.com/ HTTP/1.1\r\n\r\n",
             b"GET example.com/ HTTP/1.1\r\n\r\n",
             b"GET http://user@example.com/ HTTP/1.1\r\n\r\n",
