@@ -290,3 +290,35 @@ fn sighup_reloads_allowed_terminals_policy_and_log_level_without_dropping_connec
 fn keygen_other(dir: &Path) -> String {
     common::keygen(&dir.join("other"))
 }
+
+#[test]
+fn sighup_changes_a_terminals_log_level() {
+    let dir = fresh_dir("reload-terminal");
+    let keys = Keys::generate(&dir);
+    let (hop, socks) = (free_port(), free_port());
+    let conf = keys.write_terminal_config("terminal.toml", socks, hop, "log_level = \"warn\"\n");
+    let log = dir.join("terminal.log");
+    let terminal = Kill(
+        satstp()
+            .arg("terminal")
+            .arg("--config")
+            .arg(&conf)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&[format!("127.0.0.1:{socks}").parse().unwrap()]);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("started"), "info lines at warn:\n{text}");
+    let edited = std::fs::read_to_string(&conf)
+        .unwrap()
+        .replace("log_level = \"warn\"", "log_level = \"debug\"");
+    std::fs::write(&conf, edited).unwrap();
+    sighup(&terminal.0);
+    wait_log(
+        &log,
+        0,
+        "configuration reloaded: log_level \"warn\" -> \"debug\"",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
