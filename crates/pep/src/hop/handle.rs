@@ -303,8 +303,8 @@ impl Hop {
     /// Charges the chunks this hop hands to its streams' readers to `memory` (a side's
     /// [`crate::ops::Ops::memory`]), from the moment the hop hands one over until the reader
     /// drops it; when the budget has no room, the hop holds the stream's bytes in STP (its
-    /// receive window closes) until it has. Call it before streams are opened or accepted.
-    /// The TCP hop's streams are not charged.
+    /// receive window closes; on the TCP hop, that connection is not read) until it has. Call it
+    /// before streams are opened or accepted.
     pub async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
         let _ = self.tx.send(Command::ChargeTo(memory)).await;
     }

@@ -137,6 +137,8 @@ struct Shared {
     handshakes_started: AtomicU64,
     next_id: AtomicU64,
     streams: Mutex<BTreeMap<u64, StreamInfo>>,
+    /// What the chunks handed to readers are charged to ([`Hop::charge_to`]).
+    memory: std::sync::OnceLock<Arc<crate::ops::MemoryBudget>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -157,6 +159,7 @@ impl Shared {
             handshakes_started: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             streams: Mutex::new(BTreeMap::new()),
+            memory: std::sync::OnceLock::new(),
         }
     }
 
@@ -312,7 +315,10 @@ async fn terminal_control(
                 let _ = reply.send(shared.status());
             }
             // Stream commands go to each stream's own task.
-            Command::Stream(_) | Command::ChargeTo(_) => {}
+            Command::Stream(_) => {}
+            Command::ChargeTo(memory) => {
+                let _ = shared.memory.set(memory);
+            }
             Command::SetAllowed(_, reply) => {
                 let _ = reply.send(Default::default());
             }
@@ -488,7 +494,10 @@ async fn gateway_control(
                 drop(allowed);
                 let _ = reply.send(change);
             }
-            Command::Stream(_) | Command::ChargeTo(_) => {}
+            Command::Stream(_) => {}
+            Command::ChargeTo(memory) => {
+                let _ = shared.memory.set(memory);
+            }
             Command::Close => break,
         }
     }
@@ -749,6 +758,18 @@ async fn read_side<R: AsyncRead + Unpin>(
                     .received
                     .fetch_add(body.len() as u64, Ordering::Relaxed);
                 let data = Bytes::from(plain).slice(1..);
+                // Charged to the side's memory from here until the reader drops the chunk;
+                // without room, the connection is not read (its TCP window closes).
+                let charged = async {
+                    match shared.memory.get() {
+                        Some(m) => m.charge(data.len() as u64).await.attach(data),
+                        None => data,
+                    }
+                };
+                let data = tokio::select! {
+                    d = charged => d,
+                    _ = dead_rx.wait_for(|d| *d) => return None,
+                };
                 let sent = tokio::select! {
                     r = events.send(StreamEvent::Data(data)) => r,
                     _ = dead_rx.wait_for(|d| *d) => return None,
