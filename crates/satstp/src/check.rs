@@ -229,8 +229,13 @@ fn gateway(path: &Path) -> Result<Lines> {
         (
             "allowed terminals".into(),
             format!(
-                "{} keys ({} inline{})",
+                "{} {} ({} inline{})",
                 setup.allowed.len(),
+                if setup.allowed.len() == 1 {
+                    "key"
+                } else {
+                    "keys"
+                },
                 cfg.allowed_terminals.len(),
                 cfg.allowed_terminals_file
                     .as_ref()

@@ -77,7 +77,7 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
         out.contains(&format!("public key {}", keys.gateway_pub)),
         "{out}"
     );
-    assert!(out.contains("1 keys (0 inline, the rest from"), "{out}");
+    assert!(out.contains("1 key (0 inline, the rest from"), "{out}");
     assert!(
         out.contains("536870912 bytes (512 MiB), admits 131072 idle connections"),
         "{out}"
