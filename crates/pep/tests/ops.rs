@@ -435,6 +435,11 @@ async fn a_flood_of_slow_readers_cannot_exceed_the_cap() {
         peak_g = peak_g.max(s.gw_ops.reserved_bytes());
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    println!(
+        "{} slow readers admitted; memory in use at most {peak_t} bytes (terminal), \
+         {peak_g} bytes (gateway) of {CAP}",
+        readers.len()
+    );
     assert!(
         peak_t <= CAP && peak_g <= CAP,
         "peaks {peak_t} and {peak_g} bytes"
