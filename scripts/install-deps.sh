@@ -7,6 +7,8 @@
 #                    (crates/browser): users have either Debian's full browser or its headless
 #                    shell, and the two behave differently (the full one asks for /favicon.ico),
 #                    so the tests run with both.
+#   systemd-analyze (systemd) - the check that the shipped systemd units pass
+#                    `systemd-analyze verify` (crates/satstp/tests/deploy.rs).
 # Idempotent: does nothing when every tool is present. Never fails itself: when a tool cannot be
 # installed (not root, no apt-get, no network) it says why; the tests that need the tool then
 # fail under CI (CI set) and skip with a printed reason elsewhere.
@@ -17,9 +19,10 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
 command -v chromium-headless-shell >/dev/null 2>&1 || need+=(chromium-headless-shell)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 
 if [ ${#need[@]} -eq 0 ]; then
-    echo "install-deps: nothing to install (nft, tshark, chromium and chromium-headless-shell present)"
+    echo "install-deps: nothing to install (nft, tshark, chromium, chromium-headless-shell and systemd-analyze present)"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

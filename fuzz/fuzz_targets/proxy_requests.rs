@@ -1,13 +1,14 @@
 //! The gateway's request parsers for intercepted TCP connections: SOCKS5 greeting,
 //! username/password and CONNECT request (`pep::socks`), the binary target encoding the hop
-//! carries (`Target::decode`/`encode`), and the HTTP CONNECT head (`pep::http_connect`). Checks:
+//! carries (`Target::decode`/`encode`), and the HTTP proxy head (`pep::http_connect`: CONNECT,
+//! and absolute-form requests rewritten for forwarding). Checks:
 //! no panic; a parser never claims more bytes than it was given; a complete message parses the
 //! same from any longer buffer and is reported incomplete (not an error) for every shorter
 //! prefix; whatever target parses re-encodes to bytes that decode to the same target.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pep::http_connect::{head_end, parse_authority, parse_head, MAX_HEAD_LEN};
+use pep::http_connect::{head_end, parse_authority, parse_head, Request, MAX_HEAD_LEN};
 use pep::socks::{parse_greeting, parse_request, parse_user_pass, SocksError, Target};
 
 fn roundtrip(t: &Target) {
@@ -73,7 +74,20 @@ fuzz_target!(|data: &[u8]| {
                 assert!(end <= buf.len());
                 // The head found in a longer buffer is the head of the buffer cut at its end.
                 assert_eq!(head_end(&buf[..end]), Some(end));
-                if let Ok(t) = parse_head(&buf[..end]) {
+                if let Ok(request) = parse_head(&buf[..end]) {
+                    // A forwarded request's head is one complete head, without control
+                    // characters but its line ends (nothing smuggled into the destination).
+                    if let Request::Forward { head, .. } = &request {
+                        assert_eq!(head_end(head), Some(head.len()));
+                        for (i, &b) in head.iter().enumerate() {
+                            match b {
+                                b'\r' => assert_eq!(head.get(i + 1), Some(&b'\n')),
+                                b'\n' => assert_eq!(i.checked_sub(1).map(|p| head[p]), Some(b'\r')),
+                                b => assert!(!b.is_ascii_control() || b == b'\t', "byte {b:#x}"),
+                            }
+                        }
+                    }
+                    let t = request.target().clone();
                     roundtrip(&t);
                     // What parsed as an authority prints back as one that parses the same.
                     let printed = match &t {

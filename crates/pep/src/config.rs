@@ -9,6 +9,9 @@
 //! field names in error messages are exactly the paths a user edits. Unknown keys are errors.
 //! Loading does no other I/O: key files and the allowed-terminals file are read by the caller
 //! (see [`GatewayConfig::allowed_terminal_keys`]), so they can be re-read without a restart.
+//! A relative path in a file ([`load_terminal`], [`load_gateway`]) is relative to the file's
+//! directory, and an error about a file a configuration names starts with its key
+//! (`gateway.private_key_file: /tmp: is a directory`).
 
 use crate::keys::PublicKey;
 use serde::Deserialize;
@@ -36,11 +39,17 @@ pub enum ConfigError {
     /// message from the TOML parser names the key and its line.
     #[error("{0}")]
     Parse(String),
-    #[error("{}: {source}", path.display())]
+    /// A file could not be read: its path and the cause in a user's words ([`io_words`]).
+    #[error("{}: {}", path.display(), io_words(error))]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+    /// About the file the key `field` names: `gateway.allowed_terminals_file: PATH: REASON`.
+    #[error("{field}: {error}")]
+    Referenced {
+        field: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Any of the above, found in a file.
     #[error("{}: {source}", path.display())]
@@ -55,9 +64,22 @@ impl ConfigError {
     /// The TOML path of the offending field, when the error is about one value.
     pub fn field(&self) -> Option<&str> {
         match self {
-            ConfigError::Invalid { field, .. } => Some(field),
+            ConfigError::Invalid { field, .. } | ConfigError::Referenced { field, .. } => {
+                Some(field)
+            }
             ConfigError::InFile { source, .. } => source.field(),
             _ => None,
+        }
+    }
+
+    /// An error about the file the key `field` names: `field: path: reason`.
+    pub fn referenced(
+        field: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> ConfigError {
+        ConfigError::Referenced {
+            field: field.into(),
+            error: source.into(),
         }
     }
 
@@ -79,6 +101,31 @@ impl ConfigError {
                 source: Box::new(e),
             },
         }
+    }
+}
+
+/// An I/O error in a user's words: "no such file", "is a directory", "permission denied", else
+/// the system's message.
+pub fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => "no such file".into(),
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::IsADirectory => "is a directory".into(),
+        ErrorKind::NotADirectory => "a component of the path is not a directory".into(),
+        ErrorKind::InvalidData => "not text (invalid UTF-8)".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// `path` as written in the file at `config`: relative paths are relative to its directory.
+pub fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() || path.as_os_str().is_empty() {
+        return path.to_path_buf();
+    }
+    match config.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(path),
+        _ => path.to_path_buf(),
     }
 }
 
@@ -139,6 +186,11 @@ macro_rules! side_config {
             /// HTTP listener for `/metrics` and `/status` (default none).
             #[serde(default)]
             pub metrics_listen: Option<SocketAddr>,
+            /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
+            /// directives such as `"info,pep=debug"`; reloaded on SIGHUP. `--log-level` wins
+            /// over it (default: the `RUST_LOG` environment variable, else `info`).
+            #[serde(default)]
+            pub log_level: Option<String>,
             /// STP parameters for the hop (default: the engine's defaults, sized from the
             /// allocation when it is set), in the engine's schema ([`StpOptions`]).
             #[serde(default)]
@@ -186,6 +238,18 @@ macro_rules! side_config {
                 apply_stp(&self.stp, stp::Config::default())?;
                 self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
                 Ok(())
+            }
+
+            /// This side's private key, read from `private_key_file` now; errors start with
+            /// the key (`gateway.private_key_file: /tmp: is a directory`).
+            pub fn private_key(&self) -> Result<crate::keys::PrivateKey, ConfigError> {
+                let field = concat!($side, ".private_key_file");
+                crate::keys::load_private_key(&self.private_key_file).map_err(|e| match e {
+                    crate::keys::KeyError::Io { path, source } => {
+                        ConfigError::referenced(field, ConfigError::Io { path, error: source })
+                    }
+                    e => ConfigError::referenced(field, e),
+                })
             }
 
             /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with
@@ -635,7 +699,10 @@ impl GatewayConfig {
             );
         }
         if let Some(path) = &self.allowed_terminals_file {
-            keys.extend(load_allowed_terminals_file(path)?);
+            keys.extend(
+                load_allowed_terminals_file(path)
+                    .map_err(|e| ConfigError::referenced("gateway.allowed_terminals_file", e))?,
+            );
         }
         keys.sort();
         keys.dedup();
@@ -830,23 +897,30 @@ pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
     Ok(f.gateway)
 }
 
-/// Reads, parses and validates a terminal file; errors name the file and the field.
+/// Reads, parses and validates a terminal file; errors name the file and the field. Relative
+/// paths in it are made relative to its directory.
 pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
     let text = read_bounded(path)?;
-    parse_terminal(&text).map_err(|e| e.in_file(path))
+    let mut c = parse_terminal(&text).map_err(|e| e.in_file(path))?;
+    c.private_key_file = relative_to_file(path, &c.private_key_file);
+    Ok(c)
 }
 
-/// Reads, parses and validates a gateway file; errors name the file and the field.
+/// Reads, parses and validates a gateway file; errors name the file and the field. Relative
+/// paths in it are made relative to its directory.
 pub fn load_gateway(path: &Path) -> Result<GatewayConfig, ConfigError> {
     let text = read_bounded(path)?;
-    parse_gateway(&text).map_err(|e| e.in_file(path))
+    let mut c = parse_gateway(&text).map_err(|e| e.in_file(path))?;
+    c.private_key_file = relative_to_file(path, &c.private_key_file);
+    c.allowed_terminals_file = c.allowed_terminals_file.map(|f| relative_to_file(path, &f));
+    Ok(c)
 }
 
 fn read_bounded(path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
-    let io = |source| ConfigError::Io {
+    let io = |error| ConfigError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let mut text = String::new();
@@ -1404,6 +1478,64 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("missing.toml"), "{msg}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn paths_are_relative_to_the_file_and_errors_name_the_key() {
+        let dir = std::env::temp_dir().join(format!("pep-config-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("keys")).unwrap();
+        let (private, _) = crate::keys::generate_keypair().unwrap();
+        std::fs::write(dir.join("keys/gw.key"), private.to_hex()).unwrap();
+        std::fs::write(dir.join("terminals.allow"), format!("{KEY_A}\n")).unwrap();
+        let gw = dir.join("gateway.toml");
+        std::fs::write(
+            &gw,
+            "[gateway]\nlisten = \"0.0.0.0:4433\"\nprivate_key_file = \"keys/gw.key\"\n\
+             allowed_terminals_file = \"terminals.allow\"\n",
+        )
+        .unwrap();
+        // Loaded from elsewhere: the paths are the file's neighbours, not the working directory's.
+        let g = load_gateway(&gw).unwrap();
+        assert_eq!(g.private_key_file, dir.join("keys/gw.key"));
+        assert_eq!(g.allowed_terminals_file, Some(dir.join("terminals.allow")));
+        assert_eq!(g.private_key().unwrap().to_hex(), private.to_hex());
+        assert_eq!(g.allowed_terminal_keys().unwrap().len(), 1);
+        // Absolute paths stay; errors about the files name the key, the file and the cause.
+        let g = GatewayConfig {
+            private_key_file: PathBuf::from("/tmp"),
+            allowed_terminals_file: Some(dir.join("nope")),
+            ..g
+        };
+        assert_eq!(
+            g.private_key().unwrap_err().to_string(),
+            "gateway.private_key_file: /tmp: is a directory"
+        );
+        let e = g.allowed_terminal_keys().unwrap_err();
+        assert_eq!(e.field(), Some("gateway.allowed_terminals_file"));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "gateway.allowed_terminals_file: {}: no such file",
+                dir.join("nope").display()
+            )
+        );
+        let t = dir.join("t.toml");
+        std::fs::write(
+            &t,
+            terminal_text("").replace("/etc/satstp/terminal.key", "none.key"),
+        )
+        .unwrap();
+        let t = load_terminal(&t).unwrap();
+        assert_eq!(t.private_key_file, dir.join("none.key"));
+        assert_eq!(
+            t.private_key().unwrap_err().to_string(),
+            format!(
+                "terminal.private_key_file: {}: no such file",
+                dir.join("none.key").display()
+            )
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

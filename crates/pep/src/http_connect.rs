@@ -1,13 +1,18 @@
-//! The server side of an HTTP CONNECT proxy (RFC 9110 section 9.3.6): reads a request head,
-//! accepts only `CONNECT host:port HTTP/1.x`, and returns the destination as a [`Target`].
+//! The server side of an HTTP proxy: reads a request head and returns what to do as a
+//! [`Request`]: `CONNECT host:port HTTP/1.x` (RFC 9110 section 9.3.6) tunnels to the
+//! destination; a request in absolute form, `GET http://host[:port]/path HTTP/1.x` (RFC 9112
+//! section 3.2.2, what `http_proxy=` clients send for plain HTTP), is forwarded: its head is
+//! rewritten to origin form for the destination ([`forward_head`]).
 //!
 //! The head is read up to the first empty line, at most [`MAX_HEAD_LEN`] bytes; lines may end
 //! in CRLF or a bare LF, and empty lines before the request line are skipped. Header fields are
 //! ignored. The authority is `host:port` where host is a dotted IPv4 address, an IPv6 address
 //! in brackets, or a domain name as [`crate::socks::validate_domain`] allows it; the port is 1
-//! to 5 decimal digits. A malformed request gets `400 Bad Request`, a method other than CONNECT
-//! `405 Method Not Allowed`; the caller sends the success or failure reply for a valid one
-//! ([`reply_ok`], [`reply_status`]). Timeouts are the caller's concern.
+//! to 5 decimal digits. A malformed request gets `400 Bad Request`, a request in origin form
+//! (`GET /path`, which names no destination) `405 Method Not Allowed`; the caller sends the
+//! success or failure reply for a valid CONNECT ([`reply_ok`], [`reply_status`]), and a
+//! failure reply for a forwarded request that could not be (its success reply is the
+//! destination's). Timeouts are the caller's concern.
 
 use crate::socks::Target;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -28,8 +33,116 @@ pub enum HttpConnectError {
     TooLarge,
     #[error("malformed request: {0}")]
     Malformed(&'static str),
-    #[error("method {0:?} not allowed (only CONNECT)")]
+    #[error("method {0:?} not allowed (only CONNECT, or a request with an http:// URL)")]
     MethodNotAllowed(String),
+}
+
+/// What a client asked the proxy for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `CONNECT host:port`: a tunnel; the client waits for [`reply_ok`].
+    Connect(Target),
+    /// A plain HTTP request in absolute form, to forward to `target`: `head` is its head in
+    /// origin form ([`forward_head`]), to send before the client's further bytes (its body).
+    Forward { target: Target, head: Vec<u8> },
+}
+
+impl Request {
+    /// The destination.
+    pub fn target(&self) -> &Target {
+        match self {
+            Request::Connect(t) | Request::Forward { target: t, .. } => t,
+        }
+    }
+}
+
+/// Header fields of the client–proxy hop, not forwarded (RFC 9110 section 7.6.1); the forwarded
+/// request carries `Connection: close` instead, so the destination's answer ends the client's
+/// connection and a next request, perhaps to another host, comes on a new one.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// The head to send the destination for a request in absolute form: the request line in
+/// origin form (`GET /path?query HTTP/1.1`), the client's header fields but the hop-by-hop ones
+/// (and those the `Connection` field names), a `Host` field when the client sent none, and
+/// `Connection: close`. `lines` are the head's lines after the request line, without their
+/// ends.
+pub fn forward_head<'a>(
+    method: &str,
+    path: &str,
+    version: &str,
+    authority: &str,
+    lines: impl Iterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let lines: Vec<&[u8]> = lines.filter(|l| !l.is_empty()).collect();
+    let name_of = |l: &[u8]| -> String {
+        let name = l.split(|&b| b == b':').next().unwrap_or_default();
+        String::from_utf8_lossy(name).trim().to_ascii_lowercase()
+    };
+    // Fields the client's Connection field names are hop-by-hop too.
+    let mut drop: Vec<String> = HOP_BY_HOP.iter().map(|s| s.to_string()).collect();
+    for l in &lines {
+        if name_of(l) == "connection" {
+            let value = l.splitn(2, |&b| b == b':').nth(1).unwrap_or_default();
+            for token in String::from_utf8_lossy(value).split(',') {
+                drop.push(token.trim().to_ascii_lowercase());
+            }
+        }
+    }
+    let mut head = format!("{method} {path} {version}\r\n").into_bytes();
+    let mut has_host = false;
+    for l in lines {
+        let name = name_of(l);
+        if drop.contains(&name) {
+            continue;
+        }
+        has_host |= name == "host";
+        head.extend_from_slice(l);
+        head.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        head.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    }
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    head
+}
+
+/// Splits an absolute `http://` URL into its authority (`host[:port]`, port 80 when not
+/// given: the destination), the authority as written, and its path and query (`/` when
+/// empty).
+fn parse_http_url(url: &str) -> Result<(Target, &str, &str), HttpConnectError> {
+    let rest = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some(_) => {
+            return Err(HttpConnectError::Malformed(
+                "only http:// URLs are forwarded (use CONNECT for others)",
+            ))
+        }
+        None => return Err(HttpConnectError::Malformed("no destination in the request")),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.contains('@') {
+        return Err(HttpConnectError::Malformed("user information in the URL"));
+    }
+    let path = path.split('#').next().unwrap_or_default();
+    let path = if path.is_empty() { "/" } else { path };
+    // Whether the authority ends with a port: after the last ']' (IPv6) there is a ':'.
+    let after_host = authority.rsplit(']').next().unwrap_or(authority);
+    let target = if after_host.contains(':') {
+        parse_authority(authority)?
+    } else {
+        parse_authority(&format!("{authority}:80"))?
+    };
+    Ok((target, authority, path))
 }
 
 /// The reply to a CONNECT that succeeded; the tunnel starts after it.
@@ -73,11 +186,13 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Parses a complete request head; the error is the status to answer with.
-pub fn parse_head(head: &[u8]) -> Result<Target, HttpConnectError> {
-    let request_line = head
+pub fn parse_head(head: &[u8]) -> Result<Request, HttpConnectError> {
+    let mut lines = head
         .split(|&b| b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .find(|l| !l.is_empty())
+        .skip_while(|l| l.is_empty());
+    let request_line = lines
+        .next()
         .ok_or(HttpConnectError::Malformed("no request line"))?;
     let line = std::str::from_utf8(request_line)
         .map_err(|_| HttpConnectError::Malformed("request line is not text"))?;
@@ -97,10 +212,24 @@ pub fn parse_head(head: &[u8]) -> Result<Target, HttpConnectError> {
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(HttpConnectError::Malformed("bad method"));
     }
-    if method != "CONNECT" {
+    if method == "CONNECT" {
+        return parse_authority(authority).map(Request::Connect);
+    }
+    if authority.starts_with('/') || authority == "*" {
         return Err(HttpConnectError::MethodNotAllowed(method.to_owned()));
     }
-    parse_authority(authority)
+    let (target, written, path) = parse_http_url(authority)?;
+    if line.bytes().any(|b| b.is_ascii_control())
+        || lines
+            .clone()
+            .any(|l| l.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
+    {
+        return Err(HttpConnectError::Malformed(
+            "control character in a header field",
+        ));
+    }
+    let head = forward_head(method, path, version, written, lines);
+    Ok(Request::Forward { target, head })
 }
 
 /// Parses `host:port` (IPv6 in brackets).
@@ -132,13 +261,14 @@ pub fn parse_authority(authority: &str) -> Result<Target, HttpConnectError> {
     Target::domain(host, port).map_err(|_| HttpConnectError::Malformed("bad host"))
 }
 
-/// Reads a CONNECT request head from `stream` and returns the destination and the bytes the
-/// client sent after the head (the start of the tunnelled stream).
+/// Reads a request head from `stream` and returns the request and the bytes the client sent
+/// after the head (the start of the tunnelled stream, or of a forwarded request's body).
 ///
-/// A malformed or oversize head is answered with `400 Bad Request`, another method with
-/// `405 Method Not Allowed` (with `Allow: CONNECT`); both end with an error. The caller sends
-/// [`reply_ok`] or a [`reply_status`] failure for a valid request.
-pub async fn accept<S>(stream: &mut S) -> Result<(Target, Vec<u8>), HttpConnectError>
+/// A malformed or oversize head is answered with `400 Bad Request`, a request in origin form
+/// with `405 Method Not Allowed` (with `Allow: CONNECT`); both end with an error. The caller
+/// sends [`reply_ok`] or a [`reply_status`] failure for a valid CONNECT, a failure for a
+/// forwarded request that could not be.
+pub async fn accept<S>(stream: &mut S) -> Result<(Request, Vec<u8>), HttpConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -197,7 +327,7 @@ mod tests {
     use super::*;
     use tokio::io::duplex;
 
-    async fn run(input: &[u8]) -> (Result<(Target, Vec<u8>), HttpConnectError>, Vec<u8>) {
+    async fn run(input: &[u8]) -> (Result<(Request, Vec<u8>), HttpConnectError>, Vec<u8>) {
         let (mut client, mut server) = duplex(64 * 1024);
         client.write_all(input).await.unwrap();
         // End of the client's stream: a head that is not complete by now never will be.
@@ -216,7 +346,10 @@ mod tests {
         )
         .await;
         let (target, rest) = r.unwrap();
-        assert_eq!(target, Target::domain("example.com", 443).unwrap());
+        assert_eq!(
+            target,
+            Request::Connect(Target::domain("example.com", 443).unwrap())
+        );
         assert_eq!(rest, b"\x16\x03\x01hello");
         assert!(answer.is_empty(), "accept sends no reply on success");
     }
@@ -225,12 +358,15 @@ mod tests {
     async fn connect_ipv4_ipv6_bare_lf_and_http10() {
         let (r, _) = run(b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n").await;
         assert_eq!(
-            r.unwrap().0,
-            Target::Ip("[2001:db8::1]:8443".parse().unwrap())
+            r.unwrap().0.target(),
+            &Target::Ip("[2001:db8::1]:8443".parse().unwrap())
         );
         let (r, _) = run(b"\r\nCONNECT 192.0.2.1:22 HTTP/1.0\nHost: x\n\n").await;
         let (target, rest) = r.unwrap();
-        assert_eq!(target, Target::Ip("192.0.2.1:22".parse().unwrap()));
+        assert_eq!(
+            target,
+            Request::Connect(Target::Ip("192.0.2.1:22".parse().unwrap()))
+        );
         assert!(rest.is_empty());
     }
 
@@ -247,13 +383,20 @@ mod tests {
         }
         let (r, _server) = task.await.unwrap();
         let (target, rest) = r.unwrap();
-        assert_eq!(target, Target::domain("a.example", 80).unwrap());
+        assert_eq!(target.target(), &Target::domain("a.example", 80).unwrap());
         assert!(rest.is_empty());
     }
 
     #[tokio::test]
     async fn malformed_requests_get_400() {
-        let bad: [&[u8]; 11] = [
+        let bad: [&[u8]; 18] = [
+            b"GET http://example.com/\rX: y HTTP/1.1\r\n\r\n",
+            b"GET http://example.com/ HTTP/1.1\r\nX: a\rInjected: b\r\n\r\n",
+            b"GET https://example.com/ HTTP/1.1\r\n\r\n",
+            b"GET example.com/ HTTP/1.1\r\n\r\n",
+            b"GET http://user@example.com/ HTTP/1.1\r\n\r\n",
+            b"GET http://example.com:0/ HTTP/1.1\r\n\r\n",
+            b"GET http:///x HTTP/1.1\r\n\r\n",
             b"CONNECT example.com HTTP/1.1\r\n\r\n",
             b"CONNECT example.com:99999 HTTP/1.1\r\n\r\n",
             b"CONNECT example.com:0 HTTP/1.1\r\n\r\n",
@@ -278,9 +421,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn other_methods_get_405() {
-        let (r, answer) =
-            run(b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n").await;
+    async fn absolute_form_is_forwarded_in_origin_form() {
+        let (r, answer) = run(b"POST http://example.com:8080/a/b?c=d#frag HTTP/1.1\r\n\
+              Host: example.com:8080\r\nProxy-Connection: keep-alive\r\n\
+              Proxy-Authorization: Basic eDp5\r\nConnection: keep-alive, X-Secret\r\n\
+              X-Secret: 1\r\nContent-Length: 5\r\nAccept: */*\r\n\r\nhello")
+        .await;
+        let (req, rest) = r.unwrap();
+        assert!(answer.is_empty(), "the destination answers, not the proxy");
+        assert_eq!(rest, b"hello");
+        let Request::Forward { target, head } = req else {
+            panic!("not forwarded: {req:?}");
+        };
+        assert_eq!(target, Target::domain("example.com", 8080).unwrap());
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /a/b?c=d HTTP/1.1\r\nHost: example.com:8080\r\nContent-Length: 5\r\n\
+             Accept: */*\r\nConnection: close\r\n\r\n"
+        );
+        // No Host field, no path, an IP address, the default port.
+        let (r, _) = run(b"GET http://192.0.2.7 HTTP/1.0\n\n").await;
+        let Request::Forward { target, head } = r.unwrap().0 else {
+            panic!("not forwarded");
+        };
+        assert_eq!(target, Target::Ip("192.0.2.7:80".parse().unwrap()));
+        assert_eq!(
+            head,
+            b"GET / HTTP/1.0\r\nHost: 192.0.2.7\r\nConnection: close\r\n\r\n"
+        );
+        let (r, _) = run(b"GET http://[2001:db8::1]/x HTTP/1.1\r\n\r\n").await;
+        assert_eq!(
+            r.unwrap().0.target(),
+            &Target::Ip("[2001:db8::1]:80".parse().unwrap())
+        );
+    }
+
+    #[tokio::test]
+    async fn origin_form_gets_405() {
+        let (r, answer) = run(b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n").await;
         assert!(matches!(r, Err(HttpConnectError::MethodNotAllowed(ref m)) if m == "GET"));
         assert!(answer.starts_with(b"HTTP/1.1 405 Method Not Allowed\r\n"));
         assert!(answer.windows(15).any(|w| w == b"Allow: CONNECT\r"));

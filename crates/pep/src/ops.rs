@@ -11,11 +11,16 @@
 //! - on a gateway, the opening terminal (identified by its public key) has
 //!   `max_connections_per_terminal` open; on a terminal that limit bounds all of its own
 //!   connections (`terminal_limit`);
-//! - reserving another connection's relay buffers would take the total past
-//!   `memory_cap_bytes` (`memory`).
+//! - the bytes in use would pass `memory_cap_bytes` with another connection's own charge,
+//!   [`CONNECTION_BYTES`] (`memory`).
 //!
-//! What one connection reserves is [`reserve_per_connection`]: the buffers the relay may fill
-//! for it at most, whatever the traffic.
+//! Memory is counted by use ([`MemoryBudget`]): a connection is charged [`CONNECTION_BYTES`]
+//! while it lives, and its relay's buffers as they fill — a read buffer from the moment the TCP
+//! socket has bytes until the hop has taken them, a chunk from the hop from the moment the hop
+//! hands it to the relay until it is written to the TCP socket. When the cap is reached, new
+//! connections are refused and the relays stop reading (the TCP receive window and the STP
+//! window close) until buffers drain, so the bytes in use never pass the cap. An idle
+//! connection costs its [`CONNECTION_BYTES`] only.
 
 use crate::keys::PublicKey;
 use crate::metrics::{CloseReason, ConnTrack, Direction, Metrics, RefusalReason, Side};
@@ -25,24 +30,139 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify, Semaphore};
 
-/// Bytes a hop stream may hold on its way from the hop to the relay (16 chunks of 64 KiB: the
-/// bound of the hop's per-stream reader channel, `hop::READ_CHUNKS` × `hop::CHUNK`).
-pub const FROM_HOP_BUFFER_BYTES: u64 = 16 * 64 * 1024;
-/// The relay's read buffer from the TCP socket, per connection.
-pub const TCP_READ_BUFFER_BYTES: u64 = 64 * 1024;
-/// Smallest relay budget the hop grants a stream (one chunk).
-const MIN_RELAY_BUFFER_BYTES: u64 = 64 * 1024;
+/// What a connection is charged against `memory_cap_bytes` from admission to its end, whatever
+/// it buffers: its share of the relay's state (tasks, records, the stream's entry). The default
+/// cap of 512 MiB admits 131,072 idle connections.
+pub const CONNECTION_BYTES: u64 = 4 * 1024;
 /// Refused connections whose client is being answered at once (a SOCKS5 or HTTP reply needs
 /// the client's request first); beyond this, refused connections are closed unanswered.
 pub const MAX_REFUSING: usize = 64;
 
-/// The relay buffers one connection may fill at most, bytes: its budget towards the hop
-/// (`relay_buffer_bytes`, at least 64 KiB), the hop's bounded channel towards it, and the
-/// relay's TCP read buffer. This is what admission reserves against `memory_cap_bytes`.
-pub fn reserve_per_connection(relay_buffer_bytes: u64) -> u64 {
-    relay_buffer_bytes
-        .max(MIN_RELAY_BUFFER_BYTES)
-        .saturating_add(FROM_HOP_BUFFER_BYTES + TCP_READ_BUFFER_BYTES)
+/// The bytes the relays of one side have in use, against `memory_cap_bytes`: what connections
+/// are charged ([`CONNECTION_BYTES`]) and the buffers they fill, returned as they drain. Shared
+/// by the side's [`Ops`] and its hop (which charges the chunks it hands to relays).
+#[derive(Debug)]
+pub struct MemoryBudget {
+    cap: u64,
+    used: Mutex<u64>,
+    /// Woken whenever bytes are returned.
+    room: Notify,
+    metrics: Arc<Metrics>,
+}
+
+impl MemoryBudget {
+    /// A budget of `cap` bytes whose use `metrics` shows (`memory_reserved_bytes`).
+    pub fn new(cap: u64, metrics: Arc<Metrics>) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget {
+            cap,
+            used: Mutex::new(0),
+            room: Notify::new(),
+            metrics,
+        })
+    }
+
+    /// The cap, bytes.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// Bytes in use now.
+    pub fn used(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Charges `n` bytes if that keeps the use within the cap.
+    pub fn try_charge(self: &Arc<Self>, n: u64) -> Option<Charge> {
+        {
+            let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            let after = used.checked_add(n).filter(|&a| a <= self.cap)?;
+            *used = after;
+        }
+        self.metrics
+            .memory_reserved_bytes
+            .add(i64::try_from(n).unwrap_or(i64::MAX));
+        Some(Charge {
+            budget: Arc::clone(self),
+            bytes: n,
+        })
+    }
+
+    /// Charges `n` bytes (at most the cap), waiting until they fit.
+    pub async fn charge(self: &Arc<Self>, n: u64) -> Charge {
+        let n = n.min(self.cap);
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some(c) = self.try_charge(n) {
+                return c;
+            }
+            room.await;
+        }
+    }
+
+    fn release(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            *used = used.saturating_sub(n);
+        }
+        self.metrics
+            .memory_reserved_bytes
+            .add(-i64::try_from(n).unwrap_or(i64::MAX));
+        self.room.notify_waiters();
+    }
+}
+
+/// Bytes charged to a [`MemoryBudget`], returned when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: u64,
+}
+
+impl Charge {
+    /// The bytes charged.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Returns what the charge holds beyond `n` bytes.
+    pub fn shrink_to(&mut self, n: u64) {
+        if n < self.bytes {
+            self.budget.release(self.bytes - n);
+            self.bytes = n;
+        }
+    }
+
+    /// Ties the charge to `data`: it is returned once every slice of the returned bytes (the
+    /// same bytes) is dropped.
+    pub fn attach(self, data: bytes::Bytes) -> bytes::Bytes {
+        bytes::Bytes::from_owner(Charged {
+            data,
+            _charge: self,
+        })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
+}
+
+/// Bytes that hold a [`Charge`] while they live.
+struct Charged {
+    data: bytes::Bytes,
+    _charge: Charge,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
 }
 
 /// The limits and timeouts the accept loops enforce.
@@ -52,10 +172,8 @@ pub struct OpsConfig {
     pub max_connections: u32,
     /// Gateway: most connections of one terminal at once. Terminal: most of its connections.
     pub max_connections_per_terminal: u32,
-    /// Most bytes reserved for relay buffers at once.
+    /// Most bytes in use by connections and their relay buffers at once ([`MemoryBudget`]).
     pub memory_cap_bytes: u64,
-    /// Bytes reserved per connection ([`reserve_per_connection`]).
-    pub reserve_per_connection_bytes: u64,
     /// Close a relayed connection idle both ways this long (`None`: never).
     pub idle_timeout: Option<Duration>,
     /// Terminal: give up opening a stream through the gateway after this long; also bounds a
@@ -64,13 +182,28 @@ pub struct OpsConfig {
 }
 
 impl OpsConfig {
+    /// A daemon's limits and timeouts: `limits` from its configuration, its `idle_timeout_s`
+    /// and `connect_timeout_s`.
+    pub fn from_limits(
+        limits: &crate::config::Limits,
+        idle_timeout_s: u32,
+        connect_timeout_s: u32,
+    ) -> OpsConfig {
+        OpsConfig {
+            max_connections: limits.max_connections,
+            max_connections_per_terminal: limits.max_connections_per_terminal,
+            memory_cap_bytes: limits.memory_cap_bytes,
+            idle_timeout: Some(Duration::from_secs(u64::from(idle_timeout_s))),
+            open_timeout: Some(Duration::from_secs(u64::from(connect_timeout_s))),
+        }
+    }
+
     /// No limits, no timeouts.
     pub fn unlimited() -> OpsConfig {
         OpsConfig {
             max_connections: u32::MAX,
             max_connections_per_terminal: u32::MAX,
             memory_cap_bytes: u64::MAX,
-            reserve_per_connection_bytes: 0,
             idle_timeout: None,
             open_timeout: None,
         }
@@ -80,7 +213,6 @@ impl OpsConfig {
 #[derive(Debug, Default)]
 struct State {
     open: u32,
-    reserved: u64,
     per_terminal: HashMap<Option<PublicKey>, u32>,
 }
 
@@ -89,6 +221,7 @@ struct State {
 pub struct Ops {
     cfg: OpsConfig,
     metrics: Arc<Metrics>,
+    memory: Arc<MemoryBudget>,
     state: Mutex<State>,
     stop: watch::Sender<bool>,
     /// Set when a drain ran out of time: the connections left are reset.
@@ -107,6 +240,7 @@ impl Ops {
         let (stop, _) = watch::channel(false);
         let (cut, _) = watch::channel(false);
         Arc::new(Ops {
+            memory: MemoryBudget::new(cfg.memory_cap_bytes, Arc::clone(&metrics)),
             cfg,
             metrics,
             state: Mutex::new(State::default()),
@@ -132,6 +266,11 @@ impl Ops {
         &self.cfg
     }
 
+    /// The side's memory budget (give it to the hop: [`crate::hop::Hop::charge_to`]).
+    pub fn memory(&self) -> &Arc<MemoryBudget> {
+        &self.memory
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -143,7 +282,6 @@ impl Ops {
         terminal: Option<PublicKey>,
         client: Option<SocketAddr>,
     ) -> Result<Conn, RefusalReason> {
-        let reserve = self.cfg.reserve_per_connection_bytes;
         let verdict = {
             let mut st = self.state();
             let of_terminal = st.per_terminal.get(&terminal).copied().unwrap_or(0);
@@ -151,22 +289,18 @@ impl Ops {
                 Err(RefusalReason::ConnectionLimit)
             } else if of_terminal >= self.cfg.max_connections_per_terminal {
                 Err(RefusalReason::TerminalLimit)
-            } else if st.reserved.saturating_add(reserve) > self.cfg.memory_cap_bytes {
-                Err(RefusalReason::Memory)
-            } else {
+            } else if let Some(charge) = self.memory.try_charge(CONNECTION_BYTES) {
                 st.open += 1;
-                st.reserved += reserve;
                 *st.per_terminal.entry(terminal).or_insert(0) += 1;
-                Ok(st.reserved)
+                Ok(charge)
+            } else {
+                Err(RefusalReason::Memory)
             }
         };
         match verdict {
-            Ok(reserved) => {
+            Ok(charge) => {
                 self.metrics.connections_total.inc();
                 self.metrics.connections_active.inc();
-                self.metrics
-                    .memory_reserved_bytes
-                    .set(i64::try_from(reserved).unwrap_or(i64::MAX));
                 let track = self
                     .metrics
                     .track(client.map(|c| c.to_string()), terminal.map(|k| k.to_hex()));
@@ -174,7 +308,7 @@ impl Ops {
                     ops: Arc::clone(self),
                     track,
                     terminal,
-                    reserved: reserve,
+                    charge: Some(charge),
                     close: CloseReason::Error,
                 })
             }
@@ -191,34 +325,37 @@ impl Ops {
                         u64::from(self.cfg.max_connections),
                     ),
                 };
+                let in_use = if reason == RefusalReason::Memory {
+                    format!(
+                        " ({} bytes in use by open connections and their buffers)",
+                        self.memory.used()
+                    )
+                } else {
+                    String::new()
+                };
                 tracing::info!(
                     client = client.map(|c| c.to_string()),
                     terminal = terminal.map(|k| k.to_hex()),
                     reason = reason.as_str(),
                     limit,
-                    "connection refused: {limit_name} = {limit} reached"
+                    "connection refused: {limit_name} = {limit} reached{in_use}"
                 );
                 Err(reason)
             }
         }
     }
 
-    fn release(&self, terminal: &Option<PublicKey>, reserved: u64) {
-        let now = {
+    fn release(&self, terminal: &Option<PublicKey>) {
+        {
             let mut st = self.state();
             st.open = st.open.saturating_sub(1);
-            st.reserved = st.reserved.saturating_sub(reserved);
             if let Some(n) = st.per_terminal.get_mut(terminal) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     st.per_terminal.remove(terminal);
                 }
             }
-            st.reserved
-        };
-        self.metrics
-            .memory_reserved_bytes
-            .set(i64::try_from(now).unwrap_or(i64::MAX));
+        }
         self.metrics.connections_active.dec();
         self.ended.notify_waiters();
     }
@@ -228,9 +365,9 @@ impl Ops {
         self.state().open
     }
 
-    /// Bytes reserved by open connections.
+    /// Bytes in use by open connections and their buffers ([`MemoryBudget::used`]).
     pub fn reserved_bytes(&self) -> u64 {
-        self.state().reserved
+        self.memory.used()
     }
 
     /// A permit to answer a refused client, if fewer than [`MAX_REFUSING`] are being answered.
@@ -312,14 +449,14 @@ impl Ops {
     }
 }
 
-/// An admitted connection: holds its place under the limits, its memory reservation and its
-/// metrics record until dropped, when it is counted as closed and logged.
+/// An admitted connection: holds its place under the limits, its [`CONNECTION_BYTES`] charge and
+/// its metrics record until dropped, when it is counted as closed and logged.
 #[derive(Debug)]
 pub struct Conn {
     ops: Arc<Ops>,
     track: Arc<ConnTrack>,
     terminal: Option<PublicKey>,
-    reserved: u64,
+    charge: Option<Charge>,
     close: CloseReason,
 }
 
@@ -372,7 +509,8 @@ impl Drop for Conn {
         let t = &self.track;
         self.ops.metrics.closed(self.close).inc();
         self.ops.metrics.untrack(t.id());
-        self.ops.release(&self.terminal, self.reserved);
+        self.charge = None;
+        self.ops.release(&self.terminal);
         if self.close != CloseReason::Refused {
             tracing::info!(
                 id = t.id(),
@@ -396,13 +534,12 @@ mod tests {
         PublicKey::from_hex(&format!("{b:02x}").repeat(32)).unwrap()
     }
 
-    fn ops(max: u32, per: u32, cap: u64, reserve: u64) -> Arc<Ops> {
+    fn ops(max: u32, per: u32, cap: u64) -> Arc<Ops> {
         Ops::new(
             OpsConfig {
                 max_connections: max,
                 max_connections_per_terminal: per,
                 memory_cap_bytes: cap,
-                reserve_per_connection_bytes: reserve,
                 ..OpsConfig::unlimited()
             },
             Arc::new(Metrics::new(Side::Gateway)),
@@ -411,7 +548,7 @@ mod tests {
 
     #[test]
     fn limits_refuse_and_release() {
-        let o = ops(3, 2, u64::MAX, 0);
+        let o = ops(3, 2, u64::MAX);
         let a1 = o.admit(Some(key(1)), None).unwrap();
         let _a2 = o.admit(Some(key(1)), None).unwrap();
         assert_eq!(
@@ -437,15 +574,33 @@ mod tests {
     }
 
     #[test]
-    fn memory_cap_counts_reservations() {
-        let o = ops(100, 100, 10 << 20, 4 << 20);
+    fn memory_cap_counts_connections_and_buffers() {
+        let o = ops(100, 100, 10 * CONNECTION_BYTES);
         let a = o.admit(None, None).unwrap();
         let _b = o.admit(None, None).unwrap();
-        assert_eq!(o.reserved_bytes(), 8 << 20);
-        assert_eq!(o.metrics().memory_reserved_bytes.get(), 8 << 20);
+        assert_eq!(o.reserved_bytes(), 2 * CONNECTION_BYTES);
+        // Buffers filling take the rest of the cap: the next connection is refused.
+        let buffered = o.memory().try_charge(8 * CONNECTION_BYTES).unwrap();
+        assert!(o.memory().try_charge(1).is_none());
         assert_eq!(o.admit(None, None).unwrap_err(), RefusalReason::Memory);
+        assert_eq!(
+            o.metrics().memory_reserved_bytes.get(),
+            (10 * CONNECTION_BYTES) as i64
+        );
+        // Draining returns the bytes; so does a connection's end.
+        let data = buffered.attach(bytes::Bytes::from(vec![7u8; 100]));
+        let piece = data.slice(10..20);
+        drop(data);
+        assert_eq!(
+            o.reserved_bytes(),
+            10 * CONNECTION_BYTES,
+            "a slice still holds it"
+        );
+        assert_eq!(&piece[..], &[7u8; 10]);
+        drop(piece);
+        assert_eq!(o.reserved_bytes(), 2 * CONNECTION_BYTES);
         drop(a);
-        assert_eq!(o.reserved_bytes(), 4 << 20);
+        assert_eq!(o.reserved_bytes(), CONNECTION_BYTES);
         let mut c = o.admit(None, None).unwrap();
         c.refuse(RefusalReason::Policy);
         drop(c);
@@ -453,6 +608,7 @@ mod tests {
         assert_eq!(m.refused(RefusalReason::Memory).get(), 1);
         assert_eq!(m.refused(RefusalReason::Policy).get(), 1);
         assert_eq!(m.closed(CloseReason::Refused).get(), 1);
+        assert_eq!(m.memory_reserved_bytes.get(), CONNECTION_BYTES as i64);
         // Every admitted connection is open or closed under one reason.
         let closed: u64 = CloseReason::ALL.iter().map(|r| m.closed(*r).get()).sum();
         assert_eq!(
@@ -462,21 +618,40 @@ mod tests {
     }
 
     #[test]
-    fn reservation_covers_every_buffer() {
-        assert_eq!(
-            reserve_per_connection(4 << 20),
-            (4 << 20) + (1 << 20) + (64 << 10)
-        );
-        assert_eq!(
-            reserve_per_connection(1000),
-            (64 << 10) + (1 << 20) + (64 << 10)
-        );
-        assert_eq!(reserve_per_connection(u64::MAX), u64::MAX);
+    fn the_default_cap_admits_a_hundred_thousand_idle_connections() {
+        let cap = crate::config::Limits::default().memory_cap_bytes;
+        let o = ops(u32::MAX, u32::MAX, cap);
+        let held: Vec<Conn> = (0..100_000).map(|_| o.admit(None, None).unwrap()).collect();
+        assert_eq!(held.len(), 100_000);
+        assert!(o.reserved_bytes() <= cap);
+    }
+
+    #[tokio::test]
+    async fn a_charge_waits_for_room() {
+        let m = MemoryBudget::new(1000, Arc::new(Metrics::new(Side::Terminal)));
+        let full = m.try_charge(900).unwrap();
+        let m2 = Arc::clone(&m);
+        let waiter = tokio::spawn(async move { m2.charge(500).await.bytes() });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        assert_eq!(m.used(), 900);
+        drop(full);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, 500);
+        assert_eq!(m.used(), 0, "the waiter's charge ended with its task");
+        let mut c = m.try_charge(800).unwrap();
+        c.shrink_to(300);
+        assert_eq!((c.bytes(), m.used()), (300, 300));
+        drop(c);
+        assert_eq!(m.used(), 0);
     }
 
     #[tokio::test]
     async fn drain_and_wait_idle() {
-        let o = ops(10, 10, u64::MAX, 0);
+        let o = ops(10, 10, u64::MAX);
         let c = o.admit(None, None).unwrap();
         assert!(!o.draining());
         let waiter = {

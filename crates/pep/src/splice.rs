@@ -8,13 +8,13 @@ use crate::socks::Reply;
 use crate::stream_header::verdict_from_byte;
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
 const READ_BUF: usize = 64 * 1024;
 /// A connection's first read buffer towards the hop; it doubles up to [`READ_BUF`] while reads
-/// fill it, so an idle connection holds little.
+/// fill it and halves back while they use less than a quarter.
 const READ_BUF_MIN: usize = 4 * 1024;
 
 /// How a splice ended badly, and so which side must be told.
@@ -183,20 +183,33 @@ async fn idle_watch(track: &ConnTrack, limit: Option<Duration>) {
 }
 
 async fn tcp_to_hop(
-    mut rd: ReadHalf<'_>,
+    rd: ReadHalf<'_>,
     hw: &HopWriter,
     conn: Option<&Conn>,
 ) -> Result<u64, SpliceError> {
-    // Reads land in a buffer handed to the hop without copying; a full read doubles the next.
+    // A read buffer exists only while the socket has bytes: it is allocated (and charged to the
+    // side's memory budget, waiting for room when the cap is reached) once the socket is
+    // readable, and handed to the hop without copying with its charge, which returns when STP
+    // has sent them and had them acknowledged. An idle connection holds none. A full read
+    // doubles the next, one using less than a quarter halves it; a read filling less than half
+    // its buffer is copied into one of its size, so the bytes in flight hold no empty room.
+    let tcp: &TcpStream = rd.as_ref();
+    let memory = conn.map(|c| std::sync::Arc::clone(c.ops().memory()));
     let mut size = READ_BUF_MIN;
-    let mut buf = bytes::BytesMut::new();
     let mut total = 0u64;
     loop {
-        if buf.capacity() < READ_BUF_MIN / 4 {
-            buf = bytes::BytesMut::with_capacity(size);
-        }
-        let room = buf.capacity();
-        let n = rd.read_buf(&mut buf).await.map_err(SpliceError::Tcp)?;
+        tcp.readable().await.map_err(SpliceError::Tcp)?;
+        let room = size;
+        let charge = match &memory {
+            Some(m) => Some(m.charge(room as u64).await),
+            None => None,
+        };
+        let mut buf = bytes::BytesMut::with_capacity(room);
+        let n = match tcp.try_read_buf(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(SpliceError::Tcp(e)),
+        };
         if n == 0 {
             hw.shutdown().await;
             if let Some(c) = conn {
@@ -207,10 +220,30 @@ async fn tcp_to_hop(
         if let Some(c) = conn {
             c.add_bytes(c.directions().0, n as u64);
         }
-        if n == room && room >= size {
-            size = (size * 2).min(READ_BUF);
-        }
-        hw.write_bytes(buf.split().freeze())
+        size = if n == room {
+            (size * 2).min(READ_BUF)
+        } else if n < room / 4 {
+            (size / 2).max(READ_BUF_MIN)
+        } else {
+            size
+        };
+        // A buffer mostly empty is not kept for a few bytes: they move to one of their size.
+        let copied = n < room / 2;
+        let data = if copied {
+            bytes::Bytes::copy_from_slice(&buf)
+        } else {
+            buf.freeze()
+        };
+        let data = match charge {
+            Some(mut c) => {
+                if copied {
+                    c.shrink_to(n as u64);
+                }
+                c.attach(data)
+            }
+            None => data,
+        };
+        hw.write_bytes(data)
             .await
             .map_err(|e| SpliceError::Hop(io::Error::new(io::ErrorKind::ConnectionAborted, e)))?;
         total += n as u64;

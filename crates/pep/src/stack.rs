@@ -282,6 +282,7 @@ impl Terminal {
         };
         let hop = Arc::new(hop);
         let ops = Ops::new(o.ops, Arc::new(Metrics::new(Side::Terminal)));
+        hop.charge_to(Arc::clone(ops.memory())).await;
         let mut t = Terminal {
             hop,
             ops,
@@ -429,6 +430,7 @@ impl GatewayOptions {
 pub struct Gateway {
     hops: Vec<Arc<Hop>>,
     ops: Arc<Ops>,
+    policy: Arc<crate::gateway::policy::PolicyCell>,
     metrics: Option<SocketAddr>,
 }
 
@@ -494,13 +496,15 @@ impl Gateway {
             hops.push(hop);
         }
         let ops = Ops::new(o.ops, Arc::new(Metrics::new(Side::Gateway)));
+        let policy = Arc::new(crate::gateway::policy::PolicyCell::new(o.policy));
         let outbound = Arc::new(o.outbound_tcp);
         let mut running = Vec::new();
         for mut hop in hops {
+            hop.charge_to(Arc::clone(ops.memory())).await;
             let incoming = crate::gateway::serve::take_incoming(&mut hop);
             tokio::spawn(crate::gateway::serve::serve_gateway(
                 incoming,
-                Arc::clone(&o.policy),
+                Arc::clone(&policy),
                 o.connect,
                 Arc::clone(&outbound),
                 Arc::clone(&ops),
@@ -516,8 +520,36 @@ impl Gateway {
         Ok(Gateway {
             hops: running,
             ops,
+            policy,
             metrics,
         })
+    }
+
+    /// Puts `policy` in force for the streams that arrive from now on (a reload); streams
+    /// already open are not checked again.
+    pub fn replace_policy(&self, policy: Policy) {
+        self.policy.replace(policy);
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.current()
+    }
+
+    /// Serves the terminal keys in `allowed` from now on, on every hop
+    /// ([`Hop::set_allowed_terminals`]); the keys added and removed.
+    pub async fn set_allowed_terminals(
+        &self,
+        allowed: Vec<PublicKey>,
+    ) -> crate::hop::AllowedChange {
+        let mut change = crate::hop::AllowedChange::default();
+        for hop in &self.hops {
+            let c = hop.set_allowed_terminals(allowed.clone()).await;
+            if change == crate::hop::AllowedChange::default() {
+                change = c;
+            }
+        }
+        change
     }
 
     /// The hop's address (the STP hop's UDP address when it runs, else the TCP hop's).

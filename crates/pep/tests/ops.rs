@@ -345,34 +345,160 @@ async fn gateway_limits_per_terminal_and_memory() {
         t.refused(pep::metrics::RefusalReason::ConnectFailed).get() == 1
     })
     .await;
+}
 
-    // Memory: each connection reserves 4 MiB of a 10 MiB cap.
+/// The old admission reserved every connection's whole relay budget (about 5 MiB), so the
+/// default `memory_cap_bytes` admitted about 120 connections; admission by use admits far more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_limits_admit_hundreds_of_connections() {
+    const N: usize = 600;
+    let _ = pep::fdlimit::raise_nofile_limit();
+    let origin = origin().await;
+    let defaults = pep::ops::OpsConfig::from_limits(&pep::config::Limits::default(), 300, 30);
     let s = setup(Options {
-        gw: OpsConfig {
-            memory_cap_bytes: 10 << 20,
-            reserve_per_connection_bytes: 4 << 20,
-            ..OpsConfig::unlimited()
-        },
+        term: defaults.clone(),
+        gw: defaults,
         ..Options::default()
     })
     .await;
-    let (_a, ca) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
-    let (_b, cb) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
-    let (_c, cc) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
-    assert_eq!((ca, cb, cc), (0, 0, 1));
-    let text = http_get(s.gw_metrics, "/metrics").await;
-    assert_eq!(
-        sample(
-            &text,
-            "satstp_connections_refused_total",
-            "reason=\"memory\""
-        ),
-        1.0
+    let mut open = Vec::with_capacity(N);
+    for _ in 0..N {
+        let (mut c, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+        assert_eq!(code, 0, "connection {} refused", open.len());
+        c.write_all(b"E\n").await.unwrap();
+        open.push(c);
+    }
+    eventually("every connection open at the gateway", || {
+        s.gw_ops.open_connections() as usize == N
+    })
+    .await;
+    // Every connection carries bytes both ways, all at once.
+    for (i, c) in open.iter_mut().enumerate() {
+        c.write_all(format!("{i:05}").as_bytes()).await.unwrap();
+    }
+    for (i, c) in open.iter_mut().enumerate() {
+        let mut back = [0u8; 5];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, format!("{i:05}").as_bytes());
+    }
+    for m in [s.term_ops.metrics(), s.gw_ops.metrics()] {
+        assert_eq!(m.refused(pep::metrics::RefusalReason::Memory).get(), 0);
+    }
+    assert!(s.gw_ops.reserved_bytes() <= pep::config::Limits::default().memory_cap_bytes);
+}
+
+/// Clients that ask for much and read nothing: their bytes pile up in the relays (at the
+/// gateway, in STP's send buffer too, which holds the relay's buffers until they are
+/// acknowledged), and the memory in use on both sides stays within the cap; while it is full new connections are
+/// refused (reason `memory`); when the clients read, every byte arrives and the memory returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_slow_readers_cannot_exceed_the_cap() {
+    const READERS: usize = 24;
+    const EACH: usize = 8 << 20;
+    const CAP: u64 = 12 << 20;
+    let origin = origin().await;
+    let capped = OpsConfig {
+        memory_cap_bytes: CAP,
+        ..OpsConfig::unlimited()
+    };
+    let s = setup(Options {
+        term: capped.clone(),
+        gw: capped,
+        ..Options::default()
+    })
+    .await;
+    // Slow readers until the memory is full and one is refused.
+    let mut readers = Vec::new();
+    let mut refused_early = false;
+    for _ in 0..READERS {
+        // A small receive buffer, so the bytes wait in the relays rather than in the kernel.
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        let c = sock.connect(s.socks).await.unwrap();
+        let (mut c, code) = common::socks_handshake_to(c, "127.0.0.1", origin.port())
+            .await
+            .unwrap();
+        if code != 0 {
+            refused_early = true;
+            break;
+        }
+        c.write_all(format!("D {EACH}\n").as_bytes()).await.unwrap();
+        readers.push(c);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!readers.is_empty(), "no slow reader admitted");
+    // Watch both sides' memory while the flood piles up.
+    let (mut peak_t, mut peak_g) = (0u64, 0u64);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        peak_t = peak_t.max(s.term_ops.reserved_bytes());
+        peak_g = peak_g.max(s.gw_ops.reserved_bytes());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    println!(
+        "{} slow readers admitted; memory in use at most {peak_t} bytes (terminal), \
+         {peak_g} bytes (gateway) of {CAP}",
+        readers.len()
     );
-    assert_eq!(
-        sample(&text, "satstp_memory_reserved_bytes", ""),
-        (8u64 << 20) as f64
+    assert!(
+        peak_t <= CAP && peak_g <= CAP,
+        "peaks {peak_t} and {peak_g} bytes"
     );
+    assert!(
+        peak_t.max(peak_g) >= CAP / 2,
+        "the flood filled the buffers (peaks {peak_t} and {peak_g} bytes of {CAP})"
+    );
+    // While the buffers are full new clients are refused (a few may fit in the last chunk's
+    // room first), and the refusal says why.
+    if !refused_early {
+        let mut late = Vec::new();
+        for _ in 0..32 {
+            let (c, code) = socks_connect(s.socks, "127.0.0.1", origin.port()).await;
+            late.push(c);
+            if code != 0 {
+                break;
+            }
+        }
+        assert!(
+            late.len() < 32,
+            "32 connections admitted over a full memory cap"
+        );
+    }
+    let refused = s
+        .term_ops
+        .metrics()
+        .refused(pep::metrics::RefusalReason::Memory)
+        .get()
+        + s.gw_ops
+            .metrics()
+            .refused(pep::metrics::RefusalReason::Memory)
+            .get();
+    assert!(refused >= 1);
+    // The clients read at last: every byte arrives, in order.
+    let want = pattern(0, EACH);
+    let mut tasks = Vec::new();
+    for mut c in readers {
+        let want = want.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::with_capacity(EACH);
+            c.read_to_end(&mut got).await.unwrap();
+            assert!(
+                got == want,
+                "a reader got {} bytes, not the pattern",
+                got.len()
+            );
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("the readers finish")
+            .unwrap();
+    }
+    eventually("the memory to return", || {
+        s.term_ops.reserved_bytes() == 0 && s.gw_ops.reserved_bytes() == 0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,4 +631,82 @@ async fn outbound_tcp_options_are_applied() {
     let mut got = Vec::new();
     c.read_to_end(&mut got).await.unwrap();
     assert!(got == pattern(0, 100_000));
+}
+
+/// `curl -x http://TERMINAL URL …`: runs curl through the terminal's HTTP listener; the HTTP
+/// status and the body. `None` when curl is missing (and the test may not run).
+async fn curl_via(proxy: SocketAddr, url: &str, extra: &[&str]) -> Option<(String, Vec<u8>)> {
+    let out_file = std::env::temp_dir().join(format!(
+        "pep-curl-{}-{}",
+        std::process::id(),
+        url.len() + extra.len()
+    ));
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-s", "--max-time", "20", "-o"])
+        .arg(&out_file)
+        .args(["-w", "%{http_code}", "-x", &format!("http://{proxy}"), url])
+        .args(extra);
+    let out = match tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("cannot run curl: {e}"),
+    };
+    let body = std::fs::read(&out_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_file);
+    Some((String::from_utf8_lossy(&out.stdout).into_owned(), body))
+}
+
+/// Plain HTTP forward proxying (`http_proxy=`, `curl -x`): a GET and a POST in absolute form go
+/// through the hop to the origin and back intact; the gateway's policy applies as to CONNECT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_requests_are_forwarded_with_curl_x() {
+    let origin = origin().await;
+    let s = setup(Options {
+        allow: vec!["127.0.0.1/32".into()],
+        ..Options::default()
+    })
+    .await;
+    let url = format!("http://127.0.0.1:{}/bytes/300000/3", origin.port());
+    let Some((code, body)) = curl_via(s.http, &url, &[]).await else {
+        testenv::cannot_run("plain_http_requests_are_forwarded_with_curl_x", "no curl");
+        return;
+    };
+    assert_eq!(code, "200");
+    assert!(
+        body == pattern(3, 300_000),
+        "{} bytes, not the pattern",
+        body.len()
+    );
+    // A POST with a body: the origin checks every byte.
+    let upload = std::env::temp_dir().join(format!("pep-curl-upload-{}", std::process::id()));
+    std::fs::write(&upload, pattern(5, 200_000)).unwrap();
+    let url = format!("http://127.0.0.1:{}/upload/200000/5", origin.port());
+    let data = format!("@{}", upload.display());
+    let (code, _) = curl_via(s.http, &url, &["--data-binary", &data, "-H", "Expect:"])
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&upload);
+    assert_eq!(code, "200", "the origin saw the body intact");
+    // The gateway's policy: 127.0.0.2 is not allowed.
+    let url = format!("http://127.0.0.2:{}/bytes/10", origin.port());
+    let (code, body) = curl_via(s.http, &url, &[]).await.unwrap();
+    assert_eq!(code, "403");
+    assert!(body.is_empty());
+    let refused = s
+        .gw_ops
+        .metrics()
+        .refused(pep::metrics::RefusalReason::Policy)
+        .get();
+    assert_eq!(refused, 1);
+    // A request that names no destination is still refused by the proxy itself.
+    let mut c = TcpStream::connect(s.http).await.unwrap();
+    c.write_all(b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
 }

@@ -1,9 +1,12 @@
 //! `satstp terminal` and `satstp gateway`: the split-connection gateway's two sides as daemons,
 //! configured by a TOML file (see `deploy/terminal.toml`, `deploy/gateway.toml`), running until
 //! SIGTERM or SIGINT, then draining: the listeners close, open connections get up to
-//! `shutdown_timeout_s` to finish, and the process exits 0. Logs go to standard error through
-//! `tracing` (`--log-level`, or `RUST_LOG`); `/metrics` and `/status` are served on
-//! `metrics_listen` when it is set.
+//! `shutdown_timeout_s` to finish, and the process exits 0. SIGHUP reloads the configuration:
+//! the log level, and on a gateway the policy and the allowed terminals, change without touching
+//! open connections. Logs go to standard error through `tracing` (`--log-level`, else the
+//! file's `log_level`, else `RUST_LOG`); `/metrics` and `/status` are served on
+//! `metrics_listen` when it is set. What the daemons check at start is also what
+//! `satstp check` checks ([`prepare_terminal`], [`prepare_gateway`]).
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -11,13 +14,14 @@ use pep::config::Limits;
 use pep::config::TcpOptions;
 use pep::config::{load_gateway, load_terminal};
 use pep::gateway::connect::ConnectOptions;
-use pep::keys::load_private_key;
+use pep::keys::{PrivateKey, PublicKey};
 use pep::ops::{Ops, OpsConfig};
 use pep::socks::SocksAuth;
 use pep::stack::{GatewayHops, SocksListener, StpHop, TerminalHop};
 use pep::{Gateway, GatewayOptions, Terminal, TerminalOptions};
 use std::io::Read;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use stp::EndpointConfig;
@@ -35,49 +39,251 @@ pub struct DaemonArgs {
     capture: crate::capture_args::CaptureArgs,
 }
 
-/// Sends `tracing` events to standard error, filtered by `--log-level`, else `RUST_LOG`, else
-/// "info".
-fn init_logging(flag: Option<&str>) -> Result<()> {
-    use tracing_subscriber::EnvFilter;
-    let filter = match flag {
-        Some(f) => EnvFilter::try_new(f)
-            .map_err(|e| anyhow::anyhow!("--log-level: {f:?} is not a log filter: {e}"))?,
-        None => match std::env::var("RUST_LOG") {
-            Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v)
-                .map_err(|e| anyhow::anyhow!("RUST_LOG: {v:?} is not a log filter: {e}"))?,
-            _ => EnvFilter::new("info"),
-        },
+/// The filter text and its source for a daemon: `--log-level`, else the configuration's
+/// `log_level` (`SIDE.log_level`), else `RUST_LOG`, else "info"; checked.
+pub(crate) fn log_filter(
+    flag: Option<&str>,
+    file: Option<&str>,
+    side: &str,
+) -> Result<(String, tracing_subscriber::EnvFilter)> {
+    let env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let (text, origin) = match (flag, file, env) {
+        (Some(f), _, _) => (f.to_string(), "--log-level".to_string()),
+        (None, Some(f), _) => (f.to_string(), format!("{side}.log_level")),
+        (None, None, Some(v)) => (v, "RUST_LOG".to_string()),
+        (None, None, None) => ("info".to_string(), String::new()),
     };
-    // A subscriber set before (tests running two daemons in one process) stays.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_new(&text)
+        .map_err(|e| anyhow::anyhow!("{origin}: {text:?} is not a log filter: {e}"))?;
+    Ok((text, filter))
+}
+
+/// A bad `--log-level` is named before anything else is looked at.
+fn check_log_flag(flag: Option<&str>) -> Result<()> {
+    if flag.is_some() {
+        log_filter(flag, None, "")?;
+    }
     Ok(())
 }
 
-/// The limits and timeouts one side enforces, from its configuration.
-fn ops_config(limits: &Limits, relay_buffer_bytes: u64, idle_s: u32, open_s: u32) -> OpsConfig {
-    OpsConfig {
-        max_connections: limits.max_connections,
-        max_connections_per_terminal: limits.max_connections_per_terminal,
-        memory_cap_bytes: limits.memory_cap_bytes,
-        reserve_per_connection_bytes: pep::ops::reserve_per_connection(relay_buffer_bytes),
-        idle_timeout: Some(Duration::from_secs(u64::from(idle_s))),
-        open_timeout: Some(Duration::from_secs(u64::from(open_s))),
+/// The daemon's log filter, replaced on SIGHUP unless `--log-level` set it.
+struct Logging {
+    flag: Option<String>,
+    current: String,
+    handle: tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >,
+}
+
+/// Sends `tracing` events to standard error, filtered as [`log_filter`] says.
+fn init_logging(flag: Option<&str>, file: Option<&str>, side: &str) -> Result<Logging> {
+    use tracing_subscriber::prelude::*;
+    let (current, filter) = log_filter(flag, file, side)?;
+    let (layer, handle) = tracing_subscriber::reload::Layer::new(filter);
+    // A subscriber set before (tests running two daemons in one process) stays.
+    let _ = tracing_subscriber::registry()
+        .with(layer)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false),
+        )
+        .try_init();
+    Ok(Logging {
+        flag: flag.map(str::to_string),
+        current,
+        handle,
+    })
+}
+
+impl Logging {
+    /// Applies a reloaded configuration's `log_level` (checked already); what changed.
+    fn reload(&mut self, file: Option<&str>, side: &str) -> Result<Option<String>> {
+        if self.flag.is_some() {
+            return Ok(None);
+        }
+        let (text, filter) = log_filter(None, file, side)?;
+        if text == self.current {
+            return Ok(None);
+        }
+        self.handle
+            .reload(filter)
+            .map_err(|e| anyhow::anyhow!("cannot change the log filter: {e}"))?;
+        let change = format!("log_level {:?} -> {text:?}", self.current);
+        self.current = text;
+        Ok(Some(change))
     }
 }
 
-/// Waits for SIGTERM or SIGINT; returns the signal's name.
-async fn wait_for_signal() -> Result<&'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// What SIGHUP does to a running daemon.
+enum Reload<'a> {
+    Terminal {
+        path: &'a Path,
+        logging: Logging,
+        text: String,
+    },
+    Gateway {
+        path: &'a Path,
+        logging: Logging,
+        text: String,
+        gateway: &'a Gateway,
+    },
+}
+
+impl Reload<'_> {
+    /// Re-reads the configuration and applies what can change while running — the log level;
+    /// on a gateway also the policy and the allowed terminals (inline and from their file) —
+    /// without touching open connections. Logs what changed, the settings that changed but
+    /// wait for a restart, or why the reload was refused (the running settings stay).
+    async fn run(&mut self) {
+        let (side, path) = match self {
+            Reload::Terminal { path, .. } => ("terminal", *path),
+            Reload::Gateway { path, .. } => ("gateway", *path),
+        };
+        tracing::info!(config = %path.display(), "{side}: SIGHUP: reloading the configuration");
+        match self.apply().await {
+            Ok((changed, restart)) => {
+                if !restart.is_empty() {
+                    tracing::warn!(
+                        "{side}: reload: {} changed in {}; these take effect at the next restart",
+                        restart.join(", "),
+                        path.display()
+                    );
+                }
+                if changed.is_empty() {
+                    tracing::info!("{side}: configuration reloaded; nothing to change");
+                } else {
+                    tracing::info!("{side}: configuration reloaded: {}", changed.join("; "));
+                }
+            }
+            Err(e) => tracing::error!(
+                "{side}: reload refused, keeping the running settings: {}",
+                crate::error_chain(&e)
+            ),
+        }
+    }
+
+    /// The changes applied and the keys that changed but need a restart.
+    async fn apply(&mut self) -> Result<(Vec<String>, Vec<String>)> {
+        match self {
+            Reload::Terminal {
+                path,
+                logging,
+                text,
+            } => {
+                let new_text = read_config_text(path)?;
+                let cfg = load_terminal(path)?;
+                prepare_terminal(cfg.clone())?;
+                let restart = changed_keys(text, &new_text, "terminal", &["log_level"]);
+                let mut changed = Vec::new();
+                changed.extend(logging.reload(cfg.log_level.as_deref(), "terminal")?);
+                *text = new_text;
+                Ok((changed, restart))
+            }
+            Reload::Gateway {
+                path,
+                logging,
+                text,
+                gateway,
+            } => {
+                let new_text = read_config_text(path)?;
+                let cfg = load_gateway(path)?;
+                let new = prepare_gateway(cfg)?;
+                let restart = changed_keys(
+                    text,
+                    &new_text,
+                    "gateway",
+                    &[
+                        "log_level",
+                        "policy",
+                        "allowed_terminals",
+                        "allowed_terminals_file",
+                    ],
+                );
+                // Checked first, applied after: a bad log filter refuses the whole reload.
+                log_filter(
+                    logging.flag.as_deref(),
+                    new.cfg.log_level.as_deref(),
+                    "gateway",
+                )?;
+                let mut changed = Vec::new();
+                if *gateway.policy() != new.policy {
+                    gateway.replace_policy(new.policy.clone());
+                    changed.push(format!(
+                        "policy: allow={:?} deny={:?} allow_private={}",
+                        new.cfg.policy.allow, new.cfg.policy.deny, new.cfg.policy.allow_private
+                    ));
+                }
+                let change = gateway.set_allowed_terminals(new.allowed.clone()).await;
+                for (what, keys) in [("added", &change.added), ("removed", &change.removed)] {
+                    if !keys.is_empty() {
+                        let shown: Vec<String> = keys.iter().map(|k| k.to_hex()).collect();
+                        changed.push(format!("allowed terminals {what}: {}", shown.join(", ")));
+                    }
+                }
+                changed.extend(logging.reload(new.cfg.log_level.as_deref(), "gateway")?);
+                *text = new_text;
+                Ok((changed, restart))
+            }
+        }
+    }
+}
+
+/// A configuration file's text, as [`load_terminal`] reads it.
+fn read_config_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), pep::config::io_words(&e)))
+}
+
+/// The keys of the `[side]` table (and its sub-tables, as `limits`, `stp`) whose values differ
+/// between two texts of a configuration, but those in `reloadable`.
+fn changed_keys(old: &str, new: &str, side: &str, reloadable: &[&str]) -> Vec<String> {
+    let table = |text: &str| -> toml::Table {
+        text.parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get(side).and_then(|v| v.as_table()).cloned())
+            .unwrap_or_default()
+    };
+    let (old, new) = (table(old), table(new));
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !reloadable.contains(&k.as_str()) && old.get(*k) != new.get(*k))
+        .map(|k| format!("{side}.{k}"))
+        .collect()
+}
+
+/// The signals a running daemon handles, caught from before it says it started.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn catch() -> Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            hup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT, reloading on each SIGHUP; returns the signal's name.
+    async fn wait(&mut self, reload: &mut Reload<'_>) -> &'static str {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return "SIGTERM",
+                _ = self.int.recv() => return "SIGINT",
+                _ = self.hup.recv() => reload.run().await,
+            }
+        }
+    }
 }
 
 /// The settings both daemons share: the allocation, the relay buffer and the timeouts, which
@@ -110,12 +316,7 @@ macro_rules! settings {
 impl Settings {
     /// The side's limits and timeouts, with `limits` from its configuration.
     fn ops(&self, limits: &Limits) -> OpsConfig {
-        ops_config(
-            limits,
-            self.relay_buffer_bytes,
-            self.idle_timeout_s,
-            self.connect_timeout_s,
-        )
+        OpsConfig::from_limits(limits, self.idle_timeout_s, self.connect_timeout_s)
     }
 }
 
@@ -147,7 +348,9 @@ async fn run_started(
     details: &str,
     settings: &Settings,
     ops: &Arc<Ops>,
+    reload: &mut Reload<'_>,
 ) -> Result<Duration> {
+    let mut signals = Signals::catch()?;
     let c = ops.config();
     tracing::info!(
         up_rate_bps = settings.up_rate_bps,
@@ -162,7 +365,7 @@ async fn run_started(
         shutdown_timeout_s = settings.shutdown_timeout_s,
         "satstp {side} started {details}"
     );
-    let sig = wait_for_signal().await?;
+    let sig = signals.wait(reload).await;
     let timeout = Duration::from_secs(u64::from(settings.shutdown_timeout_s));
     tracing::info!(
         signal = sig,
@@ -223,10 +426,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-pub fn terminal(args: &DaemonArgs) -> Result<()> {
-    init_logging(args.log_level.as_deref())?;
-    let cfg = load_terminal(&args.config)?;
-    let key = load_private_key(&cfg.private_key_file)?;
+/// A terminal's configuration with everything it names read and checked, as at start.
+pub(crate) struct TerminalSetup {
+    pub cfg: pep::config::TerminalConfig,
+    pub key: PrivateKey,
+    pub gateway_key: PublicKey,
+    pub endpoint: EndpointConfig,
+}
+
+/// Checks what a terminal checks at start before it binds anything: its key file, the
+/// gateway's key, the STP parameters, the backup gateways, the TCP hop's socket options.
+pub(crate) fn prepare_terminal(cfg: pep::config::TerminalConfig) -> Result<TerminalSetup> {
+    let key = cfg.private_key()?;
     let gateway_key = cfg.gateway_public_key()?;
     pep::keys::check_not_own_key(&key, &gateway_key).context("terminal.gateway_public_key")?;
     for (i, (_, k)) in cfg.backup_gateways()?.iter().enumerate() {
@@ -238,22 +449,102 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         max_connections: hop_connection_limit(&cfg.limits),
         ..EndpointConfig::default()
     };
+    if cfg.hop_transport.tcp() {
+        check_hop_tcp("terminal.hop_tcp", &cfg.hop_tcp_tuning())?;
+    }
+    Ok(TerminalSetup {
+        cfg,
+        key,
+        gateway_key,
+        endpoint,
+    })
+}
+
+/// The terminal's gateways in failover order: the gateway (resolved), then its backups.
+pub(crate) async fn resolve_gateways(
+    cfg: &pep::config::TerminalConfig,
+    gateway_key: PublicKey,
+) -> Result<Vec<(SocketAddr, PublicKey)>> {
+    let gateway = tokio::net::lookup_host(&cfg.gateway)
+        .await
+        .with_context(|| format!("terminal.gateway: cannot resolve {}", cfg.gateway))?
+        .next()
+        .with_context(|| format!("terminal.gateway: {} has no address", cfg.gateway))?;
+    if cfg.hop_transport.tcp() {
+        return Ok(vec![(gateway, gateway_key)]);
+    }
+    crate::failover::terminal_gateways(cfg, gateway, gateway_key).await
+}
+
+/// A gateway's configuration with everything it names read and checked, as at start.
+pub(crate) struct GatewaySetup {
+    pub cfg: pep::config::GatewayConfig,
+    pub key: PrivateKey,
+    pub allowed: Vec<PublicKey>,
+    pub endpoint: EndpointConfig,
+    pub policy: pep::gateway::policy::Policy,
+}
+
+/// Checks what a gateway checks at start before it binds anything: its key file, the allowed
+/// terminals (inline and their file), the policy, the outbound and hop TCP socket options,
+/// source transparency, the STP parameters.
+pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<GatewaySetup> {
+    let key = cfg.private_key()?;
+    let allowed = cfg.allowed_terminal_keys()?;
+    let endpoint = EndpointConfig {
+        connection: cfg.stp_config()?,
+        max_connections: hop_connection_limit(&cfg.limits),
+        ..EndpointConfig::default()
+    };
+    let policy = cfg
+        .policy
+        .build(vec![cfg.listen.ip()])
+        .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
+    pep::sockopt::check_tcp_options(&cfg.tcp)
+        .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;
+    if cfg.source_transparent {
+        pep::sockopt::check_transparent_allowed().context("gateway.source_transparent")?;
+    }
+    if cfg.hop_transport.tcp() {
+        check_hop_tcp("gateway.hop_tcp", &cfg.hop_tcp_tuning())?;
+    }
+    Ok(GatewaySetup {
+        cfg,
+        key,
+        allowed,
+        endpoint,
+        policy,
+    })
+}
+
+pub fn terminal(args: &DaemonArgs) -> Result<()> {
+    check_log_flag(args.log_level.as_deref())?;
+    let text = read_config_text(&args.config)?;
+    let cfg = load_terminal(&args.config)?;
+    let logging = init_logging(
+        args.log_level.as_deref(),
+        cfg.log_level.as_deref(),
+        "terminal",
+    )?;
+    let TerminalSetup {
+        cfg,
+        key,
+        gateway_key,
+        endpoint,
+    } = prepare_terminal(cfg)?;
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
     let settings = settings!(cfg);
     let seed = os_seed()?;
     let capture = args.capture.open("terminal", !cfg.hop_transport.tcp())?;
     runtime()?.block_on(async move {
-        let gateway = tokio::net::lookup_host(&cfg.gateway)
-            .await
-            .with_context(|| format!("terminal.gateway: cannot resolve {}", cfg.gateway))?
-            .next()
-            .with_context(|| format!("terminal.gateway: {} has no address", cfg.gateway))?;
+        let gateways = resolve_gateways(&cfg, gateway_key).await?;
+        let gateway = gateways
+            .first()
+            .map_or(SocketAddr::from(([0u8; 4], 0)), |g| g.0);
         let hop = if cfg.hop_transport.tcp() {
-            let tuning = cfg.hop_tcp_tuning();
-            check_hop_tcp("terminal.hop_tcp", &tuning)?;
             TerminalHop::Tcp {
-                tuning,
+                tuning: cfg.hop_tcp_tuning(),
                 handshake_timeout: Duration::from_secs(u64::from(cfg.connect_timeout_s)),
             }
         } else {
@@ -266,9 +557,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             }))
         };
         let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
-        if !cfg.hop_transport.tcp() {
-            o.gateways = crate::failover::terminal_gateways(&cfg, gateway, gateway_key).await?;
-        }
+        o.gateways = gateways;
         o.socks = cfg.socks_listen.map(|listen| SocksListener {
             listen,
             auth: if cfg.socks_users.is_empty() {
@@ -294,7 +583,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         let mut listening = Vec::new();
         for (addr, what) in [
             (t.socks_addr(), "SOCKS5"),
-            (t.http_connect_addr(), "HTTP CONNECT"),
+            (t.http_connect_addr(), "HTTP proxy"),
             (t.tproxy_addr(), "TPROXY"),
         ] {
             if let Some(a) = addr {
@@ -307,43 +596,38 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
             t.hop().local_addr(),
             cfg.hop_transport
         );
-        let timeout = run_started("terminal", &details, &settings, t.ops()).await?;
+        let mut reload = Reload::Terminal {
+            path: &args.config,
+            logging,
+            text,
+        };
+        let timeout = run_started("terminal", &details, &settings, t.ops(), &mut reload).await?;
         t.stop(timeout).await;
         Ok(())
     })
 }
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
-    init_logging(args.log_level.as_deref())?;
+    check_log_flag(args.log_level.as_deref())?;
+    let text = read_config_text(&args.config)?;
     let cfg = load_gateway(&args.config)?;
-    let key = load_private_key(&cfg.private_key_file)?;
-    let allowed = cfg.allowed_terminal_keys()?;
-    let endpoint = EndpointConfig {
-        connection: cfg.stp_config()?,
-        max_connections: hop_connection_limit(&cfg.limits),
-        ..EndpointConfig::default()
-    };
+    let logging = init_logging(
+        args.log_level.as_deref(),
+        cfg.log_level.as_deref(),
+        "gateway",
+    )?;
+    let GatewaySetup {
+        cfg,
+        key,
+        allowed,
+        endpoint,
+        policy,
+    } = prepare_gateway(cfg)?;
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
-    let policy = cfg
-        .policy
-        .build(vec![cfg.listen.ip()])
-        .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
-    pep::sockopt::check_tcp_options(&cfg.tcp)
-        .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;
-    if cfg.source_transparent {
-        pep::sockopt::check_transparent_allowed().context("gateway.source_transparent")?;
-    }
     let settings = settings!(cfg);
     let seed = os_seed()?;
     let capture = args.capture.open("gateway", cfg.hop_transport.stp())?;
-    let hop_tcp = if cfg.hop_transport.tcp() {
-        let tuning = cfg.hop_tcp_tuning();
-        check_hop_tcp("gateway.hop_tcp", &tuning)?;
-        Some(tuning)
-    } else {
-        None
-    };
     let o = GatewayOptions {
         key,
         allowed,
@@ -357,7 +641,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                 bind: None,
                 capture,
             }),
-            tcp: hop_tcp,
+            tcp: cfg.hop_transport.tcp().then(|| cfg.hop_tcp_tuning()),
         },
         relay_buffer_bytes: relay,
         policy: Arc::new(policy),
@@ -385,7 +669,14 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             cfg.policy.allow_private,
             cfg.tcp.congestion.as_deref().unwrap_or("system default"),
         );
-        let timeout = run_started("gateway", &details, &settings, g.ops()).await?;
+        let mut reload = Reload::Gateway {
+            path: &args.config,
+            logging,
+            text,
+            gateway: &g,
+        };
+        let timeout = run_started("gateway", &details, &settings, g.ops(), &mut reload).await?;
+        drop(reload);
         g.stop(timeout).await;
         Ok(())
     })

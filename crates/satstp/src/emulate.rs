@@ -29,13 +29,26 @@ pub enum EmulateCommand {
     Net(Box<net::NetArgs>),
 }
 
+/// `host:port` or `[v6]:port`, a host name resolved now (its first address).
+fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not host:port or cannot be resolved: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} has no address"))
+}
+
 #[derive(Debug, Args)]
 pub struct UdpArgs {
     /// Address the terminal sends to (port 0 picks a free port, printed at start).
     #[arg(long)]
     listen: SocketAddr,
-    /// The gateway's address: terminal datagrams go there, its replies go back to the terminal.
-    #[arg(long)]
+    /// The gateway's address, host:port (a name is resolved at start): terminal datagrams go
+    /// there, its replies go back to the terminal.
+    #[arg(long, value_parser = parse_host_port)]
     to: SocketAddr,
     /// A named path: geo, geo-1998, direcpc or leo. Without it, --down-rate, --up-rate and
     /// --delay are required.

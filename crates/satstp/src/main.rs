@@ -7,6 +7,7 @@ mod bench_link;
 mod bench_soak;
 mod bench_sweep;
 mod capture_args;
+mod check;
 mod daemon;
 mod demo;
 mod demo_engine;
@@ -66,6 +67,9 @@ enum Command {
     Leo(leo::LeoCommand),
     /// Make a static key pair for the encrypted satellite hop (terminal or gateway).
     Keygen(keygen::KeygenArgs),
+    /// Check a terminal, gateway or scenario file as the daemon (or `sim`) would at start, and
+    /// print the effective settings with their units.
+    Check(check::CheckArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -79,6 +83,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(cmd) => bench::run(&cmd),
         Command::Emulate(cmd) => emulate::run(&cmd),
         Command::Keygen(args) => keygen::run(&args),
+        Command::Check(args) => check::run(&args),
         Command::Leo(cmd) => leo::run(&cmd),
     }
 }

@@ -363,6 +363,27 @@ pub struct NameDenied {
     pub rule: Rule,
 }
 
+/// The policy a running gateway applies, replaced whole when its configuration is reloaded
+/// (SIGHUP): a stream is checked against the policy in force when it arrives.
+#[derive(Debug)]
+pub struct PolicyCell(std::sync::RwLock<std::sync::Arc<Policy>>);
+
+impl PolicyCell {
+    pub fn new(policy: std::sync::Arc<Policy>) -> PolicyCell {
+        PolicyCell(std::sync::RwLock::new(policy))
+    }
+
+    /// The policy in force now.
+    pub fn current(&self) -> std::sync::Arc<Policy> {
+        std::sync::Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `policy` in force for the streams that arrive from now on.
+    pub fn replace(&self, policy: Policy) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(policy);
+    }
+}
+
 /// The gateway's destination policy; see the module documentation for the rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {

@@ -3,7 +3,7 @@
 
 use super::connect::{connect_from, reply_for, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
-use crate::gateway::policy::Policy;
+use crate::gateway::policy::{Policy, PolicyCell};
 use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
@@ -242,10 +242,11 @@ pub fn take_incoming(hop: &mut Hop) -> mpsc::Receiver<HopStream> {
 /// Gateway: serves the streams terminals open, each in its own task, until `ops` drains (or
 /// the hop is gone). Each is admitted first, against the limits of `ops` and per terminal by
 /// its public key; a refused stream is answered with status byte 1 (general failure) and ended.
-/// Outbound connections get the socket options `tcp`.
+/// Outbound connections get the socket options `tcp`; each stream is checked against the
+/// policy in force when it arrives.
 pub async fn serve_gateway(
     mut incoming: mpsc::Receiver<HopStream>,
-    policy: Arc<Policy>,
+    policy: Arc<PolicyCell>,
     options: ConnectOptions,
     tcp: Arc<TcpOptions>,
     ops: Arc<Ops>,
@@ -260,7 +261,7 @@ pub async fn serve_gateway(
         };
         match ops.admit(stream.peer_key(), None) {
             Ok(mut conn) => {
-                let policy = Arc::clone(&policy);
+                let policy = policy.current();
                 let tcp = Arc::clone(&tcp);
                 tokio::spawn(async move {
                     tracing::debug!(

@@ -444,6 +444,18 @@ impl<S: EventSink, P> HopCore<S, P> {
         self.streams.len()
     }
 
+    /// Gateway: serves the terminal keys in `allowed` from now on ([`Responder::set_allowed`]);
+    /// the keys added and removed. A terminal hop has no allow-list: `None`.
+    pub fn set_allowed_terminals(
+        &mut self,
+        allowed: Vec<PublicKey>,
+    ) -> Option<(Vec<PublicKey>, Vec<PublicKey>)> {
+        match &mut self.security {
+            Sec::Gateway { responder } => Some(responder.set_allowed(allowed)),
+            _ => None,
+        }
+    }
+
     /// Whether a reader had no room for an event (the driver should pump again once one makes
     /// room, or soon).
     pub fn holding(&self) -> bool {

@@ -35,8 +35,19 @@ pub(crate) enum Command {
     },
     Stream(StreamCmd),
     Status(oneshot::Sender<HopStatus>),
+    /// Charge the chunks handed to readers from now on to this budget ([`Hop::charge_to`]).
+    ChargeTo(Arc<crate::ops::MemoryBudget>),
+    /// Gateway: serve these terminal keys from now on ([`Hop::set_allowed_terminals`]).
+    SetAllowed(Vec<PublicKey>, oneshot::Sender<AllowedChange>),
     /// The `Hop` handle was dropped: reset every connection and stop.
     Close,
+}
+
+/// What [`Hop::set_allowed_terminals`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedChange {
+    pub added: Vec<PublicKey>,
+    pub removed: Vec<PublicKey>,
 }
 
 /// One connection across the hop.
@@ -289,6 +300,31 @@ impl Hop {
     pub async fn close(&self) {
         let _ = self.tx.send(Command::Close).await;
         self.tx.closed().await;
+    }
+
+    /// Charges the chunks this hop hands to its streams' readers to `memory` (a side's
+    /// [`crate::ops::Ops::memory`]), from the moment the hop hands one over until the reader
+    /// drops it; when the budget has no room, the hop holds the stream's bytes in STP (its
+    /// receive window closes; on the TCP hop, that connection is not read) until it has. Call it
+    /// before streams are opened or accepted.
+    pub async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
+        let _ = self.tx.send(Command::ChargeTo(memory)).await;
+    }
+
+    /// Gateway: serves the terminal keys in `allowed` from now on (a reloaded allow-list):
+    /// sessions of kept keys carry on; those of removed keys end, and their connections fail.
+    /// Returns the keys added and removed (none on a terminal's hop).
+    pub async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Command::SetAllowed(allowed, reply))
+            .await
+            .is_err()
+        {
+            return AllowedChange::default();
+        }
+        rx.await.unwrap_or_default()
     }
 
     /// A handle that asks this hop for its status after the `Hop` itself was handed on (to

@@ -32,5 +32,7 @@ pub use core::{
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
-pub use handle::{Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security};
+pub use handle::{
+    AllowedChange, Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security,
+};
 pub use open_budget::{OPENS_BURST, OPENS_PER_S};

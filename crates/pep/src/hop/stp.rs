@@ -18,6 +18,7 @@ use super::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamInf
 use super::error::{AbortCode, HopError, StreamError};
 use super::handle::*;
 use super::udp_batch::UdpBatch;
+use crate::ops::MemoryBudget;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,9 +37,32 @@ const READ_RETRY: Duration = Duration::from_millis(50);
 /// With no deadline from the core, the task still looks around this often.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
-impl EventSink for mpsc::Sender<StreamEvent> {
+/// A stream's reader as the core sees it: its channel, and the side's memory budget that each
+/// chunk is charged to until the reader drops it.
+struct Sink {
+    tx: mpsc::Sender<StreamEvent>,
+    memory: Option<Arc<MemoryBudget>>,
+}
+
+impl EventSink for Sink {
     fn offer(&mut self, ev: StreamEvent) -> Offer {
-        match self.try_send(ev) {
+        let ev = match (ev, &self.memory) {
+            (StreamEvent::Data(b), Some(memory)) if !b.is_empty() => {
+                if self.tx.is_closed() {
+                    return Offer::Gone;
+                }
+                // The hop task is the channel's only sender: room now is room at the send.
+                if self.tx.capacity() == 0 {
+                    return Offer::Full(StreamEvent::Data(b));
+                }
+                match memory.try_charge(b.len() as u64) {
+                    Some(charge) => StreamEvent::Data(charge.attach(b)),
+                    None => return Offer::Full(StreamEvent::Data(b)),
+                }
+            }
+            (ev, _) => ev,
+        };
+        match self.tx.try_send(ev) {
             Ok(()) => Offer::Taken,
             Err(mpsc::error::TrySendError::Full(ev)) => Offer::Full(ev),
             Err(mpsc::error::TrySendError::Closed(_)) => Offer::Gone,
@@ -46,7 +70,7 @@ impl EventSink for mpsc::Sender<StreamEvent> {
     }
 }
 
-type Core = HopCore<mpsc::Sender<StreamEvent>, OwnedSemaphorePermit>;
+type Core = HopCore<Sink, OwnedSemaphorePermit>;
 
 impl Hop {
     /// Starts the hop task on `socket`.
@@ -115,6 +139,7 @@ impl Hop {
             relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
             start,
             room: Arc::new(Notify::new()),
+            memory: None,
             batch: Batch::default(),
             sealed: Vec::with_capacity(2048),
             shutting_down: false,
@@ -140,6 +165,8 @@ struct HopTask {
     start: tokio::time::Instant,
     /// Notified by readers as they take events.
     room: Arc<Notify>,
+    /// What chunks handed to readers are charged to ([`Hop::charge_to`]).
+    memory: Option<Arc<MemoryBudget>>,
     /// The `Hop` handle is gone: reset everything and stop.
     shutting_down: bool,
     /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
@@ -236,12 +263,16 @@ impl HopTask {
         let now = self.now();
         let mut accepted = Vec::new();
         let incoming = self.incoming.clone();
+        let memory = self.memory.clone();
         let mut accept = |info: StreamInfo| {
             // A slot in `incoming` first, so a refused stream costs no channel.
             let permit = incoming.clone().try_reserve_owned().ok()?;
             let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
             accepted.push((info, ev_rx, permit));
-            Some(ev_tx)
+            Some(Sink {
+                tx: ev_tx,
+                memory: memory.clone(),
+            })
         };
         self.core.pump(now, &mut accept);
         for (info, events, permit) in accepted {
@@ -261,9 +292,13 @@ impl HopTask {
                 let deadline = deadline.map(|d| {
                     Instant::from_nanos(d.saturating_duration_since(self.start).as_nanos() as u64)
                 });
+                let sink = Sink {
+                    tx: ev_tx,
+                    memory: self.memory.clone(),
+                };
                 let r = self
                     .core
-                    .open_by(now, Bytes::from(first), ev_tx, deadline)
+                    .open_by(now, Bytes::from(first), sink, deadline)
                     .map(|info| self.stream_handle(info, ev_rx));
                 let _ = reply.send(r);
             }
@@ -274,6 +309,11 @@ impl HopTask {
             Command::Stream(StreamCmd::Abort(id, code)) => self.core.abort(id, code),
             Command::Status(reply) => {
                 let _ = reply.send(self.core.status());
+            }
+            Command::ChargeTo(memory) => self.memory = Some(memory),
+            Command::SetAllowed(keys, reply) => {
+                let (added, removed) = self.core.set_allowed_terminals(keys).unwrap_or_default();
+                let _ = reply.send(AllowedChange { added, removed });
             }
             Command::Close => self.shutting_down = true,
         }

@@ -137,6 +137,8 @@ struct Shared {
     handshakes_started: AtomicU64,
     next_id: AtomicU64,
     streams: Mutex<BTreeMap<u64, StreamInfo>>,
+    /// What the chunks handed to readers are charged to ([`Hop::charge_to`]).
+    memory: std::sync::OnceLock<Arc<crate::ops::MemoryBudget>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -157,6 +159,7 @@ impl Shared {
             handshakes_started: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             streams: Mutex::new(BTreeMap::new()),
+            memory: std::sync::OnceLock::new(),
         }
     }
 
@@ -313,6 +316,12 @@ async fn terminal_control(
             }
             // Stream commands go to each stream's own task.
             Command::Stream(_) => {}
+            Command::ChargeTo(memory) => {
+                let _ = shared.memory.set(memory);
+            }
+            Command::SetAllowed(_, reply) => {
+                let _ = reply.send(Default::default());
+            }
             // The handle is gone: no more streams are opened; open ones run to their end.
             Command::Close => break,
         }
@@ -416,7 +425,8 @@ async fn terminal_handshake(
 
 struct GatewaySide {
     local: PrivateKey,
-    allowed: HashSet<PublicKey>,
+    /// Replaced when the allow-list is reloaded; connections already accepted carry on.
+    allowed: std::sync::RwLock<HashSet<PublicKey>>,
     /// Per allowed key, the replay window over message-1 counters (only allowed keys get one).
     replay: Mutex<HashMap<PublicKey, ReplayWindow>>,
     pending: Arc<Semaphore>,
@@ -449,18 +459,22 @@ pub fn start_gateway(
     let shared = Arc::new(Shared::new(local_addr, &config));
     let side = Arc::new(GatewaySide {
         local,
-        allowed: allowed.into_iter().collect(),
+        allowed: std::sync::RwLock::new(allowed.into_iter().collect()),
         replay: Mutex::new(HashMap::new()),
         pending: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
     });
     let (tx, rx) = mpsc::channel(64);
     let (in_tx, in_rx) = mpsc::channel(INCOMING);
-    tokio::spawn(gateway_control(rx, Arc::clone(&shared)));
+    tokio::spawn(gateway_control(rx, Arc::clone(&shared), Arc::clone(&side)));
     tokio::spawn(gateway_accept(listener, shared, side, in_tx));
     Ok(Hop::from_parts(tx, in_rx, local_addr))
 }
 
-async fn gateway_control(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
+async fn gateway_control(
+    mut rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    side: Arc<GatewaySide>,
+) {
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Command::Open { reply, .. } => {
@@ -469,7 +483,21 @@ async fn gateway_control(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
             Command::Status(reply) => {
                 let _ = reply.send(shared.status());
             }
+            Command::SetAllowed(keys, reply) => {
+                let new: HashSet<PublicKey> = keys.into_iter().collect();
+                let mut allowed = side.allowed.write().unwrap_or_else(|e| e.into_inner());
+                let change = super::handle::AllowedChange {
+                    added: new.difference(&allowed).copied().collect(),
+                    removed: allowed.difference(&new).copied().collect(),
+                };
+                *allowed = new;
+                drop(allowed);
+                let _ = reply.send(change);
+            }
             Command::Stream(_) => {}
+            Command::ChargeTo(memory) => {
+                let _ = shared.memory.set(memory);
+            }
             Command::Close => break,
         }
     }
@@ -562,7 +590,12 @@ async fn gateway_handshake(
     let key = hs
         .get_remote_static()
         .and_then(|k| PublicKey::from_slice(k).ok())?;
-    if !side.allowed.contains(&key) {
+    let allowed = side
+        .allowed
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&key);
+    if !allowed {
         shared.count(|c| c.unknown_key += 1);
         return None;
     }
@@ -725,6 +758,18 @@ async fn read_side<R: AsyncRead + Unpin>(
                     .received
                     .fetch_add(body.len() as u64, Ordering::Relaxed);
                 let data = Bytes::from(plain).slice(1..);
+                // Charged to the side's memory from here until the reader drops the chunk;
+                // without room, the connection is not read (its TCP window closes).
+                let charged = async {
+                    match shared.memory.get() {
+                        Some(m) => m.charge(data.len() as u64).await.attach(data),
+                        None => data,
+                    }
+                };
+                let data = tokio::select! {
+                    d = charged => d,
+                    _ = dead_rx.wait_for(|d| *d) => return None,
+                };
                 let sent = tokio::select! {
                     r = events.send(StreamEvent::Data(data)) => r,
                     _ = dead_rx.wait_for(|d| *d) => return None,

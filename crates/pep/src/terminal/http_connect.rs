@@ -1,11 +1,14 @@
-//! The terminal's HTTP CONNECT listener: the request head, the gateway's verdict as an HTTP
-//! status, then the relay.
+//! The terminal's HTTP proxy listener: the request head, then for a CONNECT the gateway's
+//! verdict as an HTTP status and the relay; for a plain HTTP request in absolute form
+//! (`GET http://host/path`, what `http_proxy=` clients send) the request rewritten to origin
+//! form carried to the destination like a CONNECT's first bytes, and the relay of its answer
+//! (a failure to reach it answered as for a CONNECT).
 
 use super::accept::next_client;
 use super::{deadline_in, open_by, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
-use crate::http_connect;
+use crate::http_connect::{self, Request};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::socks::Reply;
@@ -50,13 +53,21 @@ pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>, ops: Arc<O
 
 async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, mut conn: Conn) {
     let limit = conn.ops().config().open_timeout;
-    let (target, early) = match within(limit, http_connect::accept(&mut tcp)).await {
+    let (request, early) = match within(limit, http_connect::accept(&mut tcp)).await {
         Some(Ok(t)) => t,
         Some(Err(_)) => return conn.refuse(RefusalReason::Protocol),
         None => return conn.refuse(RefusalReason::Timeout),
     };
+    // Bytes the client sent after its request head travel on the BGN, after the forwarded
+    // request's head.
+    let (target, early, forward) = match request {
+        Request::Connect(target) => (target, early, false),
+        Request::Forward { target, mut head } => {
+            head.extend_from_slice(&early);
+            (target, head, true)
+        }
+    };
     conn.track().set_destination(target.to_string());
-    // Bytes the client sent after its request head travel on the BGN.
     let (to_hop, _) = conn.directions();
     conn.add_bytes(to_hop, early.len() as u64);
     let status = match within(
@@ -66,8 +77,9 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
     .await
     {
         Some(Ok((stream, pre))) => {
-            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open");
-            if tcp.write_all(http_connect::reply_ok()).await.is_ok() {
+            tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, forward, "connection open");
+            // A forwarded request's answer is the destination's.
+            if forward || tcp.write_all(http_connect::reply_ok()).await.is_ok() {
                 let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
             } else {
                 stream.abort(AbortCode::TcpFailed).await;

@@ -152,6 +152,43 @@ impl Responder {
         self.rejected_key
     }
 
+    /// Serves the terminal keys in `allowed` from now on (a reloaded allow-list): keys kept
+    /// keep their sessions and replay state; the sessions of keys no longer allowed end at once
+    /// (their connections fail). Returns the keys added and removed.
+    pub fn set_allowed(
+        &mut self,
+        allowed: impl IntoIterator<Item = PublicKey>,
+    ) -> (Vec<PublicKey>, Vec<PublicKey>) {
+        let new: std::collections::HashSet<PublicKey> = allowed.into_iter().collect();
+        let removed: Vec<PublicKey> = self
+            .peers
+            .keys()
+            .filter(|k| !new.contains(k))
+            .copied()
+            .collect();
+        let added: Vec<PublicKey> = new
+            .iter()
+            .filter(|k| !self.peers.contains_key(k))
+            .copied()
+            .collect();
+        for key in &removed {
+            let sessions: Vec<u32> = self
+                .peers
+                .get(key)
+                .map(|p| p.sessions.iter().copied().collect())
+                .unwrap_or_default();
+            for s in sessions {
+                self.remove_session(s);
+            }
+            self.peers.remove(key);
+            self.initiations.retain(|_, k| k != key);
+        }
+        for key in &added {
+            self.peers.insert(*key, Peer::default());
+        }
+        (added, removed)
+    }
+
     pub fn session_count(&self) -> usize {
         self.sessions.len()
     }
