@@ -9,10 +9,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use constellation::experiments::all_pairs;
 use constellation::fstate;
-use constellation::geo::{random_place, Place, CITIES};
+use constellation::geo::{stations, Place};
 use constellation::{AttachPolicy, Constellation};
-use rand_chacha::ChaCha8Rng;
-use rand_core::SeedableRng;
 
 #[derive(Debug, Args)]
 pub struct LeoBenchArgs {
@@ -38,27 +36,23 @@ pub struct LeoBenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// `n` terminals: the cities, then random points spread uniformly over the band within 50° of
-/// the equator (which every preset covers; starlink-550 and kuiper-630 do not reach the poles).
-pub fn terminals(n: usize) -> Vec<Place> {
-    let mut rng = ChaCha8Rng::seed_from_u64(1);
-    (0..n)
-        .map(|i| match CITIES.get(i) {
-            Some(&(name, la, lo)) => Place {
-                name: name.to_string(),
-                lat_deg: la,
-                lon_deg: lo,
-            },
-            None => loop {
-                let p = random_place(&mut rng, &format!("random-{i}"));
-                if p.lat_deg.abs() <= 50.0 {
-                    break p;
-                }
-            },
-        })
-        .collect()
+    /// Instead: the constellation as a packet network in the simulator (netsim::leo_net):
+    /// --flows TCP bulk flows between the terminals for --duration, forwarding state swapped
+    /// every --step; prints events per second and wall time.
+    #[arg(long)]
+    network: bool,
+    /// Flows of --network: terminal i sends to terminal i + terminals/2 (mod terminals).
+    #[arg(long, default_value_t = 100)]
+    flows: usize,
+    /// GSL rate of --network (each direction of each ground-satellite link).
+    #[arg(long, default_value = "10Mbps")]
+    gsl_rate: String,
+    /// ISL rate of --network.
+    #[arg(long, default_value = "100Mbps")]
+    isl_rate: String,
+    /// TCP variant of --network: newreno, sack (SACK-NewReno) or reno.
+    #[arg(long, default_value = "newreno")]
+    variant: String,
 }
 
 pub fn run(a: &LeoBenchArgs) -> Result<()> {
@@ -68,12 +62,15 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
     if a.step <= 0.0 || a.duration <= 0.0 {
         bail!("--step and --duration must be positive");
     }
+    if a.network {
+        return network(a);
+    }
     let c = Constellation::preset(&a.constellation)?;
     let policy = match &a.attach {
         Some(x) => x.parse::<AttachPolicy>().context("--attach")?,
         None => c.default_attachment().0,
     };
-    let t = terminals(a.terminals);
+    let t = stations(a.terminals);
     let steps = (a.duration / a.step).round() as u64;
     let started = std::time::Instant::now();
     let r = all_pairs(&c, &t, steps, a.step, a.threads.max(1), policy);
@@ -171,4 +168,94 @@ impl std::io::Write for CountingSink {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// `bench leo --network`: the constellation as a packet network, `--flows` TCP bulk flows.
+fn network(a: &LeoBenchArgs) -> Result<()> {
+    use netsim::leo_net::{LeoNet, LeoNetConfig};
+    use netsim::{Addr, FlowId, TcpAgent, TcpConfig, Variant, SEC};
+    let rate = |flag: &str, v: &str| {
+        netsim::units::parse_rate_bps(v).map_err(|e| anyhow::anyhow!("{flag} '{v}': {e}"))
+    };
+    let variant = match a.variant.to_ascii_lowercase().as_str() {
+        "newreno" => Variant::NewReno,
+        "sack" | "sack-newreno" => Variant::SackNewReno,
+        "reno" => Variant::Reno,
+        v => bail!("--variant '{v}': expected newreno, sack or reno"),
+    };
+    let c = Constellation::preset(&a.constellation)?;
+    let t = stations(a.terminals);
+    let duration = (a.duration * 1e9).round() as u64;
+    let step = (a.step * 1e9).round() as u64;
+    let started = std::time::Instant::now();
+    let mut leo = LeoNet::build(&LeoNetConfig {
+        constellation: c.clone(),
+        stations: t.clone(),
+        duration,
+        step,
+        isl_rate_bps: rate("--isl-rate", &a.isl_rate)?,
+        gsl_rate_bps: rate("--gsl-rate", &a.gsl_rate)?,
+        queue_packets: 100,
+        seed: 1,
+    })?;
+    let built = started.elapsed().as_secs_f64();
+    let cfg = TcpConfig::with_variant(variant);
+    let half = (t.len() / 2).max(1);
+    for f in 0..a.flows {
+        let (src, dst) = (f % t.len(), (f + half) % t.len());
+        let port = 5000 + 2 * f as u16;
+        let peer = Addr {
+            node: leo.station(dst),
+            port: port + 1,
+        };
+        let s = TcpAgent::bulk_sender(FlowId(f as u32 + 1), port, peer, None, cfg.clone())?;
+        let k = TcpAgent::sink(port + 1, cfg.clone())?;
+        // Starts spread over the first second.
+        let at = SEC * f as u64 / a.flows.max(1) as u64;
+        leo.sim.add_agent(leo.station(src), port, at, Box::new(s))?;
+        leo.sim
+            .add_agent(leo.station(dst), port + 1, at, Box::new(k))?;
+    }
+    leo.run_until(duration);
+    leo.sim.finish();
+    let wall = started.elapsed().as_secs_f64();
+    let events = leo.sim.events_processed;
+    let mut goodputs: Vec<f64> = (0..a.flows)
+        .map(|f| {
+            leo.sim
+                .metrics
+                .flows
+                .get(&FlowId(f as u32 + 1))
+                .map_or(0.0, |m| m.delivered_bytes as f64 * 8.0 / a.duration)
+        })
+        .collect();
+    goodputs.sort_by(f64::total_cmp);
+    let total: f64 = goodputs.iter().sum();
+    let pick = |q: f64| goodputs[((goodputs.len() - 1) as f64 * q).round() as usize] / 1e6;
+    println!(
+        "{} ({} satellites) as a packet network: {} ground stations, {} {} flows, {} s, routes every {} s",
+        c.name(),
+        c.count(),
+        t.len(),
+        a.flows,
+        a.variant,
+        a.duration,
+        a.step
+    );
+    println!(
+        "  {events} events in {wall:.1} s wall ({:.0} events/s; building {built:.1} s), {} route changes",
+        events as f64 / (wall - built).max(1e-9),
+        leo.routes.changes
+    );
+    if !goodputs.is_empty() {
+        println!(
+            "  goodput per flow: min {:.2}, median {:.2}, max {:.2} Mb/s; total {:.1} Mb/s; {} packets without a route",
+            pick(0.0),
+            pick(0.5),
+            pick(1.0),
+            total / 1e6,
+            leo.sim.undeliverable
+        );
+    }
+    Ok(())
 }

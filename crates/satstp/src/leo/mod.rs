@@ -438,7 +438,7 @@ fn fstate_cmd(a: &FstateArgs) -> Result<()> {
             if a.stations_count < 1 {
                 bail!("--stations-count must be at least 1");
             }
-            bench::terminals(a.stations_count)
+            constellation::geo::stations(a.stations_count)
         }
     };
     if stations.is_empty() {
