@@ -245,6 +245,73 @@ impl LeoNet {
     }
 }
 
+/// A bulk-transfer study on a constellation network: `flows` TCP flows of `variant`, flow `f`
+/// from station `f mod G` to station `(f + G/2) mod G`, started over the first second, run for
+/// the configuration's duration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkStudy {
+    /// Goodput of each flow (b/s), in flow order.
+    pub goodput_bps: Vec<f64>,
+    pub events: u64,
+    pub route_changes: u64,
+    /// Packets that met a node without a route (an end without a satellite).
+    pub undeliverable: u64,
+    /// Wall time of building the network and of the run (s).
+    pub build_s: f64,
+    pub run_s: f64,
+}
+
+/// Runs a [`BulkStudy`].
+pub fn bulk_study(
+    cfg: &LeoNetConfig,
+    flows: usize,
+    variant: crate::tcp::Variant,
+) -> Result<BulkStudy, LeoNetError> {
+    use crate::packet::{Addr, FlowId};
+    use crate::tcp::{TcpAgent, TcpConfig};
+    let started = std::time::Instant::now();
+    let mut leo = LeoNet::build(cfg)?;
+    let build_s = started.elapsed().as_secs_f64();
+    let tcp = TcpConfig::with_variant(variant);
+    let g = cfg.stations.len();
+    let half = (g / 2).max(1);
+    let err = |e: crate::tcp::TcpConfigError| LeoNetError::Config(e.to_string());
+    for f in 0..flows {
+        let (src, dst) = (f % g, (f + half) % g);
+        let port = 5000u16.wrapping_add((2 * f) as u16);
+        let peer = Addr {
+            node: leo.station(dst),
+            port: port + 1,
+        };
+        let s = TcpAgent::bulk_sender(FlowId(f as u32 + 1), port, peer, None, tcp.clone())
+            .map_err(err)?;
+        let k = TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?;
+        let at = crate::sim::SEC * f as u64 / flows.max(1) as u64;
+        leo.sim.add_agent(leo.station(src), port, at, Box::new(s))?;
+        leo.sim
+            .add_agent(leo.station(dst), port + 1, at, Box::new(k))?;
+    }
+    leo.run_until(cfg.duration);
+    leo.sim.finish();
+    let secs = cfg.duration as f64 / 1e9;
+    Ok(BulkStudy {
+        goodput_bps: (0..flows)
+            .map(|f| {
+                leo.sim
+                    .metrics
+                    .flows
+                    .get(&FlowId(f as u32 + 1))
+                    .map_or(0.0, |m| m.delivered_bytes as f64 * 8.0 / secs)
+            })
+            .collect(),
+        events: leo.sim.events_processed,
+        route_changes: leo.routes.changes,
+        undeliverable: leo.sim.undeliverable,
+        build_s,
+        run_s: started.elapsed().as_secs_f64() - build_s,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,5 +450,44 @@ mod tests {
         let goodput = delivered as f64 * 8.0 / 20.0;
         assert!(goodput > 0.5 * 20e6, "goodput {goodput} b/s");
         assert_eq!(leo.sim.undeliverable, 0);
+    }
+
+    /// The issue's modern study at full size, for its speed figure in an optimised build:
+    /// `cargo test -p netsim --lib leo_net::tests::modern_study_speed -- --ignored --nocapture`
+    /// (`satstp bench leo --network` runs the same [`bulk_study`]).
+    #[test]
+    #[ignore]
+    fn modern_study_speed() {
+        let secs: u64 = std::env::var("LEO_STUDY_SECONDS")
+            .ok()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(200);
+        let cfg = LeoNetConfig {
+            constellation: Constellation::preset("starlink-550").unwrap(),
+            stations: constellation::geo::stations(100),
+            duration: secs * SEC,
+            step: SEC,
+            isl_rate_bps: 100_000_000,
+            gsl_rate_bps: 10_000_000,
+            queue_packets: 100,
+            seed: 1,
+        };
+        let r = bulk_study(&cfg, 100, Variant::NewReno).unwrap();
+        let mut g = r.goodput_bps.clone();
+        g.sort_by(f64::total_cmp);
+        eprintln!(
+            "{secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
+             goodput min {:.2} median {:.2} max {:.2} Mb/s, {} without route",
+            r.events,
+            r.build_s,
+            r.run_s,
+            r.events as f64 / r.run_s,
+            r.route_changes,
+            g[0] / 1e6,
+            g[50] / 1e6,
+            g[99] / 1e6,
+            r.undeliverable
+        );
+        assert!(r.events > 0);
     }
 }

@@ -172,8 +172,8 @@ impl std::io::Write for CountingSink {
 
 /// `bench leo --network`: the constellation as a packet network, `--flows` TCP bulk flows.
 fn network(a: &LeoBenchArgs) -> Result<()> {
-    use netsim::leo_net::{LeoNet, LeoNetConfig};
-    use netsim::{Addr, FlowId, TcpAgent, TcpConfig, Variant, SEC};
+    use netsim::leo_net::{bulk_study, LeoNetConfig};
+    use netsim::Variant;
     let rate = |flag: &str, v: &str| {
         netsim::units::parse_rate_bps(v).map_err(|e| anyhow::anyhow!("{flag} '{v}': {e}"))
     };
@@ -185,53 +185,33 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
     };
     let c = Constellation::preset(&a.constellation)?;
     let t = stations(a.terminals);
-    let duration = (a.duration * 1e9).round() as u64;
-    let step = (a.step * 1e9).round() as u64;
-    let started = std::time::Instant::now();
-    let mut leo = LeoNet::build(&LeoNetConfig {
+    let cfg = LeoNetConfig {
         constellation: c.clone(),
         stations: t.clone(),
-        duration,
-        step,
+        duration: (a.duration * 1e9).round() as u64,
+        step: (a.step * 1e9).round() as u64,
         isl_rate_bps: rate("--isl-rate", &a.isl_rate)?,
         gsl_rate_bps: rate("--gsl-rate", &a.gsl_rate)?,
         queue_packets: 100,
         seed: 1,
-    })?;
-    let built = started.elapsed().as_secs_f64();
-    let cfg = TcpConfig::with_variant(variant);
-    let half = (t.len() / 2).max(1);
-    for f in 0..a.flows {
-        let (src, dst) = (f % t.len(), (f + half) % t.len());
-        let port = 5000 + 2 * f as u16;
-        let peer = Addr {
-            node: leo.station(dst),
-            port: port + 1,
-        };
-        let s = TcpAgent::bulk_sender(FlowId(f as u32 + 1), port, peer, None, cfg.clone())?;
-        let k = TcpAgent::sink(port + 1, cfg.clone())?;
-        // Starts spread over the first second.
-        let at = SEC * f as u64 / a.flows.max(1) as u64;
-        leo.sim.add_agent(leo.station(src), port, at, Box::new(s))?;
-        leo.sim
-            .add_agent(leo.station(dst), port + 1, at, Box::new(k))?;
+    };
+    let r = bulk_study(&cfg, a.flows, variant)?;
+    let mut g = r.goodput_bps.clone();
+    g.sort_by(f64::total_cmp);
+    let eps = r.events as f64 / r.run_s.max(1e-9);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "constellation": c.name(), "satellites": c.count(), "stations": t.len(),
+                "flows": a.flows, "variant": a.variant, "duration_s": a.duration,
+                "events": r.events, "build_s": r.build_s, "run_s": r.run_s,
+                "events_per_s": eps, "route_changes": r.route_changes,
+                "goodput_bps": r.goodput_bps, "undeliverable": r.undeliverable,
+            })
+        );
+        return Ok(());
     }
-    leo.run_until(duration);
-    leo.sim.finish();
-    let wall = started.elapsed().as_secs_f64();
-    let events = leo.sim.events_processed;
-    let mut goodputs: Vec<f64> = (0..a.flows)
-        .map(|f| {
-            leo.sim
-                .metrics
-                .flows
-                .get(&FlowId(f as u32 + 1))
-                .map_or(0.0, |m| m.delivered_bytes as f64 * 8.0 / a.duration)
-        })
-        .collect();
-    goodputs.sort_by(f64::total_cmp);
-    let total: f64 = goodputs.iter().sum();
-    let pick = |q: f64| goodputs[((goodputs.len() - 1) as f64 * q).round() as usize] / 1e6;
     println!(
         "{} ({} satellites) as a packet network: {} ground stations, {} {} flows, {} s, routes every {} s",
         c.name(),
@@ -243,18 +223,21 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         a.step
     );
     println!(
-        "  {events} events in {wall:.1} s wall ({:.0} events/s; building {built:.1} s), {} route changes",
-        events as f64 / (wall - built).max(1e-9),
-        leo.routes.changes
+        "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {eps:.0} events/s; {} route changes",
+        r.build_s + r.run_s,
+        r.build_s,
+        r.run_s,
+        r.events,
+        r.route_changes
     );
-    if !goodputs.is_empty() {
+    if let (Some(lo), Some(hi)) = (g.first(), g.last()) {
         println!(
             "  goodput per flow: min {:.2}, median {:.2}, max {:.2} Mb/s; total {:.1} Mb/s; {} packets without a route",
-            pick(0.0),
-            pick(0.5),
-            pick(1.0),
-            total / 1e6,
-            leo.sim.undeliverable
+            lo / 1e6,
+            g[g.len() / 2] / 1e6,
+            hi / 1e6,
+            g.iter().sum::<f64>() / 1e6,
+            r.undeliverable
         );
     }
     Ok(())
