@@ -245,7 +245,15 @@ impl LeoNet {
     }
 }
 
-/// A bulk-transfer study on a constellation network: `flows` TCP flows of `variant`, flow `f`
+/// The transport of a [`bulk_study`]'s flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StudyTransport {
+    Tcp(crate::tcp::Variant),
+    /// The STP agent with the engine's default configuration, over IP framing.
+    Stp,
+}
+
+/// A bulk-transfer study on a constellation network: `flows` flows of `transport`, flow `f`
 /// from station `f mod G` to station `(f + G/2) mod G`, started over the first second, run for
 /// the configuration's duration.
 #[derive(Debug, Clone, PartialEq)]
@@ -265,14 +273,21 @@ pub struct BulkStudy {
 pub fn bulk_study(
     cfg: &LeoNetConfig,
     flows: usize,
-    variant: crate::tcp::Variant,
+    transport: StudyTransport,
 ) -> Result<BulkStudy, LeoNetError> {
     use crate::packet::{Addr, FlowId};
-    use crate::tcp::{TcpAgent, TcpConfig};
+    use crate::sim::Agent;
+    use crate::stp_agent::{Framing, StpAgent, StpRole};
+    use crate::tcp::{TcpAgent, TcpConfig, Variant};
     let started = std::time::Instant::now();
     let mut leo = LeoNet::build(cfg)?;
     let build_s = started.elapsed().as_secs_f64();
+    let variant = match transport {
+        StudyTransport::Tcp(v) => v,
+        StudyTransport::Stp => Variant::NewReno,
+    };
     let tcp = TcpConfig::with_variant(variant);
+    let stp_err = |e: stp::ConfigError| LeoNetError::Config(e.to_string());
     let g = cfg.stations.len();
     let half = (g / 2).max(1);
     let err = |e: crate::tcp::TcpConfigError| LeoNetError::Config(e.to_string());
@@ -283,13 +298,33 @@ pub fn bulk_study(
             node: leo.station(dst),
             port: port + 1,
         };
-        let s = TcpAgent::bulk_sender(FlowId(f as u32 + 1), port, peer, None, tcp.clone())
-            .map_err(err)?;
-        let k = TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?;
+        let flow = FlowId(f as u32 + 1);
+        let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
+            StudyTransport::Tcp(_) => (
+                Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
+                Box::new(TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?),
+            ),
+            StudyTransport::Stp => {
+                let role = StpRole::Sender { peer, bytes: None };
+                let seed = cfg.seed ^ ((f as u64) << 8);
+                let conf = stp::EndpointConfig::default();
+                (
+                    Box::new(
+                        StpAgent::new(port, flow, role, conf.clone(), seed ^ 1)
+                            .map_err(stp_err)?
+                            .with_framing(Framing::Ip),
+                    ),
+                    Box::new(
+                        StpAgent::new(port + 1, flow, StpRole::Sink, conf, seed ^ 2)
+                            .map_err(stp_err)?
+                            .with_framing(Framing::Ip),
+                    ),
+                )
+            }
+        };
         let at = crate::sim::SEC * f as u64 / flows.max(1) as u64;
-        leo.sim.add_agent(leo.station(src), port, at, Box::new(s))?;
-        leo.sim
-            .add_agent(leo.station(dst), port + 1, at, Box::new(k))?;
+        leo.sim.add_agent(leo.station(src), port, at, s)?;
+        leo.sim.add_agent(leo.station(dst), port + 1, at, k)?;
     }
     leo.run_until(cfg.duration);
     leo.sim.finish();
@@ -452,6 +487,37 @@ mod tests {
         assert_eq!(leo.sim.undeliverable, 0);
     }
 
+    /// The study's three transports run over a small network and deliver.
+    #[test]
+    fn bulk_study_runs_tcp_and_stp() {
+        let cfg = LeoNetConfig {
+            constellation: Constellation::preset("starlink-550").unwrap(),
+            stations: ["New York", "Los Angeles", "London", "Tokyo"]
+                .iter()
+                .map(|n| constellation::geo::place(n).unwrap())
+                .collect(),
+            duration: 5 * SEC,
+            step: SEC,
+            isl_rate_bps: 100_000_000,
+            gsl_rate_bps: 5_000_000,
+            queue_packets: 100,
+            seed: 1,
+        };
+        for t in [
+            StudyTransport::Tcp(Variant::NewReno),
+            StudyTransport::Tcp(Variant::SackNewReno),
+            StudyTransport::Stp,
+        ] {
+            let r = bulk_study(&cfg, 4, t).unwrap();
+            assert_eq!(r.goodput_bps.len(), 4);
+            for g in &r.goodput_bps {
+                // Two flows share each station's 5 Mb/s uplink or downlink at most.
+                assert!(*g > 0.5e6 && *g < 5e6, "{t:?}: {g}");
+            }
+            assert_eq!(r.undeliverable, 0);
+        }
+    }
+
     /// The modern study at full size, for its speed figure in an optimised build:
     /// `cargo test -p netsim --lib leo_net::tests::modern_study_speed -- --ignored --nocapture`
     /// (`satstp bench leo --network` runs the same [`bulk_study`]).
@@ -472,7 +538,7 @@ mod tests {
             queue_packets: 100,
             seed: 1,
         };
-        let r = bulk_study(&cfg, 100, Variant::NewReno).unwrap();
+        let r = bulk_study(&cfg, 100, StudyTransport::Tcp(Variant::NewReno)).unwrap();
         let mut g = r.goodput_bps.clone();
         g.sort_by(f64::total_cmp);
         eprintln!(

@@ -50,7 +50,7 @@ pub struct LeoBenchArgs {
     /// ISL rate of --network.
     #[arg(long, default_value = "100Mbps")]
     isl_rate: String,
-    /// TCP variant of --network: newreno, sack (SACK-NewReno) or reno.
+    /// Transport of --network's flows: newreno, sack (SACK-NewReno), reno or stp.
     #[arg(long, default_value = "newreno")]
     variant: String,
 }
@@ -172,16 +172,17 @@ impl std::io::Write for CountingSink {
 
 /// `bench leo --network`: the constellation as a packet network, `--flows` TCP bulk flows.
 fn network(a: &LeoBenchArgs) -> Result<()> {
-    use netsim::leo_net::{bulk_study, LeoNetConfig};
+    use netsim::leo_net::{bulk_study, LeoNetConfig, StudyTransport};
     use netsim::Variant;
     let rate = |flag: &str, v: &str| {
         netsim::units::parse_rate_bps(v).map_err(|e| anyhow::anyhow!("{flag} '{v}': {e}"))
     };
     let variant = match a.variant.to_ascii_lowercase().as_str() {
-        "newreno" => Variant::NewReno,
-        "sack" | "sack-newreno" => Variant::SackNewReno,
-        "reno" => Variant::Reno,
-        v => bail!("--variant '{v}': expected newreno, sack or reno"),
+        "newreno" => StudyTransport::Tcp(Variant::NewReno),
+        "sack" | "sack-newreno" => StudyTransport::Tcp(Variant::SackNewReno),
+        "reno" => StudyTransport::Tcp(Variant::Reno),
+        "stp" => StudyTransport::Stp,
+        v => bail!("--variant '{v}': expected newreno, sack, reno or stp"),
     };
     let c = Constellation::preset(&a.constellation)?;
     let t = stations(a.terminals);
