@@ -520,6 +520,7 @@ mod tests {
 
     /// The issue's modern study at full size, for its speed figure in an optimised build:
     /// `cargo test -p netsim --lib leo_net::tests::modern_study_speed -- --ignored --nocapture`
+    /// (`LEO_STUDY_TRANSPORT=stp|sack` for STP or SACK-NewReno, `LEO_STUDY_SECONDS` to shorten)
     /// (`satstp bench leo --network` runs the same [`bulk_study`]).
     #[test]
     #[ignore]
@@ -538,11 +539,16 @@ mod tests {
             queue_packets: 100,
             seed: 1,
         };
-        let r = bulk_study(&cfg, 100, StudyTransport::Tcp(Variant::NewReno)).unwrap();
+        let transport = match std::env::var("LEO_STUDY_TRANSPORT").as_deref() {
+            Ok("stp") => StudyTransport::Stp,
+            Ok("sack") => StudyTransport::Tcp(Variant::SackNewReno),
+            _ => StudyTransport::Tcp(Variant::NewReno),
+        };
+        let r = bulk_study(&cfg, 100, transport).unwrap();
         let mut g = r.goodput_bps.clone();
         g.sort_by(f64::total_cmp);
         eprintln!(
-            "{secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
+            "{transport:?}, {secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
              goodput min {:.2} median {:.2} max {:.2} Mb/s, {} without route",
             r.events,
             r.build_s,
