@@ -53,6 +53,8 @@ pub struct RouteStats {
     pub steps: u64,
     /// Route entries changed (all of them at the first step).
     pub changes: u64,
+    /// Of which at the first step (setting every route up).
+    pub initial: u64,
 }
 
 /// The network, its simulation, and the forwarding state it applies.
@@ -193,6 +195,32 @@ impl LeoNet {
             .map(|(_, &l)| l)
     }
 
+    /// Bytes all flows sent in `direction` on the stations' uplinks (each packet counted once,
+    /// at its first hop).
+    pub fn station_uplink_bytes(&self, direction: crate::packet::Direction) -> u64 {
+        let n = self.satellites as u32;
+        let fwd = direction == crate::packet::Direction::Forward;
+        self.links
+            .iter()
+            .filter(|((a, _), _)| *a >= n)
+            .filter_map(|(_, l)| self.sim.metrics.links.get(l))
+            .flat_map(|m| m.by_flow.iter())
+            .filter(|((_, f), _)| *f == fwd)
+            .map(|(_, v)| v.bytes)
+            .sum()
+    }
+
+    /// Packets dropped at full queues of the ISLs (`isl`) or of the GSLs.
+    pub fn queue_drops(&self, isl: bool) -> u64 {
+        let n = self.satellites as u32;
+        self.links
+            .iter()
+            .filter(|((a, b), _)| (*a < n && *b < n) == isl)
+            .filter_map(|(_, l)| self.sim.metrics.links.get(l))
+            .map(|m| m.dropped_queue)
+            .sum()
+    }
+
     /// The forwarding state applied last.
     pub fn forwarding_state(&self) -> &ForwardingState {
         &self.prev
@@ -240,6 +268,9 @@ impl LeoNet {
                 }
             }
         }
+        if first {
+            self.routes.initial = self.routes.changes;
+        }
         self.routes.steps += 1;
         std::mem::swap(&mut self.prev, &mut self.cur);
     }
@@ -261,9 +292,17 @@ pub struct BulkStudy {
     /// Goodput of each flow (b/s), in flow order.
     pub goodput_bps: Vec<f64>,
     pub events: u64,
+    /// Route entries changed after the first step (the paths changing under the flows).
     pub route_changes: u64,
     /// Packets that met a node without a route (an end without a satellite).
     pub undeliverable: u64,
+    /// Bytes the stations sent up, in the flows' data direction and in their reverse
+    /// (acknowledgement) direction, summed over the flows.
+    pub up_forward_bytes: u64,
+    pub up_reverse_bytes: u64,
+    /// Packets dropped at full queues of ISLs and of GSLs.
+    pub isl_queue_drops: u64,
+    pub gsl_queue_drops: u64,
     /// Wall time of building the network and of the run (s).
     pub build_s: f64,
     pub run_s: f64,
@@ -340,8 +379,12 @@ pub fn bulk_study(
             })
             .collect(),
         events: leo.sim.events_processed,
-        route_changes: leo.routes.changes,
+        route_changes: leo.routes.changes - leo.routes.initial,
         undeliverable: leo.sim.undeliverable,
+        up_forward_bytes: leo.station_uplink_bytes(crate::packet::Direction::Forward),
+        up_reverse_bytes: leo.station_uplink_bytes(crate::packet::Direction::Reverse),
+        isl_queue_drops: leo.queue_drops(true),
+        gsl_queue_drops: leo.queue_drops(false),
         build_s,
         run_s: started.elapsed().as_secs_f64() - build_s,
     })
@@ -474,10 +517,10 @@ mod tests {
         }
         leo.sim.finish();
         assert_eq!(leo.routes.steps, 21);
-        // More changes after the first step than a static network would have (none).
-        let first = (leo.satellites() + 3) * 3 - 3;
+        // The first step sets every route up; a static network would change none after it.
+        assert_eq!(leo.routes.initial, ((leo.satellites() + 3) * 3 - 3) as u64);
         assert!(
-            leo.routes.changes > first as u64 + 100,
+            leo.routes.changes > leo.routes.initial + 100,
             "{} route changes",
             leo.routes.changes
         );
@@ -515,6 +558,8 @@ mod tests {
                 assert!(*g > 0.5e6 && *g < 5e6, "{t:?}: {g}");
             }
             assert_eq!(r.undeliverable, 0);
+            assert!(r.up_forward_bytes > 4 * 250_000 && r.up_reverse_bytes > 0);
+            assert!(r.up_reverse_bytes < r.up_forward_bytes / 4);
         }
     }
 
