@@ -303,9 +303,79 @@ pub struct BulkStudy {
     /// Packets dropped at full queues of ISLs and of GSLs.
     pub isl_queue_drops: u64,
     pub gsl_queue_drops: u64,
+    /// Packets the receiving ends got, and of them those that arrived after a packet of the
+    /// same flow sent later (overtaken: reordering, from path changes).
+    pub received_packets: u64,
+    pub reordered_packets: u64,
     /// Wall time of building the network and of the run (s).
     pub build_s: f64,
     pub run_s: f64,
+}
+
+/// Counts, for the agent it wraps, the packets that arrive after a packet sent later (packet ids
+/// grow in sending order).
+struct ReorderCount<A> {
+    inner: A,
+    highest: Option<u64>,
+    counts: std::rc::Rc<std::cell::Cell<(u64, u64)>>,
+}
+
+impl<A: crate::sim::Agent> crate::sim::Agent for ReorderCount<A> {
+    fn start(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
+        self.inner.start(ctx)
+    }
+    fn on_packet(&mut self, ctx: &mut crate::sim::Ctx<'_>, pkt: crate::packet::Packet) {
+        let (n, late) = self.counts.get();
+        let overtaken = self.highest.is_some_and(|h| pkt.id < h);
+        self.counts.set((n + 1, late + u64::from(overtaken)));
+        self.highest = Some(self.highest.map_or(pkt.id, |h| h.max(pkt.id)));
+        self.inner.on_packet(ctx, pkt)
+    }
+    fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
+        self.inner.on_timer(ctx, token)
+    }
+    fn finish(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
+        self.inner.finish(ctx)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.inner.as_any()
+    }
+}
+
+/// The receiving end of a study's flow.
+enum StudySink {
+    Tcp(crate::tcp::TcpAgent),
+    Stp(crate::stp_agent::StpAgent),
+}
+
+impl StudySink {
+    fn agent(&mut self) -> &mut dyn crate::sim::Agent {
+        match self {
+            StudySink::Tcp(a) => a,
+            StudySink::Stp(a) => a,
+        }
+    }
+}
+
+impl crate::sim::Agent for StudySink {
+    fn start(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
+        self.agent().start(ctx)
+    }
+    fn on_packet(&mut self, ctx: &mut crate::sim::Ctx<'_>, pkt: crate::packet::Packet) {
+        self.agent().on_packet(ctx, pkt)
+    }
+    fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
+        self.agent().on_timer(ctx, token)
+    }
+    fn finish(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
+        self.agent().finish(ctx)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        match self {
+            StudySink::Tcp(a) => a.as_any(),
+            StudySink::Stp(a) => a.as_any(),
+        }
+    }
 }
 
 /// Runs a [`BulkStudy`].
@@ -327,6 +397,12 @@ pub fn bulk_study(
     };
     let tcp = TcpConfig::with_variant(variant);
     let stp_err = |e: stp::ConfigError| LeoNetError::Config(e.to_string());
+    let counts = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
+    let counted = |a| ReorderCount {
+        inner: a,
+        highest: None,
+        counts: std::rc::Rc::clone(&counts),
+    };
     let g = cfg.stations.len();
     let half = (g / 2).max(1);
     let err = |e: crate::tcp::TcpConfigError| LeoNetError::Config(e.to_string());
@@ -341,7 +417,9 @@ pub fn bulk_study(
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
             StudyTransport::Tcp(_) => (
                 Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
-                Box::new(TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?),
+                Box::new(counted(StudySink::Tcp(
+                    TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?,
+                ))),
             ),
             StudyTransport::Stp => {
                 let role = StpRole::Sender { peer, bytes: None };
@@ -353,11 +431,11 @@ pub fn bulk_study(
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
                     ),
-                    Box::new(
+                    Box::new(counted(StudySink::Stp(
                         StpAgent::new(port + 1, flow, StpRole::Sink, conf, seed ^ 2)
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
-                    ),
+                    ))),
                 )
             }
         };
@@ -385,6 +463,8 @@ pub fn bulk_study(
         up_reverse_bytes: leo.station_uplink_bytes(crate::packet::Direction::Reverse),
         isl_queue_drops: leo.queue_drops(true),
         gsl_queue_drops: leo.queue_drops(false),
+        received_packets: counts.get().0,
+        reordered_packets: counts.get().1,
         build_s,
         run_s: started.elapsed().as_secs_f64() - build_s,
     })
@@ -560,6 +640,7 @@ mod tests {
             assert_eq!(r.undeliverable, 0);
             assert!(r.up_forward_bytes > 4 * 250_000 && r.up_reverse_bytes > 0);
             assert!(r.up_reverse_bytes < r.up_forward_bytes / 4);
+            assert!(r.received_packets > 4 * 200 && r.reordered_packets < r.received_packets);
         }
     }
 
