@@ -314,13 +314,13 @@ pub struct BulkStudy {
 
 /// Counts, for the agent it wraps, the packets that arrive after a packet sent later (packet ids
 /// grow in sending order).
-struct ReorderCount<A> {
-    inner: A,
+struct ReorderCount {
+    inner: Box<dyn crate::sim::Agent>,
     highest: Option<u64>,
     counts: std::rc::Rc<std::cell::Cell<(u64, u64)>>,
 }
 
-impl<A: crate::sim::Agent> crate::sim::Agent for ReorderCount<A> {
+impl crate::sim::Agent for ReorderCount {
     fn start(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
         self.inner.start(ctx)
     }
@@ -339,42 +339,6 @@ impl<A: crate::sim::Agent> crate::sim::Agent for ReorderCount<A> {
     }
     fn as_any(&self) -> &dyn std::any::Any {
         self.inner.as_any()
-    }
-}
-
-/// The receiving end of a study's flow.
-enum StudySink {
-    Tcp(crate::tcp::TcpAgent),
-    Stp(crate::stp_agent::StpAgent),
-}
-
-impl StudySink {
-    fn agent(&mut self) -> &mut dyn crate::sim::Agent {
-        match self {
-            StudySink::Tcp(a) => a,
-            StudySink::Stp(a) => a,
-        }
-    }
-}
-
-impl crate::sim::Agent for StudySink {
-    fn start(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
-        self.agent().start(ctx)
-    }
-    fn on_packet(&mut self, ctx: &mut crate::sim::Ctx<'_>, pkt: crate::packet::Packet) {
-        self.agent().on_packet(ctx, pkt)
-    }
-    fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
-        self.agent().on_timer(ctx, token)
-    }
-    fn finish(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
-        self.agent().finish(ctx)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        match self {
-            StudySink::Tcp(a) => a.as_any(),
-            StudySink::Stp(a) => a.as_any(),
-        }
     }
 }
 
@@ -398,7 +362,7 @@ pub fn bulk_study(
     let tcp = TcpConfig::with_variant(variant);
     let stp_err = |e: stp::ConfigError| LeoNetError::Config(e.to_string());
     let counts = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
-    let counted = |a| ReorderCount {
+    let counted = |a: Box<dyn Agent>| ReorderCount {
         inner: a,
         highest: None,
         counts: std::rc::Rc::clone(&counts),
@@ -417,7 +381,7 @@ pub fn bulk_study(
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
             StudyTransport::Tcp(_) => (
                 Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
-                Box::new(counted(StudySink::Tcp(
+                Box::new(counted(Box::new(
                     TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?,
                 ))),
             ),
@@ -431,7 +395,7 @@ pub fn bulk_study(
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
                     ),
-                    Box::new(counted(StudySink::Stp(
+                    Box::new(counted(Box::new(
                         StpAgent::new(port + 1, flow, StpRole::Sink, conf, seed ^ 2)
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
