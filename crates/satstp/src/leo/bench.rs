@@ -208,6 +208,7 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
                 "flows": a.flows, "variant": a.variant, "duration_s": a.duration,
                 "events": r.events, "build_s": r.build_s, "run_s": r.run_s,
                 "events_per_s": eps, "route_changes": r.route_changes,
+                "received_packets": r.received_packets, "reordered_packets": r.reordered_packets,
                 "goodput_bps": r.goodput_bps, "undeliverable": r.undeliverable,
             })
         );
@@ -224,12 +225,14 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         a.step
     );
     println!(
-        "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {eps:.0} events/s; {} route changes",
+        "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {eps:.0} events/s; {} route entries changed after the first step; {} of {} packets received out of sending order",
         r.build_s + r.run_s,
         r.build_s,
         r.run_s,
         r.events,
-        r.route_changes
+        r.route_changes,
+        r.reordered_packets,
+        r.received_packets
     );
     if let (Some(lo), Some(hi)) = (g.first(), g.last()) {
         println!(
