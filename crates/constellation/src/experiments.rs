@@ -2,6 +2,7 @@
 //! pings by min-delay, min-hop and geographic routing; differences binned by distance; and
 //! min-delay routes between every pair of a set of terminals over time.
 
+use crate::fstate::{ForwardingState, FstateComputer};
 use crate::geo::{random_place, Place, C_KM_S};
 use crate::geographic::GeoRouter;
 use crate::ground::{choose, AttachPolicy, HandoffMode};
@@ -138,14 +139,18 @@ pub struct AllPairs {
 }
 
 /// Min-delay routes between every ordered pair of `terminals` at `steps` instants `step_s`
-/// apart (one Dijkstra per source and instant), on `threads` threads (instants split between
-/// them).
+/// apart, on `threads` threads (instants split between them). With
+/// [`AttachPolicy::HighestElevation`] or [`AttachPolicy::FirstFound`] each terminal uses one
+/// satellite (one Dijkstra per source and instant); with [`AttachPolicy::Joint`] the pairs'
+/// delays come from the forwarding state ([`crate::fstate`]: one Dijkstra per destination,
+/// rooted at every satellite it sees).
 pub fn all_pairs(
     c: &Constellation,
     terminals: &[Place],
     steps: u64,
     step_s: f64,
     threads: usize,
+    policy: AttachPolicy,
 ) -> AllPairs {
     let threads = threads.clamp(1, steps.max(1) as usize);
     let positions: Vec<_> = terminals.iter().map(Place::position).collect();
@@ -154,13 +159,33 @@ pub fn all_pairs(
         let mut acc = AllPairs::default();
         let mut snap = Snapshot::default();
         let mut router = Router::new();
+        let mut fc = FstateComputer::new();
+        let mut fs = ForwardingState::default();
         let mut k = k0;
         while k < steps {
+            if policy == AttachPolicy::Joint {
+                fc.step(c, k as f64 * step_s, &positions, &mut fs);
+                acc.snapshots += 1;
+                let g = positions.len();
+                for (x, &d) in fs.gs_delay_ns.iter().enumerate() {
+                    if x / g == x % g {
+                        continue;
+                    }
+                    if d == u64::MAX {
+                        acc.unreachable += 1;
+                    } else {
+                        acc.paths += 1;
+                        acc.sum_delay_s += d as f64 * 1e-9;
+                    }
+                }
+                k += threads as u64;
+                continue;
+            }
             snap.rebuild(c, k as f64 * step_s);
             acc.snapshots += 1;
             let serving: Vec<Option<u32>> = positions
                 .iter()
-                .map(|&p| choose(&snap.positions, p, mask, AttachPolicy::HighestElevation))
+                .map(|&p| choose(&snap.positions, p, mask, policy))
                 .collect();
             let targets: Vec<u32> = serving.iter().flatten().copied().collect();
             for (i, si) in serving.iter().enumerate() {
@@ -223,7 +248,7 @@ pub fn step_window(
     window_s: f64,
 ) -> Option<(f64, f64, f64, f64)> {
     let mut day = TraceSpec::new(from.clone(), to.clone(), Routing::MinDelay, 86_400.0, 10.0);
-    day.handoff = HandoffMode::Continuous;
+    day.handoff = Some(HandoffMode::Continuous);
     let day = compute(c, &day).ok()?;
     let mut steps: Vec<(f64, f64)> = day
         .samples
@@ -237,7 +262,7 @@ pub fn step_window(
             let mut spec =
                 TraceSpec::new(from.clone(), to.clone(), Routing::MinDelay, window_s, 1.0);
             spec.start_s = (t - back * window_s).max(0.0);
-            spec.handoff = HandoffMode::Continuous;
+            spec.handoff = Some(HandoffMode::Continuous);
             let w = compute(c, &spec).ok()?;
             if let Some((at, a, b)) = w.largest_step() {
                 if (b - a).abs() >= min_step_s && (0.25 * window_s..=0.75 * window_s).contains(&at)
@@ -283,12 +308,17 @@ mod tests {
             .iter()
             .map(|n| crate::geo::place(n).unwrap())
             .collect();
-        let one = all_pairs(&c, &t, 4, 1.0, 1);
+        let one = all_pairs(&c, &t, 4, 1.0, 1, AttachPolicy::HighestElevation);
         assert_eq!(one.snapshots, 4);
         assert_eq!(one.paths + one.unreachable, 4 * 6);
-        let two = all_pairs(&c, &t, 4, 1.0, 2);
+        let two = all_pairs(&c, &t, 4, 1.0, 2, AttachPolicy::HighestElevation);
         assert_eq!(one.paths, two.paths);
         assert!((one.sum_delay_s - two.sum_delay_s).abs() < 1e-9);
+        // Joint: every pair too, never slower on average than one satellite per terminal.
+        let j = all_pairs(&c, &t, 4, 1.0, 2, AttachPolicy::Joint);
+        assert_eq!((j.snapshots, j.paths + j.unreachable), (4, 4 * 6));
+        assert_eq!(j.paths, one.paths);
+        assert!(j.sum_delay_s <= one.sum_delay_s + 1e-9);
     }
 
     proptest! {

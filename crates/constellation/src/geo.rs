@@ -266,6 +266,29 @@ pub fn random_place(rng: &mut dyn RngCore, name: &str) -> Place {
     }
 }
 
+/// `n` ground stations for benchmarks and forwarding state: the built-in cities first, then
+/// points drawn uniformly (seed 1) over the band within 50° of the equator, which every preset
+/// covers (starlink-550 and kuiper-630 do not reach the poles).
+pub fn stations(n: usize) -> Vec<Place> {
+    use rand_chacha::rand_core::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    (0..n)
+        .map(|i| match CITIES.get(i) {
+            Some(&(name, la, lo)) => Place {
+                name: name.to_string(),
+                lat_deg: la,
+                lon_deg: lo,
+            },
+            None => loop {
+                let p = random_place(&mut rng, &format!("random-{i}"));
+                if p.lat_deg.abs() <= 50.0 {
+                    break p;
+                }
+            },
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

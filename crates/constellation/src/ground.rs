@@ -41,6 +41,48 @@ pub enum AttachPolicy {
     /// The first one found above the mask, in satellite order (the thesis' wording; which
     /// satellite is "first" is then arbitrary).
     FirstFound,
+    /// Both ends of a path chosen together with the route: each end may use any satellite
+    /// above its mask, and the path minimises the metric over GSL + ISLs + GSL (as operators'
+    /// ground-station schedulers and Hypatia's forwarding state do). Resolved by the router;
+    /// [`choose`] alone treats it as [`AttachPolicy::HighestElevation`].
+    Joint,
+}
+
+impl AttachPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttachPolicy::HighestElevation => "highest",
+            AttachPolicy::FirstFound => "first",
+            AttachPolicy::Joint => "joint",
+        }
+    }
+}
+
+impl std::str::FromStr for AttachPolicy {
+    type Err = crate::ConstellationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "highest" | "highest-elevation" => Ok(AttachPolicy::HighestElevation),
+            "first" | "first-found" => Ok(AttachPolicy::FirstFound),
+            "joint" => Ok(AttachPolicy::Joint),
+            _ => Err(crate::ConstellationError::Request(format!(
+                "unknown attachment '{s}' (highest, first or joint)"
+            ))),
+        }
+    }
+}
+
+/// The sine of the elevation of `s` seen from `ground` (with `up` its unit vector), if it is
+/// at or above `min_sin` (the sine of the mask) and the satellite exists.
+#[inline]
+fn sin_elevation_above(up: Vec3, ground: Vec3, s: Vec3, min_sin: f64) -> Option<f64> {
+    let d = s.minus(ground);
+    let along = d.dot(up);
+    if along <= 0.0 && min_sin >= 0.0 {
+        return None;
+    }
+    let sin_e = along / d.norm().max(1e-12);
+    (sin_e >= min_sin && s.norm() != 0.0).then_some(sin_e)
 }
 
 /// The satellite `policy` picks for a terminal at `ground`, if any is above `mask_deg`.
@@ -55,18 +97,12 @@ pub fn choose(
     let min_sin = mask_deg.to_radians().sin();
     let mut best: Option<(u32, f64)> = None;
     for (i, &s) in positions.iter().enumerate() {
-        let d = s.minus(ground);
-        let along = d.dot(up);
-        if along <= 0.0 && min_sin >= 0.0 {
+        let Some(sin_e) = sin_elevation_above(up, ground, s, min_sin) else {
             continue;
-        }
-        let sin_e = along / d.norm().max(1e-12);
-        if sin_e < min_sin || s.norm() == 0.0 {
-            continue;
-        }
+        };
         match policy {
             AttachPolicy::FirstFound => return Some(i as u32),
-            AttachPolicy::HighestElevation => {
+            AttachPolicy::HighestElevation | AttachPolicy::Joint => {
                 if best.is_none_or(|(_, b)| sin_e > b) {
                     best = Some((i as u32, sin_e));
                 }
@@ -74,6 +110,24 @@ pub fn choose(
         }
     }
     best.map(|b| b.0)
+}
+
+/// Every satellite above `mask_deg` from `ground`, with its GSL delay in whole nanoseconds (at
+/// least 1), into `out` (cleared first), in satellite order.
+pub fn visible(positions: &[Vec3], ground: Vec3, mask_deg: f64, out: &mut Vec<(u32, u64)>) {
+    out.clear();
+    let up = ground.scale(1.0 / ground.norm().max(1e-12));
+    let min_sin = mask_deg.to_radians().sin();
+    for (i, &s) in positions.iter().enumerate() {
+        if sin_elevation_above(up, ground, s, min_sin).is_some() {
+            out.push((i as u32, gsl_ns(ground, s)));
+        }
+    }
+}
+
+/// The delay of the GSL between `ground` and `sat` in whole nanoseconds (at least 1).
+pub fn gsl_ns(ground: Vec3, sat: Vec3) -> u64 {
+    ((ground.dist(sat) / crate::geo::C_KM_S * 1e9).round() as u64).max(1)
 }
 
 /// A handoff (or first attachment, or loss of every satellite).

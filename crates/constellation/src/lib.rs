@@ -11,6 +11,7 @@
 pub mod cells;
 pub mod central;
 pub mod experiments;
+pub mod fstate;
 pub mod geo;
 pub mod geographic;
 pub mod ground;

@@ -18,6 +18,21 @@ pub enum Metric {
     Hops,
 }
 
+/// The edge weight of a search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// Delay in ns.
+    Delay,
+    /// One per ISL hop.
+    Hops,
+    /// [`HOP_NS`] per ISL hop plus the delay in ns: fewest hops, then least delay.
+    HopsThenDelay,
+}
+
+/// The hop unit of [`Weight::HopsThenDelay`]: 2^40 ns (about 18 minutes), more than any
+/// path's delay, so hop counts dominate.
+pub const HOP_NS: u64 = 1 << 40;
+
 const UNREACHED: u64 = u64::MAX;
 const NONE: u32 = u32::MAX;
 
@@ -29,7 +44,6 @@ pub struct Router {
     done: Vec<bool>,
     target: Vec<bool>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
-    src: u32,
 }
 
 impl Router {
@@ -39,6 +53,34 @@ impl Router {
 
     /// Shortest paths from `src`; with `targets`, stops once all of them are settled.
     pub fn run(&mut self, snap: &Snapshot, src: u32, metric: Metric, targets: Option<&[u32]>) {
+        let w = match metric {
+            Metric::Delay => Weight::Delay,
+            Metric::Hops => Weight::Hops,
+        };
+        self.search(snap, &[(src, 0)], w, targets);
+    }
+
+    /// Shortest paths from several roots at once, each starting with its own cost (a joint
+    /// attachment: the satellites a terminal sees, each with its GSL delay in ns). With
+    /// [`Weight::HopsThenDelay`] a path's cost is its ISL hops × [`HOP_NS`] plus its delay in
+    /// ns (GSLs included), so fewer hops win and delay breaks ties.
+    pub fn run_multi(
+        &mut self,
+        snap: &Snapshot,
+        roots: &[(u32, u64)],
+        weight: Weight,
+        targets: Option<&[u32]>,
+    ) {
+        self.search(snap, roots, weight, targets);
+    }
+
+    fn search(
+        &mut self,
+        snap: &Snapshot,
+        roots: &[(u32, u64)],
+        weight: Weight,
+        targets: Option<&[u32]>,
+    ) {
         let n = snap.len();
         self.cost.clear();
         self.cost.resize(n, UNREACHED);
@@ -47,10 +89,6 @@ impl Router {
         self.done.clear();
         self.done.resize(n, false);
         self.heap.clear();
-        self.src = src;
-        if src as usize >= n {
-            return;
-        }
         self.target.clear();
         self.target.resize(n, false);
         let mut left = usize::MAX;
@@ -66,8 +104,12 @@ impl Router {
                 return;
             }
         }
-        self.cost[src as usize] = 0;
-        self.heap.push(Reverse((0, src)));
+        for &(r, c0) in roots {
+            if (r as usize) < n && c0 < self.cost[r as usize] {
+                self.cost[r as usize] = c0;
+                self.heap.push(Reverse((c0, r)));
+            }
+        }
         while let Some(Reverse((c, u))) = self.heap.pop() {
             if self.done[u as usize] {
                 continue;
@@ -85,9 +127,10 @@ impl Router {
             }
             for k in lo..hi {
                 let v = snap.targets[k];
-                let w = match metric {
-                    Metric::Delay => snap.delay_ns[k],
-                    Metric::Hops => 1,
+                let w = match weight {
+                    Weight::Delay => snap.delay_ns[k],
+                    Weight::Hops => 1,
+                    Weight::HopsThenDelay => HOP_NS + snap.delay_ns[k],
                 };
                 let nc = c + w;
                 if nc < self.cost[v as usize] {
@@ -96,6 +139,25 @@ impl Router {
                     self.heap.push(Reverse((nc, v)));
                 }
             }
+        }
+    }
+
+    /// The raw cost of the path to `dst` in the search's units (ns, hops, or hops × HOP_NS +
+    /// ns), roots' starting costs included.
+    pub fn raw_cost(&self, dst: u32) -> Option<u64> {
+        match self.cost.get(dst as usize) {
+            Some(&c) if c != UNREACHED => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The neighbour `dst` forwards to on its way back towards the roots (`None` for a root
+    /// itself or an unreached satellite): in a search rooted at a destination's satellites,
+    /// `dst`'s next hop towards that destination.
+    pub fn towards_root(&self, dst: u32) -> Option<u32> {
+        match self.prev.get(dst as usize) {
+            Some(&p) if p != NONE => Some(p),
+            _ => None,
         }
     }
 
@@ -120,7 +182,7 @@ impl Router {
         }
         let mut p = vec![dst];
         let mut x = dst;
-        while x != self.src {
+        while self.prev[x as usize] != NONE {
             x = self.prev[x as usize];
             p.push(x);
         }
@@ -133,8 +195,9 @@ impl Router {
         if !self.reached(dst) {
             return None;
         }
+        // Walk back to the satellite whose predecessor is the root (or the root itself).
         let mut x = dst;
-        while x != self.src && self.prev[x as usize] != self.src {
+        while self.prev[x as usize] != NONE && self.prev[self.prev[x as usize] as usize] != NONE {
             x = self.prev[x as usize];
         }
         Some(x)
@@ -183,6 +246,59 @@ pub fn terminal_path(
         delay_s: path_delay_s(snap, a, &sats, b),
         satellites: sats,
     })
+}
+
+/// Reusable buffers of [`joint_path`].
+#[derive(Debug, Clone, Default)]
+pub struct JointScratch {
+    /// Satellites the first terminal sees, with GSL delays (ns).
+    pub from: Vec<(u32, u64)>,
+    /// Satellites the second terminal sees, with GSL delays (ns).
+    pub to: Vec<(u32, u64)>,
+    targets: Vec<u32>,
+}
+
+/// The best path between terminals at `a` and `b` when each may use any satellite it sees above
+/// `mask_deg` (a joint attachment): the satellites from `a`'s to `b`'s, and the path's cost in
+/// `weight`'s units, both GSLs included. `None` when either sees no satellite or no satellite
+/// `b` sees can be reached. Fills `scratch.from` and `scratch.to` with what each end sees.
+pub fn joint_path(
+    snap: &Snapshot,
+    router: &mut Router,
+    a: Vec3,
+    b: Vec3,
+    mask_deg: f64,
+    weight: Weight,
+    scratch: &mut JointScratch,
+) -> Option<(Vec<u32>, u64)> {
+    crate::ground::visible(&snap.positions, a, mask_deg, &mut scratch.from);
+    crate::ground::visible(&snap.positions, b, mask_deg, &mut scratch.to);
+    let JointScratch { from, to, targets } = scratch;
+    best_between(snap, router, from, to, weight, targets)
+}
+
+/// The best path from any of `from` to any of `to` (satellites with their GSL delays in ns),
+/// and its cost in `weight`'s units with both GSLs. One end pinned to a single satellite is a
+/// one-element slice.
+pub fn best_between(
+    snap: &Snapshot,
+    router: &mut Router,
+    from: &[(u32, u64)],
+    to: &[(u32, u64)],
+    weight: Weight,
+    targets: &mut Vec<u32>,
+) -> Option<(Vec<u32>, u64)> {
+    if from.is_empty() || to.is_empty() {
+        return None;
+    }
+    targets.clear();
+    targets.extend(to.iter().map(|v| v.0));
+    router.run_multi(snap, from, weight, Some(targets));
+    let (cost, last) = to
+        .iter()
+        .filter_map(|&(s, g)| router.raw_cost(s).map(|c| (c + g, s)))
+        .min()?;
+    Some((router.path(last)?, cost))
 }
 
 #[cfg(test)]

@@ -22,6 +22,17 @@ pub struct TleSet {
     pub isls_per_satellite: u32,
     pub max_isl_km: f64,
     pub isl_latitude_threshold_deg: f64,
+    /// `(planes, per plane)` from a `PLANES PER_PLANE` count line: the satellites are listed
+    /// plane by plane, and each links to its two in-plane neighbours and to the satellite
+    /// nearest in phase in each adjacent plane (the +Grid), under the latitude threshold; the
+    /// last and first planes link only if they co-rotate (a delta shell, not a star's seam).
+    /// Without it, each satellite links to its `isls_per_satellite` nearest.
+    pub grid: Option<(u32, u32)>,
+    /// With `grid`: for each plane `p`, the offset `k` such that satellite `s` links to
+    /// satellite `(s + k) mod per_plane` of plane `p + 1` (mod planes), or `None` when the two
+    /// planes do not link. Fixed at parse time from the positions at time 0 (co-rotating planes
+    /// keep their relative phase).
+    pub grid_shift: Vec<Option<u32>>,
 }
 
 /// One satellite.
@@ -54,6 +65,11 @@ pub fn teme_to_ecef(v: Vec3, theta: f64) -> Vec3 {
 impl TleSet {
     /// Parses TLEs: two-line sets, or three-line sets whose first line is the name (an
     /// optional leading "0 " is dropped). Errors name the file line and what is wrong.
+    ///
+    /// The file may start with a count line, as constellation generators write: `N` (the
+    /// number of satellites) or `PLANES PER_PLANE` (Hypatia's `tles.txt`; the satellites are
+    /// then listed plane by plane, and the ISLs form the +Grid of those planes, see
+    /// [`TleSet::grid`]). The count must match the satellites that follow.
     pub fn parse(text: &str, source_name: &str) -> Result<TleSet, ConstellationError> {
         let err = |line: usize, reason: String| ConstellationError::Line {
             source_name: source_name.to_string(),
@@ -66,37 +82,59 @@ impl TleSet {
             .map(|(i, l)| (i + 1, l.trim_end()))
             .filter(|(_, l)| !l.trim().is_empty())
             .collect();
-        let mut elements = Vec::new();
-        let mut i = 0;
-        while i < lines.len() {
-            let (n, l) = lines[i];
-            let (name, first) = if l.starts_with("1 ") {
-                (None, i)
-            } else {
-                let name = l.trim().strip_prefix("0 ").unwrap_or(l.trim()).to_string();
-                (Some(name), i + 1)
-            };
-            let (Some(&(n1, l1)), Some(&(n2, l2))) = (lines.get(first), lines.get(first + 1))
-            else {
-                return Err(err(n, "incomplete TLE: expected line 1 and line 2".into()));
-            };
-            if !l1.starts_with("1 ") {
-                return Err(err(
-                    n1,
-                    format!("expected TLE line 1 (starting '1 '), got '{l1}'"),
-                ));
-            }
-            if !l2.starts_with("2 ") {
-                return Err(err(
-                    n2,
-                    format!("expected TLE line 2 (starting '2 '), got '{l2}'"),
-                ));
-            }
-            let e = sgp4::Elements::from_tle(name.clone(), l1.as_bytes(), l2.as_bytes())
-                .map_err(|e| err(n1, format!("{e}")))?;
-            elements.push((n1, e));
-            i = first + 2;
-        }
+        let header: Option<(usize, Vec<u64>)> = lines.first().and_then(|&(n, l)| {
+            let v: Option<Vec<u64>> = l.split_whitespace().map(|x| x.parse().ok()).collect();
+            v.filter(|v| (1..=2).contains(&v.len())).map(|v| (n, v))
+        });
+        let (elements, grid) = match header {
+            Some((n, counts)) => match parse_sets(&lines[1..], &err) {
+                Ok(e) => {
+                    let total: u64 = counts.iter().product();
+                    // A lone number may be a three-line set's name (a catalogue number).
+                    if total != e.len() as u64 && counts.len() == 1 {
+                        if let Ok(x) = parse_sets(&lines, &err) {
+                            return TleSet::build(x, None, source_name, &err);
+                        }
+                    }
+                    if total != e.len() as u64 {
+                        return Err(err(
+                            n,
+                            format!(
+                                "the count line says {} satellites, but {} follow",
+                                counts
+                                    .iter()
+                                    .map(u64::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join(" x "),
+                                e.len()
+                            ),
+                        ));
+                    }
+                    let grid = match counts.as_slice() {
+                        [p, s] if *p >= 1 && *s >= 2 => Some((*p as u32, *s as u32)),
+                        _ => None,
+                    };
+                    (e, grid)
+                }
+                // A lone number may be a three-line set's name (a catalogue number).
+                Err(e) if counts.len() == 1 => match parse_sets(&lines, &err) {
+                    Ok(x) => (x, None),
+                    Err(_) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            },
+            None => (parse_sets(&lines, &err)?, None),
+        };
+        TleSet::build(elements, grid, source_name, &err)
+    }
+
+    /// The set of parsed `elements` (with the line numbers of their line 1).
+    fn build(
+        elements: Vec<(usize, sgp4::Elements)>,
+        grid: Option<(u32, u32)>,
+        source_name: &str,
+        err: &dyn Fn(usize, String) -> ConstellationError,
+    ) -> Result<TleSet, ConstellationError> {
         if elements.is_empty() {
             return Err(ConstellationError::Request(format!(
                 "{source_name}: no TLEs"
@@ -124,7 +162,51 @@ impl TleSet {
             isls_per_satellite: 4,
             max_isl_km: 5000.0,
             isl_latitude_threshold_deg: 70.0,
-        })
+            grid,
+            grid_shift: Vec::new(),
+        }
+        .with_grid_shifts(&elements))
+    }
+
+    /// Fills [`TleSet::grid_shift`]: each plane's partner offset is the one that minimises the
+    /// summed distance to the next plane at time 0; the last plane links to the first only
+    /// if their orbit normals are about as close as the first two planes' (they co-rotate).
+    fn with_grid_shifts(mut self, elements: &[(usize, sgp4::Elements)]) -> TleSet {
+        let Some((np, ns)) = self.grid else {
+            return self;
+        };
+        let (np, ns) = (np as usize, ns as usize);
+        let mut pos = Vec::new();
+        self.positions(0.0, &mut pos);
+        let normal = |p: usize| {
+            let e = &elements[p * ns].1;
+            let (i, o) = (e.inclination.to_radians(), e.right_ascension.to_radians());
+            Vec3::new(i.sin() * o.sin(), -i.sin() * o.cos(), i.cos())
+        };
+        let angle = |a: Vec3, b: Vec3| a.dot(b).clamp(-1.0, 1.0).acos();
+        self.grid_shift = (0..np)
+            .map(|p| {
+                let q = (p + 1) % np;
+                if np < 2 || (p + 1 == np && np < 3) {
+                    return None;
+                }
+                if p + 1 == np
+                    && angle(normal(p), normal(0)) > 1.5 * angle(normal(0), normal(1)) + 1e-9
+                {
+                    return None;
+                }
+                (0..ns)
+                    .map(|k| {
+                        let d: f64 = (0..ns)
+                            .map(|s| pos[p * ns + s].dist(pos[q * ns + (s + k) % ns]))
+                            .sum();
+                        (d, k as u32)
+                    })
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|x| x.1)
+            })
+            .collect();
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -146,6 +228,45 @@ impl TleSet {
             );
         }
     }
+}
+
+/// The two- or three-line sets of `lines` (line number, text), with the line number of each
+/// set's line 1.
+fn parse_sets(
+    lines: &[(usize, &str)],
+    err: &dyn Fn(usize, String) -> ConstellationError,
+) -> Result<Vec<(usize, sgp4::Elements)>, ConstellationError> {
+    let mut elements = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let (n, l) = lines[i];
+        let (name, first) = if l.starts_with("1 ") {
+            (None, i)
+        } else {
+            let name = l.trim().strip_prefix("0 ").unwrap_or(l.trim()).to_string();
+            (Some(name), i + 1)
+        };
+        let (Some(&(n1, l1)), Some(&(n2, l2))) = (lines.get(first), lines.get(first + 1)) else {
+            return Err(err(n, "incomplete TLE: expected line 1 and line 2".into()));
+        };
+        if !l1.starts_with("1 ") {
+            return Err(err(
+                n1,
+                format!("expected TLE line 1 (starting '1 '), got '{l1}'"),
+            ));
+        }
+        if !l2.starts_with("2 ") {
+            return Err(err(
+                n2,
+                format!("expected TLE line 2 (starting '2 '), got '{l2}'"),
+            ));
+        }
+        let e = sgp4::Elements::from_tle(name.clone(), l1.as_bytes(), l2.as_bytes())
+            .map_err(|e| err(n1, format!("{e}")))?;
+        elements.push((n1, e));
+        i = first + 2;
+    }
+    Ok(elements)
 }
 
 fn checksum(line: &str) -> u32 {
@@ -188,11 +309,12 @@ pub fn circular_tle(
 
 /// TLEs equivalent to a Walker shell at the J2000 epoch: same planes, phases and mean motion,
 /// with right ascensions shifted by the sidereal angle at the epoch so that time 0 of the
-/// shell and of the TLEs coincide. Returned as text (three-line sets).
+/// shell and of the TLEs coincide. Returned as text: a `PLANES PER_PLANE` count line (so that
+/// [`TleSet::parse`] rebuilds the +Grid), then three-line sets plane by plane.
 pub fn shell_to_tles(shell: &Shell) -> String {
     let gmst0 = sgp4::iau_epoch_to_sidereal_time(0.0).to_degrees();
     let revs = shell.mean_motion_rad_s() * 86_400.0 / (2.0 * PI);
-    let mut out = String::new();
+    let mut out = format!("{} {}\n", shell.planes, shell.sats_per_plane);
     for p in 0..shell.planes {
         for s in 0..shell.sats_per_plane {
             let n = p * shell.sats_per_plane + s + 1;
@@ -205,6 +327,52 @@ pub fn shell_to_tles(shell: &Shell) -> String {
             );
             out.push_str(&format!("{}-P{}-S{}\n{l1}\n{l2}\n", shell.name, p, s));
         }
+    }
+    out
+}
+
+/// What the TLEs of [`shell_to_tles`], read back with [`TleSet::parse`], cannot carry of
+/// `shell`, so that routing over them differs from routing over the preset (empty when only
+/// the SGP4-versus-circular-orbit position difference remains).
+pub fn round_trip_differences(shell: &Shell) -> Vec<String> {
+    let mut out = Vec::new();
+    if shell.elevation_mask_deg != 25.0 {
+        out.push(format!(
+            "TLE input uses a 25° mask: add --mask {} for the preset's",
+            shell.elevation_mask_deg
+        ));
+    }
+    if shell.isl_latitude_threshold_deg != 70.0 {
+        out.push(format!(
+            "TLE input turns inter-plane ISLs off above 70°: add --isl-latitude {}",
+            shell.isl_latitude_threshold_deg
+        ));
+    }
+    if shell.isl_in_plane_each_side > 1 || shell.isl_planes_each_side > 1 {
+        out.push(format!(
+            "TLE input has the +Grid (1 ISL each way in plane, 1 to each adjacent plane); the \
+             preset has {} in plane and {} plane(s) each side",
+            shell.isl_in_plane_each_side, shell.isl_planes_each_side
+        ));
+    }
+    if shell.kind == crate::walker::ShellKind::Star && shell.cross_seam {
+        out.push("TLE input has no cross-seam ISLs; the preset has them".into());
+    }
+    let half = 180.0 / shell.sats_per_plane as f64;
+    if (shell.phase_offset_deg.rem_euclid(2.0 * half) - half).abs() < 1e-9 {
+        out.push(
+            "the planes are staggered by half a slot: both neighbours of the next plane are \
+             equally near, and TLE input may pair them otherwise than the preset's alternating \
+             rule"
+                .into(),
+        );
+    }
+    if shell.thesis_model {
+        out.push(
+            "TLE input defaults to the joint attachment with continuous handoff, the preset to \
+             the thesis' (highest, async): give --attach highest --handoff async to compare"
+                .into(),
+        );
     }
     out
 }
@@ -261,6 +429,67 @@ mod tests {
             "{e}"
         );
         assert!(TleSet::parse("\n\n", "f").is_err());
+    }
+
+    #[test]
+    fn a_leading_count_line_is_accepted_and_checked() {
+        let two = format!("{ISS}{}", ISS.replace("ISS (ZARYA)", "ISS again"));
+        let t = TleSet::parse(&format!("2\n{two}"), "f").unwrap();
+        assert_eq!((t.len(), t.grid), (2, None));
+        let e = TleSet::parse(&format!("3\n{two}"), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("f line 1") && e.contains("3") && e.contains("2 follow"),
+            "{e}"
+        );
+        // Hypatia's `PLANES PER_PLANE` line.
+        let t = TleSet::parse(&format!("1 2\n{two}"), "f").unwrap();
+        assert_eq!(t.grid, Some((1, 2)));
+        let e = TleSet::parse(&format!("2 2\n{two}"), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 x 2") && e.contains("2 follow"), "{e}");
+        // A lone number that is a set's name (a catalogue number) still reads as a name.
+        let t = TleSet::parse(&ISS.replace("ISS (ZARYA)", "25544"), "f").unwrap();
+        assert_eq!(t.satellites[0].name, "25544");
+    }
+
+    /// `satstp leo tle` output read back: a delta shell gets exactly the preset's +Grid, and a
+    /// path over it the preset's delays (to SGP4's perturbations).
+    #[test]
+    fn starlink_tles_read_back_route_as_the_preset() {
+        use crate::{geo::place, trace, Constellation, Routing, TraceSpec};
+        let sh = Shell::preset("starlink-550").unwrap();
+        assert!(round_trip_differences(&sh).is_empty());
+        let t = TleSet::parse(&shell_to_tles(&sh), "s.tle").unwrap();
+        assert_eq!(t.grid, Some((72, 22)));
+        let (w, c) = (Constellation::Walker(sh), Constellation::Tle(t));
+        for at in [0.0, 300.0] {
+            assert_eq!(w.snapshot(at).edges, c.snapshot(at).edges, "at {at} s");
+        }
+        let spec = TraceSpec::new(
+            place("NY").unwrap(),
+            place("LA").unwrap(),
+            Routing::MinDelay,
+            300.0,
+            5.0,
+        );
+        let mean = |c: &Constellation| {
+            let tr = trace::compute(c, &spec).unwrap();
+            tr.delays().sum::<f64>() / tr.delays().count() as f64
+        };
+        let (a, b) = (mean(&w), mean(&c));
+        assert!((a - b).abs() < 3e-4, "preset {a} s, TLEs {b} s");
+        // What a star preset's file cannot carry is said.
+        let d = round_trip_differences(&Shell::preset("teledesic").unwrap());
+        assert!(
+            d.iter().any(|x| x.contains("cross-seam")) && d.iter().any(|x| x.contains("--mask 40"))
+        );
+        let t = TleSet::parse(&shell_to_tles(&Shell::preset("iridium").unwrap()), "i").unwrap();
+        // Iridium's seam: the last plane does not link to the first.
+        assert_eq!(t.grid_shift.len(), 6);
+        assert!(t.grid_shift[..5].iter().all(Option::is_some) && t.grid_shift[5].is_none());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! Every ISL must also clear the Earth by 80 km.
 
 use crate::geo::{clears, Vec3, C_KM_S, EARTH_RADIUS_KM};
+use crate::ground::{AttachPolicy, HandoffMode};
 use crate::tle::TleSet;
 use crate::walker::{Shell, ShellKind};
 use crate::ConstellationError;
@@ -22,9 +23,25 @@ pub enum Constellation {
 }
 
 impl Constellation {
-    /// A preset by name (see [`crate::walker::PRESETS`]).
+    /// A preset by name (see [`crate::walker::PRESETS`]), with optional changes
+    /// (`NAME[,KEY=VALUE…]`, see [`Shell::from_spec`]).
     pub fn preset(name: &str) -> Result<Constellation, ConstellationError> {
-        Ok(Constellation::Walker(Shell::preset(name)?))
+        Ok(Constellation::Walker(Shell::from_spec(name)?))
+    }
+
+    /// The attachment and handoff a path uses when none is given. The thesis' shells (Iridium,
+    /// Teledesic) keep the thesis' rule: each terminal on its highest satellite, checked every
+    /// 5–15 s (§6.2, §2.2.1), so the reproductions stay the thesis'. Modern shells and TLE
+    /// input get the joint attachment re-optimised at every step, as operated networks route
+    /// (a central scheduler picks both ends' satellites with the route) and as the reference
+    /// simulator Hypatia computes forwarding state (Kassing et al., IMC 2020).
+    pub fn default_attachment(&self) -> (AttachPolicy, HandoffMode) {
+        match self {
+            Constellation::Walker(s) if s.thesis_model => {
+                (AttachPolicy::HighestElevation, HandoffMode::THESIS)
+            }
+            _ => (AttachPolicy::Joint, HandoffMode::Continuous),
+        }
     }
     pub fn name(&self) -> &str {
         match self {
@@ -103,6 +120,7 @@ impl Snapshot {
         self.edges.clear();
         match c {
             Constellation::Walker(s) => walker_isls(s, self),
+            Constellation::Tle(t) if t.grid.is_some() => tle_grid_isls(t, self),
             Constellation::Tle(t) => nearest_isls(
                 t.isls_per_satellite,
                 t.max_isl_km,
@@ -280,6 +298,27 @@ fn plane_shift(sh: &Shell, p: u32, q: u32) -> i64 {
         k += round(sh.planes as f64 * x);
     }
     k
+}
+
+/// The +Grid of TLE satellites listed plane by plane ([`TleSet::grid`]): in-plane neighbours
+/// always, inter-plane partners while both are below the latitude threshold.
+fn tle_grid_isls(t: &TleSet, snap: &mut Snapshot) {
+    let Some((np, ns)) = t.grid else {
+        return;
+    };
+    let thr = t.isl_latitude_threshold_deg;
+    for p in 0..np {
+        for s in 0..ns {
+            let a = p * ns + s;
+            add_if_clear(snap, a, p * ns + (s + 1) % ns);
+            if let Some(&Some(k)) = t.grid_shift.get(p as usize) {
+                let b = ((p + 1) % np) * ns + (s + k) % ns;
+                if snap.lat_deg[a as usize].abs() <= thr && snap.lat_deg[b as usize].abs() <= thr {
+                    add_if_clear(snap, a, b);
+                }
+            }
+        }
+    }
 }
 
 /// ISLs for satellites without plane structure: each to its `k` nearest satellites within

@@ -4,12 +4,16 @@
 //! the delay-trace format `satstp emulate net|udp --delay-trace` and scenario links read
 //! (`TIME_MS DELAY_MS` lines), with hop counts, handoffs and outages as `#` comments.
 
-use crate::geo::Place;
+use crate::geo::{unit, Place, Vec3};
 use crate::geographic::GeoRouter;
 use crate::ground::{AttachPolicy, HandoffMode, Terminal};
-use crate::routing::{path_delay_s, Metric, Router};
+use crate::routing::{
+    best_between, joint_path, path_delay_s, JointScratch, Metric, Router, Weight,
+};
 use crate::topology::{Constellation, Snapshot};
 use crate::ConstellationError;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use std::fmt::Write as _;
 use std::str::FromStr;
 
@@ -55,13 +59,19 @@ pub struct TraceSpec {
     pub start_s: f64,
     pub duration_s: f64,
     pub step_s: f64,
-    pub handoff: HandoffMode,
-    pub policy: AttachPolicy,
+    /// `None`: the constellation's default ([`Constellation::default_attachment`]).
+    pub handoff: Option<HandoffMode>,
+    /// `None`: the constellation's default ([`Constellation::default_attachment`]).
+    pub policy: Option<AttachPolicy>,
     pub seed: u64,
+    /// Hysteresis of a joint attachment: at a check, the path keeps its two satellites unless
+    /// the best pair is shorter by more than this (s; delay, or the delay tie-break of min-hop).
+    pub switch_margin_s: f64,
 }
 
 impl TraceSpec {
-    /// The thesis' defaults: asynchronous handoff (5–15 s), highest-elevation attachment.
+    /// The constellation's default attachment and handoff (the thesis' for its shells, joint
+    /// for modern ones), no hysteresis, seed 1.
     pub fn new(
         from: Place,
         to: Place,
@@ -76,9 +86,10 @@ impl TraceSpec {
             start_s: 0.0,
             duration_s,
             step_s,
-            handoff: HandoffMode::THESIS,
-            policy: AttachPolicy::HighestElevation,
+            handoff: None,
+            policy: None,
             seed: 1,
+            switch_margin_s: 0.0,
         }
     }
 }
@@ -133,18 +144,27 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
             "geographic routing needs a Walker shell (planes), not TLE input".into(),
         ));
     }
+    if !(spec.switch_margin_s >= 0.0 && spec.switch_margin_s.is_finite()) {
+        return Err(ConstellationError::Request(format!(
+            "the switch margin must be a non-negative time, got {} s",
+            spec.switch_margin_s
+        )));
+    }
+    let (default_policy, default_handoff) = c.default_attachment();
+    let policy = spec.policy.unwrap_or(default_policy);
+    let handoff = spec.handoff.unwrap_or(default_handoff);
+    let mut spec = spec.clone();
+    spec.policy = Some(policy);
+    spec.handoff = Some(handoff);
+    if policy == AttachPolicy::Joint {
+        return compute_joint(c, spec, handoff);
+    }
     let mask = c.elevation_mask_deg();
-    let mut ta = Terminal::new(
-        spec.from.clone(),
-        spec.handoff,
-        spec.policy,
-        mask,
-        spec.seed,
-    );
+    let mut ta = Terminal::new(spec.from.clone(), handoff, policy, mask, spec.seed);
     let mut tb = Terminal::new(
         spec.to.clone(),
-        spec.handoff,
-        spec.policy,
+        handoff,
+        policy,
         mask,
         spec.seed.wrapping_add(0x9e37_79b9),
     );
@@ -198,39 +218,167 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
             },
             _ => None,
         };
-        let sample = match &path {
-            Some(p) => Sample {
-                t_s: t,
-                delay_s: Some(path_delay_s(&snap, ta.position, p, tb.position)),
-                isl_hops: p.len().saturating_sub(1) as u32,
-                max_lat_deg: p
-                    .iter()
-                    .map(|&x| snap.lat_deg[x as usize].abs())
-                    .fold(0.0, f64::max) as f32,
-            },
-            None => Sample {
-                t_s: t,
-                delay_s: None,
-                isl_hops: 0,
-                max_lat_deg: 0.0,
-            },
-        };
-        if sample.delay_s.is_none() != in_outage {
-            in_outage = !in_outage;
-            events.push((
-                t,
-                if in_outage {
-                    "outage begins: no path".into()
-                } else {
-                    "outage ends".into()
-                },
-            ));
-        }
+        let sample = sample_of(&snap, t, path.as_deref(), ta.position, tb.position);
+        note_outage(&sample, &mut in_outage, &mut events);
         samples.push(sample);
     }
     Ok(PathTrace {
         constellation: c.name().to_string(),
-        spec: spec.clone(),
+        spec,
+        samples,
+        events,
+    })
+}
+
+/// The sample of `path` (satellites from `a`'s to `b`'s) at `t` since the start.
+fn sample_of(snap: &Snapshot, t: f64, path: Option<&[u32]>, a: Vec3, b: Vec3) -> Sample {
+    match path {
+        Some(p) => Sample {
+            t_s: t,
+            delay_s: Some(path_delay_s(snap, a, p, b)),
+            isl_hops: p.len().saturating_sub(1) as u32,
+            max_lat_deg: p
+                .iter()
+                .map(|&x| snap.lat_deg[x as usize].abs())
+                .fold(0.0, f64::max) as f32,
+        },
+        None => Sample {
+            t_s: t,
+            delay_s: None,
+            isl_hops: 0,
+            max_lat_deg: 0.0,
+        },
+    }
+}
+
+/// Notes the start or end of an outage at `sample`.
+fn note_outage(sample: &Sample, in_outage: &mut bool, events: &mut Vec<(f64, String)>) {
+    if sample.delay_s.is_none() != *in_outage {
+        *in_outage = !*in_outage;
+        events.push((
+            sample.t_s,
+            if *in_outage {
+                "outage begins: no path".into()
+            } else {
+                "outage ends".into()
+            },
+        ));
+    }
+}
+
+/// A trace with a joint attachment: at each check (every step for continuous handoff, at the
+/// instants of `sync:INTERVAL`, every `MIN`–`MAX` s for `async`), the path takes the best pair
+/// of satellites the two ends see, unless the pair it has is within the switch margin of it.
+/// Between checks the pair stays while both ends still see it above the mask (the route
+/// between them is recomputed every step); a pair that sinks below a mask is replaced at once.
+fn compute_joint(
+    c: &Constellation,
+    spec: TraceSpec,
+    handoff: HandoffMode,
+) -> Result<PathTrace, ConstellationError> {
+    let weight =
+        match spec.routing {
+            Routing::MinDelay => Weight::Delay,
+            Routing::MinHop => Weight::HopsThenDelay,
+            Routing::Geographic => return Err(ConstellationError::Request(
+                "geographic routing needs one satellite per terminal: use the highest or first \
+                 attachment with it, not joint"
+                    .into(),
+            )),
+        };
+    let mask = c.elevation_mask_deg();
+    let (pa, pb) = (spec.from.position(), spec.to.position());
+    let margin_ns = (spec.switch_margin_s * 1e9).round() as u64;
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let mut snap = Snapshot::default();
+    let mut router = Router::new();
+    let mut scratch = JointScratch::default();
+    let mut samples = Vec::new();
+    let mut events = Vec::new();
+    let steps = (spec.duration_s / spec.step_s).floor() as u64;
+    let mut in_outage = false;
+    let mut cur: Option<(u32, u32)> = None;
+    let mut next_check = f64::NEG_INFINITY;
+    for k in 0..=steps {
+        let t = k as f64 * spec.step_s;
+        let abs = spec.start_s + t;
+        snap.rebuild(c, abs);
+        let best = joint_path(&snap, &mut router, pa, pb, mask, weight, &mut scratch);
+        // The current pair's satellites that each end still sees above the mask.
+        let still = |end: Option<u32>, seen: &[(u32, u64)]| {
+            end.and_then(|s| seen.iter().find(|v| v.0 == s).copied())
+        };
+        let (ka, kb) = (
+            still(cur.map(|c| c.0), &scratch.from),
+            still(cur.map(|c| c.1), &scratch.to),
+        );
+        let mut targets = Vec::new();
+        let kept = match (ka, kb) {
+            (Some(a), Some(b)) => {
+                best_between(&snap, &mut router, &[a], &[b], weight, &mut targets)
+            }
+            // One end lost its satellite: re-choose that end only, the other stays.
+            (Some(a), None) => {
+                best_between(&snap, &mut router, &[a], &scratch.to, weight, &mut targets)
+            }
+            (None, Some(b)) => best_between(
+                &snap,
+                &mut router,
+                &scratch.from,
+                &[b],
+                weight,
+                &mut targets,
+            ),
+            (None, None) => None,
+        };
+        let due = handoff == HandoffMode::Continuous || abs >= next_check;
+        if due {
+            next_check = match handoff {
+                HandoffMode::Sync { interval_s } => ((abs / interval_s).floor() + 1.0) * interval_s,
+                HandoffMode::Async { min_s, max_s } => {
+                    abs + min_s + (max_s - min_s) * unit(&mut rng)
+                }
+                HandoffMode::Continuous => abs,
+            };
+        }
+        let chosen = match (kept, best) {
+            (Some(k), Some(b)) => Some(if !due || k.1 <= b.1.saturating_add(margin_ns) {
+                k
+            } else {
+                b
+            }),
+            (k, b) => b.or(k),
+        };
+        let ends = chosen
+            .as_ref()
+            .and_then(|(p, _)| Some((*p.first()?, *p.last()?)));
+        let old = |x: Option<u32>| x.map_or("none".to_string(), |s| s.to_string());
+        if let (Some((oa, ob)), new) = (cur, ends) {
+            for (name, o, n, seen) in [
+                (&spec.from.name, oa, new.map(|e| e.0), &scratch.from),
+                (&spec.to.name, ob, new.map(|e| e.1), &scratch.to),
+            ] {
+                if n != Some(o) {
+                    let forced = !seen.iter().any(|v| v.0 == o);
+                    events.push((
+                        t,
+                        format!(
+                            "handoff {name}: satellite {o} -> {}{}",
+                            old(n),
+                            if forced { " (forced)" } else { "" }
+                        ),
+                    ));
+                }
+            }
+        }
+        cur = ends;
+        let sample = sample_of(&snap, t, chosen.as_ref().map(|c| c.0.as_slice()), pa, pb);
+        note_outage(&sample, &mut in_outage, &mut events);
+        samples.push(sample);
+    }
+    Ok(PathTrace {
+        constellation: c.name().to_string(),
+        spec,
         samples,
         events,
     })
@@ -297,7 +445,7 @@ impl PathTrace {
     /// The trace as text: `TIME_MS DELAY_MS # hops N` lines, events as comments.
     pub fn to_text(&self, min_change_s: f64) -> String {
         let sp = &self.spec;
-        let handoff = match sp.handoff {
+        let handoff = match sp.handoff.unwrap_or(HandoffMode::THESIS) {
             HandoffMode::Async { min_s, max_s } => format!(
                 "asynchronous handoff every {min_s}-{max_s} s (seed {})",
                 sp.seed
@@ -308,11 +456,17 @@ impl PathTrace {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "# satstp leo trace: {}, {} -> {}, {} routing, {handoff}",
+            "# satstp leo trace: {}, {} -> {}, {} routing, {} attachment{}, {handoff}",
             self.constellation,
             sp.from.name,
             sp.to.name,
-            sp.routing.name()
+            sp.routing.name(),
+            sp.policy.unwrap_or(AttachPolicy::HighestElevation).name(),
+            if sp.switch_margin_s > 0.0 {
+                format!(" (switch margin {} ms)", sp.switch_margin_s * 1e3)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(s, "# orbit time {} s to {} s, sampled every {} ms; one-way delay of the path (GSLs + ISLs, length / c)", sp.start_s, sp.start_s + sp.duration_s, sp.step_s * 1e3);
         if let (Some(lo), Some(hi)) = (
@@ -453,7 +607,7 @@ impl FromStr for PathSpec {
                 )))
             }
         };
-        crate::walker::Shell::preset(c)?;
+        crate::walker::Shell::from_spec(c)?;
         Ok(PathSpec {
             constellation: c.to_string(),
             from: crate::geo::place(f)?,
@@ -489,6 +643,127 @@ mod tests {
         assert_eq!(period, None);
         assert_eq!(pts[0].0, 0);
         assert!(pts.len() > 100);
+    }
+
+    /// Mean and count of handoffs of a trace.
+    fn mean_and_handoffs(tr: &PathTrace) -> (f64, usize) {
+        let d: Vec<f64> = tr.delays().collect();
+        let h = tr
+            .events
+            .iter()
+            .filter(|e| e.1.starts_with("handoff"))
+            .count();
+        (d.iter().sum::<f64>() / d.len() as f64, h)
+    }
+
+    /// Issue 26's acceptance: New York–Los Angeles over starlink-550 with the joint attachment
+    /// (the modern shells' default), 600 s at 1 s. The bound: light along the great circle
+    /// through the shell's altitude, (Re + h)·θ / c with θ the central angle between the two
+    /// places (4,276 km at 550 km: 14.26 ms), times 1.3 (18.5 ms). The highest-elevation rule
+    /// on the same geometry is far above it.
+    #[test]
+    fn joint_attachment_ny_la_over_starlink_is_within_1_3_of_light_at_altitude() {
+        let c = Constellation::preset("starlink-550").unwrap();
+        let (ny, la) = (
+            Place::new("NY", 40.717042, -74.003663).unwrap(),
+            Place::new("LA", 34.031656, -118.241716).unwrap(),
+        );
+        let theta = ny.distance_km(&la) / crate::geo::EARTH_RADIUS_KM;
+        let h = c.shell().unwrap().altitude_km;
+        let bound = 1.3 * (crate::geo::EARTH_RADIUS_KM + h) * theta / crate::geo::C_KM_S;
+        assert!((0.0183..0.0187).contains(&bound), "bound {bound}");
+        let spec = TraceSpec::new(ny.clone(), la.clone(), Routing::MinDelay, 600.0, 1.0);
+        let joint = compute(&c, &spec).unwrap();
+        assert_eq!(joint.spec.policy, Some(AttachPolicy::Joint));
+        assert_eq!(joint.samples.len(), 601);
+        assert!(joint.outages().is_empty());
+        let (mean, _) = mean_and_handoffs(&joint);
+        assert!(mean <= bound, "joint mean {mean} s > bound {bound} s");
+        // The thesis' rule on the same geometry, always on the best satellite.
+        let mut high = spec.clone();
+        high.policy = Some(AttachPolicy::HighestElevation);
+        high.handoff = Some(HandoffMode::Continuous);
+        let high = compute(&c, &high).unwrap();
+        let (hmean, _) = mean_and_handoffs(&high);
+        assert!(hmean > 2.0 * mean, "highest {hmean} vs joint {mean}");
+        // Joint is the optimum over every pair, so never worse than any single pair.
+        for (j, x) in joint.samples.iter().zip(&high.samples) {
+            if let (Some(j), Some(x)) = (j.delay_s, x.delay_s) {
+                assert!(j <= x + 1e-8, "at {}: joint {j} > highest {x}", j);
+            }
+        }
+    }
+
+    #[test]
+    fn joint_hysteresis_and_sync_checks_limit_path_churn() {
+        let c = Constellation::preset("starlink-550").unwrap();
+        let mut spec = TraceSpec::new(
+            place("NY").unwrap(),
+            place("LA").unwrap(),
+            Routing::MinDelay,
+            600.0,
+            1.0,
+        );
+        let (m0, h0) = mean_and_handoffs(&compute(&c, &spec).unwrap());
+        spec.switch_margin_s = 0.002;
+        let (m1, h1) = mean_and_handoffs(&compute(&c, &spec).unwrap());
+        assert!(h1 < h0, "margin: {h1} handoffs vs {h0}");
+        assert!(m1 >= m0 - 1e-9 && m1 <= m0 + 0.002, "{m1} vs {m0}");
+        spec.switch_margin_s = 0.0;
+        spec.handoff = Some(HandoffMode::Sync { interval_s: 15.0 });
+        let tr = compute(&c, &spec).unwrap();
+        let (m2, h2) = mean_and_handoffs(&tr);
+        assert!(
+            h2 < h0 && m2 >= m0 - 1e-9,
+            "sync: {h2} vs {h0}, {m2} vs {m0}"
+        );
+        // Unforced handoffs only at the 15 s instants.
+        for (t, e) in &tr.events {
+            if e.starts_with("handoff") && !e.ends_with("(forced)") {
+                assert!((t / 15.0 - (t / 15.0).round()).abs() < 1e-9, "{t}: {e}");
+            }
+        }
+        // Min-hop over a joint attachment: no more hops than min-delay's path.
+        spec.handoff = None;
+        spec.routing = Routing::MinHop;
+        let hop = compute(&c, &spec).unwrap();
+        spec.routing = Routing::MinDelay;
+        let del = compute(&c, &spec).unwrap();
+        for (a, b) in hop.samples.iter().zip(&del.samples) {
+            assert!(a.isl_hops <= b.isl_hops);
+        }
+        spec.routing = Routing::Geographic;
+        assert!(compute(&c, &spec)
+            .unwrap_err()
+            .to_string()
+            .contains("joint"));
+    }
+
+    #[test]
+    fn thesis_shells_keep_the_thesis_attachment() {
+        for (name, policy, handoff) in [
+            (
+                "iridium",
+                AttachPolicy::HighestElevation,
+                HandoffMode::THESIS,
+            ),
+            (
+                "teledesic",
+                AttachPolicy::HighestElevation,
+                HandoffMode::THESIS,
+            ),
+            (
+                "iridium,mask=10",
+                AttachPolicy::HighestElevation,
+                HandoffMode::THESIS,
+            ),
+            ("starlink-550", AttachPolicy::Joint, HandoffMode::Continuous),
+            ("kuiper-630", AttachPolicy::Joint, HandoffMode::Continuous),
+            ("oneweb", AttachPolicy::Joint, HandoffMode::Continuous),
+        ] {
+            let c = Constellation::preset(name).unwrap();
+            assert_eq!(c.default_attachment(), (policy, handoff), "{name}");
+        }
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct Shell {
     pub gsl_rate_bps: u64,
     /// Inter-satellite link rate (thesis: 25 Mb/s Iridium, 155 Mb/s Teledesic).
     pub isl_rate_bps: u64,
+    /// One of the thesis' shells (Table 6.1): paths default to the thesis' attachment and
+    /// handoff (highest elevation, asynchronous checks), so its reproductions stay the thesis'.
+    /// Modern shells default to a joint attachment (see [`crate::Constellation::default_attachment`]).
+    pub thesis_model: bool,
 }
 
 /// Names of the presets.
@@ -85,6 +89,7 @@ impl Shell {
             cross_seam_min_longitude_deg: 8.0,
             gsl_rate_bps: 1_500_000,
             isl_rate_bps: 25_000_000,
+            thesis_model: false,
         };
         let s = match name.to_ascii_lowercase().as_str() {
             // Table 6.1: 780 km, 6 × 11, 86.4°, 31.6° apart, seam 22°, mask 8.2°, 4 ISLs,
@@ -97,6 +102,7 @@ impl Shell {
                 interplane_separation_deg: 31.6,
                 phase_offset_deg: 180.0 / 11.0,
                 elevation_mask_deg: 8.2,
+                thesis_model: true,
                 ..base("iridium")
             },
             // Table 6.1: 1375 km, 12 × 24, 84.7°, 15° apart, seam 15°, mask 40°, 8 ISLs,
@@ -113,6 +119,7 @@ impl Shell {
                 isl_planes_each_side: 2,
                 cross_seam: true,
                 isl_rate_bps: 155_000_000,
+                thesis_model: true,
                 ..base("teledesic")
             },
             // SpaceX FCC modification (2019): 72 planes × 22 at 53°, 550 km; 25° mask. The
@@ -165,6 +172,70 @@ impl Shell {
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// A preset with optional changes: `NAME[,KEY=VALUE…]`, keys `altitude` (km), `phasing`
+    /// (Walker F: adjacent planes' satellites offset by 360°·F/T, T the number of satellites),
+    /// `mask` (degrees) and `inclination` (degrees); e.g. `starlink-550,phasing=17,mask=40`.
+    /// Lets a user match another tool's shell.
+    pub fn from_spec(spec: &str) -> Result<Shell, ConstellationError> {
+        let mut parts = spec.split(',').map(str::trim);
+        let name = parts.next().unwrap_or("");
+        let mut s = Shell::preset(name)?;
+        for kv in parts {
+            let bad = |reason: String| {
+                ConstellationError::Request(format!(
+                "constellation '{spec}': '{kv}': {reason} (accepted: altitude=KM, phasing=F, mask=DEG, inclination=DEG)"
+            ))
+            };
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
+            let k = k.trim();
+            if !["altitude", "mask", "inclination", "phasing"].contains(&k) {
+                return Err(bad(format!("unknown key '{k}'")));
+            }
+            let x: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("'{}' is not a number", v.trim())))?;
+            match k {
+                "altitude" => s.altitude_km = x,
+                "mask" => s.elevation_mask_deg = x,
+                "inclination" => s.inclination_deg = x,
+                "phasing" => s.set_walker_phasing(x)?,
+                other => return Err(bad(format!("unknown key '{other}'"))),
+            }
+        }
+        s.validate()?;
+        if spec.contains(',') {
+            s.name = spec.split(',').map(str::trim).collect::<Vec<_>>().join(",");
+        }
+        Ok(s)
+    }
+
+    /// Sets the Walker phasing factor F (an integer 0..planes-1): each plane's satellites lead
+    /// the previous plane's by 360°·F/T.
+    pub fn set_walker_phasing(&mut self, f: f64) -> Result<(), ConstellationError> {
+        if !(f.fract() == 0.0 && (0.0..self.planes as f64).contains(&f)) {
+            return Err(ConstellationError::Field {
+                field: "phasing",
+                reason: format!(
+                    "Walker F must be a whole number 0..{} for {} planes, got {f}",
+                    self.planes.saturating_sub(1),
+                    self.planes
+                ),
+            });
+        }
+        self.phase_offset_deg = 360.0 * f / self.count() as f64;
+        Ok(())
+    }
+
+    /// The Walker phasing factor F of the shell, if its phase offset is a whole multiple of
+    /// 360°/T.
+    pub fn walker_phasing(&self) -> Option<u32> {
+        let f = self.phase_offset_deg * self.count() as f64 / 360.0;
+        ((f - f.round()).abs() < 1e-6 && f >= -1e-9).then_some(f.round() as u32)
     }
 
     /// Checks every field, naming the first that is wrong.
@@ -377,6 +448,41 @@ mod tests {
             let x0 = sh.inertial_position(1, 1, 10.0);
             let x1 = sh.inertial_position(1, 1, 10.0 + p);
             assert!(x0.dist(x1) < 1e-6);
+        }
+    }
+
+    #[test]
+    fn specs_change_altitude_phasing_and_mask() {
+        let s = Shell::from_spec("starlink-550, phasing=17, altitude=560, mask=40").unwrap();
+        assert_eq!((s.altitude_km, s.elevation_mask_deg), (560.0, 40.0));
+        assert_eq!(s.walker_phasing(), Some(17));
+        assert!((s.phase_offset_deg - 360.0 * 17.0 / 1584.0).abs() < 1e-12);
+        assert_eq!(s.name, "starlink-550,phasing=17,altitude=560,mask=40");
+        assert_eq!(
+            Shell::preset("starlink-550").unwrap().walker_phasing(),
+            Some(1)
+        );
+        assert_eq!(
+            Shell::preset("kuiper-630").unwrap().walker_phasing(),
+            Some(1)
+        );
+        // Iridium's half-spacing stagger is Walker F = 3 of 66.
+        assert_eq!(Shell::preset("iridium").unwrap().walker_phasing(), Some(3));
+        assert_eq!(
+            Shell::from_spec("iridium").unwrap(),
+            Shell::preset("iridium").unwrap()
+        );
+        for (bad, says) in [
+            ("starlink-550,phasing=72", "0..71"),
+            ("starlink-550,phasing=1.5", "whole number"),
+            ("starlink-550,altitude=5", "altitude_km"),
+            ("starlink-550,mask=x", "'x' is not a number"),
+            ("starlink-550,colour=red", "unknown key 'colour'"),
+            ("starlink-550,mask", "KEY=VALUE"),
+            ("globalstar,mask=10", "globalstar"),
+        ] {
+            let e = Shell::from_spec(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 

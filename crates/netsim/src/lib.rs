@@ -11,6 +11,8 @@ pub mod gateway;
 pub mod http;
 pub mod http_model;
 pub mod latency_model;
+// The LEO constellation as a packet network (issue 26).
+pub mod leo_net;
 pub mod metrics;
 pub mod packet;
 pub mod pcap;

@@ -10,10 +10,10 @@ pub mod reproduce;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use constellation::geo::{parse_places, place, CITIES};
-use constellation::tle::{shell_to_tles, TleSet};
+use constellation::tle::{round_trip_differences, shell_to_tles, TleSet};
 use constellation::trace::{compute, PathSpec};
 use constellation::walker::PRESETS;
-use constellation::{Constellation, HandoffMode, Routing, Shell, TraceSpec};
+use constellation::{AttachPolicy, Constellation, HandoffMode, Routing, Shell, TraceSpec};
 use linkmodel::{Delay, Outage};
 use std::path::PathBuf;
 
@@ -28,12 +28,45 @@ pub enum LeoCommand {
     Tle(TleArgs),
     /// Draw the satellites and active ISLs at an instant (SVG and PNG).
     Map(MapArgs),
+    /// Write the forwarding state per time step: every satellite's and ground station's next
+    /// hop towards every ground station (joint attachment, min-delay), as CSV of the changes.
+    Fstate(Box<FstateArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct FstateArgs {
+    #[command(flatten)]
+    constellation: ConstellationArgs,
+    /// Ground stations: a file of 'NAME, LAT, LON' lines (default: --stations-count of the
+    /// built-in cities, then seeded random points within 50° of the equator, as `bench leo`).
+    #[arg(long)]
+    stations: Option<PathBuf>,
+    /// Number of ground stations when no --stations file is given.
+    #[arg(long, default_value_t = 100)]
+    stations_count: usize,
+    /// Length covered (e.g. 600s).
+    #[arg(long, default_value = "600s", value_parser = parse_seconds)]
+    duration: f64,
+    /// Time step (e.g. 1s).
+    #[arg(long, default_value = "1s", value_parser = parse_seconds)]
+    step: f64,
+    /// Orbit time of the first step.
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    start: f64,
+    /// Output CSV (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write the node ids: 'id,kind,name,lat_deg,lon_deg' (ground stations' positions;
+    /// satellites' at the first step).
+    #[arg(long)]
+    nodes: Option<PathBuf>,
 }
 
 /// The constellation flags shared by the subcommands.
 #[derive(Debug, Args)]
 pub struct ConstellationArgs {
-    /// A preset: iridium, teledesic, starlink-550, kuiper-630, oneweb.
+    /// A preset: iridium, teledesic, starlink-550, kuiper-630, oneweb; optionally with changes,
+    /// e.g. starlink-550,phasing=17,altitude=560 (keys altitude, phasing, mask, inclination).
     #[arg(long, default_value = "iridium", conflicts_with = "tle")]
     constellation: String,
     /// Real satellites from a TLE file (SGP4) instead of a preset.
@@ -48,6 +81,13 @@ pub struct ConstellationArgs {
     /// Latitude above which inter-plane ISLs are off, in degrees (default 70).
     #[arg(long)]
     isl_latitude: Option<f64>,
+    /// Altitude of a preset's shell in km (default: the preset's).
+    #[arg(long, conflicts_with = "tle")]
+    altitude: Option<f64>,
+    /// Walker phasing factor F of a preset: each plane's satellites lead the previous plane's
+    /// by 360°·F/T (default: the preset's; 1 for the modern shells).
+    #[arg(long, conflicts_with = "tle")]
+    phasing: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +116,12 @@ impl ConstellationArgs {
                 }
                 if let Some(l) = self.isl_latitude {
                     s.isl_latitude_threshold_deg = l;
+                }
+                if let Some(h) = self.altitude {
+                    s.altitude_km = h;
+                }
+                if let Some(f) = self.phasing {
+                    s.set_walker_phasing(f as f64).context("--phasing")?;
                 }
                 s.validate()?;
             }
@@ -121,10 +167,20 @@ pub struct TraceArgs {
     /// Orbit time at which the trace starts (e.g. 57600s).
     #[arg(long, default_value = "0s", value_parser = parse_seconds)]
     start: f64,
-    /// Handoff: async (checks every 5-15 s, the thesis'), async:MIN-MAX (seconds),
-    /// sync:INTERVAL (e.g. sync:10s) or continuous.
-    #[arg(long, default_value = "async")]
-    handoff: String,
+    /// Which satellites the ends use: highest (each its highest satellite, the thesis'), first
+    /// (the first above the mask) or joint (both chosen with the route). Default: highest for
+    /// iridium and teledesic, joint for the modern shells and TLE input.
+    #[arg(long)]
+    attach: Option<String>,
+    /// When terminals check their satellite: async (every 5-15 s, the thesis'), async:MIN-MAX
+    /// (seconds), sync:INTERVAL (e.g. sync:15s) or continuous. Default: async for iridium and
+    /// teledesic, continuous for the others.
+    #[arg(long)]
+    handoff: Option<String>,
+    /// Joint attachment's hysteresis: keep the current pair of satellites at a check unless the
+    /// best pair is shorter by more than this (e.g. 2ms).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    switch_margin: f64,
     /// Seed of the handoff timers' dither.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -138,7 +194,7 @@ pub struct TraceArgs {
 
 #[derive(Debug, Args)]
 pub struct TleArgs {
-    /// The preset to convert.
+    /// The preset to convert (with optional changes, e.g. starlink-550,phasing=17).
     #[arg(long, default_value = "iridium")]
     constellation: String,
     /// Output file (default: standard output).
@@ -237,9 +293,24 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
             Ok(())
         }
         LeoCommand::Tle(a) => {
-            let text = shell_to_tles(&Shell::preset(&a.constellation)?);
-            write_out(a.out.as_ref(), &text)
+            let shell = Shell::from_spec(&a.constellation)?;
+            write_out(a.out.as_ref(), &shell_to_tles(&shell))?;
+            // What the file cannot carry, so that routing over it read back differs.
+            let diffs = round_trip_differences(&shell);
+            if diffs.is_empty() {
+                eprintln!(
+                    "read back with --tle, these TLEs route as the preset does (same +Grid, mask \
+                     and attachment); positions differ by SGP4's perturbations (docs/leo.md)"
+                );
+            } else {
+                eprintln!("read back with --tle, routing differs from the preset's:");
+                for d in diffs {
+                    eprintln!("  - {d}");
+                }
+            }
+            Ok(())
         }
+        LeoCommand::Fstate(a) => fstate_cmd(a),
         LeoCommand::Map(a) => {
             let c = a.constellation.build()?;
             let snap = c.snapshot(a.time);
@@ -301,7 +372,13 @@ fn trace(a: &TraceArgs) -> Result<()> {
     let (from, to) = (lookup(&user, &a.from)?, lookup(&user, &a.to)?);
     let mut spec = TraceSpec::new(from, to, routing, a.duration, a.step);
     spec.start_s = a.start;
-    spec.handoff = parse_handoff(&a.handoff)?;
+    spec.handoff = a.handoff.as_deref().map(parse_handoff).transpose()?;
+    spec.policy = a
+        .attach
+        .as_deref()
+        .map(|x| x.parse::<AttachPolicy>().context("--attach"))
+        .transpose()?;
+    spec.switch_margin_s = a.switch_margin;
     spec.seed = a.seed;
     let tr = compute(&c, &spec)?;
     let text = tr.to_text(a.min_change);
@@ -333,6 +410,100 @@ fn trace(a: &TraceArgs) -> Result<()> {
             spec.to.name,
             c.name()
         );
+    }
+    Ok(())
+}
+
+fn fstate_cmd(a: &FstateArgs) -> Result<()> {
+    use std::io::Write as _;
+    let c = a.constellation.build()?;
+    if !(a.step > 0.0 && a.duration > 0.0) {
+        bail!("--step and --duration must be positive");
+    }
+    let steps = (a.duration / a.step).floor() as u64 + 1;
+    if steps > 10_000_000 {
+        bail!(
+            "--duration {} s in --step {} s is more than 10 million steps; use a larger step",
+            a.duration,
+            a.step
+        );
+    }
+    let stations = match &a.stations {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read ground stations file {}", p.display()))?;
+            parse_places(&text, &p.display().to_string())?
+        }
+        None => {
+            if a.stations_count < 1 {
+                bail!("--stations-count must be at least 1");
+            }
+            constellation::geo::stations(a.stations_count)
+        }
+    };
+    if stations.is_empty() {
+        bail!("no ground stations");
+    }
+    let positions: Vec<_> = stations.iter().map(|p| p.position()).collect();
+    if let Some(np) = &a.nodes {
+        let snap = c.snapshot(a.start);
+        let mut t = String::from("id,kind,name,lat_deg,lon_deg\n");
+        for i in 0..snap.len() {
+            let name = match &c {
+                Constellation::Walker(sh) => {
+                    format!(
+                        "P{}-S{}",
+                        i as u32 / sh.sats_per_plane,
+                        i as u32 % sh.sats_per_plane
+                    )
+                }
+                Constellation::Tle(ts) => ts.satellites[i].name.replace(',', " "),
+            };
+            t.push_str(&format!(
+                "{i},satellite,{name},{:.4},{:.4}\n",
+                snap.lat_deg[i], snap.lon_deg[i]
+            ));
+        }
+        for (k, p) in stations.iter().enumerate() {
+            t.push_str(&format!(
+                "{},station,{},{},{}\n",
+                snap.len() + k,
+                p.name.replace(',', " "),
+                p.lat_deg,
+                p.lon_deg
+            ));
+        }
+        std::fs::write(np, t).with_context(|| format!("cannot write {}", np.display()))?;
+    }
+    let started = std::time::Instant::now();
+    let mut out: Box<dyn std::io::Write> = match &a.out {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let r = constellation::fstate::run(&c, &positions, a.start, steps, a.step, &mut out)
+        .context("cannot write the forwarding state")?;
+    out.flush().context("cannot write the forwarding state")?;
+    eprintln!(
+        "{}: {} satellites, {} ground stations, {} steps of {} s: {} lines of changes in {:.2} s; mean one-way {:.2} ms over {} station pairs with a path",
+        c.name(),
+        c.count(),
+        stations.len(),
+        r.steps,
+        a.step,
+        r.lines,
+        started.elapsed().as_secs_f64(),
+        r.sum_delay_s / r.paths.max(1) as f64 * 1e3,
+        r.paths
+    );
+    for (p, &u) in stations.iter().zip(&r.uncovered_steps) {
+        if u > 0 {
+            eprintln!(
+                "  {} sees no satellite above the mask at {u} of {} steps",
+                p.name, r.steps
+            );
+        }
     }
     Ok(())
 }

@@ -340,7 +340,7 @@ pub(super) fn seam_transfer(quick: bool, out: &Path) -> Result<Section> {
             .ok_or_else(|| anyhow::anyhow!("no seam step found in a day of Iridium NY-SF"))?;
     let mut spec = TraceSpec::new(ny, sf, Routing::MinDelay, 60.0, 0.01);
     spec.start_s = start;
-    spec.handoff = constellation::HandoffMode::Continuous;
+    spec.handoff = Some(constellation::HandoffMode::Continuous);
     let tr = compute(&c, &spec)?;
     let file = out.join("leo-seam.trace");
     std::fs::write(&file, tr.to_text(1e-5))?;

@@ -7,6 +7,8 @@
 mod day;
 #[path = "repro_figs.rs"]
 mod figs;
+#[path = "repro_modern.rs"]
+mod modern;
 
 use anyhow::Result;
 use constellation::experiments::{random_pings, PingSet};
@@ -16,13 +18,16 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// (name, title, source) of each LEO reproduction.
-pub const LIST: [(&str, &str, &str); 6] = [
+pub const LIST: [(&str, &str, &str); 9] = [
     ("leo-pings", "One-way delay of random pings: Teledesic min-delay and min-hop, Iridium with cross-seam ISLs", "thesis §6.3.1, figs. 6.2-6.7"),
     ("leo-nysf-day", "New York - San Francisco over a day: Teledesic, and Iridium without cross-seam ISLs", "thesis §6.3.1, figs. 6.8-6.10"),
     ("leo-hop-penalty", "Delay penalty of min-hop over min-delay routing by distance", "thesis §6.3.2, figs. 6.11, 6.12"),
     ("leo-geographic", "Geographic forwarding against min-hop and min-delay shortest paths (Teledesic)", "thesis §6.5.3, figs. 6.21, 6.22"),
     ("leo-seam-transfer", "STP and TCP SACK across the Iridium New York - San Francisco seam step", "thesis §6.3.1 and its footnote on reordering"),
     ("leo-central", "Centralized routing: persistence of forwarding entries and aggregated table size (Teledesic)", "thesis §6.6.2-6.6.3, figs. 6.24, 6.26"),
+    ("leo-joint-attachment", "Joint attachment against the highest-elevation rule on modern shells", "issue 26 and its independent reference"),
+    ("leo-network", "starlink-550 as a packet network: TCP and STP flows between ground stations", "issue 26; thesis ch. 5 for STP against TCP"),
+    ("leo-table5.2", "STP vs TCP SACK vs TCP Reno one-way, on the Iridium and Teledesic constellations themselves", "thesis Table 5.2 (ns, a fixed 4-hop LEO path)"),
 ];
 
 /// A report section being built.
@@ -119,6 +124,9 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             "leo-hop-penalty" => figs::hop_penalty(&mut data, quick, out)?,
             "leo-geographic" => figs::geographic(&mut data, quick, out)?,
             "leo-seam-transfer" => day::seam_transfer(quick, out)?,
+            "leo-joint-attachment" => modern::joint(quick, out)?,
+            "leo-network" => modern::network(quick, out)?,
+            "leo-table5.2" => modern::table52(quick, out)?,
             _ => day::central(quick, out)?,
         };
         let wall = t0.elapsed().as_secs_f64();
