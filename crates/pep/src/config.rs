@@ -797,11 +797,15 @@ pub struct Limits {
     pub relay_buffer_bytes: Option<u64>,
 }
 
+/// A terminal may serve a household or a ship's or an aircraft's users: browsers open dozens of
+/// connections per tab. The gateway's protection against one terminal taking everything.
 fn default_max_connections_per_terminal() -> u32 {
-    1024
+    16_384
 }
+/// As many idle connections as the default memory cap admits (131,072 × 4 KiB = 512 MiB); the
+/// open-file limit binds first on most hosts, and a descriptor shortage is refused cleanly.
 fn default_max_connections() -> u32 {
-    10_000
+    131_072
 }
 fn default_memory_cap_bytes() -> u64 {
     512 << 20
@@ -1205,8 +1209,8 @@ mod tests {
         assert_eq!(t.connect_timeout_s, 30);
         assert_eq!(t.shutdown_timeout_s, 30);
         assert_eq!(t.limits, Limits::default());
-        assert_eq!(t.limits.max_connections_per_terminal, 1024);
-        assert_eq!(t.limits.max_connections, 10_000);
+        assert_eq!(t.limits.max_connections_per_terminal, 16_384);
+        assert_eq!(t.limits.max_connections, 131_072);
         assert_eq!(t.limits.memory_cap_bytes, 512 << 20);
         // gw.example.net may resolve to IPv6: datagrams sized for it.
         assert_eq!(

@@ -200,11 +200,20 @@ fn soak(args: &SoakBenchArgs, exe: &Path, dir: &Path, limit: u64) -> Result<Figu
     let (tkey, _) = pep::keys::write_keypair(&dir.join("terminal"), &tk, &tp)?;
     let (gkey, _) = pep::keys::write_keypair(&dir.join("gateway"), &gk, &gp)?;
     let (hop, socks, origin) = (free_port()?, free_port()?, free_port()?);
+    // The daemons run with the default limits (no allocation, the default memory cap and
+    // connection counts: admission counts what connections buffer, not a reservation). Only a
+    // soak larger than the default per-terminal count (16,384) raises the counts, and says so.
     let max = args.connections + 1000;
-    // The connection counts are raised to hold them all; the memory cap and the relay buffers
-    // are the defaults (no allocation): admission counts what connections buffer, not a
-    // reservation, so the default cap admits them.
-    let limits = format!("max_connections = {max}\nmax_connections_per_terminal = {max}\n");
+    let limits = if max > 16_384 {
+        eprintln!(
+            "  --connections {}: above the default max_connections_per_terminal (16384); \
+             the soak raises max_connections and max_connections_per_terminal to {max}",
+            args.connections
+        );
+        format!("max_connections = {max}\nmax_connections_per_terminal = {max}\n")
+    } else {
+        String::new()
+    };
     let gateway = format!(
         "[gateway]\nlisten = \"127.0.0.1:{hop}\"\nprivate_key_file = {gkey:?}\n\
          allowed_terminals = [\"{tp}\"]\nidle_timeout_s = 3600\n\
