@@ -390,8 +390,8 @@ fn field(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
     }
 }
 
-fn unit<T>(name: &str, r: Result<T, String>) -> Result<T, ScenarioError> {
-    r.map_err(|e| field(name, e))
+fn unit<T, E: std::fmt::Display>(name: &str, r: Result<T, E>) -> Result<T, ScenarioError> {
+    r.map_err(|e| field(name, e.to_string()))
 }
 
 impl Scenario {

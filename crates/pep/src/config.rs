@@ -133,8 +133,9 @@ macro_rules! side_config {
             /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
             #[serde(default, deserialize_with = "rate_bps")]
             pub down_rate_bps: Option<u64>,
-            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
-            #[serde(default)]
+            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown):
+            /// a number of ms or a duration with a unit (`"600ms"`).
+            #[serde(default, deserialize_with = "duration_ms")]
             pub rtt_ms: Option<u32>,
             /// HTTP listener for `/metrics` and `/status` (default none).
             #[serde(default)]
@@ -912,20 +913,20 @@ fn check_common(
 }
 
 /// A rate in bit/s written as a number (`5000000`) or with a unit as on the command line
-/// (`"5Mbps"`, `"512kbps"`, `"1.5Mb/s"`).
+/// (`"5Mbps"`, `"512kbps"`, `"5 MB/s"` = 40 Mbit/s): `linkmodel::units`, whose errors say what
+/// is accepted.
 fn rate_bps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Rate {
-        Number(u64),
-        Text(String),
-    }
-    match Option::<Rate>::deserialize(d)? {
+    linkmodel::units::serde::opt_rate_bps(d)
+}
+
+/// A duration in ms written as a number (`600`) or with a unit (`"600ms"`, `"0.6s"`), at most
+/// `u32::MAX` ms.
+fn duration_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match linkmodel::units::serde::opt_duration_ms(d)? {
         None => Ok(None),
-        Some(Rate::Number(n)) => Ok(Some(n)),
-        Some(Rate::Text(t)) => linkmodel::units::parse_rate_bps(&t)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
+        Some(ms) => u32::try_from(ms).map(Some).map_err(|_| {
+            serde::de::Error::custom(format!("{ms} ms is out of range (at most 49 days)"))
+        }),
     }
 }
 
@@ -1109,7 +1110,25 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("up_rate_bps"), "{e}");
-        assert!(e.to_string().contains("unknown rate unit"), "{e}");
+        assert!(e.to_string().contains("unknown unit 'furlongs'"), "{e}");
+        // Bytes are bytes (a capital B), and the RTT takes a unit too.
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = \"64 kB/s\"\ndown_rate_bps = \"5MBps\"\nrtt_ms = \"0.6s\"\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            (t.up_rate_bps, t.down_rate_bps, t.rtt_ms),
+            (Some(512_000), Some(40_000_000), Some(600))
+        );
+        for (text, says) in [
+            ("up_rate_bps = -5\ndown_rate_bps = 1\nrtt_ms = 1\n", "-5 is negative"),
+            ("up_rate_bps = \"5mbps\"\ndown_rate_bps = 1\nrtt_ms = 1\n", "ambiguous"),
+            ("up_rate_bps = 1\ndown_rate_bps = 1\nrtt_ms = \"600\"\n", "has no unit"),
+        ] {
+            let e = parse_terminal(&terminal_text(text)).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains("enum") && !e.contains("u32"), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -33,6 +33,14 @@ impl CaptureArgs {
         if !stp_hop {
             bail!("--capture: {side}.hop_transport is \"tcp\"; only the STP hop can be captured");
         }
+        let min_mib = pep::capture::MIN_MAX_BYTES.div_ceil(1 << 20);
+        if self.capture_max_mib < min_mib {
+            bail!(
+                "--capture-max-mib {}: the capture file's cap must be at least {min_mib} MiB",
+                self.capture_max_mib
+            );
+        }
+        crate::outpath::file("--capture", path)?;
         let max_bytes = self.capture_max_mib.saturating_mul(1 << 20);
         let c = Capture::create(&CaptureConfig {
             path: path.clone(),

@@ -1,5 +1,7 @@
 //! `satstp`: the command-line entry point to the satstp tools.
 
+#[macro_use]
+mod out;
 mod bench;
 mod bench_flood;
 mod bench_gateway;
@@ -15,7 +17,9 @@ mod failover;
 mod flood;
 mod keygen;
 mod leo;
+mod outpath;
 mod plot;
+mod progress;
 mod repro_report;
 mod reproduce;
 mod shard;
@@ -25,22 +29,43 @@ mod summary_table;
 mod web_reproduce;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Transport that works over satellite links: the STP protocol engine, its evaluation, and
-/// (as they land) the split-connection gateway and link emulators.
+/// What every subcommand shares, shown at the end of `satstp --help`.
+const CONVENTIONS: &str = "\
+Conventions of every subcommand:
+  Units     rates 5Mbps (bits/s) or 5MBps, 5 MB/s (bytes/s); sizes 20MB, 4MiB; durations
+            250ms, 1.5s, 2min, 1h, 1d; ambiguous forms such as 5mbps are refused (docs/units.md)
+  --json    --json alone (or --json -) prints the results as one JSON document on standard
+            output instead of the text; --json FILE writes the same document to FILE
+  Outputs   output files and directories are checked before any work; an existing file is
+            replaced, a directory never; a missing --out directory is created
+  Progress  runs longer than a second or two show progress on standard error when it is a
+            terminal; --quiet turns it off
+  Exit      0 on success, 1 on an error (one line on standard error), 2 on a bad command
+            line, 141 when standard output is closed early (| head)";
+
+/// Transport that works over satellite links: the STP protocol engine and its evaluation, the
+/// split-connection gateway, link emulators, LEO constellations and the seeds' reproductions.
 #[derive(Debug, Parser)]
-#[command(name = "satstp", version, about, long_about = None)]
+#[command(name = "satstp", version = env!("SATSTP_VERSION"), long_about = None,
+          after_help = CONVENTIONS)]
 struct Cli {
+    /// No progress lines on standard error (they are shown only when it is a terminal).
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run STP over an emulated GEO satellite path (in virtual time) and report what it achieved
-    /// and what it cost on the return channel.
+    /// The whole split-connection gateway on loopback, in real time: an origin, a gateway, an
+    /// emulated satellite link and a terminal; a client fetches a large object and a web page
+    /// through it and the demo reports goodput and page load time (--engine: the STP engine
+    /// alone, in virtual time).
     Demo(demo::DemoArgs),
     /// The split-connection gateway's terminal side (user side): SOCKS5 / HTTP CONNECT listeners
     /// relayed over STP on the encrypted satellite hop.
@@ -66,6 +91,43 @@ enum Command {
     Leo(leo::LeoCommand),
     /// Make a static key pair for the encrypted satellite hop (terminal or gateway).
     Keygen(keygen::KeygenArgs),
+    /// Print a shell completion script, generated from these definitions
+    /// (e.g. `satstp completions bash > /etc/bash_completion.d/satstp`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from these definitions (`satstp man > satstp.1;
+    /// man ./satstp.1`); with --out DIR, write satstp.1 and one page per subcommand there.
+    Man {
+        /// Directory for satstp.1 and satstp-SUBCOMMAND.1 (created when missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn completions(shell: clap_complete::Shell) -> Result<()> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "satstp", &mut buf);
+    out!("{}", String::from_utf8_lossy(&buf));
+    Ok(())
+}
+
+fn man(out: &Option<PathBuf>) -> Result<()> {
+    let cmd = Cli::command();
+    match out {
+        None => {
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut buf)?;
+            out!("{}", String::from_utf8_lossy(&buf));
+        }
+        Some(dir) => {
+            outpath::dir("--out", dir)?;
+            clap_mangen::generate_to(cmd, dir)?;
+            eprintln!("wrote the manual pages to {}", dir.display());
+        }
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -80,11 +142,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Emulate(cmd) => emulate::run(&cmd),
         Command::Keygen(args) => keygen::run(&args),
         Command::Leo(cmd) => leo::run(&cmd),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { out } => man(&out),
     }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));

@@ -4,7 +4,7 @@
 //! figures beside ours and says whether the seeds' conclusion holds.
 
 use crate::repro_report::{record_verdict, write_outputs};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -34,7 +34,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
     let all = all()?;
     if args.list {
         for (r, _) in &all {
-            println!("{:<20} {}  [{}]", r.name, r.title, r.source);
+            outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
         }
         crate::leo::reproduce::list();
         crate::web_reproduce::list()?;
@@ -49,8 +49,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             bail!("unknown reproduction '{n}' (see --list)");
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    crate::outpath::dir("--out", &args.out)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
     for (r, template) in all

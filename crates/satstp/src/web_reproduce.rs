@@ -43,7 +43,7 @@ pub fn all() -> Result<Vec<WebRepro>> {
 
 pub fn list() -> Result<()> {
     for r in all()? {
-        println!("{:<20} {}  [{}]", r.name, r.title, r.source);
+        outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
     }
     Ok(())
 }

@@ -155,12 +155,7 @@ struct Rate(u64);
 
 impl<'de> Deserialize<'de> for Rate {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Rate(n)),
-            NumberOrText::Text(t) => linkmodel::units::parse_rate_bps(&t)
-                .map(Rate)
-                .map_err(de::Error::custom),
-        }
+        linkmodel::units::serde::rate_bps(d).map(Rate)
     }
 }
 
@@ -170,20 +165,8 @@ struct Size(u64);
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Size(n)),
-            NumberOrText::Text(t) => linkmodel::units::parse_bytes(&t)
-                .map(Size)
-                .map_err(de::Error::custom),
-        }
+        linkmodel::units::serde::bytes(d).map(Size)
     }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrText {
-    Number(u64),
-    Text(String),
 }
 
 /// `initial_window`: packets (bare or quoted) or "4kss".
@@ -455,6 +438,6 @@ mod tests {
         let e = parse("initial_window = \"huge\"").unwrap_err();
         assert!(e.contains("initial_window"), "{e}");
         let e = parse("reverse_rate_bps = \"5Mbs\"").unwrap_err();
-        assert!(e.contains("unknown rate unit"), "{e}");
+        assert!(e.contains("unknown unit"), "{e}");
     }
 }

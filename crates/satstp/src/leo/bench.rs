@@ -10,6 +10,7 @@ use constellation::geo::{random_place, Place, CITIES};
 use constellation::Constellation;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct LeoBenchArgs {
@@ -20,17 +21,18 @@ pub struct LeoBenchArgs {
     #[arg(long, default_value_t = 100)]
     terminals: usize,
     /// Orbit time covered.
-    #[arg(long, default_value = "600s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "600s", value_parser = parse_seconds, allow_negative_numbers = true)]
     duration: f64,
     /// Recompute every this long.
-    #[arg(long, default_value = "1s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "1s", value_parser = parse_seconds, allow_negative_numbers = true)]
     step: f64,
     /// Threads (the instants are split between them).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<PathBuf>,
 }
 
 /// `n` terminals: the cities, then random points spread uniformly over the band within 50° of
@@ -55,6 +57,7 @@ pub fn terminals(n: usize) -> Vec<Place> {
 }
 
 pub fn run(a: &LeoBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&a.json)?;
     if a.terminals < 2 {
         bail!("--terminals must be at least 2");
     }
@@ -69,18 +72,19 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
     let wall = started.elapsed().as_secs_f64();
     let pps = r.paths as f64 / wall;
     let mean_ms = r.sum_delay_s / r.paths.max(1) as f64 * 1e3;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
+    if a.json.is_some() {
+        crate::outpath::write_json(
+            &a.json,
+            &serde_json::json!({
                 "constellation": c.name(), "satellites": c.count(), "terminals": a.terminals,
                 "snapshots": r.snapshots, "threads": a.threads, "paths": r.paths,
                 "unreachable": r.unreachable, "wall_s": wall, "paths_per_s": pps,
                 "mean_delay_ms": mean_ms,
-            })
-        );
-    } else {
-        println!(
+            }),
+        )?;
+    }
+    {
+        outln!(
             "{} ({} satellites), {} terminals, {} instants every {} s, {} thread(s)",
             c.name(),
             c.count(),
@@ -89,11 +93,13 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
             a.step,
             a.threads
         );
-        println!(
+        outln!(
             "  {} paths ({} pairs without a path), mean one-way {:.2} ms",
-            r.paths, r.unreachable, mean_ms
+            r.paths,
+            r.unreachable,
+            mean_ms
         );
-        println!("  wall time {wall:.2} s, {pps:.0} paths/s");
+        outln!("  wall time {wall:.2} s, {pps:.0} paths/s");
     }
     Ok(())
 }

@@ -40,13 +40,13 @@ pub struct ConstellationArgs {
     #[arg(long)]
     tle: Option<PathBuf>,
     /// Elevation mask in degrees (default: the preset's; 25 for TLE input).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     mask: Option<f64>,
     /// Cross-seam ISLs of a star preset: on or off (default: the preset's).
     #[arg(long)]
     cross_seam: Option<OnOff>,
     /// Latitude above which inter-plane ISLs are off, in degrees (default 70).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     isl_latitude: Option<f64>,
 }
 
@@ -113,13 +113,13 @@ pub struct TraceArgs {
     #[arg(long, default_value = "min-delay")]
     routing: String,
     /// Length of the trace (e.g. 1h, 600s).
-    #[arg(long, default_value = "1h", value_parser = parse_seconds)]
+    #[arg(long, default_value = "1h", value_parser = parse_seconds, allow_negative_numbers = true)]
     duration: f64,
     /// Sampling step (e.g. 10ms).
-    #[arg(long, default_value = "10ms", value_parser = parse_seconds)]
+    #[arg(long, default_value = "10ms", value_parser = parse_seconds, allow_negative_numbers = true)]
     step: f64,
     /// Orbit time at which the trace starts (e.g. 57600s).
-    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "0s", value_parser = parse_seconds, allow_negative_numbers = true)]
     start: f64,
     /// Handoff: async (checks every 5-15 s, the thesis'), async:MIN-MAX (seconds),
     /// sync:INTERVAL (e.g. sync:10s) or continuous.
@@ -129,7 +129,7 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write a line only when the delay moved by at least this much (e.g. 10us).
-    #[arg(long, default_value = "10us", value_parser = parse_seconds)]
+    #[arg(long, default_value = "10us", value_parser = parse_seconds, allow_negative_numbers = true)]
     min_change: f64,
     /// Output file (default: standard output).
     #[arg(long)]
@@ -151,7 +151,7 @@ pub struct MapArgs {
     #[command(flatten)]
     constellation: ConstellationArgs,
     /// Orbit time of the snapshot (e.g. 0s).
-    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "0s", value_parser = parse_seconds, allow_negative_numbers = true)]
     time: f64,
     /// Places to mark: a file of 'NAME, LAT, LON' lines.
     #[arg(long)]
@@ -161,20 +161,11 @@ pub struct MapArgs {
     out: PathBuf,
 }
 
-/// A duration in seconds: the simulator's units (ns, us, ms, s, min) plus h.
+/// A duration in seconds, in the units of every duration (`linkmodel::units`: ns … h, d).
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    if let Some(h) = t.strip_suffix('h') {
-        let v: f64 = h
-            .trim()
-            .parse()
-            .map_err(|_| format!("duration '{s}' is not a number of hours"))?;
-        if !(v.is_finite() && (0.0..1e6).contains(&v)) {
-            return Err(format!("duration '{s}' is out of range"));
-        }
-        return Ok(v * 3600.0);
-    }
-    netsim::units::parse_duration_ns(t).map(|ns| ns as f64 / 1e9)
+    netsim::units::parse_duration_ns(s)
+        .map(|ns| ns as f64 / 1e9)
+        .map_err(|e| e.to_string())
 }
 
 /// Parses a --handoff value.
@@ -215,10 +206,10 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
     match cmd {
         LeoCommand::Trace(a) => trace(a),
         LeoCommand::List => {
-            println!("constellations:");
+            outln!("constellations:");
             for p in PRESETS {
                 let s = Shell::preset(p)?;
-                println!(
+                outln!(
                     "  {:<13} {:>4} satellites, {} planes x {}, {} km, {}°, mask {}°, period {:.1} min",
                     p,
                     s.count(),
@@ -230,17 +221,21 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
                     s.period_s() / 60.0
                 );
             }
-            println!("cities:");
+            outln!("cities:");
             for (n, la, lo) in CITIES {
-                println!("  {n:<14} {la:>9.4} {lo:>10.4}");
+                outln!("  {n:<14} {la:>9.4} {lo:>10.4}");
             }
             Ok(())
         }
         LeoCommand::Tle(a) => {
+            if let Some(p) = &a.out {
+                crate::outpath::file("--out", p)?;
+            }
             let text = shell_to_tles(&Shell::preset(&a.constellation)?);
             write_out(a.out.as_ref(), &text)
         }
         LeoCommand::Map(a) => {
+            crate::outpath::prefix("--out", &a.out, &["svg", "png"])?;
             let c = a.constellation.build()?;
             let snap = c.snapshot(a.time);
             let places = match &a.places {
@@ -281,7 +276,7 @@ fn write_out(out: Option<&PathBuf>, text: &str) -> Result<()> {
     match out {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
         None => {
-            print!("{text}");
+            out!("{text}");
             Ok(())
         }
     }
@@ -303,7 +298,13 @@ fn trace(a: &TraceArgs) -> Result<()> {
     spec.start_s = a.start;
     spec.handoff = parse_handoff(&a.handoff)?;
     spec.seed = a.seed;
+    if let Some(p) = &a.out {
+        crate::outpath::file("--out", p)?;
+    }
+    let ticker = crate::progress::Ticker::start("leo trace");
+    ticker.phase(&format!("{} -> {}", spec.from.name, spec.to.name));
     let tr = compute(&c, &spec)?;
+    drop(ticker);
     let text = tr.to_text(a.min_change);
     write_out(a.out.as_ref(), &text)?;
     if let (Some(lo), Some(hi)) = (tr.delays().reduce(f64::min), tr.delays().reduce(f64::max)) {

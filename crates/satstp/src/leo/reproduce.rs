@@ -100,7 +100,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 pub fn list() {
     for (n, t, s) in LIST {
-        println!("{n:<20} {t}  [{s}]");
+        outln!("{n:<20} {t}  [{s}]");
     }
 }
 
