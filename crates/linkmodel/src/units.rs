@@ -550,6 +550,67 @@ pub mod serde {
         Ok((ns + 500_000) / 1_000_000)
     }
 
+    /// A key that takes a count or a word: `runs = 4` or `runs = "until-5%"`, `initial_window
+    /// = 2` or `"4kss"`. Errors say which of the two was expected, never a serde type name.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum CountOrText {
+        Count(u32),
+        Text(String),
+    }
+
+    impl CountOrText {
+        /// The value as text (`4`, `4kss`).
+        pub fn text(&self) -> String {
+            match self {
+                CountOrText::Count(n) => n.to_string(),
+                CountOrText::Text(t) => t.clone(),
+            }
+        }
+    }
+
+    struct CountOrTextVisitor;
+
+    const COUNT_OR_TEXT: &str = "a whole number from 0 to 4294967295 or a word in quotes";
+
+    impl<'de> Visitor<'de> for CountOrTextVisitor {
+        type Value = CountOrText;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(COUNT_OR_TEXT)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<CountOrText, E> {
+            u32::try_from(v)
+                .map(CountOrText::Count)
+                .map_err(|_| E::custom(format!("{v} is too large; expected {COUNT_OR_TEXT}")))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<CountOrText, E> {
+            if v < 0 {
+                return Err(E::custom(format!(
+                    "{v} is negative; expected {COUNT_OR_TEXT}"
+                )));
+            }
+            self.visit_u64(v as u64)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<CountOrText, E> {
+            Err(E::custom(format!(
+                "{v} is not a whole number; expected {COUNT_OR_TEXT}"
+            )))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<CountOrText, E> {
+            Ok(CountOrText::Text(v.to_string()))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<CountOrText, E> {
+            Err(E::custom(format!(
+                "{v} is not a count; expected {COUNT_OR_TEXT}"
+            )))
+        }
+    }
+
+    impl<'de> ::serde::Deserialize<'de> for CountOrText {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(CountOrTextVisitor)
+        }
+    }
+
     /// [`rate_bps`] for an optional key.
     pub fn opt_rate_bps<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         rate_bps(d).map(Some)

@@ -819,14 +819,28 @@ impl Limits {
 
 /// Parses the text of a terminal file (`[terminal]` table) and validates it.
 pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
-    let f: TerminalFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let f: TerminalFile = toml::from_str(text).map_err(|e| {
+        ConfigError::Parse(stp::options::toml_error_in_words(
+            text,
+            &e.to_string(),
+            e.message(),
+            e.span(),
+        ))
+    })?;
     f.terminal.validate()?;
     Ok(f.terminal)
 }
 
 /// Parses the text of a gateway file (`[gateway]` table) and validates it.
 pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
-    let f: GatewayFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let f: GatewayFile = toml::from_str(text).map_err(|e| {
+        ConfigError::Parse(stp::options::toml_error_in_words(
+            text,
+            &e.to_string(),
+            e.message(),
+            e.span(),
+        ))
+    })?;
     f.gateway.validate()?;
     Ok(f.gateway)
 }
@@ -1121,11 +1135,22 @@ mod tests {
             (Some(512_000), Some(40_000_000), Some(600))
         );
         for (text, says) in [
-            ("up_rate_bps = -5\ndown_rate_bps = 1\nrtt_ms = 1\n", "-5 is negative"),
-            ("up_rate_bps = \"5mbps\"\ndown_rate_bps = 1\nrtt_ms = 1\n", "ambiguous"),
-            ("up_rate_bps = 1\ndown_rate_bps = 1\nrtt_ms = \"600\"\n", "has no unit"),
+            (
+                "up_rate_bps = -5\ndown_rate_bps = 1\nrtt_ms = 1\n",
+                "-5 is negative",
+            ),
+            (
+                "up_rate_bps = \"5mbps\"\ndown_rate_bps = 1\nrtt_ms = 1\n",
+                "ambiguous",
+            ),
+            (
+                "up_rate_bps = 1\ndown_rate_bps = 1\nrtt_ms = \"600\"\n",
+                "has no unit",
+            ),
         ] {
-            let e = parse_terminal(&terminal_text(text)).unwrap_err().to_string();
+            let e = parse_terminal(&terminal_text(text))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(says), "{text}: {e}");
             assert!(!e.contains("enum") && !e.contains("u32"), "{text}: {e}");
         }

@@ -40,6 +40,23 @@ pub struct SimArgs {
 }
 
 fn replication(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
+    if args.max_runs == Some(0) {
+        bail!("--max-runs 0: the cap must be at least 1 run");
+    }
+    let rule = replication_rule(args, scenario)?;
+    match (args.max_runs, rule) {
+        (Some(_), Replication::Fixed { runs }) => {
+            bail!(
+            "--max-runs caps a replicate-until rule (--runs until-5%); this run has a fixed count \
+             of {runs} (from {})",
+            if args.runs.is_some() { "--runs" } else { "the scenario's runs" }
+        )
+        }
+        _ => Ok(rule),
+    }
+}
+
+fn replication_rule(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
     let Some(r) = &args.runs else {
         let mut rule = scenario.replication()?;
         if let (Some(cap), Replication::Until { max_runs, .. }) = (args.max_runs, &mut rule) {
@@ -49,7 +66,7 @@ fn replication(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
     };
     if let Ok(n) = r.parse::<u32>() {
         if n == 0 || n > 10_000 {
-            bail!("--runs must be between 1 and 10000, got {n}");
+            bail!("--runs {n}: must be from 1 to 10000");
         }
         return Ok(Replication::Fixed { runs: n });
     }

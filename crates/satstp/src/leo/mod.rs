@@ -58,6 +58,17 @@ pub enum OnOff {
 
 impl ConstellationArgs {
     pub fn build(&self) -> Result<Constellation> {
+        // The flags' ranges, checked here so that errors name the flag, not the model's field.
+        if let Some(m) = self.mask {
+            if !(0.0..90.0).contains(&m) {
+                bail!("--mask {m}: the elevation mask must be at least 0 and below 90 degrees");
+            }
+        }
+        if let Some(l) = self.isl_latitude {
+            if !(0.0..=90.0).contains(&l) {
+                bail!("--isl-latitude {l}: must be from 0 to 90 degrees");
+            }
+        }
         let mut c = match &self.tle {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
@@ -81,9 +92,6 @@ impl ConstellationArgs {
             }
             Constellation::Tle(t) => {
                 if let Some(m) = self.mask {
-                    if !(0.0..90.0).contains(&m) {
-                        bail!("--mask must be within 0..90 degrees, got {m}");
-                    }
                     t.elevation_mask_deg = m;
                 }
                 if let Some(l) = self.isl_latitude {
