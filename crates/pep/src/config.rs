@@ -312,7 +312,7 @@ fn check_shutdown_timeout(s: u32) -> Result<(), ConfigError> {
     if s > MAX_SHUTDOWN_TIMEOUT_S {
         return Err(bad(
             "shutdown_timeout_s",
-            format!("must be 0..={MAX_SHUTDOWN_TIMEOUT_S}"),
+            format!("must be from 0 to {MAX_SHUTDOWN_TIMEOUT_S}"),
         ));
     }
     Ok(())
@@ -345,13 +345,13 @@ impl TerminalConfig {
             if u.user.is_empty() || u.user.len() > 255 {
                 return Err(bad(
                     format!("socks_users[{i}].user"),
-                    "must be 1..=255 bytes",
+                    "must be from 1 to 255 bytes",
                 ));
             }
             if u.password.is_empty() || u.password.len() > 255 {
                 return Err(bad(
                     format!("socks_users[{i}].password"),
-                    "must be 1..=255 bytes",
+                    "must be from 1 to 255 bytes",
                 ));
             }
             if !seen.insert(u.user.as_str()) {
@@ -539,7 +539,7 @@ impl TcpOptions {
             {
                 return Err(bad(
                     "congestion",
-                    "must be a kernel congestion control name (1..=15 of [A-Za-z0-9_])",
+                    "must be a kernel congestion control name (1 to 15 of [A-Za-z0-9_])",
                 ));
             }
         }
@@ -548,7 +548,7 @@ impl TcpOptions {
             (self.recv_buffer_bytes, "recv_buffer_bytes"),
         ] {
             if matches!(v, Some(b) if !(4096..=1 << 30).contains(&b)) {
-                return Err(bad(name, "must be 4096..=1073741824"));
+                return Err(bad(name, "must be from 4096 to 1073741824"));
             }
         }
         Ok(())
@@ -771,7 +771,7 @@ impl Limits {
         }
         if let Some(b) = self.relay_buffer_bytes {
             if !(4096..=1 << 30).contains(&b) {
-                return Err(bad("relay_buffer_bytes", "must be 4096..=1073741824"));
+                return Err(bad("relay_buffer_bytes", "must be from 4096 to 1073741824"));
             }
             if b > self.memory_cap_bytes {
                 return Err(bad(
@@ -895,7 +895,7 @@ fn check_common(
         }
     }
     if matches!(rtt_ms, Some(r) if r == 0 || r > 60_000) {
-        return Err(bad("rtt_ms", "must be 1..=60000"));
+        return Err(bad("rtt_ms", "must be from 1 to 60000"));
     }
     // The allocation needs all three; some without the others would silently fall back to
     // slow start and default buffers.
@@ -921,7 +921,7 @@ fn check_common(
         return Err(bad("idle_timeout_s", "must be positive"));
     }
     if connect_timeout_s == 0 || connect_timeout_s > 3600 {
-        return Err(bad("connect_timeout_s", "must be 1..=3600"));
+        return Err(bad("connect_timeout_s", "must be from 1 to 3600"));
     }
     Ok(())
 }
@@ -958,7 +958,7 @@ fn check_host_port(s: &str) -> Result<(), String> {
         .ok_or_else(|| format!("{s:?}: expected host:port"))?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{s:?}: port must be 1..=65535")),
+        _ => return Err(format!("{s:?}: port must be from 1 to 65535")),
     }
     if let Some(inner) = host.strip_prefix('[') {
         let v6 = inner

@@ -225,6 +225,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 pub fn terminal(args: &DaemonArgs) -> Result<()> {
     init_logging(args.log_level.as_deref())?;
+    args.capture.check()?;
     let cfg = load_terminal(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
     let gateway_key = cfg.gateway_public_key()?;
@@ -310,6 +311,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
     init_logging(args.log_level.as_deref())?;
+    args.capture.check()?;
     let cfg = load_gateway(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
     let allowed = cfg.allowed_terminal_keys()?;

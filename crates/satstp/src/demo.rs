@@ -84,7 +84,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("--size must be positive");
     }
     if args.objects == 0 || args.objects > 1000 {
-        bail!("--objects must be 1..=1000, got {}", args.objects);
+        bail!("--objects must be from 1 to 1000, got {}", args.objects);
     }
     let ticker = crate::progress::Ticker::start("demo");
     ticker.phase("starting");

@@ -121,6 +121,7 @@ fn partial_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 pub fn merge(args: &MergeArgs) -> Result<()> {
+    crate::outpath::dir("--out", &args.out)?;
     let mut sims: BTreeMap<String, Vec<SimPartial>> = BTreeMap::new();
     let mut repros: BTreeMap<String, Vec<ReproPartial>> = BTreeMap::new();
     for f in partial_files(&args.inputs)? {
@@ -133,7 +134,6 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
             PartialFile::Reproduction(r) => repros.entry(r.name.clone()).or_default().push(r),
         }
     }
-    crate::outpath::dir("--out", &args.out)?;
     for (name, parts) in sims {
         let n = parts.len();
         let summary = netsim::shard::merge_sim(parts)?;
