@@ -139,7 +139,8 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
         let summary = netsim::shard::merge_sim(parts)?;
         crate::summary_table::print_table(&summary);
         let path = args.out.join(format!("{name}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
+        // As `sim --json FILE` writes it (one document and a newline).
+        std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
         outln!("  merged {n} shards of sim {name}: {}", path.display());
     }
