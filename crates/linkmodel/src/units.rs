@@ -383,11 +383,13 @@ pub fn format_rate_bps(bps: u64) -> String {
     )
 }
 
+// `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's minimum is 1.85).
+#[allow(clippy::manual_is_multiple_of)]
 /// A size in bytes for people (`20MB`, `64KiB` when a power of 1024 says it more simply);
 /// [`parse_bytes`] reads it back exactly.
 pub fn format_bytes(bytes: u64) -> String {
     for (m, u) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
-        if bytes >= m && bytes.is_multiple_of(m) && !bytes.is_multiple_of(1000) {
+        if bytes >= m && bytes % m == 0 && bytes % 1000 != 0 {
             return format!("{}{u}", bytes / m);
         }
     }
@@ -403,6 +405,7 @@ pub fn format_bytes(bytes: u64) -> String {
     )
 }
 
+#[allow(clippy::manual_is_multiple_of)]
 /// A duration in nanoseconds for people (`260ms`, `1.5s`, `2min`); [`parse_duration_ns`]
 /// reads it back exactly.
 pub fn format_duration_ns(ns: u64) -> String {
@@ -412,7 +415,7 @@ pub fn format_duration_ns(ns: u64) -> String {
         (3_600_000_000_000, "h"),
         (60_000_000_000, "min"),
     ] {
-        if ns >= m && ns.is_multiple_of(m) {
+        if ns >= m && ns % m == 0 {
             return format!("{}{u}", ns / m);
         }
     }

@@ -41,6 +41,15 @@ pub fn clear_if_shown() {
     }
 }
 
+/// A line of news on standard error ("fig3-tcp-variants: done in 12.0 s"), kept in the log
+/// whether or not it is a terminal; only `--quiet` silences it.
+pub fn note(text: &str) {
+    if !QUIET.load(Ordering::Relaxed) {
+        clear_if_shown();
+        eprintln!("{text}");
+    }
+}
+
 /// Clears the progress line (nothing when progress is off).
 pub fn clear() {
     clear_if_shown();

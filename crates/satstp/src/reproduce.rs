@@ -57,17 +57,20 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
         .filter(|(r, _)| args.names.is_empty() || args.names.contains(&r.name))
     {
         let t0 = std::time::Instant::now();
-        eprintln!("{}: {}", r.name, r.title);
+        crate::progress::note(&format!("{}: {}", r.name, r.title));
         if let Some(shard) = args.shard {
             crate::shard::run_repro_shard(r, template, args.quick, shard, &args.out)?;
             continue;
         }
         let res = r.run(template, args.quick, threads, &|case| {
-            eprintln!("  running {case}")
+            crate::progress::show(&format!(
+                "  running {case} ({:.0} s)",
+                t0.elapsed().as_secs_f64()
+            ))
         })?;
         write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
         record_verdict(&args.out.join("verdicts.json"), &res)?;
-        eprintln!(
+        crate::progress::note(&format!(
             "  done in {:.1} s: seeds' conclusion {}",
             t0.elapsed().as_secs_f64(),
             if res.conclusion_holds {
@@ -75,7 +78,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             } else {
                 "does NOT hold"
             }
-        );
+        ));
     }
     crate::leo::reproduce::run(&args.names, args.quick, &args.out)?;
     // The web reproductions (short transfers, issue 15) have no sharded form: run them whole.

@@ -309,9 +309,22 @@ fn sim_replicates_until_the_rule_and_reports_99_percent_intervals() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The write end of a pipe whose read end is already closed: every write to it fails as a
+/// write to `| head` does once head has gone.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe() fills two descriptors we then own; the read end is closed at once.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::process::Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
 /// `satstp … | head -1`: a reader that goes away ends every printing subcommand quietly, with
 /// the status of a process ended by SIGPIPE (141), never a panic. The read end is closed before
-/// the process writes, so every case meets a closed pipe; one case also reads one line first.
+/// the process starts, so every case meets a closed pipe; one case also reads one line first.
 #[test]
 fn a_closed_stdout_ends_every_printing_subcommand_quietly() {
     let dir = temp_dir("pipe");
@@ -348,14 +361,12 @@ fn a_closed_stdout_ends_every_printing_subcommand_quietly() {
         vec!["--help"],
     ];
     for args in &cases {
-        let mut child = satstp()
+        let o = satstp()
             .args(args)
-            .stdout(std::process::Stdio::piped())
+            .stdout(closed_pipe())
             .stderr(std::process::Stdio::piped())
-            .spawn()
+            .output()
             .unwrap();
-        drop(child.stdout.take());
-        let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         // clap's own --help ignores a closed pipe and exits 0; our printing ends with 141.
