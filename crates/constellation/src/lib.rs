@@ -35,7 +35,9 @@ pub enum ConstellationError {
     Field { field: &'static str, reason: String },
     #[error("unknown constellation '{0}' (presets: iridium, teledesic, starlink-550, kuiper-630, oneweb)")]
     UnknownPreset(String),
-    #[error("unknown place '{0}' (give a built-in city, see `satstp leo cities`, or LAT,LON in degrees)")]
+    #[error(
+        "unknown place '{0}' (give a built-in city, see `satstp leo list`, or LAT,LON in degrees)"
+    )]
     UnknownPlace(String),
     #[error("{source_name} line {line}: {reason}")]
     Line {

@@ -261,12 +261,38 @@ fn parse_sets(
                 format!("expected TLE line 2 (starting '2 '), got '{l2}'"),
             ));
         }
-        let e = sgp4::Elements::from_tle(name.clone(), l1.as_bytes(), l2.as_bytes())
-            .map_err(|e| err(n1, format!("{e}")))?;
+        let e =
+            sgp4::Elements::from_tle(name.clone(), l1.as_bytes(), l2.as_bytes()).map_err(|e| {
+                let (line, reason) = sgp4_error_in_words(&e.to_string(), n1, n2);
+                err(line, reason)
+            })?;
         elements.push((n1, e));
         i = first + 2;
     }
     Ok(elements)
+}
+
+/// The file line and the reason of an SGP4 parse error, whose text says which TLE line
+/// ("… on TLE line 2 between characters 68 and 69"): `n1`, `n2` are the file lines of TLE
+/// lines 1 and 2.
+fn sgp4_error_in_words(text: &str, n1: usize, n2: usize) -> (usize, String) {
+    let text = text.strip_prefix("TLE parse error: ").unwrap_or(text);
+    for (marker, line, which) in [
+        (" on TLE line 1", n1, "TLE line 1"),
+        (" on TLE line 2", n2, "TLE line 2"),
+        (" (TLE lines mismatch)", n1, "TLE lines 1 and 2"),
+    ] {
+        if let Some((what, rest)) = text.split_once(marker) {
+            let place = rest
+                .trim()
+                .strip_prefix("between characters ")
+                .and_then(|r| r.split_once(" and "))
+                .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+                .map_or(String::new(), |(a, b)| format!(", columns {}-{b}", a + 1));
+            return (line, format!("{what} ({which}{place})"));
+        }
+    }
+    (n1, text.to_string())
 }
 
 fn checksum(line: &str) -> u32 {
@@ -424,10 +450,16 @@ mod tests {
         assert!(e.contains("line 3") && e.contains("line 2"), "{e}");
         let short = ISS.replace("15.72125391563537", "15.7");
         let e = TleSet::parse(&short, "f").unwrap_err().to_string();
+        // TLE line 2 of a three-line set is the file's third line.
         assert!(
-            e.contains("f line 2") && e.to_lowercase().contains("length"),
+            e.contains("f line 3") && e.to_lowercase().contains("length"),
             "{e}"
         );
+        let two: String = ISS.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        let e = TleSet::parse(&two.replace("0  2927", "0  2928"), "g")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("g line 1") && e.contains("TLE line 1"), "{e}");
         assert!(TleSet::parse("\n\n", "f").is_err());
     }
 

@@ -73,10 +73,19 @@ pub struct WebSpec {
 
 /// `runs` as written: a count or a rule such as `"until-5%"`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
+#[serde(from = "CountOrText")]
 pub enum RunsSpec {
     Count(u32),
     Rule(String),
+}
+
+impl From<CountOrText> for RunsSpec {
+    fn from(v: CountOrText) -> RunsSpec {
+        match v {
+            CountOrText::Count(n) => RunsSpec::Count(n),
+            CountOrText::Text(t) => RunsSpec::Rule(t),
+        }
+    }
 }
 
 impl Default for RunsSpec {
@@ -310,21 +319,7 @@ pub struct TcpSpec {
 }
 
 /// A value written as a number or as text (`initial_window = 1` or `"4kss"`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum CountOrText {
-    Count(u32),
-    Text(String),
-}
-
-impl CountOrText {
-    fn text(&self) -> String {
-        match self {
-            CountOrText::Count(n) => n.to_string(),
-            CountOrText::Text(t) => t.clone(),
-        }
-    }
-}
+pub use linkmodel::units::serde::CountOrText;
 
 /// A flow between two nodes.
 #[derive(Debug, Clone, Deserialize)]
@@ -390,15 +385,31 @@ fn field(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
     }
 }
 
-fn unit<T>(name: &str, r: Result<T, String>) -> Result<T, ScenarioError> {
-    r.map_err(|e| field(name, e))
+fn unit<T, E: std::fmt::Display>(name: &str, r: Result<T, E>) -> Result<T, ScenarioError> {
+    r.map_err(|e| field(name, e.to_string()))
 }
 
 impl Scenario {
     /// Parses and validates a scenario.
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
-        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        let s: Scenario = toml::from_str(text).map_err(|e| {
+            ScenarioError::Parse(stp::options::toml_error_in_words(
+                text,
+                &e.to_string(),
+                e.message(),
+                e.span(),
+            ))
+        })?;
         s.replication()?;
+        if s.duration_ns()? == 0 {
+            return Err(field(
+                "duration",
+                format!(
+                    "\"{}\" is zero; a run must last (e.g. duration = \"120s\")",
+                    s.duration
+                ),
+            ));
+        }
         s.confidence()?;
         // Building once checks names, units, routes and options.
         s.build(s.seed)?;

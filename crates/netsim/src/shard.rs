@@ -29,7 +29,8 @@ use thiserror::Error;
 /// Errors of sharding and merging.
 #[derive(Debug, Error)]
 pub enum ShardError {
-    #[error("--shard {0:?}: expected I/N with 0 <= I < N, e.g. 0/4")]
+    /// A shard written wrong; the reason (the caller names the flag and the value).
+    #[error("{0}; a shard is I/N, shard I of N counted from 0 (0 <= I < N), e.g. 0/4")]
     Spec(String),
     #[error("partial results do not fit together: {0}")]
     Mismatch(String),
@@ -60,12 +61,24 @@ impl Shard {
 impl FromStr for Shard {
     type Err = ShardError;
     fn from_str(s: &str) -> Result<Shard, ShardError> {
-        let bad = || ShardError::Spec(s.to_string());
-        let (i, n) = s.trim().split_once('/').ok_or_else(bad)?;
-        let index: u32 = i.trim().parse().map_err(|_| bad())?;
-        let count: u32 = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count {
-            return Err(bad());
+        let bad = |why: &str| ShardError::Spec(why.to_string());
+        let (i, n) = s
+            .trim()
+            .split_once('/')
+            .ok_or_else(|| bad("no '/' between I and N"))?;
+        let index: u32 = i
+            .trim()
+            .parse()
+            .map_err(|_| bad("I is not a whole number"))?;
+        let count: u32 = n
+            .trim()
+            .parse()
+            .map_err(|_| bad("N is not a whole number"))?;
+        if count == 0 {
+            return Err(bad("N is 0"));
+        }
+        if index >= count {
+            return Err(bad(&format!("I = {index} is not below N = {count}")));
         }
         Ok(Shard { index, count })
     }

@@ -180,8 +180,9 @@ macro_rules! side_config {
             /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
             #[serde(default, deserialize_with = "rate_bps")]
             pub down_rate_bps: Option<u64>,
-            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown).
-            #[serde(default)]
+            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown):
+            /// a number of ms or a duration with a unit (`"600ms"`).
+            #[serde(default, deserialize_with = "duration_ms")]
             pub rtt_ms: Option<u32>,
             /// HTTP listener for `/metrics` and `/status` (default none).
             #[serde(default)]
@@ -375,7 +376,7 @@ fn check_shutdown_timeout(s: u32) -> Result<(), ConfigError> {
     if s > MAX_SHUTDOWN_TIMEOUT_S {
         return Err(bad(
             "shutdown_timeout_s",
-            format!("must be 0..={MAX_SHUTDOWN_TIMEOUT_S}"),
+            format!("must be from 0 to {MAX_SHUTDOWN_TIMEOUT_S}"),
         ));
     }
     Ok(())
@@ -408,13 +409,13 @@ impl TerminalConfig {
             if u.user.is_empty() || u.user.len() > 255 {
                 return Err(bad(
                     format!("socks_users[{i}].user"),
-                    "must be 1..=255 bytes",
+                    "must be from 1 to 255 bytes",
                 ));
             }
             if u.password.is_empty() || u.password.len() > 255 {
                 return Err(bad(
                     format!("socks_users[{i}].password"),
-                    "must be 1..=255 bytes",
+                    "must be from 1 to 255 bytes",
                 ));
             }
             if !seen.insert(u.user.as_str()) {
@@ -602,7 +603,7 @@ impl TcpOptions {
             {
                 return Err(bad(
                     "congestion",
-                    "must be a kernel congestion control name (1..=15 of [A-Za-z0-9_])",
+                    "must be a kernel congestion control name (1 to 15 of [A-Za-z0-9_])",
                 ));
             }
         }
@@ -611,7 +612,7 @@ impl TcpOptions {
             (self.recv_buffer_bytes, "recv_buffer_bytes"),
         ] {
             if matches!(v, Some(b) if !(4096..=1 << 30).contains(&b)) {
-                return Err(bad(name, "must be 4096..=1073741824"));
+                return Err(bad(name, "must be from 4096 to 1073741824"));
             }
         }
         Ok(())
@@ -841,7 +842,7 @@ impl Limits {
         }
         if let Some(b) = self.relay_buffer_bytes {
             if !(4096..=1 << 30).contains(&b) {
-                return Err(bad("relay_buffer_bytes", "must be 4096..=1073741824"));
+                return Err(bad("relay_buffer_bytes", "must be from 4096 to 1073741824"));
             }
             if b > self.memory_cap_bytes {
                 return Err(bad(
@@ -889,14 +890,28 @@ impl Limits {
 
 /// Parses the text of a terminal file (`[terminal]` table) and validates it.
 pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
-    let f: TerminalFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let f: TerminalFile = toml::from_str(text).map_err(|e| {
+        ConfigError::Parse(stp::options::toml_error_in_words(
+            text,
+            &e.to_string(),
+            e.message(),
+            e.span(),
+        ))
+    })?;
     f.terminal.validate()?;
     Ok(f.terminal)
 }
 
 /// Parses the text of a gateway file (`[gateway]` table) and validates it.
 pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
-    let f: GatewayFile = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let f: GatewayFile = toml::from_str(text).map_err(|e| {
+        ConfigError::Parse(stp::options::toml_error_in_words(
+            text,
+            &e.to_string(),
+            e.message(),
+            e.span(),
+        ))
+    })?;
     f.gateway.validate()?;
     Ok(f.gateway)
 }
@@ -958,7 +973,7 @@ fn check_common(
         }
     }
     if matches!(rtt_ms, Some(r) if r == 0 || r > 60_000) {
-        return Err(bad("rtt_ms", "must be 1..=60000"));
+        return Err(bad("rtt_ms", "must be from 1 to 60000"));
     }
     // The allocation needs all three; some without the others would silently fall back to
     // slow start and default buffers.
@@ -984,26 +999,26 @@ fn check_common(
         return Err(bad("idle_timeout_s", "must be positive"));
     }
     if connect_timeout_s == 0 || connect_timeout_s > 3600 {
-        return Err(bad("connect_timeout_s", "must be 1..=3600"));
+        return Err(bad("connect_timeout_s", "must be from 1 to 3600"));
     }
     Ok(())
 }
 
 /// A rate in bit/s written as a number (`5000000`) or with a unit as on the command line
-/// (`"5Mbps"`, `"512kbps"`, `"1.5Mb/s"`).
+/// (`"5Mbps"`, `"512kbps"`, `"5 MB/s"` = 40 Mbit/s): `linkmodel::units`, whose errors say what
+/// is accepted.
 fn rate_bps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Rate {
-        Number(u64),
-        Text(String),
-    }
-    match Option::<Rate>::deserialize(d)? {
+    linkmodel::units::serde::opt_rate_bps(d)
+}
+
+/// A duration in ms written as a number (`600`) or with a unit (`"600ms"`, `"0.6s"`), at most
+/// `u32::MAX` ms.
+fn duration_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match linkmodel::units::serde::opt_duration_ms(d)? {
         None => Ok(None),
-        Some(Rate::Number(n)) => Ok(Some(n)),
-        Some(Rate::Text(t)) => linkmodel::units::parse_rate_bps(&t)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
+        Some(ms) => u32::try_from(ms).map(Some).map_err(|_| {
+            serde::de::Error::custom(format!("{ms} ms is out of range (at most 49 days)"))
+        }),
     }
 }
 
@@ -1021,7 +1036,7 @@ fn check_host_port(s: &str) -> Result<(), String> {
         .ok_or_else(|| format!("{s:?}: expected host:port"))?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{s:?}: port must be 1..=65535")),
+        _ => return Err(format!("{s:?}: port must be from 1 to 65535")),
     }
     if let Some(inner) = host.strip_prefix('[') {
         let v6 = inner
@@ -1199,7 +1214,36 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("up_rate_bps"), "{e}");
-        assert!(e.to_string().contains("unknown rate unit"), "{e}");
+        assert!(e.to_string().contains("unknown unit 'furlongs'"), "{e}");
+        // Bytes are bytes (a capital B), and the RTT takes a unit too.
+        let t = parse_terminal(&terminal_text(
+            "up_rate_bps = \"64 kB/s\"\ndown_rate_bps = \"5MBps\"\nrtt_ms = \"0.6s\"\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            (t.up_rate_bps, t.down_rate_bps, t.rtt_ms),
+            (Some(512_000), Some(40_000_000), Some(600))
+        );
+        for (text, says) in [
+            (
+                "up_rate_bps = -5\ndown_rate_bps = 1\nrtt_ms = 1\n",
+                "-5 is negative",
+            ),
+            (
+                "up_rate_bps = \"5mbps\"\ndown_rate_bps = 1\nrtt_ms = 1\n",
+                "ambiguous",
+            ),
+            (
+                "up_rate_bps = 1\ndown_rate_bps = 1\nrtt_ms = \"600\"\n",
+                "has no unit",
+            ),
+        ] {
+            let e = parse_terminal(&terminal_text(text))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains("enum") && !e.contains("u32"), "{text}: {e}");
+        }
     }
 
     #[test]

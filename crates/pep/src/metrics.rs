@@ -712,10 +712,15 @@ impl Metrics {
                 )
             })
             .collect();
+        // The HELP names every reason, from the one list of them.
+        let reasons: Vec<&str> = CloseReason::ALL.iter().map(|r| r.as_str()).collect();
         family(
             "satstp_connections_closed_total",
             "counter",
-            "Admitted connections ended, by reason (done, idle_timeout, error, refused).",
+            &format!(
+                "Admitted connections ended, by reason ({}).",
+                reasons.join(", ")
+            ),
             &closed,
         );
         let by_dir = |f: &dyn Fn(Direction) -> u64| -> Vec<(Vec<(&str, &str)>, String)> {
@@ -1045,6 +1050,13 @@ mod tests {
         assert!(text.contains(
             "satstp_connections_closed_total{side=\"gateway\",reason=\"idle_timeout\"} 1\n"
         ));
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP satstp_connections_closed_total "))
+            .unwrap();
+        for r in CloseReason::ALL {
+            assert!(help.contains(r.as_str()), "{help} lacks {}", r.as_str());
+        }
         assert!(text.contains("satstp_tcp_bytes_total{side=\"gateway\",direction=\"down\"} 1000\n"));
         assert!(text.contains("satstp_hop_bytes_total{side=\"gateway\",direction=\"up\"} 77\n"));
         for r in HOP_DROP_REASONS {

@@ -10,6 +10,7 @@ use netsim::units::parse_bytes;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use stp::{Config, Endpoint, EndpointConfig, Instant};
 
 #[derive(Debug, Subcommand)]
@@ -48,9 +49,10 @@ pub struct SimBenchArgs {
     /// Simulated seconds per case.
     #[arg(long, default_value_t = 600)]
     seconds: u32,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -65,9 +67,10 @@ pub struct EngineArgs {
     /// the cost per datagram does not grow with the number of connections).
     #[arg(long, default_value_t = 0)]
     idle: u32,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<PathBuf>,
 }
 
 pub fn run(cmd: &BenchCommand) -> Result<()> {
@@ -95,6 +98,7 @@ struct EngineResult {
 }
 
 fn engine(args: &EngineArgs) -> Result<()> {
+    crate::outpath::json_start(&args.json)?;
     if !(256..=9000).contains(&args.payload) {
         bail!(
             "--payload must be between 256 and 9000 bytes, got {}",
@@ -110,7 +114,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
     let r = run_engine(args.bytes, args.payload, args.idle)?;
     let gbps = r.bytes as f64 * 8.0 / r.seconds / 1e9;
     let pps = r.datagrams as f64 / r.seconds;
-    if args.json {
+    if args.json.is_some() {
         let v = serde_json::json!({
             "benchmark": "engine",
             "payload_bytes": args.payload,
@@ -124,26 +128,29 @@ fn engine(args: &EngineArgs) -> Result<()> {
             "idle_rss_kib": r.idle_rss_kib,
             "idle_bytes_per_connection": idle_per_conn(&r, args.idle),
         });
-        println!("{v}");
-    } else {
-        println!("satstp bench engine: two STP endpoints in memory, one thread, no delay, no loss");
-        println!("  payload per SD     {} bytes", args.payload);
-        println!("  idle connections   {}", args.idle);
-        println!(
+        crate::outpath::write_json(&args.json, &v)?;
+    }
+    {
+        outln!("satstp bench engine: two STP endpoints in memory, one thread, no delay, no loss");
+        outln!("  payload per SD     {} bytes", args.payload);
+        outln!("  idle connections   {}", args.idle);
+        outln!(
             "  moved              {} bytes in {:.3} s",
-            r.bytes, r.seconds
+            r.bytes,
+            r.seconds
         );
-        println!("  payload throughput {gbps:.2} Gbit/s");
-        println!(
+        outln!("  payload throughput {gbps:.2} Gbit/s");
+        outln!(
             "  packets per second {:.0} (all datagrams, both directions)",
             pps
         );
-        println!(
+        outln!(
             "  control datagrams  {} of {}",
-            r.control_datagrams, r.datagrams
+            r.control_datagrams,
+            r.datagrams
         );
         if let Some(b) = idle_per_conn(&r, args.idle) {
-            println!(
+            outln!(
                 "  idle connections' memory {} KiB resident: {b:.0} bytes per connection (its two ends, initiator and responder)",
                 r.idle_rss_kib
             );
@@ -283,6 +290,7 @@ fn exchange(
 /// Runs the GEO experiment of table5.1 (one-way, with web background) for each protocol on one
 /// thread and reports simulated events per second.
 fn sim_bench(args: &SimBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&args.json)?;
     if !(1..=86_400).contains(&args.seconds) {
         bail!(
             "--seconds must be between 1 and 86400, got {}",
@@ -313,7 +321,7 @@ fn sim_bench(args: &SimBenchArgs) -> Result<()> {
         cases.push((series.name.clone(), n, dt));
     }
     let rate = events as f64 / wall;
-    if args.json {
+    if args.json.is_some() {
         let v = serde_json::json!({
             "benchmark": "sim",
             "simulated_seconds_per_case": args.seconds,
@@ -322,16 +330,17 @@ fn sim_bench(args: &SimBenchArgs) -> Result<()> {
             "events_per_second": rate,
             "cases": cases.iter().map(|(n, e, t)| serde_json::json!({"case": n, "events": e, "wall_seconds": t})).collect::<Vec<_>>(),
         });
-        println!("{v}");
-    } else {
-        println!("satstp bench sim: table5.1-geo one-way (with web background), {} s simulated per case, one thread", args.seconds);
+        crate::outpath::write_json(&args.json, &v)?;
+    }
+    {
+        outln!("satstp bench sim: table5.1-geo one-way (with web background), {} s simulated per case, one thread", args.seconds);
         for (n, e, t) in &cases {
-            println!(
+            outln!(
                 "  {n:<10} {e:>10} events in {t:>6.3} s = {:>10.0} events/s",
                 *e as f64 / t
             );
         }
-        println!("  total      {events:>10} events in {wall:>6.3} s = {rate:>10.0} events/s");
+        outln!("  total      {events:>10} events in {wall:>6.3} s = {rate:>10.0} events/s");
     }
     Ok(())
 }

@@ -73,8 +73,9 @@ pub struct FloodBenchArgs {
     /// With --target: how long to flood (e.g. 10s).
     #[arg(long, default_value = "10s", value_parser = parse_duration_ns)]
     duration: u64,
-    /// Write the figures as JSON to this file.
-    #[arg(long)]
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
 }
 
@@ -88,6 +89,7 @@ pub enum Kind {
 }
 
 pub fn run(args: &FloodBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&args.json)?;
     if args.rate == 0 || args.rate > 10_000_000 {
         bail!(
             "--rate must be between 1 and 10000000 datagrams/s, got {}",
@@ -107,10 +109,7 @@ pub fn run(args: &FloodBenchArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     let figures = rt.block_on(bench(args))?;
     print_figures(&figures);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")
-            .with_context(|| format!("--json: cannot write {}", path.display()))?;
-    }
+    crate::outpath::write_json(&args.json, &figures)?;
     Ok(())
 }
 
@@ -156,7 +155,7 @@ fn flood_target(args: &FloodBenchArgs, target: SocketAddr) -> Result<()> {
         .map_err(|_| anyhow!("the flood thread panicked"))??;
     let secs = t0.elapsed().as_secs_f64();
     let total = sent.random.load(Ordering::Relaxed) + sent.initiations.load(Ordering::Relaxed);
-    println!(
+    outln!(
         "satstp bench flood: {total} datagrams to {target} in {secs:.1} s = {:.0}/s \
          (random {}, unknown-key initiations {}, send errors {}); read the gateway's drops in its \
          /metrics (satstp_auth_failures_total by reason)",
@@ -400,8 +399,8 @@ async fn status(m: &HopMonitor) -> Result<HopStatus> {
 }
 
 fn print_figures(f: &Figures) {
-    println!("satstp bench flood: a {} byte download over the emulated geo link (50 Mb/s down) while the gateway's hop port is flooded from loopback", f.size_bytes);
-    println!(
+    outln!("satstp bench flood: a {} byte download over the emulated geo link (50 Mb/s down) while the gateway's hop port is flooded from loopback", f.size_bytes);
+    outln!(
         "  flood: {:.0} datagrams/s achieved (target {}): random {}, replayed {}, unknown-key initiations {}; send errors {}; attacker stream opens {}",
         f.flood_rate_achieved,
         f.flood_rate_target,
@@ -411,20 +410,20 @@ fn print_figures(f: &Figures) {
         f.send_errors,
         f.attacker_opens
     );
-    println!(
+    outln!(
         "  goodput: {:.2} Mb/s without the flood, {:.2} Mb/s under it = {:.1} % kept",
         f.baseline_mbps,
         f.flooded_mbps,
         f.goodput_kept * 100.0
     );
-    println!(
+    outln!(
         "  process RSS (gateway, terminal, emulator, flooder): {} KiB before the flood, {} KiB after",
         f.rss_before_kib, f.rss_after_kib
     );
-    println!("  gateway drops during the flood, by cause:");
+    outln!("  gateway drops during the flood, by cause:");
     if let Some(m) = f.drops.as_object() {
         for (k, v) in m {
-            println!("    {k:<32} {v}");
+            outln!("    {k:<32} {v}");
         }
     }
 }

@@ -19,6 +19,7 @@ use pep::socks::SocksAuth;
 use pep::stack::{SocksListener, StpHop, TerminalHop};
 use pep::{GatewayOptions, TerminalOptions};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stp::{Config, EndpointConfig};
@@ -44,9 +45,10 @@ pub struct GatewayBenchArgs {
     /// Idle connections held open for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     idle: u32,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<PathBuf>,
 }
 
 struct Figures {
@@ -96,6 +98,7 @@ async fn hop_status(m: &HopMonitor) -> Result<HopStatus> {
 }
 
 pub fn run(args: &GatewayBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&args.json)?;
     if args.bytes == 0 || args.bytes > 1 << 40 {
         bail!(
             "--bytes must be between 1 byte and 1 TiB, got {}",
@@ -130,7 +133,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     rt.shutdown_timeout(Duration::from_secs(2));
     let f = res?;
     let mib = STP_BUFFER >> 20;
-    if args.json {
+    if args.json.is_some() {
         let v = serde_json::json!({
             "benchmark": "gateway",
             "encryption": "noise-ik chacha20-poly1305",
@@ -155,34 +158,40 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
             "single_flow_losses_detected": f.single_hop.losses_detected,
         });
-        println!("{v}");
-    } else {
-        println!("satstp bench gateway: SOCKS client → terminal → encrypted STP hop → gateway → origin, all on loopback, no impairment");
-        println!(
+        crate::outpath::write_json(&args.json, &v)?;
+    }
+    {
+        outln!("satstp bench gateway: SOCKS client → terminal → encrypted STP hop → gateway → origin, all on loopback, no impairment");
+        outln!(
             "  STP config          recv/send buffers {mib} MiB, max datagram {} bytes, min POLL interval 1 ms; relay buffer {} MiB",
             Config::default().max_datagram_bytes,
             RELAY_BUFFER >> 20
         );
-        println!(
+        outln!(
             "  single flow         {} bytes in {:.3} s = {:.2} Gbit/s  (target ≥ 2)",
-            args.bytes, f.single_secs, f.single_gbps
+            args.bytes,
+            f.single_secs,
+            f.single_gbps
         );
-        println!(
+        outln!(
             "  {} parallel        {} bytes in {:.3} s = {:.2} Gbit/s",
-            args.parallel, f.parallel_bytes, f.parallel_secs, f.parallel_gbps
+            args.parallel,
+            f.parallel_bytes,
+            f.parallel_secs,
+            f.parallel_gbps
         );
-        println!(
+        outln!(
             "  CPU                 {:.3} s user+system for the single flow = {:.2} CPU s/GB (whole process: client, terminal, gateway, origin)",
             f.cpu_secs, f.cpu_s_per_gb
         );
-        println!(
+        outln!(
             "  single-flow hop     gateway sent {} datagrams, received {}; {} STP retransmissions, {} losses detected",
             f.single_hop.datagrams_sent,
             f.single_hop.datagrams_received,
             f.single_hop.retransmitted_packets,
             f.single_hop.losses_detected
         );
-        println!(
+        outln!(
             "  idle connections    {}: VmRSS {} → {} KiB = {:.1} KiB per connection  (target ≤ 64; both hops, relay tasks, client and origin)",
             args.idle, f.rss_before_kib, f.rss_after_kib, f.idle_conn_kib
         );

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use loadgen::client::{Client, Route};
 use netsim::units::parse_bytes;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener as StdTcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -33,8 +33,9 @@ pub struct SoakBenchArgs {
     /// Bytes the origin answers on each connection (units such as 1KB accepted).
     #[arg(long, default_value = "1000", value_parser = parse_bytes)]
     bytes: u64,
-    /// Write the figures as JSON to this file.
-    #[arg(long)]
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
 }
 
@@ -140,13 +141,14 @@ struct Figures {
 }
 
 pub fn run(args: &SoakBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&args.json)?;
     if args.connections == 0 {
         bail!("--connections must be positive");
     }
     let (soft, hard) = pep::fdlimit::raise_nofile_limit()
         .map_err(|e| anyhow!("cannot raise the open-file limit: {e}"))?;
     let limit = pep::fdlimit::nofile_limit()?.0;
-    println!("satstp bench soak: open-file limit {limit} per process (was {soft}, hard {hard})");
+    outln!("satstp bench soak: open-file limit {limit} per process (was {soft}, hard {hard})");
     // The terminal and the gateway each need a descriptor per connection, plus a few.
     if u64::from(args.connections) + 100 > limit {
         bail!(
@@ -173,9 +175,11 @@ pub fn run(args: &SoakBenchArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let f = result?;
-    println!(
+    outln!(
         "  {} connections held end to end ({} bytes answered on each), opened in {:.1} s",
-        f.connections, f.bytes_each, f.open_seconds
+        f.connections,
+        f.bytes_each,
+        f.open_seconds
     );
     for (name, (before, after), per) in [
         (
@@ -185,12 +189,9 @@ pub fn run(args: &SoakBenchArgs) -> Result<()> {
         ),
         ("gateway", f.gateway_rss_kib, f.gateway_kib_per_connection),
     ] {
-        println!("  {name:<8} RSS {before} KiB with one connection, {after} KiB with all: {per:.1} KiB per connection");
+        outln!("  {name:<8} RSS {before} KiB with one connection, {after} KiB with all: {per:.1} KiB per connection");
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&f)? + "\n")
-            .with_context(|| format!("--json: cannot write {}", path.display()))?;
-    }
+    crate::outpath::write_json(&args.json, &f)?;
     Ok(())
 }
 
@@ -309,7 +310,7 @@ fn soak(args: &SoakBenchArgs, exe: &Path, dir: &Path, limit: u64) -> Result<Figu
         p.check_running()?;
     }
     let after = (procs[2].rss_kib()?, procs[1].rss_kib()?);
-    println!("  client: {held}");
+    outln!("  client: {held}");
     drop((c, warm));
     let n = f64::from(args.connections);
     Ok(Figures {
@@ -339,8 +340,8 @@ pub fn origin(args: &SoakOriginArgs) -> Result<()> {
         let _origin = loadgen::origin::Origin::bind(args.listen)
             .await
             .with_context(|| format!("the origin cannot listen on {}", args.listen))?;
-        println!("listening on {}", args.listen);
-        std::io::stdout().flush()?;
+        outln!("listening on {}", args.listen);
+        crate::out::flush();
         std::future::pending::<Result<()>>().await
     })
 }
@@ -387,12 +388,12 @@ pub fn clients(args: &SoakClientsArgs) -> Result<()> {
     let conns = match held {
         Ok(c) => c,
         Err(e) => {
-            println!("error: {e:#}");
+            outln!("error: {e:#}");
             return Err(e);
         }
     };
-    println!("held {} connections", conns.len());
-    std::io::stdout().flush()?;
+    outln!("held {} connections", conns.len());
+    crate::out::flush();
     // Hold until the parent closes our standard input.
     let mut sink = String::new();
     let _ = std::io::stdin().read_line(&mut sink);

@@ -33,12 +33,12 @@ pub fn run(args: &SweepArgs) -> Result<()> {
     std::panic::set_hook(Box::new(|_| {}));
     let started = Instant::now();
     let last = args.start.saturating_add(args.seeds - 1);
-    println!("sweeping seeds {}..={}", args.start, last);
+    outln!("sweeping seeds {}..={}", args.start, last);
     let step = (args.seeds / 10).max(1);
     let mut next_report = step;
     let sum = sweep::sweep(args.start, args.seeds, |r| {
         if let Some(f) = &r.failure {
-            println!("FAIL seed {}: {f}\n     scenario: {}", r.seed, r.summary);
+            outln!("FAIL seed {}: {f}\n     scenario: {}", r.seed, r.summary);
         }
         let done = r.seed - args.start + 1;
         if done >= next_report {
@@ -50,7 +50,7 @@ pub fn run(args: &SweepArgs) -> Result<()> {
         }
     });
     std::panic::set_hook(hook);
-    println!(
+    outln!(
         "{} seeds in {:.1} s: {} byte-exact and closed, {} failed cleanly ({} without an outage \
          beyond the dead-peer timeout), {} broke a check",
         sum.seeds,
@@ -73,20 +73,20 @@ pub fn run(args: &SweepArgs) -> Result<()> {
 
 fn one(seed: u64) -> Result<()> {
     let sc = sweep::scenario(seed);
-    println!("seed {seed}: {}", sc.summary());
-    println!("{sc:#?}");
+    outln!("seed {seed}: {}", sc.summary());
+    outln!("{sc:#?}");
     let started = Instant::now();
     let r = sweep::run_seed(seed);
-    println!("{}", r.detail);
-    println!(
+    outln!("{}", r.detail);
+    outln!(
         "virtual {:.3} s, wall {:.3} s",
         r.end_ns as f64 / 1e9,
         started.elapsed().as_secs_f64()
     );
     match r.failure {
         Some(f) => bail!("seed {seed} failed: {f}"),
-        None if r.clean => println!("seed {seed}: byte-exact, both sides closed"),
-        None => println!("seed {seed}: failed cleanly (no byte lost behind a clean end)"),
+        None if r.clean => outln!("seed {seed}: byte-exact, both sides closed"),
+        None => outln!("seed {seed}: failed cleanly (no byte lost behind a clean end)"),
     }
     Ok(())
 }

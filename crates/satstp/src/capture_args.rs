@@ -24,6 +24,21 @@ pub struct CaptureArgs {
 }
 
 impl CaptureArgs {
+    /// Checks the flags before any work: the cap in MiB and the file's place.
+    pub fn check(&self) -> Result<()> {
+        let Some(path) = &self.capture else {
+            return Ok(());
+        };
+        let min_mib = pep::capture::MIN_MAX_BYTES.div_ceil(1 << 20);
+        if self.capture_max_mib < min_mib {
+            bail!(
+                "--capture-max-mib {}: the capture file's cap must be at least {min_mib} MiB",
+                self.capture_max_mib
+            );
+        }
+        crate::outpath::file("--capture", path)
+    }
+
     /// Opens the capture file when `--capture` was given; `stp_hop` says whether this side runs
     /// an STP hop (the split-TCP hop has nothing to capture).
     pub fn open(&self, side: &str, stp_hop: bool) -> Result<Option<Capture>> {
@@ -33,6 +48,7 @@ impl CaptureArgs {
         if !stp_hop {
             bail!("--capture: {side}.hop_transport is \"tcp\"; only the STP hop can be captured");
         }
+        self.check()?;
         let max_bytes = self.capture_max_mib.saturating_mul(1 << 20);
         let c = Capture::create(&CaptureConfig {
             path: path.clone(),

@@ -519,6 +519,7 @@ pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<Gateway
 
 pub fn terminal(args: &DaemonArgs) -> Result<()> {
     check_log_flag(args.log_level.as_deref())?;
+    args.capture.check()?;
     let text = read_config_text(&args.config)?;
     let cfg = load_terminal(&args.config)?;
     let logging = init_logging(
@@ -609,6 +610,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
     check_log_flag(args.log_level.as_deref())?;
+    args.capture.check()?;
     let text = read_config_text(&args.config)?;
     let cfg = load_gateway(&args.config)?;
     let logging = init_logging(

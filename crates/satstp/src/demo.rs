@@ -47,11 +47,12 @@ pub struct DemoArgs {
     #[arg(long)]
     no_fast_open: bool,
     /// Run the engine-only demo instead: one STP transfer over the seeds' 1.5 Mb/s GEO path in
-    /// virtual time (takes --size, --loss, --seed).
-    #[arg(long)]
+    /// virtual time (takes --size, --loss, --seed; refuses --profile, --objects and
+    /// --no-fast-open, which set up the real-time demo).
+    #[arg(long, conflicts_with_all = ["profile", "objects", "no_fast_open"])]
     engine: bool,
     /// Engine-only demo: random loss on both directions, as a fraction (0 to 0.5).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     loss: f64,
 }
 
@@ -83,13 +84,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("--size must be positive");
     }
     if args.objects == 0 || args.objects > 1000 {
-        bail!("--objects must be 1..=1000, got {}", args.objects);
+        bail!("--objects must be from 1 to 1000, got {}", args.objects);
     }
+    let ticker = crate::progress::Ticker::start("demo");
+    ticker.phase("starting");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?
-        .block_on(demo(profile, down_bps, up_bps, rtt_ns, size, args))
+        .block_on(demo(profile, down_bps, up_bps, rtt_ns, size, args, &ticker))
 }
 
 async fn demo(
@@ -99,19 +102,20 @@ async fn demo(
     rtt_ns: u64,
     size: u64,
     args: &DemoArgs,
+    ticker: &crate::progress::Ticker,
 ) -> Result<()> {
     let rtt_ms = (rtt_ns / 1_000_000) as u32;
-    println!(
+    outln!(
         "satstp demo: the split-connection gateway over an emulated `{}` link, on loopback",
         profile.name()
     );
-    println!(
+    outln!(
         "  link: {:.1} Mb/s down, {:.2} Mb/s up, {} ms RTT, drop-tail queues of one BDP (UDP/IPv4 headers counted)",
         down_bps as f64 / 1e6,
         up_bps as f64 / 1e6,
         rtt_ms
     );
-    println!("  path: client -SOCKS5-> terminal =STP over Noise (UDP)=> emulator => gateway -TCP-> origin{}\n",
+    outln!("  path: client -SOCKS5-> terminal =STP over Noise (UDP)=> emulator => gateway -TCP-> origin{}\n",
         if !args.no_fast_open { " (SOCKS5 fast open)" } else { "" }
     );
 
@@ -129,6 +133,7 @@ async fn demo(
     .await?;
     let client = Client::new(origin.addr(), Route::Socks5(stack.socks));
 
+    ticker.phase("bringing the tunnel up");
     // A small object first, untimed: the terminal's tunnel comes up, as it is long before a
     // user's first click in a deployment.
     tokio::time::timeout(FETCH_TIMEOUT, async {
@@ -138,6 +143,7 @@ async fn demo(
     .context("the warm-up object did not arrive in time")?
     .context("the warm-up object")?;
 
+    ticker.phase("fetching the large object");
     // One large object; goodput is timed from the request to the last byte, every byte checked.
     let t_connect = Instant::now();
     let mut conn = client
@@ -155,18 +161,16 @@ async fn demo(
     let after_bulk = stack.emulator.stats();
     let goodput = size as f64 * 8.0 / secs;
     if !args.no_fast_open {
-        println!(
+        outln!(
             "  connection through the terminal: {connect_secs:.2} s (fast open: answered at once; the request travels with the destination)"
         );
     } else {
-        println!(
+        outln!(
             "  connection through the terminal and gateway: {connect_secs:.2} s (the gateway's verdict takes one satellite round trip)"
         );
     }
-    println!(
-        "  object of {size} bytes: {secs:.2} s from request to last byte, every byte verified"
-    );
-    println!(
+    outln!("  object of {size} bytes: {secs:.2} s from request to last byte, every byte verified");
+    outln!(
         "    goodput {:.2} Mb/s = {:.1} % of the {:.1} Mb/s downlink (the ceiling here is about {:.0} %: one RTT\n    before the first byte, and {:.1} % of each datagram is STP, tunnel, UDP and IP headers)",
         goodput / 1e6,
         100.0 * goodput / down_bps as f64,
@@ -181,13 +185,14 @@ async fn demo(
         .map(|_| netsim::web::response_size(&mut rng))
         .collect();
     let page_bytes: u64 = sizes.iter().sum();
+    ticker.phase("loading the web page");
     let t0 = Instant::now();
     tokio::time::timeout(FETCH_TIMEOUT, page::fetch(&client, &sizes, Style::BROWSER))
         .await
         .context("the web page did not load in time")?
         .context("the web page")?;
     let plt = t0.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "  web page: {} objects, {} bytes in all (sizes from the web model), {} connections: loaded in {plt:.2} s = {:.1} RTTs",
         sizes.len(),
         page_bytes,
@@ -196,7 +201,7 @@ async fn demo(
     );
 
     let stats = stack.emulator.stats();
-    println!(
+    outln!(
         "  emulated link: down {} bytes in {} datagrams, up {} bytes in {} datagrams, {} + {} dropped",
         stats.down.sent_bytes,
         stats.down.sent_packets,
@@ -207,7 +212,7 @@ async fn demo(
     );
     let up = after_bulk.up.sent_bytes - before_bulk.up.sent_bytes;
     let down = after_bulk.down.sent_bytes - before_bulk.down.sent_bytes;
-    println!(
+    outln!(
         "    during the large object the uplink carried {up} bytes, {:.3} % of the downlink's {down}",
         100.0 * up as f64 / down.max(1) as f64
     );
@@ -215,7 +220,7 @@ async fn demo(
         let t = &st.totals;
         let get = |ty| t.packets_sent.get(ty);
         use stp::wire::Types;
-        println!(
+        outln!(
             "  gateway STP: {} SDs sent, {} retransmitted; received {} STATs and {} USTATs for {} POLLs",
             get(Types::SD),
             t.retransmitted_packets,
@@ -224,7 +229,7 @@ async fn demo(
             get(Types::POLL)
         );
     }
-    println!(
+    outln!(
         "\n  The seeds' claim: STP matches TCP's forward throughput while using up to ten times less\n  return-channel bandwidth. `satstp bench link` (root) compares against kernel TCP on one link."
     );
     stack.emulator.shutdown().await;

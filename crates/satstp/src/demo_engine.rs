@@ -37,15 +37,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         link.loss = Loss::Random { p: args.loss };
     }
     let cfg = EndpointConfig::default();
-    println!("satstp demo: STP over an emulated GEO path (virtual time, deterministic)");
-    println!(
+    outln!("satstp demo: STP over an emulated GEO path (virtual time, deterministic)");
+    outln!(
         "  path: {:.1} Mb/s each way, {} ms RTT, queue {} bytes (1 BDP), {:.2}% random loss, UDP/IPv4 headers counted",
         RATE_BPS as f64 / 1e6,
         2 * ONE_WAY_MS,
         bdp,
         args.loss * 100.0
     );
-    println!(
+    outln!(
         "  transfer: {} bytes, window congestion control, default parameters\n",
         args.size
     );
@@ -70,14 +70,14 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let secs = done_ns as f64 / 1e9;
     let mss = u32::from(cfg.connection.max_datagram_bytes) - 40;
     let capacity = link.goodput_capacity_bps(mss + 12, mss);
-    println!("  completed in {secs:.2} s; every byte verified (FNV-1a hash of the stream)");
-    println!(
+    outln!("  completed in {secs:.2} s; every byte verified (FNV-1a hash of the stream)");
+    outln!(
         "  goodput {:.3} Mb/s = {:.1}% of the path's payload capacity ({:.3} Mb/s)",
         goodput / 1e6,
         goodput / capacity * 100.0,
         capacity / 1e6
     );
-    println!(
+    outln!(
         "  forward bytes on the wire {}, return-channel bytes {} ({:.3}% of forward, {:.2} kb/s average)",
         r.wire_bytes[0],
         r.wire_bytes[1],
@@ -85,14 +85,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         r.wire_bytes[1] as f64 * 8.0 / secs / 1e3
     );
     if let (Some(a), Some(b)) = (&r.a_stats, &r.b_stats) {
-        println!("\n  {:<7}{:>12}{:>12}", "type", "sender", "receiver");
+        outln!("\n  {:<7}{:>12}{:>12}", "type", "sender", "receiver");
         for (i, (name, _)) in TYPE_NAMES.iter().enumerate() {
-            println!(
+            outln!(
                 "  {name:<7}{:>12}{:>12}",
-                a.packets_sent.0[i], b.packets_sent.0[i]
+                a.packets_sent.0[i],
+                b.packets_sent.0[i]
             );
         }
-        println!(
+        outln!(
             "\n  POLLs piggybacked on SDs {} of {}; retransmitted SDs {}, srtt {:.0} ms, final cwnd {} bytes",
             a.polls_piggybacked,
             a.packets_sent.get(stp::wire::Types::POLL),
@@ -101,7 +102,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             a.cwnd_bytes
         );
     }
-    println!(
+    outln!(
         "\n  For comparison, the seeds (thesis ch. 5) report STP matching TCP's forward throughput on\n  this path while using far less return bandwidth: about 5 kb/s on average versus 17 kb/s\n  (TCP Reno) and 21 kb/s (TCP SACK) across their simulations."
     );
     Ok(())

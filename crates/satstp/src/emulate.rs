@@ -77,10 +77,10 @@ pub struct UdpArgs {
     #[arg(long, conflicts_with_all = ["delay", "leo"])]
     delay_trace: Option<PathBuf>,
     /// Random packet loss of each direction, as a fraction from 0 to 1.
-    #[arg(long, conflicts_with = "ber")]
+    #[arg(long, conflicts_with = "ber", allow_negative_numbers = true)]
     loss: Option<f64>,
     /// Bit-error rate of each direction, from 0 to 1.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     ber: Option<f64>,
     /// Seed of the links' random generators.
     #[arg(long, default_value_t = 1)]
@@ -88,8 +88,9 @@ pub struct UdpArgs {
     /// Stop after this long (e.g. 30s) instead of waiting for Ctrl-C.
     #[arg(long, value_parser = parse_duration_ns)]
     duration: Option<u64>,
-    /// Write the counters as JSON to this file at exit.
-    #[arg(long)]
+    /// The counters as JSON at exit: --json (or --json -) prints them on standard output
+    /// instead of the text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
 }
 
@@ -164,7 +165,7 @@ pub fn leo_path(
         return Ok(None);
     };
     let l = crate::leo::leo_link(spec, duration_ns.map(|d| d as f64 / 1e9))?;
-    println!("LEO path {}", l.summary);
+    outln!("LEO path {}", l.summary);
     Ok(Some(l))
 }
 
@@ -247,7 +248,12 @@ pub fn link_configs(args: &LinkFlags, ip_level: bool) -> Result<(LinkConfig, Lin
 }
 
 fn udp(args: &UdpArgs) -> Result<()> {
+    if args.duration == Some(0) {
+        bail!("--duration 0s: a run must last; give a positive duration (e.g. 30s) or leave it out to run until Ctrl-C");
+    }
     let (up, down) = links(args)?;
+    crate::outpath::json_start(&args.json)?;
+
     let describe = |l: &LinkConfig| {
         let delay_ms = match l.delay {
             Delay::Fixed(d) => format!("{:.1} ms", d as f64 / 1e6),
@@ -277,14 +283,14 @@ fn udp(args: &UdpArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     let (stats, seconds) = runtime.block_on(async {
         let emu = UdpEmulator::start(config).await?;
-        println!(
+        outln!(
             "relaying terminal side {} <-> gateway {} (from {})",
             emu.local_addr(),
             args.to,
             emu.gateway_side_addr()
         );
-        println!("  up   {up_text}");
-        println!("  down {down_text}");
+        outln!("  up   {up_text}");
+        outln!("  down {down_text}");
         let start = std::time::Instant::now();
         match args.duration {
             Some(ns) => tokio::select! {
@@ -299,24 +305,20 @@ fn udp(args: &UdpArgs) -> Result<()> {
         anyhow::Ok((emu.shutdown().await, seconds))
     })?;
     print_stats(&stats, seconds);
-    if let Some(path) = &args.json {
-        let value = json!({
-            "seconds": seconds,
-            "up": direction_json(&stats.up, &up),
-            "down": direction_json(&stats.down, &down),
-        });
-        let text = serde_json::to_string_pretty(&value)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    let value = json!({
+        "seconds": seconds,
+        "up": direction_json(&stats.up, &up),
+        "down": direction_json(&stats.down, &down),
+    });
+    crate::outpath::write_json(&args.json, &value)?;
     Ok(())
 }
 
 fn print_stats(stats: &EmulatorStats, seconds: f64) {
-    println!("after {seconds:.1} s:");
+    outln!("after {seconds:.1} s:");
     for (name, s) in [("up", &stats.up), ("down", &stats.down)] {
         let l = &s.link;
-        println!(
+        outln!(
             "  {name:<4} received {} pkts / {} B, sent {} pkts / {} B; dropped {} (queue {}, red {}, \
              error {}, outage {}, schedule {}, no terminal {}); duplicated {}, corrupted {}, \
              ignored {}, still in flight {}",

@@ -18,12 +18,12 @@ pub fn run(args: &KeygenArgs) -> Result<()> {
     match &args.out {
         Some(prefix) => {
             let (key, publ) = pep::keys::write_keypair(prefix, &private, &public)?;
-            println!("private key: {}", key.display());
-            println!("public key:  {} ({public})", publ.display());
+            outln!("private key: {}", key.display());
+            outln!("public key:  {} ({public})", publ.display());
         }
         None => {
-            println!("private {}", private.to_hex());
-            println!("public  {public}");
+            outln!("private {}", private.to_hex());
+            outln!("public  {public}");
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! figures beside ours and says whether the seeds' conclusion holds.
 
 use crate::repro_report::{record_verdict, write_outputs};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -34,7 +34,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
     let all = all()?;
     if args.list {
         for (r, _) in &all {
-            println!("{:<20} {}  [{}]", r.name, r.title, r.source);
+            outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
         }
         crate::leo::reproduce::list();
         crate::web_reproduce::list()?;
@@ -49,8 +49,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             bail!("unknown reproduction '{n}' (see --list)");
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    crate::outpath::dir("--out", &args.out)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
     for (r, template) in all
@@ -58,17 +57,20 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
         .filter(|(r, _)| args.names.is_empty() || args.names.contains(&r.name))
     {
         let t0 = std::time::Instant::now();
-        eprintln!("{}: {}", r.name, r.title);
+        crate::progress::note(&format!("{}: {}", r.name, r.title));
         if let Some(shard) = args.shard {
             crate::shard::run_repro_shard(r, template, args.quick, shard, &args.out)?;
             continue;
         }
         let res = r.run(template, args.quick, threads, &|case| {
-            eprintln!("  running {case}")
+            crate::progress::show(&format!(
+                "  running {case} ({:.0} s)",
+                t0.elapsed().as_secs_f64()
+            ))
         })?;
         write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
         record_verdict(&args.out.join("verdicts.json"), &res)?;
-        eprintln!(
+        crate::progress::note(&format!(
             "  done in {:.1} s: seeds' conclusion {}",
             t0.elapsed().as_secs_f64(),
             if res.conclusion_holds {
@@ -76,7 +78,7 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             } else {
                 "does NOT hold"
             }
-        );
+        ));
     }
     crate::leo::reproduce::run(&args.names, args.quick, &args.out)?;
     // The web reproductions (short transfers, issue 15) have no sharded form: run them whole.

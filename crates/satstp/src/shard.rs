@@ -54,7 +54,7 @@ pub fn run_sim_shard(
     let n = partial.replications.len();
     let name = partial_name("sim-", &partial.scenario, shard);
     let path = write_partial(out, &name, &PartialFile::Sim(partial))?;
-    println!(
+    outln!(
         "shard {shard}: {n} of {runs} replications in {:.2} s; partial result {}",
         started.elapsed().as_secs_f64(),
         path.display()
@@ -121,6 +121,7 @@ fn partial_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 pub fn merge(args: &MergeArgs) -> Result<()> {
+    crate::outpath::dir("--out", &args.out)?;
     let mut sims: BTreeMap<String, Vec<SimPartial>> = BTreeMap::new();
     let mut repros: BTreeMap<String, Vec<ReproPartial>> = BTreeMap::new();
     for f in partial_files(&args.inputs)? {
@@ -133,16 +134,15 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
             PartialFile::Reproduction(r) => repros.entry(r.name.clone()).or_default().push(r),
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
     for (name, parts) in sims {
         let n = parts.len();
         let summary = netsim::shard::merge_sim(parts)?;
         crate::summary_table::print_table(&summary);
         let path = args.out.join(format!("{name}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&summary)?)
+        // As `sim --json FILE` writes it (one document and a newline).
+        std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("  merged {n} shards of sim {name}: {}", path.display());
+        outln!("  merged {n} shards of sim {name}: {}", path.display());
     }
     if repros.is_empty() {
         return Ok(());

@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use netsim::metrics::Confidence;
 use netsim::scenario::{run_replicated, Replication, Scenario, DEFAULT_MAX_RUNS};
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -19,13 +18,14 @@ pub struct SimArgs {
     #[arg(long)]
     max_runs: Option<u32>,
     /// Confidence level of the intervals: 0.95 or 0.99 (default: the scenario's, else 0.95).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     confidence: Option<f64>,
     /// Seed of the first replication (default: the scenario's `seed`).
     #[arg(long)]
     seed: Option<u64>,
-    /// Also write the results as JSON to this path.
-    #[arg(long)]
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
     /// Write every link's packets of the first replication to DIR/LINK.pcap (Wireshark, tshark).
     #[arg(long)]
@@ -40,6 +40,23 @@ pub struct SimArgs {
 }
 
 fn replication(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
+    if args.max_runs == Some(0) {
+        bail!("--max-runs 0: the cap must be at least 1 run");
+    }
+    let rule = replication_rule(args, scenario)?;
+    match (args.max_runs, rule) {
+        (Some(_), Replication::Fixed { runs }) => {
+            bail!(
+            "--max-runs caps a replicate-until rule (--runs until-5%); this run has a fixed count \
+             of {runs} (from {})",
+            if args.runs.is_some() { "--runs" } else { "the scenario's runs" }
+        )
+        }
+        _ => Ok(rule),
+    }
+}
+
+fn replication_rule(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
     let Some(r) = &args.runs else {
         let mut rule = scenario.replication()?;
         if let (Some(cap), Replication::Until { max_runs, .. }) = (args.max_runs, &mut rule) {
@@ -49,7 +66,7 @@ fn replication(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
     };
     if let Ok(n) = r.parse::<u32>() {
         if n == 0 || n > 10_000 {
-            bail!("--runs must be between 1 and 10000, got {n}");
+            bail!("--runs {n}: must be from 1 to 10000");
         }
         return Ok(Replication::Fixed { runs: n });
     }
@@ -72,17 +89,23 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         None => scenario.confidence()?,
     };
     let seed = args.seed.unwrap_or(scenario.seed);
+    crate::outpath::json_start(&args.json)?;
+    if let Some(dir) = &args.pcap {
+        crate::outpath::dir("--pcap", dir)?;
+    }
+    if args.shard.is_some() {
+        crate::outpath::dir("--shard-out", &args.shard_out)?;
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
     let progress = |done: u32, total: u32| {
         if total > 1 {
-            eprint!("\r  replication {done} done (at most {total})");
-            let _ = std::io::stderr().flush();
+            crate::progress::show(&format!(
+                "  replication {done} done (at most {total}), {:.0} s",
+                started.elapsed().as_secs_f64()
+            ));
         }
     };
-    if let Some(dir) = &args.pcap {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
     if let Some(shard) = args.shard {
         // A shard runs its share of a fixed count; a rule decides as it goes and cannot be split.
         let Replication::Fixed { runs } = rule else {
@@ -109,7 +132,7 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         &progress,
         args.pcap.as_deref(),
     )?;
-    eprintln!();
+    crate::progress::clear();
     crate::summary_table::print_table(&summary);
     let rule_text = match (summary.replication.rule, summary.replication.converged) {
         (Replication::Until { percent, .. }, Some(true)) => {
@@ -127,7 +150,7 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         ),
         _ => String::new(),
     };
-    println!(
+    outln!(
         "  {} replications{rule_text}, seed {}..{}, {:.1} s simulated each; {} events in {:.2} s wall time",
         summary.runs,
         seed,
@@ -136,9 +159,6 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         summary.events,
         started.elapsed().as_secs_f64()
     );
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&summary)?;
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    crate::outpath::write_json(&args.json, &summary)?;
     Ok(())
 }

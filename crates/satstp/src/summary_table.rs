@@ -6,11 +6,12 @@ use netsim::scenario::Summary;
 /// Prints `s` as the flow and link tables.
 pub(crate) fn print_table(s: &Summary) {
     let pct = s.confidence * 100.0;
-    println!(
+    outln!(
         "scenario {} ({} runs, mean ± {pct:.0}% CI)",
-        s.scenario, s.runs
+        s.scenario,
+        s.runs
     );
-    println!(
+    outln!(
         "  {:<18} {:<10} {:>22} {:>17} {:>20} {:>16} {:>9} {:>9}",
         "flow",
         "protocol",
@@ -25,7 +26,7 @@ pub(crate) fn print_table(s: &Summary) {
         let completion = f
             .completion_s
             .map_or("-".to_string(), |c| format!("{:.2} ± {:.2}", c.mean, c.ci));
-        println!(
+        outln!(
             "  {:<18} {:<10} {:>22} {:>17} {:>20} {:>16} {:>9.1} {:>9.1}",
             f.name,
             f.protocol,
@@ -46,12 +47,13 @@ pub(crate) fn print_table(s: &Summary) {
         );
     }
     if let Some(j) = s.fairness {
-        println!(
+        outln!(
             "  Jain's fairness index over the flows: {:.3} ± {:.3}",
-            j.mean, j.ci
+            j.mean,
+            j.ci
         );
     }
-    println!(
+    outln!(
         "  {:<24} {:>18} {:>22} {:>12} {:>12} {:>12} {:>12}",
         "link",
         "utilization",
@@ -62,7 +64,7 @@ pub(crate) fn print_table(s: &Summary) {
         "outage drops"
     );
     for l in &s.links {
-        println!(
+        outln!(
             "  {:<24} {:>18} {:>22} {:>12.0} {:>12.1} {:>12.1} {:>12.1}",
             l.name,
             format!("{:.3} ± {:.3}", l.utilization.mean, l.utilization.ci),

@@ -44,7 +44,7 @@ pub fn all() -> Result<Vec<WebRepro>> {
 
 pub fn list() -> Result<()> {
     for r in all()? {
-        println!("{:<20} {}  [{}]", r.name, r.title, r.source);
+        outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
     }
     Ok(())
 }
@@ -56,7 +56,7 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
         if !selected.is_empty() && !selected.contains(&r.name) {
             continue;
         }
-        eprintln!("{}: {}", r.name, r.title);
+        crate::progress::note(&format!("{}: {}", r.name, r.title));
         let t0 = std::time::Instant::now();
         let res = r
             .run(quick, threads)
@@ -69,14 +69,14 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             res.conclusion_holds,
             res.claims.iter().map(|c| c.holds).collect(),
         )?;
-        eprintln!(
+        crate::progress::note(&format!(
             "  done in {wall:.1} s: seeds' conclusion {}",
             if res.conclusion_holds {
                 "holds"
             } else {
                 "does NOT hold"
             }
-        );
+        ));
     }
     Ok(())
 }

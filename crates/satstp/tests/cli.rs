@@ -308,3 +308,173 @@ fn sim_replicates_until_the_rule_and_reports_99_percent_intervals() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("until-forever"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The write end of a pipe whose read end is already closed: every write to it fails as a
+/// write to `| head` does once head has gone.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe() fills two descriptors we then own; the read end is closed at once.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::process::Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// `satstp … | head -1`: a reader that goes away ends every printing subcommand quietly, with
+/// the status of a process ended by SIGPIPE (141), never a panic. The read end is closed before
+/// the process starts, so every case meets a closed pipe; one case also reads one line first.
+#[test]
+fn a_closed_stdout_ends_every_printing_subcommand_quietly() {
+    let dir = temp_dir("pipe");
+    let scenario = dir.join("s.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"s\"\nduration = \"2s\"\nruns = 1\n[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+         [[link]]\na = \"a\"\nb = \"b\"\nrate = \"1Mbps\"\ndelay = \"10ms\"\nqueue_packets = 10\n\
+         [[flow]]\nname = \"f\"\nprotocol = \"stp\"\nfrom = \"a\"\nto = \"b\"\nbytes = \"10KB\"\n",
+    )
+    .unwrap();
+    let s = scenario.to_string_lossy().to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["leo", "list"],
+        vec!["leo", "tle"],
+        vec![
+            "leo",
+            "trace",
+            "--from",
+            "London",
+            "--to",
+            "Paris",
+            "--duration",
+            "10s",
+        ],
+        vec!["reproduce", "--list"],
+        vec!["demo", "--engine", "--size", "100KB"],
+        vec!["sim", &s],
+        vec!["sim", "--json", "-", &s],
+        vec!["keygen"],
+        vec!["bench", "engine", "--bytes", "1MB"],
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["--help"],
+    ];
+    for args in &cases {
+        let o = satstp()
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // clap's own --help ignores a closed pipe and exits 0; our printing ends with 141.
+        let ok = if args[0] == "--help" {
+            [0, 0]
+        } else {
+            [141, 141]
+        };
+        assert!(
+            o.status.code().is_some_and(|c| ok.contains(&c)),
+            "{args:?}: {:?} {err}",
+            o.status
+        );
+    }
+    // As a shell runs `satstp leo list | head -1`: one line read, then the reader goes away.
+    let mut child = satstp()
+        .args(["leo", "list"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first, "constellations:\n");
+    let status = child.wait().unwrap();
+    assert!(matches!(status.code(), Some(0 | 141)), "{status:?}");
+}
+
+/// `--version` names the commit the binary was built from (or says it is unknown).
+#[test]
+fn version_names_the_commit() {
+    let o = satstp().arg("--version").output().unwrap();
+    assert!(o.status.success());
+    let v = String::from_utf8(o.stdout).unwrap();
+    assert!(v.starts_with("satstp "), "{v}");
+    let commit = v
+        .split("(commit ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no commit in {v}"));
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{v}"
+    );
+}
+
+/// Completions and the man page come from the same definitions as the parser: every
+/// subcommand is in both.
+#[test]
+fn completions_and_man_page_cover_every_subcommand() {
+    let bash = satstp().args(["completions", "bash"]).output().unwrap();
+    assert!(bash.status.success());
+    let bash = String::from_utf8(bash.stdout).unwrap();
+    let man = satstp().arg("man").output().unwrap();
+    assert!(man.status.success());
+    let man = String::from_utf8(man.stdout).unwrap();
+    assert!(man.contains(".TH satstp 1"), "{man}");
+    for sub in [
+        "demo",
+        "sim",
+        "reproduce",
+        "bench",
+        "emulate",
+        "leo",
+        "terminal",
+        "gateway",
+        "keygen",
+        "merge",
+    ] {
+        assert!(bash.contains(sub), "completions lack {sub}");
+        assert!(man.contains(sub), "man page lacks {sub}");
+    }
+    for shell in ["zsh", "fish"] {
+        let o = satstp().args(["completions", shell]).output().unwrap();
+        assert!(o.status.success() && !o.stdout.is_empty(), "{shell}");
+    }
+    let dir = temp_dir("man");
+    let o = satstp().args(["man", "--out"]).arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.join("satstp.1").exists());
+    assert!(dir.join("satstp-leo-trace.1").exists());
+}
+
+/// `--json` is one convention: alone it puts one JSON document on standard output (the text
+/// goes to standard error); with a file it writes the file.
+#[test]
+fn json_alone_is_one_document_on_stdout() {
+    let dir = temp_dir("json");
+    let o = satstp()
+        .args(["bench", "engine", "--bytes", "1MB", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["benchmark"], "engine");
+    let file = dir.join("e.json");
+    let o = satstp()
+        .args(["bench", "engine", "--bytes", "1MB", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("payload throughput"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["benchmark"], "engine");
+}

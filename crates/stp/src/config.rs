@@ -188,15 +188,18 @@ impl Config {
                 return Err(bad("congestion.rate_bps", "must be at least 1000 bit/s"));
             }
             if max_queue_delay_ms == 0 || max_queue_delay_ms > 60_000 {
-                return Err(bad("congestion.max_queue_delay_ms", "must be 1..=60000"));
+                return Err(bad(
+                    "congestion.max_queue_delay_ms",
+                    "must be from 1 to 60000",
+                ));
             }
         }
         if matches!(self.window_rtt_backoff_ms, Some(ms) if ms == 0 || ms > 600_000) {
-            return Err(bad("window_rtt_backoff_ms", "must be 1..=600000"));
+            return Err(bad("window_rtt_backoff_ms", "must be from 1 to 600000"));
         }
         if let InitialWindow::Packets(n) = self.initial_window {
             if n == 0 || n > 1000 {
-                return Err(bad("initial_window", "must be 1..=1000 packets"));
+                return Err(bad("initial_window", "must be from 1 to 1000 packets"));
             }
         }
         if let (Some(lo), Some(hi)) = (self.min_rate_bps, self.max_rate_bps) {
@@ -211,13 +214,13 @@ impl Config {
             return Err(bad("reverse_rate_bps", "must be at least 100 bit/s"));
         }
         if matches!(self.pacing_gain, Some(g) if !(1.0..=4.0).contains(&g)) {
-            return Err(bad("pacing_gain", "must be 1.0..=4.0"));
+            return Err(bad("pacing_gain", "must be from 1.0 to 4.0"));
         }
         if self.pacing_granularity_us == 0 || self.pacing_granularity_us > 100_000 {
-            return Err(bad("pacing_granularity_us", "must be 1..=100000"));
+            return Err(bad("pacing_granularity_us", "must be from 1 to 100000"));
         }
         if self.polls_per_rtt == 0 || self.polls_per_rtt > 100 {
-            return Err(bad("polls_per_rtt", "must be 1..=100"));
+            return Err(bad("polls_per_rtt", "must be from 1 to 100"));
         }
         if self.min_poll_interval_ms == 0 {
             return Err(bad("min_poll_interval_ms", "must be positive"));
@@ -232,10 +235,10 @@ impl Config {
             return Err(bad("poll_miss_threshold", "must be positive"));
         }
         if self.max_pending_gaps == 0 || self.max_pending_gaps > 65_536 {
-            return Err(bad("max_pending_gaps", "must be 1..=65536"));
+            return Err(bad("max_pending_gaps", "must be from 1 to 65536"));
         }
         if self.initial_rtt_ms == 0 || self.initial_rtt_ms > 60_000 {
-            return Err(bad("initial_rtt_ms", "must be 1..=60000"));
+            return Err(bad("initial_rtt_ms", "must be from 1 to 60000"));
         }
         if self.handshake_timeout_ms == 0 {
             return Err(bad("handshake_timeout_ms", "must be positive"));

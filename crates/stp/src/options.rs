@@ -155,12 +155,7 @@ struct Rate(u64);
 
 impl<'de> Deserialize<'de> for Rate {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Rate(n)),
-            NumberOrText::Text(t) => linkmodel::units::parse_rate_bps(&t)
-                .map(Rate)
-                .map_err(de::Error::custom),
-        }
+        linkmodel::units::serde::rate_bps(d).map(Rate)
     }
 }
 
@@ -170,28 +165,25 @@ struct Size(u64);
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Size(n)),
-            NumberOrText::Text(t) => linkmodel::units::parse_bytes(&t)
-                .map(Size)
-                .map_err(de::Error::custom),
-        }
+        linkmodel::units::serde::bytes(d).map(Size)
     }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrText {
-    Number(u64),
-    Text(String),
 }
 
 /// `initial_window`: packets (bare or quoted) or "4kss".
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(from = "linkmodel::units::serde::CountOrText")]
 enum WindowText {
     Packets(u32),
     Named(String),
+}
+
+impl From<linkmodel::units::serde::CountOrText> for WindowText {
+    fn from(v: linkmodel::units::serde::CountOrText) -> WindowText {
+        match v {
+            linkmodel::units::serde::CountOrText::Count(n) => WindowText::Packets(n),
+            linkmodel::units::serde::CountOrText::Text(t) => WindowText::Named(t),
+        }
+    }
 }
 
 /// Declares the table as written ([`RawOptions`]) and its map visitor: each key deserialized
@@ -367,9 +359,149 @@ impl TryFrom<RawOptions> for ConfigOptions {
     }
 }
 
+/// A TOML error as a person reads it, for every file in this schema's family (the gateway's
+/// configuration, the simulator's scenarios): an unknown key is pointed at itself, not at its
+/// table's header (where the TOML parser points), and Rust type names in the parser's message
+/// are put in words with their range (`expected u16` → `expected a whole number from 0 to
+/// 65535`). `shown` is the parser's own text, returned unchanged when neither applies.
+pub fn toml_error_in_words(
+    text: &str,
+    shown: &str,
+    message: &str,
+    span: Option<std::ops::Range<usize>>,
+) -> String {
+    let worded = type_names_in_words(message);
+    let key_span = span.clone().and_then(|sp| {
+        let key = message.strip_prefix("unknown field `")?.split('`').next()?;
+        find_key(text, sp.start, key)
+    });
+    if worded == message && key_span.is_none() {
+        return shown.to_string();
+    }
+    match key_span.or(span) {
+        Some(sp) => render(text, &worded, sp),
+        None => worded,
+    }
+}
+
+/// Serde's type names in words.
+fn type_names_in_words(message: &str) -> String {
+    let mut out = message.to_string();
+    for (name, words) in [
+        ("u8", "a whole number from 0 to 255"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u64", "a whole number, 0 or more"),
+        ("usize", "a whole number, 0 or more"),
+        ("i32", "a whole number"),
+        ("i64", "a whole number"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ] {
+        let pattern = format!("expected {name}");
+        let mut from = 0;
+        while let Some(i) = out[from..].find(&pattern).map(|i| i + from) {
+            let end = i + pattern.len();
+            if out[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                from = end;
+                continue;
+            }
+            out.replace_range(i..end, &format!("expected {words}"));
+            from = i;
+        }
+    }
+    if let Some(i) = out.find("data did not match any variant of untagged enum") {
+        out.replace_range(i.., "the value has none of the forms this key accepts");
+    }
+    out
+}
+
+/// The span of `key` as written in the table that starts at byte `table_start`: the first line
+/// of that table (up to the next header) that assigns it.
+fn find_key(text: &str, table_start: usize, key: &str) -> Option<std::ops::Range<usize>> {
+    let line_start = text.get(..table_start)?.rfind('\n').map_or(0, |i| i + 1);
+    let mut offset = line_start;
+    for (n, line) in text[line_start..].split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_start();
+        if n > 0 && trimmed.starts_with('[') {
+            return None;
+        }
+        let indent = line.len() - trimmed.len();
+        for candidate in [key.to_string(), format!("\"{key}\"")] {
+            if let Some(rest) = trimmed.strip_prefix(candidate.as_str()) {
+                if rest.trim_start().starts_with(['=', '.']) {
+                    let start = offset + indent;
+                    return Some(start..start + candidate.len());
+                }
+            }
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The parser's layout: where, the line, carets under the span, the message.
+fn render(text: &str, message: &str, span: std::ops::Range<usize>) -> String {
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[line_start..line_end].trim_end_matches('\r');
+    let line_no = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let width = text
+        .get(start..span.end.min(line_end).max(start))
+        .map_or(1, |s| s.chars().count().max(1));
+    let gutter = " ".repeat(line_no.to_string().len());
+    format!(
+        "TOML parse error at line {line_no}, column {column}\n{gutter} |\n{line_no} | {line}\n\
+         {gutter} | {}{}\n{message}\n",
+        " ".repeat(column - 1),
+        "^".repeat(width)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toml_errors_point_at_the_key_and_name_no_rust_type() {
+        #[derive(Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct T {
+            a: u16,
+            #[serde(default)]
+            b: u32,
+        }
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct F {
+            t: T,
+        }
+        let words = |text: &str| {
+            let e = toml::from_str::<F>(text).unwrap_err();
+            toml_error_in_words(text, &e.to_string(), e.message(), e.span())
+        };
+        let e = words("[t]\na = 1\nbogus = 2\n");
+        assert!(e.contains("line 3, column 1"), "{e}");
+        assert!(e.contains("3 | bogus = 2\n  | ^^^^^\n"), "{e}");
+        let e = words("[t]\na = 100000\n");
+        assert!(e.contains("expected a whole number from 0 to 65535"), "{e}");
+        assert!(!e.contains("u16"), "{e}");
+        let e = words("[t]\na = 1\nb = \"600ms\"\n");
+        assert!(
+            e.contains("expected a whole number from 0 to 4294967295"),
+            "{e}"
+        );
+        // Nothing to change: the parser's text as it was.
+        let text = "[t\n";
+        let e = toml::from_str::<F>(text).unwrap_err();
+        assert_eq!(
+            toml_error_in_words(text, &e.to_string(), e.message(), e.span()),
+            e.to_string()
+        );
+    }
 
     fn parse(text: &str) -> Result<ConfigOptions, String> {
         toml::from_str(text).map_err(|e| e.to_string())
@@ -455,6 +587,6 @@ mod tests {
         let e = parse("initial_window = \"huge\"").unwrap_err();
         assert!(e.contains("initial_window"), "{e}");
         let e = parse("reverse_rate_bps = \"5Mbs\"").unwrap_err();
-        assert!(e.contains("unknown rate unit"), "{e}");
+        assert!(e.contains("unknown unit"), "{e}");
     }
 }

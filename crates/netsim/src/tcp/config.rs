@@ -247,7 +247,7 @@ impl TcpConfig {
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), TcpConfigError> {
         if self.mss_bytes == 0 || self.mss_bytes > 65_495 {
-            return Err(bad("mss_bytes", "must be 1..=65495"));
+            return Err(bad("mss_bytes", "must be from 1 to 65495"));
         }
         let mss = u64::from(self.mss_bytes);
         if self.initial_ssthresh_bytes < 2 * mss {
@@ -288,7 +288,7 @@ impl TcpConfig {
             return Err(bad("send_buffer_bytes", "must be positive"));
         }
         if !(1..=4).contains(&self.max_sack_blocks) {
-            return Err(bad("max_sack_blocks", "must be 1..=4"));
+            return Err(bad("max_sack_blocks", "must be from 1 to 4"));
         }
         if self.ack_every_segments == 0 {
             return Err(bad("ack_every_segments", "must be at least 1"));

@@ -259,7 +259,7 @@ impl Rule {
 pub fn check_hostname(h: &str) -> Result<(), String> {
     let h = h.strip_suffix('.').unwrap_or(h);
     if h.is_empty() || h.len() > 253 {
-        return Err("host name must be 1..=253 characters".into());
+        return Err("host name must be from 1 to 253 characters".into());
     }
     for label in h.split('.') {
         if label.is_empty()

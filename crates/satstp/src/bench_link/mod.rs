@@ -78,8 +78,9 @@ pub struct LinkBenchArgs {
     /// Seed of the page's object sizes; run i uses seed + i for the emulated link.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Write the results as JSON to this file.
-    #[arg(long, value_name = "PATH")]
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of
+    /// the text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
     /// Write bar charts (SVG and PNG) to this directory.
     #[arg(long, value_name = "DIR")]
@@ -136,6 +137,13 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     }
     if args.contenders.is_empty() {
         bail!("--contenders: name at least one contender");
+    }
+    crate::outpath::json_start(&args.json)?;
+    if let Some(dir) = &args.out {
+        crate::outpath::dir("--out", dir)?;
+    }
+    if let Some(p) = &args.browser_waterfall {
+        crate::outpath::file("--browser-waterfall", p)?;
     }
     for (i, c) in args.contenders.iter().enumerate() {
         if args.contenders[..i].contains(c) {
@@ -198,7 +206,7 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         match browser::Chromium::find() {
             Ok(c) => Some(c),
             Err(e) => {
-                println!("  browser workload skipped: {e}");
+                outln!("  browser workload skipped: {e}");
                 None
             }
         }
@@ -216,14 +224,14 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         stop: stop.clone(),
     };
     let settings = report::settings_json(args, &plan, &host, bbr.as_ref());
-    println!(
+    outln!(
         "satstp bench link: profile {} ({:.2} Mb/s down, {:.3} Mb/s up, {} ms RTT, drop-tail queues of one BDP)",
         plan.profile,
         down_bps as f64 / 1e6,
         up_bps as f64 / 1e6,
         rtt_ns / 1_000_000
     );
-    println!(
+    outln!(
         "  download {} bytes, upload {} bytes, page of {} objects ({} bytes) over {} connections; {} run(s); socket buffer limits {} bytes",
         plan.size,
         plan.upload_size,
@@ -234,7 +242,7 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         plan.buffer
     );
     if let Some(b) = &plan.browser {
-        println!(
+        outln!(
             "  browser: {} loads the test site ({} objects, {} bytes, chains of dependent requests) in a fresh profile",
             b.path().display(),
             plan.site.objects().len(),
@@ -320,17 +328,14 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         .map(|(c, s, e)| report::result_json(*c, s, e, &plan))
         .collect();
     report::print_table(&plan, &outcomes);
-    println!("  wall time {wall:.0} s");
+    outln!("  wall time {wall:.0} s");
     let report = json!({
         "profile": plan.profile.name(),
         "settings": settings,
         "wall_seconds": wall,
         "results": results,
     });
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("--json: cannot write {}", path.display()))?;
-    }
+    crate::outpath::write_json(&args.json, &report)?;
     if let Some(dir) = &args.out {
         report::write_charts(dir, &plan, &outcomes)?;
     }

@@ -178,7 +178,7 @@ pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>
                 .unwrap_or(0)
         })
         .collect();
-    println!();
+    outln!();
     for r in &rows {
         let line: Vec<String> = r
             .iter()
@@ -192,15 +192,15 @@ pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>
                 }
             })
             .collect();
-        println!("  {}", line.join("  ").trim_end());
+        outln!("  {}", line.join("  ").trim_end());
     }
-    println!(
+    outln!(
         "\n  median (min–max) over runs; uplink B/MB and pkt/MB: IP bytes and packets on the emulated uplink during the download per MB downloaded;\n  retrans B: bytes retransmitted by the download's sender; payload capacity {:.2} Mb/s (downlink × {TCP_MSS}/{MTU})",
         payload_capacity(down_bps) / 1e6
     );
     for (c, _, errors) in outcomes {
         for e in errors {
-            println!("  {c}: {e}");
+            outln!("  {c}: {e}");
         }
     }
 }

@@ -57,10 +57,14 @@ pub struct NetArgs {
     #[arg(long)]
     queue_packets: Option<u32>,
     /// Random packet loss of each direction, as a fraction from 0 to 1.
-    #[arg(long, conflicts_with_all = ["ber", "gilbert_elliott"])]
+    #[arg(long, conflicts_with_all = ["ber", "gilbert_elliott"], allow_negative_numbers = true)]
     loss: Option<f64>,
     /// Bit-error rate of each direction, from 0 to 1.
-    #[arg(long, conflicts_with = "gilbert_elliott")]
+    #[arg(
+        long,
+        conflicts_with = "gilbert_elliott",
+        allow_negative_numbers = true
+    )]
     ber: Option<f64>,
     /// Gilbert–Elliott burst loss of each direction: P_GOOD_TO_BAD,P_BAD_TO_GOOD,LOSS_GOOD,LOSS_BAD
     /// (per-packet probabilities, e.g. 0.01,0.3,0,0.5).
@@ -267,6 +271,9 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 pub fn run(args: &NetArgs) -> Result<()> {
     let config = config(args)?;
+    if let Some(p) = &args.stats {
+        crate::outpath::file("--stats", p)?;
+    }
     net::check_support()?;
     let up_text = describe(&config.up, config.up_rate_trace.as_ref());
     let down_text = describe(&config.down, config.down_rate_trace.as_ref());

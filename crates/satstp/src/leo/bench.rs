@@ -25,17 +25,18 @@ pub struct LeoBenchArgs {
     #[arg(long, default_value_t = 100)]
     terminals: usize,
     /// Orbit time covered.
-    #[arg(long, default_value = "600s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "600s", value_parser = parse_seconds, allow_negative_numbers = true)]
     duration: f64,
     /// Recompute every this long.
-    #[arg(long, default_value = "1s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "1s", value_parser = parse_seconds, allow_negative_numbers = true)]
     step: f64,
     /// Threads (the instants are split between them).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    /// Results as JSON: --json (or --json -) prints them on standard output instead of the
+    /// text; --json FILE writes them to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<std::path::PathBuf>,
     /// Instead: the constellation as a packet network in the simulator (netsim::leo_net):
     /// --flows TCP bulk flows between the terminals for --duration, forwarding state swapped
     /// every --step; prints events per second and wall time.
@@ -56,6 +57,7 @@ pub struct LeoBenchArgs {
 }
 
 pub fn run(a: &LeoBenchArgs) -> Result<()> {
+    crate::outpath::json_start(&a.json)?;
     if a.terminals < 2 {
         bail!("--terminals must be at least 2");
     }
@@ -101,10 +103,9 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
             )
         })
         .collect();
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
+    crate::outpath::write_json(
+        &a.json,
+        &serde_json::json!({
                 "constellation": c.name(), "satellites": c.count(), "terminals": a.terminals,
                 "snapshots": r.snapshots, "threads": a.threads, "attach": policy.name(),
                 "paths": r.paths, "unreachable": r.unreachable, "wall_s": wall,
@@ -113,10 +114,10 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
                 "fstate_bytes": sink.bytes,
                 "fstate_entries_per_step": (c.count() + t.len()) * t.len(),
                 "never_covered": never, "partly_covered": partly,
-            })
-        );
-    } else {
-        println!(
+        }),
+    )?;
+    {
+        outln!(
             "{} ({} satellites), {} terminals, {} instants every {} s, {} thread(s)",
             c.name(),
             c.count(),
@@ -125,15 +126,15 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
             a.step,
             a.threads
         );
-        println!(
+        outln!(
             "  pair delays ({} attachment): {} paths ({} pairs without a path), mean one-way {:.2} ms",
             policy.name(),
             r.paths,
             r.unreachable,
             mean_ms
         );
-        println!("    wall time {wall:.2} s, {pps:.0} paths/s");
-        println!(
+        outln!("    wall time {wall:.2} s, {pps:.0} paths/s");
+        outln!(
             "  forwarding state (joint, min-delay; {} entries per instant): wall time {fwall:.2} s \
              ({:.1} ms per instant), {} CSV lines of changes, {:.1} MB",
             (c.count() + t.len()) * t.len(),
@@ -142,13 +143,13 @@ pub fn run(a: &LeoBenchArgs) -> Result<()> {
             sink.bytes as f64 / 1e6
         );
         if !never.is_empty() {
-            println!(
+            outln!(
                 "  never covered (no satellite above the mask): {}",
                 never.join(", ")
             );
         }
         if !partly.is_empty() {
-            println!("  covered part of the time: {}", partly.join(", "));
+            outln!("  covered part of the time: {}", partly.join(", "));
         }
     }
     Ok(())
@@ -200,21 +201,18 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
     let mut g = r.goodput_bps.clone();
     g.sort_by(f64::total_cmp);
     let eps = r.events as f64 / r.run_s.max(1e-9);
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
+    crate::outpath::write_json(
+        &a.json,
+        &serde_json::json!({
                 "constellation": c.name(), "satellites": c.count(), "stations": t.len(),
                 "flows": a.flows, "variant": a.variant, "duration_s": a.duration,
                 "events": r.events, "build_s": r.build_s, "run_s": r.run_s,
                 "events_per_s": eps, "route_changes": r.route_changes,
                 "received_packets": r.received_packets, "reordered_packets": r.reordered_packets,
                 "goodput_bps": r.goodput_bps, "undeliverable": r.undeliverable,
-            })
-        );
-        return Ok(());
-    }
-    println!(
+        }),
+    )?;
+    outln!(
         "{} ({} satellites) as a packet network: {} ground stations, {} {} flows, {} s, routes every {} s",
         c.name(),
         c.count(),
@@ -224,7 +222,7 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         a.duration,
         a.step
     );
-    println!(
+    outln!(
         "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {eps:.0} events/s; {} route entries changed after the first step; {} of {} packets received out of sending order",
         r.build_s + r.run_s,
         r.build_s,
@@ -235,7 +233,7 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         r.received_packets
     );
     if let (Some(lo), Some(hi)) = (g.first(), g.last()) {
-        println!(
+        outln!(
             "  goodput per flow: min {:.2}, median {:.2}, max {:.2} Mb/s; total {:.1} Mb/s; {} packets without a route",
             lo / 1e6,
             g[g.len() / 2] / 1e6,

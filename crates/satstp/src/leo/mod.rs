@@ -73,13 +73,13 @@ pub struct ConstellationArgs {
     #[arg(long)]
     tle: Option<PathBuf>,
     /// Elevation mask in degrees (default: the preset's; 25 for TLE input).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     mask: Option<f64>,
     /// Cross-seam ISLs of a star preset: on or off (default: the preset's).
     #[arg(long)]
     cross_seam: Option<OnOff>,
     /// Latitude above which inter-plane ISLs are off, in degrees (default 70).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     isl_latitude: Option<f64>,
     /// Altitude of a preset's shell in km (default: the preset's).
     #[arg(long, conflicts_with = "tle")]
@@ -98,6 +98,17 @@ pub enum OnOff {
 
 impl ConstellationArgs {
     pub fn build(&self) -> Result<Constellation> {
+        // The flags' ranges, checked here so that errors name the flag, not the model's field.
+        if let Some(m) = self.mask {
+            if !(0.0..90.0).contains(&m) {
+                bail!("--mask {m}: the elevation mask must be at least 0 and below 90 degrees");
+            }
+        }
+        if let Some(l) = self.isl_latitude {
+            if !(0.0..=90.0).contains(&l) {
+                bail!("--isl-latitude {l}: must be from 0 to 90 degrees");
+            }
+        }
         let mut c = match &self.tle {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
@@ -127,9 +138,6 @@ impl ConstellationArgs {
             }
             Constellation::Tle(t) => {
                 if let Some(m) = self.mask {
-                    if !(0.0..90.0).contains(&m) {
-                        bail!("--mask must be within 0..90 degrees, got {m}");
-                    }
                     t.elevation_mask_deg = m;
                 }
                 if let Some(l) = self.isl_latitude {
@@ -159,13 +167,13 @@ pub struct TraceArgs {
     #[arg(long, default_value = "min-delay")]
     routing: String,
     /// Length of the trace (e.g. 1h, 600s).
-    #[arg(long, default_value = "1h", value_parser = parse_seconds)]
+    #[arg(long, default_value = "1h", value_parser = parse_seconds, allow_negative_numbers = true)]
     duration: f64,
     /// Sampling step (e.g. 10ms).
-    #[arg(long, default_value = "10ms", value_parser = parse_seconds)]
+    #[arg(long, default_value = "10ms", value_parser = parse_seconds, allow_negative_numbers = true)]
     step: f64,
     /// Orbit time at which the trace starts (e.g. 57600s).
-    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "0s", value_parser = parse_seconds, allow_negative_numbers = true)]
     start: f64,
     /// Which satellites the ends use: highest (each its highest satellite, the thesis'), first
     /// (the first above the mask) or joint (both chosen with the route). Default: highest for
@@ -185,7 +193,7 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Write a line only when the delay moved by at least this much (e.g. 10us).
-    #[arg(long, default_value = "10us", value_parser = parse_seconds)]
+    #[arg(long, default_value = "10us", value_parser = parse_seconds, allow_negative_numbers = true)]
     min_change: f64,
     /// Output file (default: standard output).
     #[arg(long)]
@@ -207,7 +215,7 @@ pub struct MapArgs {
     #[command(flatten)]
     constellation: ConstellationArgs,
     /// Orbit time of the snapshot (e.g. 0s).
-    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "0s", value_parser = parse_seconds, allow_negative_numbers = true)]
     time: f64,
     /// Places to mark: a file of 'NAME, LAT, LON' lines.
     #[arg(long)]
@@ -217,20 +225,11 @@ pub struct MapArgs {
     out: PathBuf,
 }
 
-/// A duration in seconds: the simulator's units (ns, us, ms, s, min) plus h.
+/// A duration in seconds, in the units of every duration (`linkmodel::units`: ns … h, d).
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    if let Some(h) = t.strip_suffix('h') {
-        let v: f64 = h
-            .trim()
-            .parse()
-            .map_err(|_| format!("duration '{s}' is not a number of hours"))?;
-        if !(v.is_finite() && (0.0..1e6).contains(&v)) {
-            return Err(format!("duration '{s}' is out of range"));
-        }
-        return Ok(v * 3600.0);
-    }
-    netsim::units::parse_duration_ns(t).map(|ns| ns as f64 / 1e9)
+    netsim::units::parse_duration_ns(s)
+        .map(|ns| ns as f64 / 1e9)
+        .map_err(|e| e.to_string())
 }
 
 /// Parses a --handoff value.
@@ -271,10 +270,10 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
     match cmd {
         LeoCommand::Trace(a) => trace(a),
         LeoCommand::List => {
-            println!("constellations:");
+            outln!("constellations:");
             for p in PRESETS {
                 let s = Shell::preset(p)?;
-                println!(
+                outln!(
                     "  {:<13} {:>4} satellites, {} planes x {}, {} km, {}°, mask {}°, period {:.1} min",
                     p,
                     s.count(),
@@ -286,13 +285,16 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
                     s.period_s() / 60.0
                 );
             }
-            println!("cities:");
+            outln!("cities:");
             for (n, la, lo) in CITIES {
-                println!("  {n:<14} {la:>9.4} {lo:>10.4}");
+                outln!("  {n:<14} {la:>9.4} {lo:>10.4}");
             }
             Ok(())
         }
         LeoCommand::Tle(a) => {
+            if let Some(p) = &a.out {
+                crate::outpath::file("--out", p)?;
+            }
             let shell = Shell::from_spec(&a.constellation)?;
             write_out(a.out.as_ref(), &shell_to_tles(&shell))?;
             // What the file cannot carry, so that routing over it read back differs.
@@ -312,6 +314,7 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
         }
         LeoCommand::Fstate(a) => fstate_cmd(a),
         LeoCommand::Map(a) => {
+            crate::outpath::prefix("--out", &a.out, &["svg", "png"])?;
             let c = a.constellation.build()?;
             let snap = c.snapshot(a.time);
             let places = match &a.places {
@@ -352,7 +355,7 @@ fn write_out(out: Option<&PathBuf>, text: &str) -> Result<()> {
     match out {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
         None => {
-            print!("{text}");
+            out!("{text}");
             Ok(())
         }
     }
@@ -380,7 +383,13 @@ fn trace(a: &TraceArgs) -> Result<()> {
         .transpose()?;
     spec.switch_margin_s = a.switch_margin;
     spec.seed = a.seed;
+    if let Some(p) = &a.out {
+        crate::outpath::file("--out", p)?;
+    }
+    let ticker = crate::progress::Ticker::start("leo trace");
+    ticker.phase(&format!("{} -> {}", spec.from.name, spec.to.name));
     let tr = compute(&c, &spec)?;
+    drop(ticker);
     let text = tr.to_text(a.min_change);
     write_out(a.out.as_ref(), &text)?;
     if let (Some(lo), Some(hi)) = (tr.delays().reduce(f64::min), tr.delays().reduce(f64::max)) {

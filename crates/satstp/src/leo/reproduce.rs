@@ -105,7 +105,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 pub fn list() {
     for (n, t, s) in LIST {
-        println!("{n:<20} {t}  [{s}]");
+        outln!("{n:<20} {t}  [{s}]");
     }
 }
 
@@ -116,7 +116,7 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
         if !selected.is_empty() && !selected.iter().any(|s| s == name) {
             continue;
         }
-        eprintln!("{name}: {title}");
+        crate::progress::note(&format!("{name}: {title}"));
         let t0 = std::time::Instant::now();
         let sec = match name {
             "leo-pings" => figs::pings(&mut data, quick, out)?,
@@ -132,10 +132,10 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
         let wall = t0.elapsed().as_secs_f64();
         let holds = sec.claims.iter().all(|c| c.1);
         write_section(out, &sec, title, source, wall, quick)?;
-        eprintln!(
+        crate::progress::note(&format!(
             "  done in {wall:.1} s: seeds' conclusion {}",
             if holds { "holds" } else { "does NOT hold" }
-        );
+        ));
     }
     Ok(())
 }
