@@ -122,6 +122,14 @@ pub struct Config {
     /// each window uniformly over the RTT: 1.0); `None` (default): 2.0 in slow start, 1.25 in
     /// congestion avoidance (spec §7.3, design decision 17).
     pub pacing_gain: Option<f64>,
+    /// Window controller: let bytes in flight exceed cwnd by the report allowance
+    /// cwnd · T / srtt, T the POLL interval (spec §7.2a, design decision 29; default true). The
+    /// seeds' STP has none: false.
+    pub report_allowance: bool,
+    /// Pace over min(srtt, 2 · smallest RTT) instead of srtt, so return-path queueing does not
+    /// slow the sender (design decision 17; default true). The seeds spread each window over the
+    /// smoothed RTT: false.
+    pub pacing_rtt_cap: bool,
 }
 
 impl Default for Config {
@@ -151,7 +159,86 @@ impl Default for Config {
             window_rtt_backoff_ms: None,
             unpaced_first_flight: false,
             pacing_gain: None,
+            report_allowance: true,
+            pacing_rtt_cap: true,
         }
+    }
+}
+
+/// A named set of options (spec §11a): `profile = "thesis"` in a `[flow.stp]`, a reproduction
+/// or a gateway's `[terminal.stp]` / `[gateway.stp]` table. Keys set beside the profile
+/// override it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The engine's defaults (spec §8): the gateway's choice.
+    Default,
+    /// The seeds' STP as the thesis ran it (ch. 5, the kernel variant of Figs 5.10/5.11): each
+    /// window spread uniformly over srtt (pacing gain 1, no RTT cap) on 10 ms ticks, no report
+    /// allowance, an initial window of one packet, a POLL with the last SD of every burst below
+    /// a window of 10 packets, three timer POLLs per RTT above it; TCP's slow start, avoidance
+    /// and halving with byte counting (the window controller's own rules).
+    Thesis,
+}
+
+impl Profile {
+    /// The names accepted by `profile`.
+    pub const NAMES: [&'static str; 2] = ["default", "thesis"];
+
+    /// The profile called `name` (case-insensitive), if any.
+    pub fn from_name(name: &str) -> Option<Profile> {
+        match name.to_ascii_lowercase().as_str() {
+            "default" => Some(Profile::Default),
+            "thesis" => Some(Profile::Thesis),
+            _ => None,
+        }
+    }
+
+    /// The profile's name as written in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Default => "default",
+            Profile::Thesis => "thesis",
+        }
+    }
+
+    /// Sets the options the profile names on `c`, leaving every other field (buffers, datagram
+    /// size, controller, timers) as it is.
+    pub fn apply_to(self, c: &mut Config) {
+        let d = Config::default();
+        let (gain, tick, allowance, cap, iw, small, polls) = match self {
+            Profile::Default => (
+                d.pacing_gain,
+                d.pacing_granularity_us,
+                d.report_allowance,
+                d.pacing_rtt_cap,
+                d.initial_window,
+                d.small_window_packets,
+                d.polls_per_rtt,
+            ),
+            Profile::Thesis => (
+                Some(1.0),
+                10_000,
+                false,
+                false,
+                InitialWindow::Packets(1),
+                10,
+                3,
+            ),
+        };
+        c.pacing_gain = gain;
+        c.pacing_granularity_us = tick;
+        c.report_allowance = allowance;
+        c.pacing_rtt_cap = cap;
+        c.initial_window = iw;
+        c.small_window_packets = small;
+        c.polls_per_rtt = polls;
+    }
+
+    /// The default configuration with the profile applied.
+    pub fn config(self) -> Config {
+        let mut c = Config::default();
+        self.apply_to(&mut c);
+        c
     }
 }
 
@@ -341,6 +428,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("max_datagram_bytes"));
+    }
+
+    #[test]
+    fn profiles_set_only_their_options() {
+        assert_eq!(Profile::Default.config(), Config::default());
+        let base = Config {
+            recv_buffer_bytes: 1 << 16,
+            ..Config::default()
+        };
+        let mut t = base.clone();
+        Profile::Thesis.apply_to(&mut t);
+        t.validate().unwrap();
+        assert_eq!(
+            t.recv_buffer_bytes,
+            1 << 16,
+            "buffers are not the profile's"
+        );
+        assert_eq!(t.pacing_gain, Some(1.0));
+        assert_eq!(t.pacing_granularity_us, 10_000);
+        assert!(!t.report_allowance && !t.pacing_rtt_cap);
+        assert_eq!(t.initial_window, InitialWindow::Packets(1));
+        Profile::Default.apply_to(&mut t);
+        assert_eq!(t, base);
+        assert_eq!(Profile::from_name("Thesis"), Some(Profile::Thesis));
+        assert_eq!(Profile::from_name("seeds"), None);
     }
 
     #[test]

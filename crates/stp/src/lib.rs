@@ -36,7 +36,7 @@ pub mod stats;
 pub mod time;
 pub mod wire;
 
-pub use config::{Config, ConfigError, CongestionMode, EndpointConfig, InitialWindow};
+pub use config::{Config, ConfigError, CongestionMode, EndpointConfig, InitialWindow, Profile};
 pub use connection::{
     Connection, ConnectionError, DatagramError, Event, ReadError, Role, WriteError,
 };

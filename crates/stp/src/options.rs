@@ -12,7 +12,7 @@
 //! Compiled with the `serde` feature, which adds `serde` and `linkmodel` (for its unit parsers)
 //! to the engine's dependencies; the engine itself needs neither.
 
-use crate::config::{Config, ConfigError, CongestionMode, InitialWindow};
+use crate::config::{Config, ConfigError, CongestionMode, InitialWindow, Profile};
 use serde::de::{self, Deserializer, IgnoredAny};
 use serde::Deserialize;
 
@@ -32,6 +32,9 @@ pub enum CongestionName {
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(try_from = "RawOptions")]
 pub struct ConfigOptions {
+    /// A named set of options applied first ("default" or "thesis", spec §11a); the other
+    /// keys override it.
+    pub profile: Option<Profile>,
     /// "window" or "rate".
     pub congestion: Option<CongestionName>,
     /// Sending rate with `congestion = "rate"`, bit/s of datagram bytes; required with it.
@@ -64,6 +67,10 @@ pub struct ConfigOptions {
     pub unpaced_first_flight: Option<bool>,
     /// Window controller: one pacing gain for every phase.
     pub pacing_gain: Option<f64>,
+    /// Window controller: the report allowance (spec §7.2a).
+    pub report_allowance: Option<bool>,
+    /// Pace over min(srtt, 2 · smallest RTT) rather than srtt.
+    pub pacing_rtt_cap: Option<bool>,
 }
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -78,6 +85,9 @@ impl ConfigOptions {
     /// (`rate_bps` for the rate controller's rate).
     pub fn apply(&self, base: Config) -> Result<Config, ConfigError> {
         let mut c = base;
+        if let Some(p) = self.profile {
+            p.apply_to(&mut c);
+        }
         match (self.congestion, self.rate_bps) {
             (Some(CongestionName::Window), Some(_)) => {
                 return Err(bad(
@@ -126,7 +136,9 @@ impl ConfigOptions {
             handshake_timeout_ms,
             keepalive_interval_ms,
             dead_timeout_ms,
-            unpaced_first_flight
+            unpaced_first_flight,
+            report_allowance,
+            pacing_rtt_cap
         );
         set_opt!(
             min_rate_bps,
@@ -241,6 +253,7 @@ macro_rules! raw_options {
 }
 
 raw_options! {
+    profile: String,
     congestion: CongestionName,
     rate_bps: Rate,
     initial_window: WindowText,
@@ -266,6 +279,8 @@ raw_options! {
     window_rtt_backoff_ms: u32,
     unpaced_first_flight: bool,
     pacing_gain: f64,
+    report_allowance: bool,
+    pacing_rtt_cap: bool,
 }
 
 /// Older keys and what replaced them.
@@ -329,7 +344,17 @@ impl TryFrom<RawOptions> for ConfigOptions {
                 ))
             }
         };
+        let profile = match r.profile {
+            None => None,
+            Some(name) => Some(Profile::from_name(&name).ok_or_else(|| {
+                format!(
+                    "profile: {name:?} is not a profile; accepted: {}",
+                    Profile::NAMES.join(", ")
+                )
+            })?),
+        };
         Ok(ConfigOptions {
+            profile,
             congestion: r.congestion,
             rate_bps: r.rate_bps.map(|x| x.0),
             initial_window,
@@ -355,6 +380,8 @@ impl TryFrom<RawOptions> for ConfigOptions {
             window_rtt_backoff_ms: r.window_rtt_backoff_ms,
             unpaced_first_flight: r.unpaced_first_flight,
             pacing_gain: r.pacing_gain,
+            report_allowance: r.report_allowance,
+            pacing_rtt_cap: r.pacing_rtt_cap,
         })
     }
 }
@@ -534,6 +561,34 @@ mod tests {
             CongestionMode::Rate {
                 rate_bps: 1_500_000
             }
+        );
+    }
+
+    #[test]
+    fn the_thesis_profile_is_applied_first_and_keys_override_it() {
+        let c = parse("profile = \"thesis\"\nrecv_buffer_bytes = \"64KiB\"")
+            .unwrap()
+            .apply(Config::default())
+            .unwrap();
+        assert_eq!(c.pacing_gain, Some(1.0));
+        assert_eq!(c.pacing_granularity_us, 10_000);
+        assert!(!c.report_allowance && !c.pacing_rtt_cap);
+        assert_eq!(c.initial_window, InitialWindow::Packets(1));
+        assert_eq!(c.recv_buffer_bytes, 65_536);
+        let c = parse("profile = \"thesis\"\ninitial_window = \"4kss\"\nreport_allowance = true")
+            .unwrap()
+            .apply(Config::default())
+            .unwrap();
+        assert_eq!(
+            c.initial_window,
+            InitialWindow::FourKss,
+            "a key beats the profile"
+        );
+        assert!(c.report_allowance);
+        let e = parse("profile = \"seeds\"").unwrap_err();
+        assert!(
+            e.contains("profile: \"seeds\" is not a profile; accepted: default, thesis"),
+            "{e}"
         );
     }
 

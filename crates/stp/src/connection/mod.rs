@@ -615,9 +615,13 @@ impl Connection {
 
     /// The RTT the pacer spreads a window over: the smoothed RTT, but never more than twice the
     /// smallest RTT seen. Queueing on a thin return channel inflates srtt without making the
-    /// forward path any slower; the window, not the pacer, bounds what is in flight.
+    /// forward path any slower; the window, not the pacer, bounds what is in flight. Without
+    /// `pacing_rtt_cap` (the seeds' rule), srtt itself.
     fn pacing_rtt(&self) -> Duration {
         let srtt = self.rtt.srtt();
+        if !self.config.pacing_rtt_cap {
+            return srtt;
+        }
         match self.rtt.min() {
             Some(min) => srtt.min(2 * min),
             None => srtt,

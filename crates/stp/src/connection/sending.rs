@@ -15,12 +15,13 @@ impl Connection {
     /// POLL interval (spec §7.2a). A STAT reports only what was sent before its POLL, so just
     /// before a report arrives the sender still counts a whole POLL interval of data that has
     /// reached the receiver; without the allowance the sending rate would be cwnd / (srtt + T)
-    /// instead of TCP's cwnd / srtt.
+    /// instead of TCP's cwnd / srtt. Without `report_allowance` (the seeds' rule), cwnd alone.
     pub(super) fn send_window(&self) -> u64 {
         let cwnd = self.controller.window();
         // Before the first RTT sample no report has come back: the first flight is the initial
         // window exactly.
         if !matches!(self.config.congestion, CongestionMode::Window)
+            || !self.config.report_allowance
             || self.small_window()
             || self.rtt.min().is_none()
         {
