@@ -464,3 +464,74 @@ proptest! {
         prop_assert_eq!(s.gw.session_for_addr(addr(1)), None);
     }
 }
+
+/// A rekey, step by step: the old session carries both ways until the new one is up; a
+/// datagram the gateway sealed on the old session before it knew opens during the overlap;
+/// after it the old session is erased on both sides (its datagrams are refused as of an
+/// unknown session) and the gateway keeps only the new one.
+#[test]
+fn a_rekey_overlaps_the_old_session_then_erases_it_on_both_sides() {
+    let overlap_ms = 500;
+    let mut s = setup(
+        1,
+        ResponderConfig {
+            rekey_overlap_ms: overlap_ms,
+            ..ResponderConfig::default()
+        },
+    );
+    let (mut ini, old) = connect(&mut s, 0, 1);
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    ini.rekey(&s.terminals[0].0, &s.gw_pub, 2001, 2).unwrap();
+    assert!(ini.rekeying() && ini.is_established());
+    // While the rekey is under way, the old session still seals.
+    ini.seal(b"before", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: old })
+    );
+    let t1 = Instant::from_nanos(1_000_000);
+    let Ok(Opened::Reply { session: new }) = s.gw.open(t1, ini.initiation(), addr(0), &mut resp)
+    else {
+        panic!("rekey initiation refused");
+    };
+    assert_ne!(new, old);
+    assert_eq!(s.gw.counters().rekeys, 1);
+    // The gateway keeps replying on the old session until the terminal uses the new one.
+    let mut late = Vec::new();
+    s.gw.seal_to(addr(0), b"in flight", &mut late).unwrap();
+    assert_eq!(ini.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    assert!(!ini.rekeying() && ini.has_previous());
+    assert_eq!(
+        ini.open(&late, &mut plain),
+        Ok(Opened::Data { session: 1000 })
+    );
+    assert_eq!(plain, b"in flight");
+    // The terminal now seals on the new session; the gateway answers on it.
+    ini.seal(b"after", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(t1, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: new })
+    );
+    s.gw.seal_to(addr(0), b"new", &mut wire).unwrap();
+    assert_eq!(
+        ini.open(&wire, &mut plain),
+        Ok(Opened::Data { session: 2001 })
+    );
+    assert_eq!(s.gw.session_count(), 2);
+    // The overlap passes: the terminal erases its old session, the gateway its own.
+    s.gw.seal(old, b"too late", &mut late).unwrap();
+    ini.erase_previous();
+    assert!(!ini.has_previous());
+    assert_eq!(
+        ini.open(&late, &mut plain),
+        Err(Error::UnknownSession(1000))
+    );
+    let t2 = Instant::from_nanos((1 + overlap_ms) * 1_000_000);
+    ini.seal(b"later", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(t2, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: new })
+    );
+    assert_eq!(s.gw.session_count(), 1);
+    assert!(s.gw.seal(old, b"x", &mut late).is_err());
+}

@@ -424,6 +424,8 @@ impl HopStatus {
             local: o.local,
             established: true,
             handshakes_started: o.handshakes_started,
+            rekeys: 0,
+            rekey_failures: 0,
             datagrams_sent: o.frames_sent,
             bytes_sent: o.bytes_sent,
             datagrams_received: o.frames_received,

@@ -24,6 +24,9 @@ pub struct ResponderConfig {
     pub handshakes_per_second: u32,
     /// Handshakes allowed in a burst above that rate (default 100).
     pub handshake_burst: u32,
+    /// After a rekey, how long the replaced session of a terminal still opens datagrams once
+    /// the new one carried its first (default 10 000 ms); then it is erased, keys zeroized.
+    pub rekey_overlap_ms: u64,
 }
 
 impl Default for ResponderConfig {
@@ -33,6 +36,7 @@ impl Default for ResponderConfig {
             max_sessions_per_key: 2,
             handshakes_per_second: 200,
             handshake_burst: 100,
+            rekey_overlap_ms: 10_000,
         }
     }
 }
@@ -70,6 +74,12 @@ struct Entry {
     /// Where the last authenticated datagram of this session came from.
     addr: SocketAddr,
     last_rx: Instant,
+    /// Creation order among all sessions: a later session of a key supersedes earlier ones.
+    seq: u64,
+    /// Whether a data datagram arrived on it (the terminal has the session).
+    confirmed: bool,
+    /// When a later session of the same key was confirmed: erased `rekey_overlap_ms` after.
+    superseded_at: Option<Instant>,
 }
 
 /// Token bucket in milli-tokens, refilled from the driver's `now`.
@@ -98,6 +108,8 @@ pub struct Responder {
     rejected_key: Option<PublicKey>,
     /// Evictions of a key's session for `max_sessions_per_key`: logged once a minute per key.
     eviction_log: LogLimiter<PublicKey>,
+    /// The next session's `seq`.
+    next_seq: u64,
 }
 
 impl Responder {
@@ -130,6 +142,7 @@ impl Responder {
             config,
             rng,
             counters: Counters::default(),
+            next_seq: 0,
         })
     }
 
@@ -282,6 +295,8 @@ impl Responder {
             .ok_or(Error::UnknownSession(receiver))?;
         entry.session.open(nonce, ciphertext, out)?;
         entry.last_rx = now;
+        let (peer, seq) = (entry.peer, entry.seq);
+        let first = !std::mem::replace(&mut entry.confirmed, true);
         if entry.addr != from {
             let old = entry.addr;
             entry.addr = from;
@@ -289,9 +304,46 @@ impl Responder {
                 self.by_addr.remove(&old);
             }
         }
-        self.by_addr.insert(from, receiver);
+        // Replies go on the newest session the terminal has used from there: a late datagram
+        // on a replaced session does not take them back to it.
+        let newer_mapped = self
+            .by_addr
+            .get(&from)
+            .and_then(|i| self.sessions.get(i))
+            .is_some_and(|e| e.peer == peer && e.seq > seq);
+        if !newer_mapped {
+            self.by_addr.insert(from, receiver);
+        }
         self.counters.data_opened += 1;
+        self.retire_superseded(now, &peer, seq, first);
         Ok(Opened::Data { session: receiver })
+    }
+
+    /// After a datagram on `key`'s session `seq`: on its first, the key's earlier sessions are
+    /// superseded (the terminal has rekeyed); superseded sessions older than the overlap are
+    /// erased.
+    fn retire_superseded(&mut self, now: Instant, key: &PublicKey, seq: u64, first: bool) {
+        let Some(p) = self.peers.get(key) else {
+            return;
+        };
+        let overlap = std::time::Duration::from_millis(self.config.rekey_overlap_ms);
+        let mut done = Vec::new();
+        for &i in &p.sessions {
+            let Some(e) = self.sessions.get_mut(&i) else {
+                continue;
+            };
+            if first && e.seq < seq && e.superseded_at.is_none() {
+                e.superseded_at = Some(now);
+            }
+            if e.superseded_at
+                .is_some_and(|t| now.saturating_duration_since(t) >= overlap)
+            {
+                done.push(i);
+            }
+        }
+        for i in done {
+            self.remove_session(i);
+        }
     }
 
     fn take_token(&mut self, now: Instant) -> bool {
@@ -396,7 +448,8 @@ impl Responder {
         if written + 5 != RESPONSE_LEN {
             return Err(Error::Internal);
         }
-        let transport = hs.into_stateless_transport_mode().map_err(noise_err)?;
+        let session = Session::from_handshake(&mut hs, false, sender)?;
+        drop(hs);
 
         // Everything checked: now create state.
         if replaces_own {
@@ -425,16 +478,34 @@ impl Responder {
                 self.remove_session(oldest);
             }
         }
+        // A rekey: the key has a live session. Replies stay on it until the terminal uses the
+        // new one (it may not have the response yet); then it is superseded.
+        let rekey = self.peers.get(&key).is_some_and(|p| !p.sessions.is_empty());
+        let seq = self.next_seq;
+        self.next_seq += 1;
         self.sessions.insert(
             index,
             Entry {
-                session: Session::new(transport, sender),
+                session,
                 peer: key,
                 addr: from,
                 last_rx: now,
+                seq,
+                confirmed: false,
+                superseded_at: None,
             },
         );
-        self.by_addr.insert(from, index);
+        let mapped_to_key = self
+            .by_addr
+            .get(&from)
+            .and_then(|i| self.sessions.get(i))
+            .is_some_and(|e| e.peer == key);
+        if !(rekey && mapped_to_key) {
+            self.by_addr.insert(from, index);
+        }
+        if rekey {
+            self.counters.rekeys += 1;
+        }
         let peer = self.peers.get_mut(&key).ok_or(Error::Internal)?;
         peer.last_timestamp = Some(timestamp);
         peer.sessions.push_back(index);
