@@ -249,6 +249,14 @@ side_config! {
         /// only; default none; `docs/scaling.md`).
         #[serde(default)]
         pub backup_gateways: Vec<BackupGateway>,
+        /// STP hop: the tunnel session is rekeyed (a new handshake, seamless for the streams)
+        /// after this many seconds of use (default 120; at least 10; `docs/tunnel.md`).
+        #[serde(default = "default_rekey_after_s")]
+        pub rekey_after_s: u64,
+        /// ... or after this many datagrams sealed and opened on it (default 4294967296; at
+        /// least 1000).
+        #[serde(default = "default_rekey_after_messages")]
+        pub rekey_after_messages: u64,
     }
 }
 
@@ -323,7 +331,24 @@ struct TerminalFile {
     terminal: TerminalConfig,
 }
 
+fn default_rekey_after_s() -> u64 {
+    120
+}
+
+fn default_rekey_after_messages() -> u64 {
+    1 << 32
+}
+
 impl TerminalConfig {
+    /// When the STP hop's tunnel rekeys (validated by [`Self::validate`]).
+    pub fn rekey(&self) -> crate::hop::RekeyConfig {
+        crate::hop::RekeyConfig {
+            after: std::time::Duration::from_secs(self.rekey_after_s),
+            after_messages: self.rekey_after_messages,
+            ..crate::hop::RekeyConfig::default()
+        }
+    }
+
     /// Checks every field; the error names the first bad one (`terminal.<field>`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("terminal"))
@@ -380,6 +405,21 @@ impl TerminalConfig {
                 PublicKey::from_hex(k)
                     .map_err(|e| bad(format!("backup_gateways[{i}].public_key"), e.to_string()))?;
             }
+        }
+        if self.rekey_after_s < 10 {
+            return Err(bad(
+                "rekey_after_s",
+                format!("{} s: at least 10 (default 120)", self.rekey_after_s),
+            ));
+        }
+        if self.rekey_after_messages < 1000 {
+            return Err(bad(
+                "rekey_after_messages",
+                format!(
+                    "{}: at least 1000 (default 4294967296)",
+                    self.rekey_after_messages
+                ),
+            ));
         }
         if !self.backup_gateways.is_empty() && self.hop_transport.tcp() {
             return Err(bad(

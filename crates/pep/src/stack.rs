@@ -73,6 +73,8 @@ pub struct StpHop {
     /// Terminal: the UDP address to bind (default: any address of the gateway's family).
     pub bind: Option<SocketAddr>,
     pub capture: Option<Capture>,
+    /// Terminal: when the tunnel session is rekeyed.
+    pub rekey: crate::hop::RekeyConfig,
 }
 
 impl StpHop {
@@ -84,6 +86,7 @@ impl StpHop {
             send_rate_bps: None,
             bind: None,
             capture: None,
+            rekey: crate::hop::RekeyConfig::default(),
         }
     }
 
@@ -112,6 +115,7 @@ impl StpHop {
             send_rate_bps: Some(link.shaper_rate_bps()),
             bind: None,
             capture: None,
+            rekey: crate::hop::RekeyConfig::default(),
         }
     }
 }
@@ -276,6 +280,7 @@ impl Terminal {
                     relay_buffer_bytes: o.relay_buffer_bytes,
                     seed: stp.seed,
                     send_rate_bps: stp.send_rate_bps,
+                    rekey: stp.rekey,
                 };
                 Hop::start_with_capture(sock, security, config, stp.capture).map_err(hop_err)?
             }
@@ -464,6 +469,7 @@ impl Gateway {
                 relay_buffer_bytes: o.relay_buffer_bytes,
                 seed: stp.seed,
                 send_rate_bps: stp.send_rate_bps,
+                rekey: stp.rekey,
             };
             let security = Security::Gateway {
                 responder: Box::new(responder),

@@ -263,6 +263,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 send_rate_bps: send_rate,
                 bind: None,
                 capture,
+                rekey: cfg.rekey(),
             }))
         };
         let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
@@ -356,6 +357,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                 send_rate_bps: send_rate,
                 bind: None,
                 capture,
+                rekey: Default::default(),
             }),
             tcp: hop_tcp,
         },

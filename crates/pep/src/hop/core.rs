@@ -167,8 +167,8 @@ pub struct HopStatus {
     pub established: bool,
     /// Tunnel handshakes the terminal started (1 + re-handshakes); 0 on a gateway.
     pub handshakes_started: u64,
-    /// Terminal: rekeys completed, and rekeys that went unanswered (the session was then torn
-    /// down for a new handshake). A gateway counts its rekeys in `tunnel.rekeys`.
+    /// Rekeys completed (gateway: of all terminals), and a terminal's rekeys that went
+    /// unanswered (the session was then torn down for a new handshake).
     pub rekeys: u64,
     pub rekey_failures: u64,
     /// UDP datagrams and their payload bytes (sealed: tunnel overhead included, IP/UDP headers
@@ -1513,7 +1513,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             local: self.local,
             established: self.established(),
             handshakes_started,
-            rekeys: self.counts.rekeys,
+            rekeys: match &self.security {
+                Sec::Gateway { responder } => responder.counters().rekeys,
+                _ => self.counts.rekeys,
+            },
             rekey_failures: self.counts.rekey_failures,
             datagrams_sent: self.counts.datagrams_sent,
             bytes_sent: self.counts.bytes_sent,

@@ -235,6 +235,8 @@ pub struct HopConfig {
     /// This side's allocation on the satellite link, bit/s of link bytes (datagrams with their
     /// IP and UDP headers); `None` sends as fast as the connections' controllers allow.
     pub send_rate_bps: Option<u64>,
+    /// Terminal: when the tunnel session is rekeyed.
+    pub rekey: super::RekeyConfig,
 }
 
 /// A running hop.
