@@ -603,6 +603,10 @@ side_config! {
         /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the
         /// TCP hop. Required.
         pub listen: SocketAddr,
+        /// During a rotation of the gateway's key: the next private key file; terminals may
+        /// address either key (default none; `docs/gateway.md`, "Rotating the gateway's key").
+        #[serde(default)]
+        pub next_private_key_file: Option<PathBuf>,
         /// Public keys (64 hex digits) of the terminals allowed in (default empty).
         #[serde(default)]
         pub allowed_terminals: Vec<String>,
@@ -655,6 +659,15 @@ impl GatewayConfig {
         for (i, k) in self.allowed_terminals.iter().enumerate() {
             PublicKey::from_hex(k)
                 .map_err(|e| bad(format!("allowed_terminals[{i}]"), e.to_string()))?;
+        }
+        if let Some(p) = &self.next_private_key_file {
+            check_path(p, "next_private_key_file")?;
+            if *p == self.private_key_file {
+                return Err(bad(
+                    "next_private_key_file",
+                    "the same file as private_key_file: a rotation needs a new key",
+                ));
+            }
         }
         if let Some(p) = &self.allowed_terminals_file {
             check_path(p, "allowed_terminals_file")?;

@@ -384,6 +384,9 @@ pub struct GatewayHops {
 /// Everything a gateway needs.
 pub struct GatewayOptions {
     pub key: PrivateKey,
+    /// During a key rotation, the gateway's next key: initiations addressed to it are accepted
+    /// too (`next_private_key_file`).
+    pub next_key: Option<PrivateKey>,
     /// The terminals it serves.
     pub allowed: Vec<PublicKey>,
     /// Seeds the tunnel responder's session indices.
@@ -413,6 +416,7 @@ impl GatewayOptions {
     ) -> GatewayOptions {
         GatewayOptions {
             key,
+            next_key: None,
             allowed,
             responder_seed: stp.seed ^ 0x5eed,
             listen,
@@ -447,7 +451,7 @@ impl Gateway {
         if let Some(stp) = o.hops.stp {
             stp.warn_without_allocation("gateway");
             let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(o.responder_seed));
-            let responder = Responder::new(
+            let mut responder = Responder::new(
                 o.key.clone(),
                 o.allowed.iter().copied(),
                 ResponderConfig::default(),
@@ -457,6 +461,7 @@ impl Gateway {
                 field: "private_key_file",
                 source: HopError::Tunnel(e.to_string()),
             })?;
+            responder.set_next_key(o.next_key.clone());
             let sock = UdpSocket::bind(listen)
                 .await
                 .map_err(|source| StackError::Listen {

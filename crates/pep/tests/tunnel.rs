@@ -535,3 +535,79 @@ fn a_rekey_overlaps_the_old_session_then_erases_it_on_both_sides() {
     assert_eq!(s.gw.session_count(), 1);
     assert!(s.gw.seal(old, b"x", &mut late).is_err());
 }
+
+/// Rotating the gateway's key under load: while terminals send, the gateway takes a next key;
+/// a terminal that knows only the new key connects, an old-key terminal rekeys during the
+/// changeover, the new key is promoted; no session fails and no datagram is refused at any
+/// step; only then do new initiations to the old key fail.
+#[test]
+fn rotating_the_gateway_key_under_load_fails_no_session() {
+    let mut s = setup(2, ResponderConfig::default());
+    let (new_priv, new_pub) = generate_keypair().unwrap();
+    let old_pub = s.gw_pub;
+    let (mut a, _) = connect(&mut s, 0, 1);
+    let mut plain = Vec::new();
+    let mut ms = 0u64;
+    // Each round: every live terminal sends a datagram and gets one back.
+    let traffic = |s: &mut Setup, ts: &mut [(&mut Initiator, u16)], ms: &mut u64| {
+        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        for _ in 0..50 {
+            *ms += 1;
+            let now = Instant::from_nanos(*ms * 1_000_000);
+            for (ini, port) in ts.iter_mut() {
+                ini.seal(b"up", &mut wire).unwrap();
+                assert!(matches!(
+                    s.gw.open(now, &wire, addr(*port), &mut plain),
+                    Ok(Opened::Data { .. })
+                ));
+                s.gw.seal_to(addr(*port), b"down", &mut wire).unwrap();
+                assert!(matches!(
+                    ini.open(&wire, &mut plain),
+                    Ok(Opened::Data { .. })
+                ));
+            }
+        }
+    };
+    traffic(&mut s, &mut [(&mut a, 0)], &mut ms);
+    // 1. The gateway also accepts its next key.
+    s.gw.set_next_key(Some(new_priv));
+    traffic(&mut s, &mut [(&mut a, 0)], &mut ms);
+    // 2. A terminal configured with the new key connects; the old-key one rekeys meanwhile.
+    s.gw_pub = new_pub;
+    let (mut b, _) = connect(&mut s, 1, 1);
+    a.rekey(&s.terminals[0].0, &old_pub, 3001, 2).unwrap();
+    let mut resp = Vec::new();
+    let now = Instant::from_nanos(ms * 1_000_000);
+    assert!(matches!(
+        s.gw.open(now, a.initiation(), addr(0), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+    assert_eq!(a.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    traffic(&mut s, &mut [(&mut a, 0), (&mut b, 1)], &mut ms);
+    // 3. Terminal a moves to the new key (a rekey addressed to it), then the key is promoted.
+    a.rekey(&s.terminals[0].0, &new_pub, 3003, 3).unwrap();
+    assert!(matches!(
+        s.gw.open(now, a.initiation(), addr(0), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+    assert_eq!(a.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    assert!(s.gw.promote_next_key());
+    traffic(&mut s, &mut [(&mut a, 0), (&mut b, 1)], &mut ms);
+    let c = *s.gw.counters();
+    assert_eq!(
+        (c.auth_failures, c.replays, c.unknown_session),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    // Now the old key is refused, the new one accepted.
+    let late = Initiator::new(&s.terminals[0].0, &old_pub, 5001, 9).unwrap();
+    assert_eq!(
+        s.gw.open(now, late.initiation(), addr(0), &mut resp),
+        Err(Error::AuthFailed)
+    );
+    let fresh = Initiator::new(&s.terminals[1].0, &new_pub, 5003, 9).unwrap();
+    assert!(matches!(
+        s.gw.open(now, fresh.initiation(), addr(1), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+}

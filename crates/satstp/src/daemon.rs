@@ -318,6 +318,20 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     init_logging(args.log_level.as_deref())?;
     let cfg = load_gateway(&args.config)?;
     let key = load_private_key(&cfg.private_key_file)?;
+    let next_key = match &cfg.next_private_key_file {
+        Some(f) => {
+            let next = load_private_key(f).context("gateway.next_private_key_file")?;
+            if next.public_key().ok() == key.public_key().ok() {
+                anyhow::bail!(
+                    "gateway.next_private_key_file: {} holds the same key as private_key_file; \
+                     a rotation needs a new key (satstp keygen)",
+                    f.display()
+                );
+            }
+            Some(next)
+        }
+        None => None,
+    };
     let allowed = cfg.allowed_terminal_keys()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
@@ -347,6 +361,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     };
     let o = GatewayOptions {
         key,
+        next_key,
         allowed,
         responder_seed: os_seed()?,
         listen: cfg.listen,

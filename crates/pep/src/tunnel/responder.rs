@@ -91,6 +91,8 @@ struct Bucket {
 /// The gateway's tunnel endpoint. See the module documentation.
 pub struct Responder {
     local: PrivateKey,
+    /// During a key changeover: a second static key initiations may be addressed to.
+    next: Option<PrivateKey>,
     config: ResponderConfig,
     peers: HashMap<PublicKey, Peer>,
     sessions: HashMap<u32, Entry>,
@@ -131,6 +133,7 @@ impl Responder {
             rejected_key: None,
             eviction_log: LogLimiter::new(std::time::Duration::from_secs(60)),
             local,
+            next: None,
             peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
             sessions: HashMap::new(),
             by_addr: HashMap::new(),
@@ -148,6 +151,28 @@ impl Responder {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Key rotation: also accepts initiations addressed to `next` (a terminal that already
+    /// knows the gateway's new public key), besides those to the key it was made with. An
+    /// initiation for `next` costs a second Diffie–Hellman try (es, ss) after the first key's
+    /// failed, within the same handshake token. `None` ends the changeover. `docs/gateway.md`,
+    /// "Rotating the gateway's key".
+    pub fn set_next_key(&mut self, next: Option<PrivateKey>) {
+        self.next = next;
+    }
+
+    /// Ends a changeover: the next key becomes the only one (initiations to the old key then
+    /// fail authentication). Live sessions are kept whichever key they were made with: their
+    /// keys do not depend on the static key any more. False without a next key.
+    pub fn promote_next_key(&mut self) -> bool {
+        match self.next.take() {
+            Some(next) => {
+                self.local = next;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
@@ -395,17 +420,23 @@ impl Responder {
         }
         let noise_err = |e: snow::Error| Error::Noise(e.to_string());
         let prologue = prologue(sender);
-        let mut hs = snow::Builder::new(noise_params()?)
-            .local_private_key(self.local.as_bytes())
-            .map_err(noise_err)?
-            .prologue(&prologue)
-            .map_err(noise_err)?
-            .build_responder()
-            .map_err(noise_err)?;
         let mut payload = [0u8; 64];
-        let n = hs
-            .read_message(noise, &mut payload)
-            .map_err(|_| Error::AuthFailed)?;
+        // The current static key first, then (during a changeover) the next one.
+        let mut read = None;
+        for local in std::iter::once(&self.local).chain(self.next.as_ref()) {
+            let mut hs = snow::Builder::new(noise_params()?)
+                .local_private_key(local.as_bytes())
+                .map_err(noise_err)?
+                .prologue(&prologue)
+                .map_err(noise_err)?
+                .build_responder()
+                .map_err(noise_err)?;
+            if let Ok(n) = hs.read_message(noise, &mut payload) {
+                read = Some((hs, n));
+                break;
+            }
+        }
+        let (mut hs, n) = read.ok_or(Error::AuthFailed)?;
         let key = hs
             .get_remote_static()
             .and_then(|k| PublicKey::from_slice(k).ok())
