@@ -611,3 +611,67 @@ fn rotating_the_gateway_key_under_load_fails_no_session() {
         Ok(Opened::Reply { .. })
     ));
 }
+
+/// A stolen terminal key (terminal 0's, in the attacker's hands) gives its holder terminal 0's
+/// identity and nothing more: it cannot read terminal 1's datagrams (not with a session of its
+/// own, not by trying them under its own keys), cannot inject into terminal 1's session, and
+/// every session it makes belongs to terminal 0's key, so whatever it opens is attributed (and
+/// limited, and revocable) as terminal 0.
+#[test]
+fn a_stolen_terminal_key_cannot_read_or_act_as_another_terminal() {
+    let mut s = setup(2, ResponderConfig::default());
+    let (mut victim, victim_session) = connect(&mut s, 1, 1);
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    // The attacker makes its own session with the stolen key (from its own address).
+    let mut thief = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1001, 5).unwrap();
+    let Ok(Opened::Reply {
+        session: thief_session,
+    }) =
+        s.gw.open(Instant::ZERO, thief.initiation(), addr(9), &mut resp)
+    else {
+        panic!("the stolen key is a valid key");
+    };
+    assert_eq!(thief.open(&resp, &mut plain), Ok(Opened::Established));
+    assert_eq!(s.gw.session_peer(thief_session), Some(&s.terminals[0].1));
+    // Terminal 1's traffic, both ways, as an on-path attacker records it.
+    victim.seal(b"secret upstream", &mut wire).unwrap();
+    let up = wire.clone();
+    s.gw.seal_to(addr(1), b"secret downstream", &mut wire)
+        .unwrap();
+    let down = wire.clone();
+    // Readdressed to the thief's own session, its keys do not open them.
+    let mut readdressed = down.clone();
+    readdressed[1..5].copy_from_slice(&1001u32.to_be_bytes());
+    assert_eq!(thief.open(&readdressed, &mut plain), Err(Error::AuthFailed));
+    assert!(plain.is_empty());
+    // Sealed under the thief's session and sent to terminal 1's gateway index: refused.
+    thief
+        .seal(b"open a stream as terminal 1", &mut wire)
+        .unwrap();
+    wire[1..5].copy_from_slice(&victim_session.to_be_bytes());
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(9), &mut plain),
+        Err(Error::AuthFailed)
+    );
+    // A recorded datagram of terminal 1 replayed from elsewhere opens once at most (it was
+    // never delivered here, so once), and never as the thief's session.
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &up, addr(9), &mut plain),
+        Ok(Opened::Data {
+            session: victim_session
+        })
+    );
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &up, addr(9), &mut plain),
+        Err(Error::Replay(0))
+    );
+    // Terminal 1's session is intact and still its own.
+    assert_eq!(s.gw.session_peer(victim_session), Some(&s.terminals[1].1));
+    victim.seal(b"still mine", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(1), &mut plain),
+        Ok(Opened::Data {
+            session: victim_session
+        })
+    );
+}
