@@ -245,6 +245,12 @@ side_config! {
         pub gateway: String,
         /// The gateway's static public key, 64 hex digits. Required.
         pub gateway_public_key: String,
+        /// Further public keys of the same gateway (a key rotation): when the gateway leaves
+        /// handshakes to `gateway_public_key` unanswered, the terminal tries these in order, as
+        /// it fails over between gateways, without resetting connections (default none; STP hop
+        /// only; `docs/gateway.md`, "Rotating the gateway's key").
+        #[serde(default)]
+        pub gateway_public_keys: Vec<String>,
         /// Gateways to fail over to, in order, when the one in use stops answering (STP hop
         /// only; default none; `docs/scaling.md`).
         #[serde(default)]
@@ -391,6 +397,16 @@ impl TerminalConfig {
         check_host_port(&self.gateway).map_err(|r| bad("gateway", r))?;
         PublicKey::from_hex(&self.gateway_public_key)
             .map_err(|e| bad("gateway_public_key", e.to_string()))?;
+        for (i, k) in self.gateway_public_keys.iter().enumerate() {
+            PublicKey::from_hex(k)
+                .map_err(|e| bad(format!("gateway_public_keys[{i}]"), e.to_string()))?;
+        }
+        if !self.gateway_public_keys.is_empty() && self.hop_transport.tcp() {
+            return Err(bad(
+                "gateway_public_keys",
+                "several gateway keys need hop_transport = \"stp\"",
+            ));
+        }
         self.validate_shared()?;
         if self.hop_transport == HopTransport::Both {
             return Err(bad(
@@ -428,6 +444,20 @@ impl TerminalConfig {
             ));
         }
         Ok(())
+    }
+
+    /// `gateway_public_keys`, parsed (validated by [`Self::validate`]).
+    pub fn further_gateway_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
+        self.gateway_public_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                PublicKey::from_hex(k).map_err(|e| ConfigError::Invalid {
+                    field: format!("terminal.gateway_public_keys[{i}]"),
+                    reason: e.to_string(),
+                })
+            })
+            .collect()
     }
 
     /// The backup gateways' addresses (unresolved) and keys, in order (validated by

@@ -1228,11 +1228,20 @@ impl<S: EventSink, P> HopCore<S, P> {
         let Ok(fresh) = new_initiator(local_key, &key, index, stamp) else {
             return;
         };
-        tracing::warn!(
-            from = %gateway,
-            to = %addr,
-            "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
-        );
+        let same_gateway = addr == *gateway;
+        if same_gateway {
+            tracing::warn!(
+                gateway = %addr,
+                "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; trying its next \
+                 key (gateway_public_keys)"
+            );
+        } else {
+            tracing::warn!(
+                from = %gateway,
+                to = %addr,
+                "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
+            );
+        }
         **init = fresh;
         *gateway = addr;
         *gateway_key = key;
@@ -1240,6 +1249,10 @@ impl<S: EventSink, P> HopCore<S, P> {
         *unanswered = 1;
         *handshakes += 1;
         self.sent_since_heard = None;
+        if same_gateway {
+            // The same gateway under another key: its connections live on.
+            return;
+        }
         // Connections that reached the old gateway cannot move: reset them so their clients
         // see the failure at once rather than at their idle timeout. Connections that have
         // sent nothing yet (opened while no gateway answered) open at the new one.
