@@ -1097,6 +1097,45 @@ mod tests {
         assert!(e.to_string().contains("backup_gateways"), "{e}");
     }
 
+    #[test]
+    fn rekey_and_rotation_keys_are_read_and_checked() {
+        let t = parse_terminal(&terminal_text("")).unwrap();
+        assert_eq!(t.rekey().after, std::time::Duration::from_secs(120));
+        let t = parse_terminal(&terminal_text(&format!(
+            "rekey_after_s = 30\nrekey_after_messages = 5000\ngateway_public_keys = [\"{KEY_B}\"]\n"
+        )))
+        .unwrap();
+        assert_eq!(
+            (t.rekey().after.as_secs(), t.rekey().after_messages),
+            (30, 5000)
+        );
+        assert_eq!(t.further_gateway_keys().unwrap().len(), 1);
+        for (extra, field) in [
+            ("rekey_after_s = 5\n", "terminal.rekey_after_s"),
+            (
+                "rekey_after_messages = 10\n",
+                "terminal.rekey_after_messages",
+            ),
+            (
+                "gateway_public_keys = [\"nope\"]\n",
+                "terminal.gateway_public_keys[0]",
+            ),
+        ] {
+            let e = parse_terminal(&terminal_text(extra)).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+        let g = parse_gateway(&gateway_text(
+            "next_private_key_file = \"/etc/satstp/gw-next.key\"\n",
+        ))
+        .unwrap();
+        assert!(g.next_private_key_file.is_some());
+        let e = parse_gateway(&gateway_text(
+            "next_private_key_file = \"/etc/satstp/gw.key\"\n",
+        ))
+        .unwrap_err();
+        assert_eq!(e.field(), Some("gateway.next_private_key_file"), "{e}");
+    }
+
     fn gateway_text(extra: &str) -> String {
         format!(
             "[gateway]\nlisten = \"0.0.0.0:4433\"\nprivate_key_file = \"/etc/satstp/gw.key\"\n\
