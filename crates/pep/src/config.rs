@@ -310,10 +310,24 @@ side_config! {
         pub gateway: String,
         /// The gateway's static public key, 64 hex digits. Required.
         pub gateway_public_key: String,
+        /// Further public keys of the same gateway (a key rotation): when the gateway leaves
+        /// handshakes to `gateway_public_key` unanswered, the terminal tries these in order, as
+        /// it fails over between gateways, without resetting connections (default none; STP hop
+        /// only; `docs/gateway.md`, "Rotating the gateway's key").
+        #[serde(default)]
+        pub gateway_public_keys: Vec<String>,
         /// Gateways to fail over to, in order, when the one in use stops answering (STP hop
         /// only; default none; `docs/scaling.md`).
         #[serde(default)]
         pub backup_gateways: Vec<BackupGateway>,
+        /// STP hop: the tunnel session is rekeyed (a new handshake, seamless for the streams)
+        /// after this many seconds of use (default 120; at least 10; `docs/tunnel.md`).
+        #[serde(default = "default_rekey_after_s")]
+        pub rekey_after_s: u64,
+        /// ... or after this many datagrams sealed and opened on it (default 4294967296; at
+        /// least 1000).
+        #[serde(default = "default_rekey_after_messages")]
+        pub rekey_after_messages: u64,
     }
 }
 
@@ -388,7 +402,24 @@ struct TerminalFile {
     terminal: TerminalConfig,
 }
 
+fn default_rekey_after_s() -> u64 {
+    120
+}
+
+fn default_rekey_after_messages() -> u64 {
+    1 << 32
+}
+
 impl TerminalConfig {
+    /// When the STP hop's tunnel rekeys (validated by [`Self::validate`]).
+    pub fn rekey(&self) -> crate::hop::RekeyConfig {
+        crate::hop::RekeyConfig {
+            after: std::time::Duration::from_secs(self.rekey_after_s),
+            after_messages: self.rekey_after_messages,
+            ..crate::hop::RekeyConfig::default()
+        }
+    }
+
     /// Checks every field; the error names the first bad one (`terminal.<field>`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("terminal"))
@@ -431,6 +462,16 @@ impl TerminalConfig {
         check_host_port(&self.gateway).map_err(|r| bad("gateway", r))?;
         PublicKey::from_hex(&self.gateway_public_key)
             .map_err(|e| bad("gateway_public_key", e.to_string()))?;
+        for (i, k) in self.gateway_public_keys.iter().enumerate() {
+            PublicKey::from_hex(k)
+                .map_err(|e| bad(format!("gateway_public_keys[{i}]"), e.to_string()))?;
+        }
+        if !self.gateway_public_keys.is_empty() && self.hop_transport.tcp() {
+            return Err(bad(
+                "gateway_public_keys",
+                "several gateway keys need hop_transport = \"stp\"",
+            ));
+        }
         self.validate_shared()?;
         if self.hop_transport == HopTransport::Both {
             return Err(bad(
@@ -446,6 +487,21 @@ impl TerminalConfig {
                     .map_err(|e| bad(format!("backup_gateways[{i}].public_key"), e.to_string()))?;
             }
         }
+        if self.rekey_after_s < 10 {
+            return Err(bad(
+                "rekey_after_s",
+                format!("{} s: at least 10 (default 120)", self.rekey_after_s),
+            ));
+        }
+        if self.rekey_after_messages < 1000 {
+            return Err(bad(
+                "rekey_after_messages",
+                format!(
+                    "{}: at least 1000 (default 4294967296)",
+                    self.rekey_after_messages
+                ),
+            ));
+        }
         if !self.backup_gateways.is_empty() && self.hop_transport.tcp() {
             return Err(bad(
                 "backup_gateways",
@@ -453,6 +509,20 @@ impl TerminalConfig {
             ));
         }
         Ok(())
+    }
+
+    /// `gateway_public_keys`, parsed (validated by [`Self::validate`]).
+    pub fn further_gateway_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
+        self.gateway_public_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                PublicKey::from_hex(k).map_err(|e| ConfigError::Invalid {
+                    field: format!("terminal.gateway_public_keys[{i}]"),
+                    reason: e.to_string(),
+                })
+            })
+            .collect()
     }
 
     /// The backup gateways' addresses (unresolved) and keys, in order (validated by
@@ -628,6 +698,10 @@ side_config! {
         /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the
         /// TCP hop. Required.
         pub listen: SocketAddr,
+        /// During a rotation of the gateway's key: the next private key file; terminals may
+        /// address either key (default none; `docs/gateway.md`, "Rotating the gateway's key").
+        #[serde(default)]
+        pub next_private_key_file: Option<PathBuf>,
         /// Public keys (64 hex digits) of the terminals allowed in (default empty).
         #[serde(default)]
         pub allowed_terminals: Vec<String>,
@@ -680,6 +754,15 @@ impl GatewayConfig {
         for (i, k) in self.allowed_terminals.iter().enumerate() {
             PublicKey::from_hex(k)
                 .map_err(|e| bad(format!("allowed_terminals[{i}]"), e.to_string()))?;
+        }
+        if let Some(p) = &self.next_private_key_file {
+            check_path(p, "next_private_key_file")?;
+            if *p == self.private_key_file {
+                return Err(bad(
+                    "next_private_key_file",
+                    "the same file as private_key_file: a rotation needs a new key",
+                ));
+            }
         }
         if let Some(p) = &self.allowed_terminals_file {
             check_path(p, "allowed_terminals_file")?;
@@ -932,6 +1015,7 @@ pub fn load_gateway(path: &Path) -> Result<GatewayConfig, ConfigError> {
     let mut c = parse_gateway(&text).map_err(|e| e.in_file(path))?;
     c.private_key_file = relative_to_file(path, &c.private_key_file);
     c.allowed_terminals_file = c.allowed_terminals_file.map(|f| relative_to_file(path, &f));
+    c.next_private_key_file = c.next_private_key_file.map(|f| relative_to_file(path, &f));
     Ok(c)
 }
 
@@ -1105,6 +1189,45 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("backup_gateways"), "{e}");
+    }
+
+    #[test]
+    fn rekey_and_rotation_keys_are_read_and_checked() {
+        let t = parse_terminal(&terminal_text("")).unwrap();
+        assert_eq!(t.rekey().after, std::time::Duration::from_secs(120));
+        let t = parse_terminal(&terminal_text(&format!(
+            "rekey_after_s = 30\nrekey_after_messages = 5000\ngateway_public_keys = [\"{KEY_B}\"]\n"
+        )))
+        .unwrap();
+        assert_eq!(
+            (t.rekey().after.as_secs(), t.rekey().after_messages),
+            (30, 5000)
+        );
+        assert_eq!(t.further_gateway_keys().unwrap().len(), 1);
+        for (extra, field) in [
+            ("rekey_after_s = 5\n", "terminal.rekey_after_s"),
+            (
+                "rekey_after_messages = 10\n",
+                "terminal.rekey_after_messages",
+            ),
+            (
+                "gateway_public_keys = [\"nope\"]\n",
+                "terminal.gateway_public_keys[0]",
+            ),
+        ] {
+            let e = parse_terminal(&terminal_text(extra)).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+        let g = parse_gateway(&gateway_text(
+            "next_private_key_file = \"/etc/satstp/gw-next.key\"\n",
+        ))
+        .unwrap();
+        assert!(g.next_private_key_file.is_some());
+        let e = parse_gateway(&gateway_text(
+            "next_private_key_file = \"/etc/satstp/gw.key\"\n",
+        ))
+        .unwrap_err();
+        assert_eq!(e.field(), Some("gateway.next_private_key_file"), "{e}");
     }
 
     fn gateway_text(extra: &str) -> String {

@@ -456,6 +456,10 @@ pub struct Metrics {
     pub hop_established: Gauge,
     /// Tunnel handshakes completed (terminal: its own; gateway: all terminals').
     pub tunnel_handshakes: Counter,
+    /// Tunnel rekeys completed, and rekeys left unanswered (terminal: the session was torn down
+    /// for a new handshake; always 0 on a gateway).
+    pub tunnel_rekeys: Counter,
+    pub tunnel_rekey_failures: Counter,
     /// The tunnel's state, last handshake and last error at the last hop snapshot.
     tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
@@ -497,6 +501,8 @@ impl Metrics {
             stp_connections: Gauge::default(),
             hop_established: Gauge::default(),
             tunnel_handshakes: Counter::default(),
+            tunnel_rekeys: Counter::default(),
+            tunnel_rekey_failures: Counter::default(),
             tunnel: Mutex::new(Default::default()),
             memory_reserved_bytes: Gauge::default(),
             status_entries_dropped: Counter::default(),
@@ -608,6 +614,8 @@ impl Metrics {
             .set(st.tunnel.replays);
         self.hop_established.set(i64::from(st.established));
         self.tunnel_handshakes.set(st.tunnel.handshakes);
+        self.tunnel_rekeys.set(st.rekeys);
+        self.tunnel_rekey_failures.set(st.rekey_failures);
         if let Ok(mut t) = self.tunnel.lock() {
             *t = st.tunnel_report.clone();
         }
@@ -850,6 +858,18 @@ impl Metrics {
             "counter",
             "Tunnel handshakes completed (on a terminal its own, on a gateway those of all terminals).",
             &one(self.tunnel_handshakes.get().to_string()),
+        );
+        family(
+            "satstp_tunnel_rekeys_total",
+            "counter",
+            "Tunnel sessions rekeyed: a new handshake on a live session (on a terminal its own, on a gateway those of all terminals).",
+            &one(self.tunnel_rekeys.get().to_string()),
+        );
+        family(
+            "satstp_tunnel_rekey_failures_total",
+            "counter",
+            "Terminal: rekeys left unanswered, after which the session was torn down for a new handshake.",
+            &one(self.tunnel_rekey_failures.get().to_string()),
         );
         family(
             "satstp_memory_reserved_bytes",

@@ -73,6 +73,8 @@ pub struct StpHop {
     /// Terminal: the UDP address to bind (default: any address of the gateway's family).
     pub bind: Option<SocketAddr>,
     pub capture: Option<Capture>,
+    /// Terminal: when the tunnel session is rekeyed.
+    pub rekey: crate::hop::RekeyConfig,
 }
 
 impl StpHop {
@@ -84,6 +86,7 @@ impl StpHop {
             send_rate_bps: None,
             bind: None,
             capture: None,
+            rekey: crate::hop::RekeyConfig::default(),
         }
     }
 
@@ -112,6 +115,7 @@ impl StpHop {
             send_rate_bps: Some(link.shaper_rate_bps()),
             bind: None,
             capture: None,
+            rekey: crate::hop::RekeyConfig::default(),
         }
     }
 }
@@ -276,6 +280,7 @@ impl Terminal {
                     relay_buffer_bytes: o.relay_buffer_bytes,
                     seed: stp.seed,
                     send_rate_bps: stp.send_rate_bps,
+                    rekey: stp.rekey,
                 };
                 Hop::start_with_capture(sock, security, config, stp.capture).map_err(hop_err)?
             }
@@ -380,6 +385,9 @@ pub struct GatewayHops {
 /// Everything a gateway needs.
 pub struct GatewayOptions {
     pub key: PrivateKey,
+    /// During a key rotation, the gateway's next key: initiations addressed to it are accepted
+    /// too (`next_private_key_file`).
+    pub next_key: Option<PrivateKey>,
     /// The terminals it serves.
     pub allowed: Vec<PublicKey>,
     /// Seeds the tunnel responder's session indices.
@@ -409,6 +417,7 @@ impl GatewayOptions {
     ) -> GatewayOptions {
         GatewayOptions {
             key,
+            next_key: None,
             allowed,
             responder_seed: stp.seed ^ 0x5eed,
             listen,
@@ -444,7 +453,7 @@ impl Gateway {
         if let Some(stp) = o.hops.stp {
             stp.warn_without_allocation("gateway");
             let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(o.responder_seed));
-            let responder = Responder::new(
+            let mut responder = Responder::new(
                 o.key.clone(),
                 o.allowed.iter().copied(),
                 ResponderConfig::default(),
@@ -454,6 +463,7 @@ impl Gateway {
                 field: "private_key_file",
                 source: HopError::Tunnel(e.to_string()),
             })?;
+            responder.set_next_key(o.next_key.clone());
             let sock = UdpSocket::bind(listen)
                 .await
                 .map_err(|source| StackError::Listen {
@@ -466,6 +476,7 @@ impl Gateway {
                 relay_buffer_bytes: o.relay_buffer_bytes,
                 seed: stp.seed,
                 send_rate_bps: stp.send_rate_bps,
+                rekey: stp.rekey,
             };
             let security = Security::Gateway {
                 responder: Box::new(responder),

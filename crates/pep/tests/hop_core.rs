@@ -153,6 +153,18 @@ impl Pair {
         endpoints: [EndpointConfig; 2],
         seed: u64,
     ) -> Pair {
+        Pair::with_keys(up, down, endpoints, seed, None)
+    }
+
+    /// As `with_endpoints`; `gateway_keys`: the gateway public keys the terminal knows, in
+    /// order (default: the gateway's own).
+    fn with_keys(
+        up: LinkConfig,
+        down: LinkConfig,
+        endpoints: [EndpointConfig; 2],
+        seed: u64,
+        gateway_keys: Option<Vec<pep::keys::PublicKey>>,
+    ) -> Pair {
         let [t_endpoint, g_endpoint] = endpoints;
         let t_addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
         let g_addr: SocketAddr = "198.51.100.1:7000".parse().unwrap();
@@ -170,7 +182,11 @@ impl Pair {
             },
             CoreSecurity::Terminal {
                 local: tk,
-                gateways: vec![(g_addr, gp)],
+                gateways: gateway_keys
+                    .unwrap_or_else(|| vec![gp])
+                    .into_iter()
+                    .map(|k| (g_addr, k))
+                    .collect(),
             },
             t0,
         )
@@ -771,4 +787,113 @@ fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a
         failed_at / MS,
         took / MS
     );
+}
+
+/// Rekeying under load: a 20 MB download over a lossy, reordering hop while the terminal
+/// rekeys every second or 1500 datagrams. Every byte arrives, in order, the streams never
+/// notice (no failure, no new full handshake), and once the overlap has passed the replaced
+/// session is gone.
+#[test]
+fn a_20_mb_download_across_ten_rekeys_on_a_lossy_reordering_hop_is_byte_exact() {
+    let link = |rate_bps: u64| {
+        let mut l = LinkConfig::simple(rate_bps, 20 * MS, 200);
+        l.overhead_bytes = 28;
+        l.loss = Loss::Random { p: 0.01 };
+        l.reorder_p = 0.02;
+        l.reorder_delay_ns = 5 * MS;
+        l
+    };
+    let mut p = Pair::new(link(4_000_000), link(40_000_000), 30_000, 11);
+    let overlap = 300 * MS;
+    p.terminal.set_rekey(pep::hop::RekeyConfig {
+        after: std::time::Duration::from_secs(1),
+        after_messages: 1500,
+        overlap: std::time::Duration::from_nanos(overlap),
+        give_up_after: std::time::Duration::from_secs(10),
+    });
+    let r = Reader::default();
+    let now = p.instant();
+    let id = p
+        .terminal
+        .open(now, Bytes::from_static(b"GET"), r.clone())
+        .unwrap();
+    p.terminal.shutdown(id.id);
+    let body = pattern(27, 20_000_000);
+    let mut seen = Received::default();
+    let mut answered = false;
+    let done = p.run(120 * S, |p| {
+        if !answered {
+            if let Some((info, _)) = p.accepted.first() {
+                p.gateway.write(info.id, Bytes::from(body.clone()), None);
+                p.gateway.shutdown(info.id);
+                answered = true;
+            }
+        }
+        seen.take(&r);
+        seen.finished || seen.failed.is_some()
+    });
+    assert!(done && seen.finished, "download failed: {:?}", seen.failed);
+    assert!(seen.bytes == body, "the body arrived altered");
+    let st = p.terminal.status();
+    assert!(st.rekeys >= 10, "only {} rekeys", st.rekeys);
+    assert_eq!(st.rekey_failures, 0);
+    assert_eq!(
+        st.handshakes_started, 1,
+        "a rekey fell back to a full handshake"
+    );
+    let g = p.gateway.status();
+    assert!(
+        g.tunnel.rekeys >= 10,
+        "gateway saw {} rekeys",
+        g.tunnel.rekeys
+    );
+    // The replaced session outlives its rekey by the overlap, no longer.
+    let end = p.now + 2 * overlap;
+    p.run(end, |_| false);
+    assert!(
+        !p.terminal.previous_session_kept(),
+        "the replaced session was kept past the overlap"
+    );
+}
+
+/// A terminal that knows the gateway under two keys (`gateway_public_keys`, a rotation) whose
+/// first the gateway no longer holds: it moves to the second after
+/// `FAILOVER_AFTER_HANDSHAKES` unanswered initiations, and a download asked for at the start
+/// completes byte-exact.
+#[test]
+fn a_terminal_with_two_gateway_keys_moves_to_the_one_the_gateway_holds() {
+    let (up, down) = geo(10_000_000);
+    let e = endpoint(30_000);
+    let retired = key(9).public_key().unwrap();
+    let current = key(2).public_key().unwrap();
+    let mut p = Pair::with_keys(up, down, [e.clone(), e], 5, Some(vec![retired, current]));
+    let r = Reader::default();
+    let now = p.instant();
+    let id = p
+        .terminal
+        .open(now, Bytes::from_static(b"GET"), r.clone())
+        .unwrap();
+    p.terminal.shutdown(id.id);
+    let body = pattern(5, 1_000_000);
+    let mut seen = Received::default();
+    let mut answered = false;
+    let done = p.run(60 * S, |p| {
+        if !answered {
+            if let Some((info, _)) = p.accepted.first() {
+                p.gateway.write(info.id, Bytes::from(body.clone()), None);
+                p.gateway.shutdown(info.id);
+                answered = true;
+            }
+        }
+        seen.take(&r);
+        seen.finished || seen.failed.is_some()
+    });
+    assert!(done && seen.finished, "download failed: {:?}", seen.failed);
+    assert!(seen.bytes == body);
+    let g = p.gateway.status();
+    assert!(
+        g.tunnel.auth_failures >= 1,
+        "the retired key was never tried"
+    );
+    assert_eq!(g.tunnel.handshakes, 1);
 }

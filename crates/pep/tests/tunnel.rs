@@ -464,3 +464,214 @@ proptest! {
         prop_assert_eq!(s.gw.session_for_addr(addr(1)), None);
     }
 }
+
+/// A rekey, step by step: the old session carries both ways until the new one is up; a
+/// datagram the gateway sealed on the old session before it knew opens during the overlap;
+/// after it the old session is erased on both sides (its datagrams are refused as of an
+/// unknown session) and the gateway keeps only the new one.
+#[test]
+fn a_rekey_overlaps_the_old_session_then_erases_it_on_both_sides() {
+    let overlap_ms = 500;
+    let mut s = setup(
+        1,
+        ResponderConfig {
+            rekey_overlap_ms: overlap_ms,
+            ..ResponderConfig::default()
+        },
+    );
+    let (mut ini, old) = connect(&mut s, 0, 1);
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    ini.rekey(&s.terminals[0].0, &s.gw_pub, 2001, 2).unwrap();
+    assert!(ini.rekeying() && ini.is_established());
+    // While the rekey is under way, the old session still seals.
+    ini.seal(b"before", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: old })
+    );
+    let t1 = Instant::from_nanos(1_000_000);
+    let Ok(Opened::Reply { session: new }) = s.gw.open(t1, ini.initiation(), addr(0), &mut resp)
+    else {
+        panic!("rekey initiation refused");
+    };
+    assert_ne!(new, old);
+    assert_eq!(s.gw.counters().rekeys, 1);
+    // The gateway keeps replying on the old session until the terminal uses the new one.
+    let mut late = Vec::new();
+    s.gw.seal_to(addr(0), b"in flight", &mut late).unwrap();
+    assert_eq!(ini.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    assert!(!ini.rekeying() && ini.has_previous());
+    assert_eq!(
+        ini.open(&late, &mut plain),
+        Ok(Opened::Data { session: 1000 })
+    );
+    assert_eq!(plain, b"in flight");
+    // The terminal now seals on the new session; the gateway answers on it.
+    ini.seal(b"after", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(t1, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: new })
+    );
+    s.gw.seal_to(addr(0), b"new", &mut wire).unwrap();
+    assert_eq!(
+        ini.open(&wire, &mut plain),
+        Ok(Opened::Data { session: 2001 })
+    );
+    assert_eq!(s.gw.session_count(), 2);
+    // The overlap passes: the terminal erases its old session, the gateway its own.
+    s.gw.seal(old, b"too late", &mut late).unwrap();
+    ini.erase_previous();
+    assert!(!ini.has_previous());
+    assert_eq!(
+        ini.open(&late, &mut plain),
+        Err(Error::UnknownSession(1000))
+    );
+    let t2 = Instant::from_nanos((1 + overlap_ms) * 1_000_000);
+    ini.seal(b"later", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(t2, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session: new })
+    );
+    assert_eq!(s.gw.session_count(), 1);
+    assert!(s.gw.seal(old, b"x", &mut late).is_err());
+}
+
+/// Rotating the gateway's key under load: while terminals send, the gateway takes a next key;
+/// a terminal that knows only the new key connects, an old-key terminal rekeys during the
+/// changeover, the new key is promoted; no session fails and no datagram is refused at any
+/// step; only then do new initiations to the old key fail.
+#[test]
+fn rotating_the_gateway_key_under_load_fails_no_session() {
+    let mut s = setup(2, ResponderConfig::default());
+    let (new_priv, new_pub) = generate_keypair().unwrap();
+    let old_pub = s.gw_pub;
+    let (mut a, _) = connect(&mut s, 0, 1);
+    let mut plain = Vec::new();
+    let mut ms = 0u64;
+    // Each round: every live terminal sends a datagram and gets one back.
+    let traffic = |s: &mut Setup, ts: &mut [(&mut Initiator, u16)], ms: &mut u64| {
+        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        for _ in 0..50 {
+            *ms += 1;
+            let now = Instant::from_nanos(*ms * 1_000_000);
+            for (ini, port) in ts.iter_mut() {
+                ini.seal(b"up", &mut wire).unwrap();
+                assert!(matches!(
+                    s.gw.open(now, &wire, addr(*port), &mut plain),
+                    Ok(Opened::Data { .. })
+                ));
+                s.gw.seal_to(addr(*port), b"down", &mut wire).unwrap();
+                assert!(matches!(
+                    ini.open(&wire, &mut plain),
+                    Ok(Opened::Data { .. })
+                ));
+            }
+        }
+    };
+    traffic(&mut s, &mut [(&mut a, 0)], &mut ms);
+    // 1. The gateway also accepts its next key.
+    s.gw.set_next_key(Some(new_priv));
+    traffic(&mut s, &mut [(&mut a, 0)], &mut ms);
+    // 2. A terminal configured with the new key connects; the old-key one rekeys meanwhile.
+    s.gw_pub = new_pub;
+    let (mut b, _) = connect(&mut s, 1, 1);
+    a.rekey(&s.terminals[0].0, &old_pub, 3001, 2).unwrap();
+    let mut resp = Vec::new();
+    let now = Instant::from_nanos(ms * 1_000_000);
+    assert!(matches!(
+        s.gw.open(now, a.initiation(), addr(0), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+    assert_eq!(a.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    traffic(&mut s, &mut [(&mut a, 0), (&mut b, 1)], &mut ms);
+    // 3. Terminal a moves to the new key (a rekey addressed to it), then the key is promoted.
+    a.rekey(&s.terminals[0].0, &new_pub, 3003, 3).unwrap();
+    assert!(matches!(
+        s.gw.open(now, a.initiation(), addr(0), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+    assert_eq!(a.open(&resp, &mut plain), Ok(Opened::Rekeyed));
+    assert!(s.gw.promote_next_key());
+    traffic(&mut s, &mut [(&mut a, 0), (&mut b, 1)], &mut ms);
+    let c = *s.gw.counters();
+    assert_eq!(
+        (c.auth_failures, c.replays, c.unknown_session),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    // Now the old key is refused, the new one accepted.
+    let late = Initiator::new(&s.terminals[0].0, &old_pub, 5001, 9).unwrap();
+    assert_eq!(
+        s.gw.open(now, late.initiation(), addr(0), &mut resp),
+        Err(Error::AuthFailed)
+    );
+    let fresh = Initiator::new(&s.terminals[1].0, &new_pub, 5003, 9).unwrap();
+    assert!(matches!(
+        s.gw.open(now, fresh.initiation(), addr(1), &mut resp),
+        Ok(Opened::Reply { .. })
+    ));
+}
+
+/// A stolen terminal key (terminal 0's, in the attacker's hands) gives its holder terminal 0's
+/// identity and nothing more: it cannot read terminal 1's datagrams (not with a session of its
+/// own, not by trying them under its own keys), cannot inject into terminal 1's session, and
+/// every session it makes belongs to terminal 0's key, so whatever it opens is attributed (and
+/// limited, and revocable) as terminal 0.
+#[test]
+fn a_stolen_terminal_key_cannot_read_or_act_as_another_terminal() {
+    let mut s = setup(2, ResponderConfig::default());
+    let (mut victim, victim_session) = connect(&mut s, 1, 1);
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    // The attacker makes its own session with the stolen key (from its own address).
+    let mut thief = Initiator::new(&s.terminals[0].0, &s.gw_pub, 1001, 5).unwrap();
+    let Ok(Opened::Reply {
+        session: thief_session,
+    }) =
+        s.gw.open(Instant::ZERO, thief.initiation(), addr(9), &mut resp)
+    else {
+        panic!("the stolen key is a valid key");
+    };
+    assert_eq!(thief.open(&resp, &mut plain), Ok(Opened::Established));
+    assert_eq!(s.gw.session_peer(thief_session), Some(&s.terminals[0].1));
+    // Terminal 1's traffic, both ways, as an on-path attacker records it.
+    victim.seal(b"secret upstream", &mut wire).unwrap();
+    let up = wire.clone();
+    s.gw.seal_to(addr(1), b"secret downstream", &mut wire)
+        .unwrap();
+    let down = wire.clone();
+    // Readdressed to the thief's own session, its keys do not open them.
+    let mut readdressed = down.clone();
+    readdressed[1..5].copy_from_slice(&1001u32.to_be_bytes());
+    assert_eq!(thief.open(&readdressed, &mut plain), Err(Error::AuthFailed));
+    assert!(plain.is_empty());
+    // Sealed under the thief's session and sent to terminal 1's gateway index: refused.
+    thief
+        .seal(b"open a stream as terminal 1", &mut wire)
+        .unwrap();
+    wire[1..5].copy_from_slice(&victim_session.to_be_bytes());
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(9), &mut plain),
+        Err(Error::AuthFailed)
+    );
+    // A recorded datagram of terminal 1 replayed from elsewhere opens once at most (it was
+    // never delivered here, so once), and never as the thief's session.
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &up, addr(9), &mut plain),
+        Ok(Opened::Data {
+            session: victim_session
+        })
+    );
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &up, addr(9), &mut plain),
+        Err(Error::Replay(0))
+    );
+    // Terminal 1's session is intact and still its own.
+    assert_eq!(s.gw.session_peer(victim_session), Some(&s.terminals[1].1));
+    victim.seal(b"still mine", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(1), &mut plain),
+        Ok(Opened::Data {
+            session: victim_session
+        })
+    );
+}

@@ -175,6 +175,7 @@ fn hop_config(link: HopLink, seed: u64) -> HopConfig {
         relay_buffer_bytes: link.relay_buffer_bytes(),
         seed,
         send_rate_bps: stp.send_rate_bps,
+        rekey: stp.rekey,
     }
 }
 
@@ -191,6 +192,10 @@ struct Figures {
     baseline_mbps: f64,
     flooded_mbps: f64,
     goodput_kept: f64,
+    /// A legitimate terminal started during the flood: ms until its tunnel was up (`None`:
+    /// not within [`LATE_HANDSHAKE_BOUND`]).
+    late_handshake_ms: Option<u64>,
+    late_handshake_bound_ms: u64,
     rss_before_kib: u64,
     rss_after_kib: u64,
     /// The gateway's drops during the flood, by cause.
@@ -205,6 +210,7 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         |what: &str| generate_keypair().map_err(|e| anyhow!("generating the {what} key: {e}"));
     let (tk, tp) = key("terminal")?;
     let (ak, ap) = key("attacker terminal")?;
+    let (lk, lp) = key("late terminal")?;
     let (gk, gp) = key("gateway")?;
     let (down, up, rtt_ns) = Profile::Geo.parameters();
     let rtt_ms = (rtt_ns / 1_000_000) as u32;
@@ -229,7 +235,7 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
     let mut g = GatewayOptions::new(
         gk,
-        vec![tp, ap],
+        vec![tp, ap, lp],
         "127.0.0.1:0".parse()?,
         StpHop::sized(gw_link, false, 2),
         gw_link.relay_buffer_bytes(),
@@ -326,6 +332,10 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         hop_config(gw_link, 4),
     )
     .map_err(|e| anyhow!("starting the attacker's hop: {e}"))?;
+    // A legitimate terminal that connects once the flood has emptied the handshake budget (2 s
+    // in): how long its handshake takes (initiations resent every second) is the flood's cost
+    // to newcomers.
+    let late_hs = tokio::spawn(late_handshake_ms(lk, gp, gw_addr, gw_link));
     let opens = Arc::new(AtomicU64::new(0));
     let attack = args.kinds.contains(&Kind::Open).then(|| {
         tokio::spawn(attack_opens(
@@ -338,6 +348,9 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
     let t0 = Instant::now();
     let flooded = download(socks, origin.addr(), args.size).await;
     let flooded_secs = t0.elapsed().as_secs_f64();
+    let late_handshake = late_hs
+        .await
+        .map_err(|_| anyhow!("the late terminal's task failed"))??;
     stop.store(true, Ordering::SeqCst);
     let flood_secs = flood_start.elapsed().as_secs_f64();
     flooder
@@ -388,10 +401,49 @@ async fn bench(args: &FloodBenchArgs) -> Result<Figures> {
         baseline_mbps,
         flooded_mbps,
         goodput_kept: flooded_mbps / baseline_mbps,
+        late_handshake_ms: late_handshake,
+        late_handshake_bound_ms: LATE_HANDSHAKE_BOUND.as_millis() as u64,
         rss_before_kib,
         rss_after_kib,
         drops,
     })
+}
+
+/// How long the late terminal may take to complete its handshake during the flood.
+const LATE_HANDSHAKE_BOUND: Duration = Duration::from_secs(20);
+
+/// Starts a terminal hop to `gateway` and waits for its tunnel: ms until established, or
+/// `None` after [`LATE_HANDSHAKE_BOUND`].
+async fn late_handshake_ms(
+    local: pep::keys::PrivateKey,
+    gateway_key: pep::keys::PublicKey,
+    gateway: SocketAddr,
+    link: HopLink,
+) -> Result<Option<u64>> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    let hop = Hop::start(
+        UdpSocket::bind("127.0.0.1:0").await?,
+        Security::Terminal {
+            local,
+            gateway_key,
+            gateway,
+        },
+        hop_config(link, 5),
+    )
+    .map_err(|e| anyhow!("starting the late terminal's hop: {e}"))?;
+    while t0.elapsed() < LATE_HANDSHAKE_BOUND {
+        let up = hop
+            .status()
+            .await
+            .context("the late terminal's hop stopped")?
+            .established;
+        if up {
+            return Ok(Some(t0.elapsed().as_millis() as u64));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(None)
 }
 
 async fn status(m: &HopMonitor) -> Result<HopStatus> {
@@ -416,6 +468,16 @@ fn print_figures(f: &Figures) {
         f.flooded_mbps,
         f.goodput_kept * 100.0
     );
+    match f.late_handshake_ms {
+        Some(ms) => outln!(
+            "  a legitimate terminal started during the flood: tunnel up after {ms} ms (bound {} ms)",
+            f.late_handshake_bound_ms
+        ),
+        None => outln!(
+            "  a legitimate terminal started during the flood: tunnel NOT up within {} ms",
+            f.late_handshake_bound_ms
+        ),
+    }
     outln!(
         "  process RSS (gateway, terminal, emulator, flooder): {} KiB before the flood, {} KiB after",
         f.rss_before_kib, f.rss_after_kib

@@ -480,6 +480,8 @@ pub(crate) async fn resolve_gateways(
 pub(crate) struct GatewaySetup {
     pub cfg: pep::config::GatewayConfig,
     pub key: PrivateKey,
+    /// The key of a rotation in progress (`next_private_key_file`), served beside `key`.
+    pub next_key: Option<PrivateKey>,
     pub allowed: Vec<PublicKey>,
     pub endpoint: EndpointConfig,
     pub policy: pep::gateway::policy::Policy,
@@ -490,6 +492,20 @@ pub(crate) struct GatewaySetup {
 /// source transparency, the STP parameters.
 pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<GatewaySetup> {
     let key = cfg.private_key()?;
+    let next_key = match &cfg.next_private_key_file {
+        Some(f) => {
+            let next = pep::keys::load_private_key(f).context("gateway.next_private_key_file")?;
+            if next.public_key().ok() == key.public_key().ok() {
+                anyhow::bail!(
+                    "gateway.next_private_key_file: {} holds the same key as private_key_file; \
+                     a rotation needs a new key (satstp keygen)",
+                    f.display()
+                );
+            }
+            Some(next)
+        }
+        None => None,
+    };
     let allowed = cfg.allowed_terminal_keys()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
@@ -511,6 +527,7 @@ pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<Gateway
     Ok(GatewaySetup {
         cfg,
         key,
+        next_key,
         allowed,
         endpoint,
         policy,
@@ -555,6 +572,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 send_rate_bps: send_rate,
                 bind: None,
                 capture,
+                rekey: cfg.rekey(),
             }))
         };
         let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
@@ -621,6 +639,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let GatewaySetup {
         cfg,
         key,
+        next_key,
         allowed,
         endpoint,
         policy,
@@ -632,6 +651,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let capture = args.capture.open("gateway", cfg.hop_transport.stp())?;
     let o = GatewayOptions {
         key,
+        next_key,
         allowed,
         responder_seed: os_seed()?,
         listen: cfg.listen,
@@ -642,6 +662,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                 send_rate_bps: send_rate,
                 bind: None,
                 capture,
+                rekey: Default::default(),
             }),
             tcp: cfg.hop_transport.tcp().then(|| cfg.hop_tcp_tuning()),
         },

@@ -14,6 +14,10 @@ pub async fn terminal_gateways(
 ) -> Result<Vec<(SocketAddr, PublicKey)>> {
     let backups = cfg.backup_gateways()?;
     let mut gateways = vec![(gateway, gateway_key)];
+    // The same gateway under its further keys (a key rotation), tried before the backups.
+    for key in cfg.further_gateway_keys()? {
+        gateways.push((gateway, key));
+    }
     if backups.is_empty() {
         return Ok(gateways);
     }

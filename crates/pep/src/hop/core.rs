@@ -55,6 +55,33 @@ pub const NOTICES_PER_SECOND: u32 = 200;
 pub const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 pub use crate::sizing::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD};
 
+/// When a terminal rekeys its tunnel session: a new Noise handshake on the live session,
+/// which keeps carrying the streams until the new one is up (`docs/tunnel.md`, "Rekeying").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RekeyConfig {
+    /// A new handshake once a session has been in use this long (default 120 s).
+    pub after: Duration,
+    /// ... or once this many data datagrams were sealed and opened on it (default 2^32).
+    pub after_messages: u64,
+    /// How long the replaced session still opens datagrams in flight on it (default 10 s);
+    /// then it is erased, its keys zeroized.
+    pub overlap: Duration,
+    /// A rekey left unanswered this long (initiations resent every [`HANDSHAKE_RETRY`])
+    /// tears the session down for a full new handshake, logged (default 60 s).
+    pub give_up_after: Duration,
+}
+
+impl Default for RekeyConfig {
+    fn default() -> Self {
+        RekeyConfig {
+            after: Duration::from_secs(120),
+            after_messages: 1 << 32,
+            overlap: Duration::from_secs(10),
+            give_up_after: Duration::from_secs(60),
+        }
+    }
+}
+
 /// A stream's id within its hop.
 pub type StreamId = u64;
 
@@ -140,6 +167,10 @@ pub struct HopStatus {
     pub established: bool,
     /// Tunnel handshakes the terminal started (1 + re-handshakes); 0 on a gateway.
     pub handshakes_started: u64,
+    /// Rekeys completed (gateway: of all terminals), and a terminal's rekeys that went
+    /// unanswered (the session was then torn down for a new handshake).
+    pub rekeys: u64,
+    pub rekey_failures: u64,
     /// UDP datagrams and their payload bytes (sealed: tunnel overhead included, IP/UDP headers
     /// not) sent and received by the hop's socket.
     pub datagrams_sent: u64,
@@ -226,6 +257,21 @@ struct Counts {
     bytes_received: u64,
     shaped: u64,
     opens_rate_limited: u64,
+    rekeys: u64,
+    rekey_failures: u64,
+}
+
+/// Terminal: the rekeying state of the tunnel session.
+#[derive(Default)]
+struct RekeyState {
+    config: RekeyConfig,
+    /// When the current session was established (by a handshake or a rekey).
+    session_began: Option<Instant>,
+    /// When the rekey under way began, and when its initiation is next (re)sent.
+    began: Option<Instant>,
+    next_send: Option<Instant>,
+    /// When the replaced session is erased.
+    previous_until: Option<Instant>,
 }
 
 enum Sec {
@@ -317,6 +363,7 @@ pub struct HopCore<S, P> {
     sent_since_heard: Option<Instant>,
     /// Terminal: when the next handshake initiation leaves while the session is not up.
     next_handshake: Instant,
+    rekey: RekeyState,
     /// Handshake datagrams (initiations, responses) waiting to leave, outside the allocation.
     control: VecDeque<(SocketAddr, Vec<u8>, bool)>,
     plain: Vec<u8>,
@@ -411,6 +458,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             open_budgets: OpenBudgets::default(),
             sent_since_heard: None,
             next_handshake: now,
+            rekey: RekeyState::default(),
             control: VecDeque::new(),
             plain: Vec::with_capacity(65_536),
             tap: None,
@@ -424,6 +472,17 @@ impl<S: EventSink, P> HopCore<S, P> {
             handshake_log: crate::tunnel::log_limit::LogLimiter::new(TUNNEL_LOG_INTERVAL),
             last_now: now,
         })
+    }
+
+    /// Terminal: when to rekey (default [`RekeyConfig::default`]).
+    pub fn set_rekey(&mut self, config: RekeyConfig) {
+        self.rekey.config = config;
+    }
+
+    /// Terminal: whether the session replaced by the last rekey is still kept (it is erased,
+    /// keys zeroized, [`RekeyConfig::overlap`] after the rekey).
+    pub fn previous_session_kept(&self) -> bool {
+        matches!(&self.security, Sec::Terminal { init, .. } if init.has_previous())
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
@@ -665,6 +724,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                         self.endpoint.handle_datagram(now, endpoint_from, plain);
                     }
                     Ok(Opened::Established) => self.on_established(now),
+                    Ok(Opened::Rekeyed) => self.on_rekeyed(now),
                     Ok(Opened::SessionUnknown) => self.on_session_unknown(now),
                     _ => {}
                 }
@@ -736,6 +796,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             let at = since + REHANDSHAKE_AFTER;
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
+        if let Some(at) = self.rekey_due() {
+            let at = at.max(now);
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
         if !self.streams.is_empty() && self.established() {
             if let Some(at) = self.probe_due() {
                 let at = at.max(now);
@@ -752,6 +816,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     pub fn pump(&mut self, now: Instant, accept: &mut dyn FnMut(StreamInfo) -> Option<S>) {
         self.last_now = now;
         self.check_gateway_silence(now);
+        self.check_rekey(now);
         if !self.established() && now >= self.next_handshake {
             self.fail_over_if_unanswered(now);
             self.check_down(now);
@@ -876,8 +941,117 @@ impl<S: EventSink, P> HopCore<S, P> {
         self.rehandshake(now);
     }
 
+    /// Terminal: the next moment rekeying has something to do (start, resend, give up, erase
+    /// the replaced session). Message-count triggers are looked at with every `pump`.
+    fn rekey_due(&self) -> Option<Instant> {
+        let Sec::Terminal { init, .. } = &self.security else {
+            return None;
+        };
+        if !init.is_established() {
+            return None;
+        }
+        let r = &self.rekey;
+        let mut due = r.previous_until;
+        let mut at = |t: Option<Instant>| {
+            if let Some(t) = t {
+                due = Some(due.map_or(t, |d| d.min(t)));
+            }
+        };
+        if init.rekeying() {
+            at(r.next_send);
+            at(r.began.map(|b| b + r.config.give_up_after));
+        } else {
+            at(r.session_began.map(|b| b + r.config.after));
+        }
+        due
+    }
+
+    /// Terminal: rekeying. Erases the replaced session after the overlap; starts a rekey when
+    /// the session is old or has carried enough datagrams; resends its initiation; and tears
+    /// the session down if the rekey stays unanswered.
+    fn check_rekey(&mut self, now: Instant) {
+        let stamp = self.now_stamp(now);
+        let Sec::Terminal {
+            init,
+            gateway,
+            local_key,
+            gateway_key,
+            ..
+        } = &mut self.security
+        else {
+            return;
+        };
+        if !init.is_established() {
+            return;
+        }
+        let r = &mut self.rekey;
+        if r.previous_until.is_some_and(|t| now >= t) {
+            init.erase_previous();
+            r.previous_until = None;
+        }
+        if init.rekeying() {
+            let began = r.began.unwrap_or(now);
+            if now.saturating_duration_since(began) >= r.config.give_up_after {
+                tracing::info!(
+                    gateway = %gateway,
+                    "tunnel: the gateway left a rekey unanswered for {} s; the session is                      torn down for a new handshake (gateway overloaded, or the link lost every                      initiation)",
+                    r.config.give_up_after.as_secs()
+                );
+                self.counts.rekey_failures += 1;
+                self.rehandshake(now);
+                return;
+            }
+            if r.next_send.is_none_or(|t| now >= t) {
+                self.control
+                    .push_back((*gateway, init.initiation().to_vec(), false));
+                r.next_send = Some(now + HANDSHAKE_RETRY);
+            }
+            return;
+        }
+        let old = r
+            .session_began
+            .is_some_and(|b| now.saturating_duration_since(b) >= r.config.after);
+        if !old && init.session_messages() < r.config.after_messages {
+            return;
+        }
+        let index = init.index().wrapping_add(2) | 1;
+        if init.rekey(local_key, gateway_key, index, stamp).is_err() {
+            return;
+        }
+        r.began = Some(now);
+        r.next_send = Some(now + HANDSHAKE_RETRY);
+        self.control
+            .push_back((*gateway, init.initiation().to_vec(), false));
+    }
+
+    /// Terminal: a rekey's response arrived; the new session is in use.
+    fn on_rekeyed(&mut self, now: Instant) {
+        let Sec::Terminal { init, .. } = &mut self.security else {
+            return;
+        };
+        let instance = init.gateway_info().map(|i| i.instance);
+        self.counts.rekeys += 1;
+        let r = &mut self.rekey;
+        r.began = None;
+        r.next_send = None;
+        r.session_began = Some(now);
+        r.previous_until = Some(now + r.config.overlap);
+        if instance != self.watch.instance {
+            // Another gateway process answered: the old session's gateway is gone.
+            init.erase_previous();
+            r.previous_until = None;
+            self.on_established(now);
+        } else {
+            self.watch.last_handshake = Some(now);
+        }
+    }
+
     /// Terminal: replaces the session with a new handshake, sent at once.
     fn rehandshake(&mut self, now: Instant) {
+        self.rekey = RekeyState {
+            config: self.rekey.config,
+            ..RekeyState::default()
+        };
         let stamp = self.now_stamp(now);
         if let Sec::Terminal {
             init,
@@ -915,6 +1089,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                 - i128::from(self.wall_clock_at_zero_ns.wrapping_add(now.as_nanos())),
         );
         w.last_handshake = Some(now);
+        self.rekey.session_began = Some(now);
         let took = w
             .handshake_began
             .take()
@@ -1065,11 +1240,20 @@ impl<S: EventSink, P> HopCore<S, P> {
         let Ok(fresh) = new_initiator(local_key, &key, index, stamp) else {
             return;
         };
-        tracing::warn!(
-            from = %gateway,
-            to = %addr,
-            "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
-        );
+        let same_gateway = addr == *gateway;
+        if same_gateway {
+            tracing::warn!(
+                gateway = %addr,
+                "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; trying its next \
+                 key (gateway_public_keys)"
+            );
+        } else {
+            tracing::warn!(
+                from = %gateway,
+                to = %addr,
+                "gateway left {FAILOVER_AFTER_HANDSHAKES} handshakes unanswered; failing over"
+            );
+        }
         **init = fresh;
         *gateway = addr;
         *gateway_key = key;
@@ -1077,6 +1261,10 @@ impl<S: EventSink, P> HopCore<S, P> {
         *unanswered = 1;
         *handshakes += 1;
         self.sent_since_heard = None;
+        if same_gateway {
+            // The same gateway under another key: its connections live on.
+            return;
+        }
         // Connections that reached the old gateway cannot move: reset them so their clients
         // see the failure at once rather than at their idle timeout. Connections that have
         // sent nothing yet (opened while no gateway answered) open at the new one.
@@ -1350,6 +1538,11 @@ impl<S: EventSink, P> HopCore<S, P> {
             local: self.local,
             established: self.established(),
             handshakes_started,
+            rekeys: match &self.security {
+                Sec::Gateway { responder } => responder.counters().rekeys,
+                _ => self.counts.rekeys,
+            },
+            rekey_failures: self.counts.rekey_failures,
             datagrams_sent: self.counts.datagrams_sent,
             bytes_sent: self.counts.bytes_sent,
             datagrams_received: self.counts.datagrams_received,

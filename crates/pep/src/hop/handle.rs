@@ -246,6 +246,8 @@ pub struct HopConfig {
     /// This side's allocation on the satellite link, bit/s of link bytes (datagrams with their
     /// IP and UDP headers); `None` sends as fast as the connections' controllers allow.
     pub send_rate_bps: Option<u64>,
+    /// Terminal: when the tunnel session is rekeyed.
+    pub rekey: super::RekeyConfig,
 }
 
 /// A running hop.
@@ -460,6 +462,8 @@ impl HopStatus {
             local: o.local,
             established: true,
             handshakes_started: o.handshakes_started,
+            rekeys: 0,
+            rekey_failures: 0,
             datagrams_sent: o.frames_sent,
             bytes_sent: o.bytes_sent,
             datagrams_received: o.frames_received,

@@ -26,7 +26,7 @@ pub mod tcp;
 pub(crate) mod udp_batch;
 
 pub use core::{
-    HopStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
+    HopStatus, RekeyConfig, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
     DOWN_AFTER_HANDSHAKES, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD,
     PROBE_AFTER, REHANDSHAKE_AFTER,
 };

@@ -124,6 +124,7 @@ impl Hop {
             security,
             Instant::ZERO,
         )?;
+        core.set_rekey(config.rekey);
         if let Some(mut c) = capture {
             core.set_tap(Box::new(move |src, dst, d| c.record(src, dst, d)));
         }

@@ -12,10 +12,16 @@ use snow::HandshakeState;
 /// same bytes until [`Initiator::is_established`]), passes every datagram from the gateway to
 /// [`Initiator::open`], and seals STP datagrams with [`Initiator::seal`] once established.
 pub struct Initiator {
+    /// The index of the latest handshake (the one under way, or the current session's).
     index: u32,
     initiation: Vec<u8>,
     handshake: Option<HandshakeState>,
     session: Option<Session>,
+    /// Our index of the current session.
+    session_index: u32,
+    /// After a rekey: the replaced session (our index, session), kept to open datagrams
+    /// still in flight on it until [`Initiator::erase_previous`]; it never seals.
+    previous: Option<(u32, Session)>,
     accepted_response: Option<Vec<u8>>,
     /// From the response: the gateway's instance and its clock (ns since the Unix epoch) when
     /// it made the response.
@@ -43,6 +49,69 @@ impl Initiator {
         index: u32,
         timestamp: u64,
     ) -> Result<Self, Error> {
+        let (hs, initiation) = start(local, gateway, index, timestamp)?;
+        Ok(Initiator {
+            index,
+            initiation,
+            handshake: Some(hs),
+            session: None,
+            session_index: index,
+            previous: None,
+            accepted_response: None,
+            gateway: None,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Rekeying: starts a new handshake (with a new `index` and a larger `timestamp`) while the
+    /// current session keeps sealing and opening. [`Initiator::initiation`] is then the new
+    /// initiation; when its response arrives ([`Opened::Rekeyed`]) the new session seals from
+    /// then on and the old one only opens until [`Initiator::erase_previous`]. Without a
+    /// session it is a fresh start.
+    pub fn rekey(
+        &mut self,
+        local: &PrivateKey,
+        gateway: &PublicKey,
+        index: u32,
+        timestamp: u64,
+    ) -> Result<(), Error> {
+        let (hs, initiation) = start(local, gateway, index, timestamp)?;
+        self.index = index;
+        self.initiation = initiation;
+        self.handshake = Some(hs);
+        Ok(())
+    }
+
+    /// A rekey handshake is under way (a session is up and a new handshake is unanswered).
+    pub fn rekeying(&self) -> bool {
+        self.session.is_some() && self.handshake.is_some()
+    }
+
+    /// Data datagrams sealed and opened on the current session.
+    pub fn session_messages(&self) -> u64 {
+        self.session.as_ref().map_or(0, Session::messages)
+    }
+
+    /// Whether the session replaced by the last rekey is still kept (to open late datagrams).
+    pub fn has_previous(&self) -> bool {
+        self.previous.is_some()
+    }
+
+    /// Drops the session replaced by the last rekey; its keys are zeroized. Datagrams on it are
+    /// then rejected as for an unknown session.
+    pub fn erase_previous(&mut self) {
+        self.previous = None;
+    }
+}
+
+/// A handshake towards `gateway` and its initiation datagram.
+fn start(
+    local: &PrivateKey,
+    gateway: &PublicKey,
+    index: u32,
+    timestamp: u64,
+) -> Result<(HandshakeState, Vec<u8>), Error> {
+    {
         let noise = |e: snow::Error| Error::Noise(e.to_string());
         let prologue = prologue(index);
         let mut hs = snow::Builder::new(noise_params()?)
@@ -64,17 +133,11 @@ impl Initiator {
         if n + 5 != INITIATION_LEN {
             return Err(Error::Internal);
         }
-        Ok(Initiator {
-            index,
-            initiation,
-            handshake: Some(hs),
-            session: None,
-            accepted_response: None,
-            gateway: None,
-            counters: Counters::default(),
-        })
+        Ok((hs, initiation))
     }
+}
 
+impl Initiator {
     /// The initiation datagram; identical on every call, so resending it is safe.
     pub fn initiation(&self) -> &[u8] {
         &self.initiation
@@ -155,36 +218,40 @@ impl Initiator {
                     instance: be(4..12)?,
                     clock_ns: be(12..20)?,
                 };
-                let hs = self.handshake.take().ok_or(Error::Internal)?;
-                let transport = hs
-                    .into_stateless_transport_mode()
-                    .map_err(|e| Error::Noise(e.to_string()))?;
-                self.session = Some(Session::new(transport, remote_index));
+                let mut hs = self.handshake.take().ok_or(Error::Internal)?;
+                let fresh = Session::from_handshake(&mut hs, true, remote_index)?;
+                drop(hs);
+                let old = self.session.replace(fresh);
+                let old_index = std::mem::replace(&mut self.session_index, self.index);
                 self.accepted_response = Some(d.to_vec());
                 self.gateway = Some(info);
                 self.counters.handshakes += 1;
-                Ok(Opened::Established)
+                match old {
+                    Some(old) => {
+                        // Replaces (and so erases) an earlier previous session, if any.
+                        self.previous = Some((old_index, old));
+                        self.counters.rekeys += 1;
+                        Ok(Opened::Rekeyed)
+                    }
+                    None => Ok(Opened::Established),
+                }
             }
             Packet::Data {
                 receiver,
                 nonce,
                 ciphertext,
             } => {
-                if receiver != self.index {
-                    return Err(Error::UnknownSession(receiver));
-                }
-                let session = self
-                    .session
-                    .as_mut()
-                    .ok_or(Error::UnknownSession(receiver))?;
+                let session = match (&mut self.session, &mut self.previous) {
+                    (Some(s), _) if receiver == self.session_index => s,
+                    (_, Some((i, s))) if receiver == *i => s,
+                    _ => return Err(Error::UnknownSession(receiver)),
+                };
                 if ciphertext.len() < TAG_LEN {
                     return Err(Error::Malformed);
                 }
                 session.open(nonce, ciphertext, out)?;
                 self.counters.data_opened += 1;
-                Ok(Opened::Data {
-                    session: self.index,
-                })
+                Ok(Opened::Data { session: receiver })
             }
         }
     }

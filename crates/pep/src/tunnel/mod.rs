@@ -162,6 +162,9 @@ pub struct Counters {
     pub duplicate_initiations: u64,
     pub data_sealed: u64,
     pub data_opened: u64,
+    /// Rekeys completed (initiator: a new session replaced a live one; responder: a handshake
+    /// from a key that had a live session).
+    pub rekeys: u64,
 }
 
 impl Counters {
@@ -192,6 +195,9 @@ pub enum Opened {
     Reply { session: u32 },
     /// (Initiator) the response arrived: the session is established and `seal` may be used.
     Established,
+    /// (Initiator) the response to a rekey arrived: the new session seals from now on, the
+    /// replaced one still opens until `Initiator::erase_previous`.
+    Rekeyed,
     /// (Initiator) the gateway says it has no session with the index ours writes: it probably
     /// restarted. Unauthenticated: the driver starts a new handshake, nothing more.
     SessionUnknown,

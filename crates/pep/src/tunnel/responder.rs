@@ -24,6 +24,9 @@ pub struct ResponderConfig {
     pub handshakes_per_second: u32,
     /// Handshakes allowed in a burst above that rate (default 100).
     pub handshake_burst: u32,
+    /// After a rekey, how long the replaced session of a terminal still opens datagrams once
+    /// the new one carried its first (default 10 000 ms); then it is erased, keys zeroized.
+    pub rekey_overlap_ms: u64,
 }
 
 impl Default for ResponderConfig {
@@ -33,6 +36,7 @@ impl Default for ResponderConfig {
             max_sessions_per_key: 2,
             handshakes_per_second: 200,
             handshake_burst: 100,
+            rekey_overlap_ms: 10_000,
         }
     }
 }
@@ -70,6 +74,12 @@ struct Entry {
     /// Where the last authenticated datagram of this session came from.
     addr: SocketAddr,
     last_rx: Instant,
+    /// Creation order among all sessions: a later session of a key supersedes earlier ones.
+    seq: u64,
+    /// Whether a data datagram arrived on it (the terminal has the session).
+    confirmed: bool,
+    /// When a later session of the same key was confirmed: erased `rekey_overlap_ms` after.
+    superseded_at: Option<Instant>,
 }
 
 /// Token bucket in milli-tokens, refilled from the driver's `now`.
@@ -81,6 +91,8 @@ struct Bucket {
 /// The gateway's tunnel endpoint. See the module documentation.
 pub struct Responder {
     local: PrivateKey,
+    /// During a key changeover: a second static key initiations may be addressed to.
+    next: Option<PrivateKey>,
     config: ResponderConfig,
     peers: HashMap<PublicKey, Peer>,
     sessions: HashMap<u32, Entry>,
@@ -98,6 +110,8 @@ pub struct Responder {
     rejected_key: Option<PublicKey>,
     /// Evictions of a key's session for `max_sessions_per_key`: logged once a minute per key.
     eviction_log: LogLimiter<PublicKey>,
+    /// The next session's `seq`.
+    next_seq: u64,
 }
 
 impl Responder {
@@ -119,6 +133,7 @@ impl Responder {
             rejected_key: None,
             eviction_log: LogLimiter::new(std::time::Duration::from_secs(60)),
             local,
+            next: None,
             peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
             sessions: HashMap::new(),
             by_addr: HashMap::new(),
@@ -130,11 +145,34 @@ impl Responder {
             config,
             rng,
             counters: Counters::default(),
+            next_seq: 0,
         })
     }
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Key rotation: also accepts initiations addressed to `next` (a terminal that already
+    /// knows the gateway's new public key), besides those to the key it was made with. An
+    /// initiation for `next` costs a second Diffie–Hellman try (es, ss) after the first key's
+    /// failed, within the same handshake token. `None` ends the changeover. `docs/gateway.md`,
+    /// "Rotating the gateway's key".
+    pub fn set_next_key(&mut self, next: Option<PrivateKey>) {
+        self.next = next;
+    }
+
+    /// Ends a changeover: the next key becomes the only one (initiations to the old key then
+    /// fail authentication). Live sessions are kept whichever key they were made with: their
+    /// keys do not depend on the static key any more. False without a next key.
+    pub fn promote_next_key(&mut self) -> bool {
+        match self.next.take() {
+            Some(next) => {
+                self.local = next;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
@@ -319,6 +357,8 @@ impl Responder {
             .ok_or(Error::UnknownSession(receiver))?;
         entry.session.open(nonce, ciphertext, out)?;
         entry.last_rx = now;
+        let (peer, seq) = (entry.peer, entry.seq);
+        let first = !std::mem::replace(&mut entry.confirmed, true);
         if entry.addr != from {
             let old = entry.addr;
             entry.addr = from;
@@ -326,9 +366,46 @@ impl Responder {
                 self.by_addr.remove(&old);
             }
         }
-        self.by_addr.insert(from, receiver);
+        // Replies go on the newest session the terminal has used from there: a late datagram
+        // on a replaced session does not take them back to it.
+        let newer_mapped = self
+            .by_addr
+            .get(&from)
+            .and_then(|i| self.sessions.get(i))
+            .is_some_and(|e| e.peer == peer && e.seq > seq);
+        if !newer_mapped {
+            self.by_addr.insert(from, receiver);
+        }
         self.counters.data_opened += 1;
+        self.retire_superseded(now, &peer, seq, first);
         Ok(Opened::Data { session: receiver })
+    }
+
+    /// After a datagram on `key`'s session `seq`: on its first, the key's earlier sessions are
+    /// superseded (the terminal has rekeyed); superseded sessions older than the overlap are
+    /// erased.
+    fn retire_superseded(&mut self, now: Instant, key: &PublicKey, seq: u64, first: bool) {
+        let Some(p) = self.peers.get(key) else {
+            return;
+        };
+        let overlap = std::time::Duration::from_millis(self.config.rekey_overlap_ms);
+        let mut done = Vec::new();
+        for &i in &p.sessions {
+            let Some(e) = self.sessions.get_mut(&i) else {
+                continue;
+            };
+            if first && e.seq < seq && e.superseded_at.is_none() {
+                e.superseded_at = Some(now);
+            }
+            if e.superseded_at
+                .is_some_and(|t| now.saturating_duration_since(t) >= overlap)
+            {
+                done.push(i);
+            }
+        }
+        for i in done {
+            self.remove_session(i);
+        }
     }
 
     fn take_token(&mut self, now: Instant) -> bool {
@@ -380,17 +457,23 @@ impl Responder {
         }
         let noise_err = |e: snow::Error| Error::Noise(e.to_string());
         let prologue = prologue(sender);
-        let mut hs = snow::Builder::new(noise_params()?)
-            .local_private_key(self.local.as_bytes())
-            .map_err(noise_err)?
-            .prologue(&prologue)
-            .map_err(noise_err)?
-            .build_responder()
-            .map_err(noise_err)?;
         let mut payload = [0u8; 64];
-        let n = hs
-            .read_message(noise, &mut payload)
-            .map_err(|_| Error::AuthFailed)?;
+        // The current static key first, then (during a changeover) the next one.
+        let mut read = None;
+        for local in std::iter::once(&self.local).chain(self.next.as_ref()) {
+            let mut hs = snow::Builder::new(noise_params()?)
+                .local_private_key(local.as_bytes())
+                .map_err(noise_err)?
+                .prologue(&prologue)
+                .map_err(noise_err)?
+                .build_responder()
+                .map_err(noise_err)?;
+            if let Ok(n) = hs.read_message(noise, &mut payload) {
+                read = Some((hs, n));
+                break;
+            }
+        }
+        let (mut hs, n) = read.ok_or(Error::AuthFailed)?;
         let key = hs
             .get_remote_static()
             .and_then(|k| PublicKey::from_slice(k).ok())
@@ -433,7 +516,8 @@ impl Responder {
         if written + 5 != RESPONSE_LEN {
             return Err(Error::Internal);
         }
-        let transport = hs.into_stateless_transport_mode().map_err(noise_err)?;
+        let session = Session::from_handshake(&mut hs, false, sender)?;
+        drop(hs);
 
         // Everything checked: now create state.
         if replaces_own {
@@ -462,16 +546,34 @@ impl Responder {
                 self.remove_session(oldest);
             }
         }
+        // A rekey: the key has a live session. Replies stay on it until the terminal uses the
+        // new one (it may not have the response yet); then it is superseded.
+        let rekey = self.peers.get(&key).is_some_and(|p| !p.sessions.is_empty());
+        let seq = self.next_seq;
+        self.next_seq += 1;
         self.sessions.insert(
             index,
             Entry {
-                session: Session::new(transport, sender),
+                session,
                 peer: key,
                 addr: from,
                 last_rx: now,
+                seq,
+                confirmed: false,
+                superseded_at: None,
             },
         );
-        self.by_addr.insert(from, index);
+        let mapped_to_key = self
+            .by_addr
+            .get(&from)
+            .and_then(|i| self.sessions.get(i))
+            .is_some_and(|e| e.peer == key);
+        if !(rekey && mapped_to_key) {
+            self.by_addr.insert(from, index);
+        }
+        if rekey {
+            self.counters.rekeys += 1;
+        }
         let peer = self.peers.get_mut(&key).ok_or(Error::Internal)?;
         peer.last_timestamp = Some(timestamp);
         peer.sessions.push_back(index);

@@ -35,6 +35,7 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
         relay_buffer_bytes,
         seed,
         send_rate_bps: None,
+        rekey: Default::default(),
     }
 }
 
@@ -47,6 +48,7 @@ pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
         relay_buffer_bytes: link.relay_buffer_bytes(),
         seed,
         send_rate_bps: stp.send_rate_bps,
+        rekey: stp.rekey,
     }
 }
 
@@ -282,6 +284,7 @@ pub fn loopback_stp(config: &HopConfig) -> StpHop {
         send_rate_bps: config.send_rate_bps,
         bind: Some("127.0.0.1:0".parse().unwrap()),
         capture: None,
+        rekey: config.rekey,
     }
 }
 
