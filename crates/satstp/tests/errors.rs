@@ -110,7 +110,7 @@ struct Bad {
 
 const TERMINAL: &str =
     "[terminal]\nsocks_listen = \"127.0.0.1:1080\"\ngateway = \"127.0.0.1:4433\"\n\
-gateway_public_key = \"0000000000000000000000000000000000000000000000000000000000000000\"\n\
+gateway_public_key = \"2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b\"\n\
 private_key_file = \"/nonexistent/terminal.key\"\n";
 
 const SCENARIO: &str = "name = \"s\"\nduration = \"10s\"\nruns = 1\n\
@@ -177,7 +177,7 @@ fn bad_inputs() -> Vec<Bad> {
         Bad { args: "terminal --config {dir}/t.toml", files: t("[terminal.stp]\nreverse_rate_bps = \"64Kb\"\n"), names: &["reverse_rate_bps", "ps"], once: "no per-second unit" },
         Bad { args: "terminal --config {dir}/t.toml", files: t("[terminal.limits]\nmax_connections = -1\n"), names: &["max_connections", "-1"], once: "expected a whole number from 0 to 4294967295" },
         Bad { args: "gateway --config {dir}/g.toml", files: file("g.toml", "[gateway]\nlisten = \"nope\"\n"), names: &["g.toml", "listen"], once: "invalid socket address" },
-        Bad { args: "terminal --config {dir}/missing.toml", files: &[], names: &["missing.toml"], once: "No such file" },
+        Bad { args: "terminal --config {dir}/missing.toml", files: &[], names: &["missing.toml"], once: "no such file" },
         // Scenarios.
         Bad { args: "sim {dir}/s.toml", files: sc("runs = 1", "runs = -3"), names: &["s.toml", "runs = -3", "line 3"], once: "-3 is negative" },
         Bad { args: "sim {dir}/s.toml", files: sc("duration = \"10s\"", "duration = \"0s\""), names: &["duration", "120s"], once: "is zero" },
