@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{daemon, free_port, fresh_dir, socks_connect, wait_listening, Keys, Kill};
+use common::{daemon, free_port, fresh_dir, http_get, socks_connect, wait_listening, Keys, Kill};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -94,20 +94,6 @@ fn read_to_end(s: &mut TcpStream) -> std::io::Result<usize> {
             Err(e) => return Err(e),
         }
     }
-}
-
-/// `GET path` on the gateway's metrics listener; the body.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
 
 #[test]

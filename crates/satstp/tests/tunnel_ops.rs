@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{daemon, free_port, fresh_dir, satstp, wait_listening, Keys, Kill};
+use common::{daemon, free_port, fresh_dir, http_get, satstp, wait_listening, Keys, Kill};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -37,20 +37,6 @@ fn wait_log_line(path: &Path, needles: &[&str], limit: Duration) -> Option<Strin
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// `GET path` on a metrics listener; the body.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
 
 fn status(addr: SocketAddr) -> serde_json::Value {

@@ -199,3 +199,18 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::Exi
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `GET path` on a daemon's metrics listener (`/metrics`, `/status`); the body, or `None` when
+/// the listener cannot be reached or answers nothing whole within 5 s.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
