@@ -534,16 +534,26 @@ pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<Gateway
     })
 }
 
-pub fn terminal(args: &DaemonArgs) -> Result<()> {
+/// What both daemons do first, in this order: the flags checked (`--log-level`, the capture),
+/// the configuration file read (its text kept for reload comparisons) and parsed, then logging
+/// started at the flag's level, else the file's `log_level`.
+fn start_side<C>(
+    args: &DaemonArgs,
+    side: &str,
+    load: impl Fn(&Path) -> Result<C, pep::config::ConfigError>,
+    file_log_level: impl Fn(&C) -> Option<&str>,
+) -> Result<(String, C, Logging)> {
     check_log_flag(args.log_level.as_deref())?;
     args.capture.check()?;
     let text = read_config_text(&args.config)?;
-    let cfg = load_terminal(&args.config)?;
-    let logging = init_logging(
-        args.log_level.as_deref(),
-        cfg.log_level.as_deref(),
-        "terminal",
-    )?;
+    let cfg = load(&args.config)?;
+    let logging = init_logging(args.log_level.as_deref(), file_log_level(&cfg), side)?;
+    Ok((text, cfg, logging))
+}
+
+pub fn terminal(args: &DaemonArgs) -> Result<()> {
+    let (text, cfg, logging) =
+        start_side(args, "terminal", load_terminal, |c| c.log_level.as_deref())?;
     let TerminalSetup {
         cfg,
         key,
@@ -627,15 +637,8 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 }
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
-    check_log_flag(args.log_level.as_deref())?;
-    args.capture.check()?;
-    let text = read_config_text(&args.config)?;
-    let cfg = load_gateway(&args.config)?;
-    let logging = init_logging(
-        args.log_level.as_deref(),
-        cfg.log_level.as_deref(),
-        "gateway",
-    )?;
+    let (text, cfg, logging) =
+        start_side(args, "gateway", load_gateway, |c| c.log_level.as_deref())?;
     let GatewaySetup {
         cfg,
         key,

@@ -19,6 +19,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// These tests stop, kill and restart daemons on loopback ports chosen by `free_port`, whose
+/// choice is released before the daemon binds it; run in parallel, a test's client could reach
+/// another test's daemon on a reused port (seen: a SOCKS open "succeeding" while its own gateway
+/// was stopped). They run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn addr(port: u16) -> SocketAddr {
     format!("127.0.0.1:{port}").parse().unwrap()
 }
@@ -161,6 +170,7 @@ impl Pair {
 
 #[test]
 fn a_wrong_gateway_key_is_named_within_5_s_and_the_client_fails_within_5_s() {
+    let _serial = serial();
     let p = Pair::new("tunnel-wrong-key");
     let other = common::keygen(&p.dir.join("other"));
     let _gw = daemon("gateway", &p.gateway_config(""), Some(&p.log("gw.log")));
@@ -228,6 +238,7 @@ fn a_wrong_gateway_key_is_named_within_5_s_and_the_client_fails_within_5_s() {
 
 #[test]
 fn with_fast_open_a_down_tunnel_resets_the_client_within_5_s() {
+    let _serial = serial();
     let p = Pair::new("tunnel-down-fast-open");
     // No gateway at all.
     let _term = daemon("terminal", &p.terminal_config(""), Some(&p.log("term.log")));
@@ -247,6 +258,7 @@ fn with_fast_open_a_down_tunnel_resets_the_client_within_5_s() {
 
 #[test]
 fn an_unknown_terminal_key_gets_one_gateway_log_line_naming_the_source() {
+    let _serial = serial();
     let p = Pair::new("tunnel-unknown-key");
     let stranger = common::keygen(&p.dir.join("stranger"));
     let gw_config = p.gateway_config("");
@@ -288,6 +300,7 @@ fn an_unknown_terminal_key_gets_one_gateway_log_line_naming_the_source() {
 
 #[test]
 fn keys_that_cannot_work_stop_the_daemon_at_start() {
+    let _serial = serial();
     let p = Pair::new("tunnel-bad-keys");
     let run = |config: &Path| {
         let o = satstp()
@@ -440,22 +453,26 @@ fn open_given_up_never_runs(name: &str, fast_open: bool, outage: Outage, rounds:
 
 #[test]
 fn a_socks5_open_the_client_was_told_failed_never_runs_paused_gateway_20_rounds() {
+    let _serial = serial();
     open_given_up_never_runs("amo-socks-paused", false, Outage::Paused, 20);
 }
 
 #[test]
 fn a_fast_open_the_client_was_reset_on_never_runs_paused_gateway_20_rounds() {
+    let _serial = serial();
     open_given_up_never_runs("amo-fast-paused", true, Outage::Paused, 20);
 }
 
 #[test]
 fn an_open_given_up_never_runs_after_a_gateway_restart() {
+    let _serial = serial();
     open_given_up_never_runs("amo-socks-restart", false, Outage::Restarted, 5);
     open_given_up_never_runs("amo-fast-restart", true, Outage::Restarted, 5);
 }
 
 #[test]
 fn after_a_gateway_restart_an_idle_terminal_serves_within_a_second() {
+    let _serial = serial();
     let p = Pair::new("tunnel-restart-idle");
     let gw_config = p.gateway_config("");
     let mut gw = daemon("gateway", &gw_config, Some(&p.log("gw-1.log")));
@@ -500,6 +517,7 @@ fn after_a_gateway_restart_an_idle_terminal_serves_within_a_second() {
 
 #[test]
 fn connections_open_at_a_gateway_kill_are_reset_within_2_s_of_its_return() {
+    let _serial = serial();
     let p = Pair::new("tunnel-restart-reset");
     let gw_config = p.gateway_config("");
     let mut gw = daemon("gateway", &gw_config, Some(&p.log("gw-1.log")));
@@ -536,6 +554,7 @@ fn connections_open_at_a_gateway_kill_are_reset_within_2_s_of_its_return() {
 
 #[test]
 fn terminals_sharing_a_key_evict_each_other_and_the_gateway_says_so() {
+    let _serial = serial();
     let p = Pair::new("tunnel-shared-key");
     let _gw = daemon("gateway", &p.gateway_config(""), Some(&p.log("gw.log")));
     wait_listening(&[p.gw_metrics]);
