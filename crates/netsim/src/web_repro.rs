@@ -180,6 +180,9 @@ impl WebRepro {
                 metrics,
             });
         }
+        if self.experiment == "thin-return" {
+            add_slowdowns(&mut rows);
+        }
         let claims = self
             .claims
             .iter()
@@ -581,35 +584,62 @@ fn versions_jobs() -> Vec<Job> {
     v
 }
 
-/// Browsing (the model's pages, P-HTTP) over GEO with a 1 kb/s and a 1 Mb/s return channel.
+/// The thin return channel's rates (b/s) and row groups; the last is the unconstrained
+/// reference each row's `slowdown` is taken against.
+const THIN_RETURNS: [(u64, &str); 5] = [
+    (1000, "1 kb/s"),
+    (2400, "2.4 kb/s"),
+    (4800, "4.8 kb/s"),
+    (9600, "9.6 kb/s"),
+    (1_000_000, "1 Mb/s ref."),
+];
+
+/// Browsing over GEO (1.5 Mb/s forward, 600 ms RTT) with return channels of 1, 2.4, 4.8 and
+/// 9.6 kb/s and an unconstrained 1 Mb/s reference: pages with the sizes the seeds' figures
+/// imply (`Pages::SeedsImplied`), P-HTTP, over STP (thesis profile and our default) and TCP
+/// SACK-NewReno; at 1 kb/s and the reference also HTTP/1.0 with 4 connections (the browsers
+/// of the seeds' time). Per row: page time, return bytes and packets per page, split into the
+/// requests' HTTP bytes and what the transport adds (headers, ACKs or STATs, handshakes).
 fn thin_return_jobs() -> Vec<Job> {
+    let stp_thesis = {
+        let mut c = seeds_stp();
+        stp::Profile::Thesis.apply_to(&mut c.connection);
+        c
+    };
+    let transports = [
+        (
+            "STP (thesis profile)",
+            Transport::Stp {
+                config: stp_thesis,
+                framing: Framing::Ip,
+            },
+        ),
+        (
+            "STP",
+            Transport::Stp {
+                config: seeds_stp(),
+                framing: Framing::Ip,
+            },
+        ),
+        ("TCP SACK-NewReno", Transport::Tcp(seeds_tcp(1460))),
+    ];
+    let mut cases: Vec<(String, u64, HttpVersion)> = THIN_RETURNS
+        .iter()
+        .map(|&(bps, g)| (g.to_string(), bps, HttpVersion::Persistent))
+        .collect();
+    for &(bps, g) in [THIN_RETURNS[0], THIN_RETURNS[4]].iter() {
+        cases.push((
+            format!("{g}, HTTP/1.0 x4"),
+            bps,
+            HttpVersion::Http10 { parallel: 4 },
+        ));
+    }
     let mut v = Vec::new();
-    for (group, up_bps, version) in [
-        ("1 kb/s return", 1000u64, HttpVersion::Persistent),
-        ("1 Mb/s return", 1_000_000, HttpVersion::Persistent),
-        (
-            "1 kb/s return HTTP/1.0 x4",
-            1000u64,
-            HttpVersion::Http10 { parallel: 4 },
-        ),
-        (
-            "1 Mb/s return HTTP/1.0 x4",
-            1_000_000,
-            HttpVersion::Http10 { parallel: 4 },
-        ),
-    ] {
-        for (label, transport) in [
-            (
-                "STP",
-                Transport::Stp {
-                    config: seeds_stp(),
-                    framing: Framing::Ip,
-                },
-            ),
-            ("TCP SACK-NewReno", Transport::Tcp(seeds_tcp(1460))),
-        ] {
+    for (group, up_bps, version) in cases {
+        for (label, transport) in &transports {
+            let transport = transport.clone();
             v.push(job(
-                group,
+                &group,
                 label,
                 Box::new(move |n| {
                     let path = PathSpec {
@@ -621,48 +651,90 @@ fn thin_return_jobs() -> Vec<Job> {
                     };
                     let w = Workload {
                         version,
-                        pages: Pages::Model,
+                        pages: Pages::SeedsImplied,
                         think: Think::Fixed(SEC),
                         max_pages: n,
                     };
                     let (log, ev) =
                         run_http(path, transport.clone(), w, 1001, u64::from(n) * 300 * SEC)?;
-                    let mut m = page_metrics(&log, n);
-                    let rev = log.client_bytes as f64 * 8.0
-                        / log
-                            .pages
-                            .iter()
-                            .map(|p| secs(p.load_ns))
-                            .sum::<f64>()
-                            .max(1e-9);
-                    m.insert(
-                        "reverse_kbps_while_loading".into(),
-                        Value::exact(rev / 1000.0),
-                    );
-                    // What the return channel carries per page, and the part no transport can
-                    // remove: the requests' own bytes (HTTP payload, headers below it excluded).
-                    let floors: Vec<f64> = log
-                        .pages
-                        .iter()
-                        .map(|p| p.request_bytes as f64 * 8.0 / up_bps as f64)
-                        .collect();
-                    m.insert("request_floor_s".into(), Value::of(&floors));
-                    let pages = log.pages.len().max(1) as f64;
-                    m.insert(
-                        "return_bytes_per_page".into(),
-                        Value::exact(log.client_bytes as f64 / pages),
-                    );
-                    let req: u64 = log.pages.iter().map(|p| p.request_bytes).sum();
-                    m.insert(
-                        "return_request_share".into(),
-                        Value::exact(req as f64 / log.client_bytes.max(1) as f64),
-                    );
-                    Ok((m, ev))
+                    Ok((thin_return_metrics(&log, n, up_bps), ev))
                 }),
             ));
         }
     }
     v
+}
+
+/// Page time and what the return channel carries per page.
+fn thin_return_metrics(log: &HttpLog, n: u32, up_bps: u64) -> Metrics {
+    let mut m = page_metrics(log, n);
+    let pages = log.pages.len().max(1) as f64;
+    let load_s: f64 = log.pages.iter().map(|p| secs(p.load_ns)).sum();
+    m.insert(
+        "reverse_kbps_while_loading".into(),
+        Value::exact(log.client_bytes as f64 * 8.0 / load_s.max(1e-9) / 1000.0),
+    );
+    // The part no transport can remove: the requests' own HTTP bytes at the return rate.
+    let floors: Vec<f64> = log
+        .pages
+        .iter()
+        .map(|p| p.request_bytes as f64 * 8.0 / up_bps as f64)
+        .collect();
+    m.insert("request_floor_s".into(), Value::of(&floors));
+    let req: u64 = log.pages.iter().map(|p| p.request_bytes).sum();
+    let per_page = |x: u64| Value::exact(x as f64 / pages);
+    m.insert("return_bytes_per_page".into(), per_page(log.client_bytes));
+    m.insert("request_bytes_per_page".into(), per_page(req));
+    // Headers of the request packets, ACKs or STATs, handshake and close.
+    m.insert(
+        "transport_return_bytes_per_page".into(),
+        per_page(log.client_bytes.saturating_sub(req)),
+    );
+    m.insert(
+        "return_packets_per_page".into(),
+        per_page(log.client_packets),
+    );
+    let objects: u64 = log.pages.iter().map(|p| u64::from(p.objects)).sum();
+    m.insert("objects_per_page".into(), per_page(objects));
+    let bytes: u64 = log.pages.iter().map(|p| p.bytes).sum();
+    m.insert("reply_bytes_per_page".into(), per_page(bytes));
+    m.insert(
+        "return_request_share".into(),
+        Value::exact(req as f64 / log.client_bytes.max(1) as f64),
+    );
+    m
+}
+
+/// Each thin-return row's page time over the same transport and HTTP version's page time with
+/// the unconstrained reference return (`slowdown`; 1 for the reference rows themselves).
+fn add_slowdowns(rows: &mut [Row]) {
+    const HTTP10: &str = ", HTTP/1.0 x4";
+    let reference = THIN_RETURNS[4].1;
+    let base_of = |group: &str, label: &str, rows: &[Row]| -> Option<f64> {
+        let want = if group.ends_with(HTTP10) {
+            format!("{reference}{HTTP10}")
+        } else {
+            reference.to_string()
+        };
+        let r = rows.iter().find(|r| r.group == want && r.label == label)?;
+        Some(r.metrics.get("page_s")?.mean)
+    };
+    let bases: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| base_of(&r.group, &r.label, rows))
+        .collect();
+    for (row, base) in rows.iter_mut().zip(bases) {
+        let (Some(base), Some(p)) = (base, row.metrics.get("page_s").copied()) else {
+            continue;
+        };
+        row.metrics.insert(
+            "slowdown".into(),
+            Value {
+                mean: p.mean / base,
+                ci95: p.ci95 / base,
+            },
+        );
+    }
 }
 
 #[cfg(test)]
@@ -707,5 +779,32 @@ mod tests {
             ..c
         };
         assert!(check(&bad, &rows).unwrap_err().to_string().contains("nope"));
+    }
+
+    #[test]
+    fn slowdown_is_taken_against_the_same_transport_and_version() {
+        let row = |group: &str, label: &str, page: f64| Row {
+            name: format!("{group} / {label}"),
+            group: group.into(),
+            label: label.into(),
+            metrics: [("page_s".to_string(), Value::exact(page))]
+                .into_iter()
+                .collect(),
+        };
+        let mut rows = vec![
+            row("1 kb/s", "STP", 12.0),
+            row("1 kb/s", "TCP", 18.0),
+            row("1 Mb/s ref.", "STP", 3.0),
+            row("1 Mb/s ref.", "TCP", 4.0),
+            row("1 kb/s, HTTP/1.0 x4", "STP", 10.0),
+            row("1 Mb/s ref., HTTP/1.0 x4", "STP", 2.0),
+        ];
+        add_slowdowns(&mut rows);
+        let s = |i: usize| rows[i].metrics["slowdown"].mean;
+        assert_eq!(s(0), 4.0);
+        assert_eq!(s(1), 4.5);
+        assert_eq!(s(2), 1.0);
+        assert_eq!(s(4), 5.0);
+        assert_eq!(s(5), 1.0);
     }
 }

@@ -100,7 +100,15 @@ fn plots(r: &WebRepro) -> Vec<(&'static str, &'static str, Option<&'static str>)
                 Some("Packets per HTTP transfer at 600 ms RTT: TCP, T/TCP and STP"),
             ),
         ],
-        "http-versions" | "thin-return" => vec![("page_s", "mean page load time (s)", None)],
+        "thin-return" => vec![
+            ("page_s", "mean page load time (s)", None),
+            (
+                "return_bytes_per_page",
+                "return-channel bytes per page (B)",
+                Some("Return-channel bytes per page over GEO by return rate: STP and TCP"),
+            ),
+        ],
+        "http-versions" => vec![("page_s", "mean page load time (s)", None)],
         _ => vec![("latency_s", "mean latency per transfer (s)", None)],
     }
 }
