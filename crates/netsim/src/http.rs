@@ -72,9 +72,9 @@ pub enum Pages {
     /// `min_bytes..=max_bytes` (equal bounds: exactly that size): single transfers of one size
     /// class, to see where a protocol's cost comes from.
     Single { min_bytes: u64, max_bytes: u64 },
-    /// Objects per page from the model, reply sizes as the seeds' own figures imply them
-    /// ([`http_model::reply_size_seeds`]: Table 5.3's mean of about 3.9 segments).
-    SeedsImplied,
+    /// Reply sizes as the seeds' own figures imply them ([`http_model::reply_size_seeds`]:
+    /// Table 5.3's mean of about 3.9 segments); `objects` per page, or the model's count.
+    SeedsImplied { objects: Option<u32> },
 }
 
 /// The pause between one page's last byte and the next page's request.
@@ -274,7 +274,10 @@ impl HttpClient {
         }
         self.pages_started += 1;
         let n = match self.workload.pages {
-            Pages::Model | Pages::SeedsImplied => http_model::objects_per_page(ctx.rng),
+            Pages::Model | Pages::SeedsImplied { objects: None } => {
+                http_model::objects_per_page(ctx.rng)
+            }
+            Pages::SeedsImplied { objects: Some(n) } => n.max(1),
             Pages::Objects(n) => n.max(1),
             Pages::Single { .. } => 1,
         };
@@ -287,7 +290,7 @@ impl HttpClient {
                         min_bytes,
                         max_bytes,
                     } => http_model::reply_size_between(ctx.rng, min_bytes, max_bytes),
-                    Pages::SeedsImplied => http_model::reply_size_seeds(ctx.rng),
+                    Pages::SeedsImplied { .. } => http_model::reply_size_seeds(ctx.rng),
                     _ => http_model::reply_size(ctx.rng),
                 };
                 (req, reply)
