@@ -276,6 +276,17 @@ fn rotating_the_gateway_key_by_sighup_under_load_fails_no_connection() {
         Some("gateway-new.key"),
         &terminals,
     );
+    // `satstp check` shows both keys before the reload applies them.
+    let checked = satstp().arg("check").arg(&conf).output().unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{out}");
+    assert!(out.contains(&format!("(public key {old_pub})")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "gateway-new.key (public key {new_pub}; a key rotation"
+        )),
+        "{out}"
+    );
     sighup(&gw.0);
     at = wait_log(
         &log,
