@@ -118,6 +118,23 @@ pub fn io_words(e: &std::io::Error) -> String {
     }
 }
 
+/// The private key in the file `path`, which the setting `field` names; an error names both.
+fn load_private_key_field(
+    field: &str,
+    path: &Path,
+) -> Result<crate::keys::PrivateKey, ConfigError> {
+    crate::keys::load_private_key(path).map_err(|e| match e {
+        crate::keys::KeyError::Io { path, source } => ConfigError::referenced(
+            field,
+            ConfigError::Io {
+                path,
+                error: source,
+            },
+        ),
+        e => ConfigError::referenced(field, e),
+    })
+}
+
 /// `path` as written in the file at `config`: relative paths are relative to its directory.
 pub fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() || path.as_os_str().is_empty() {
@@ -244,13 +261,7 @@ macro_rules! side_config {
             /// This side's private key, read from `private_key_file` now; errors start with
             /// the key (`gateway.private_key_file: /tmp: is a directory`).
             pub fn private_key(&self) -> Result<crate::keys::PrivateKey, ConfigError> {
-                let field = concat!($side, ".private_key_file");
-                crate::keys::load_private_key(&self.private_key_file).map_err(|e| match e {
-                    crate::keys::KeyError::Io { path, source } => {
-                        ConfigError::referenced(field, ConfigError::Io { path, error: source })
-                    }
-                    e => ConfigError::referenced(field, e),
-                })
+                load_private_key_field(concat!($side, ".private_key_file"), &self.private_key_file)
             }
 
             /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with
@@ -729,6 +740,15 @@ struct GatewayFile {
 }
 
 impl GatewayConfig {
+    /// The key of a rotation in progress, read from `next_private_key_file` (`None`: none);
+    /// errors name the field and the file, in the words of [`io_words`].
+    pub fn next_private_key(&self) -> Result<Option<crate::keys::PrivateKey>, ConfigError> {
+        self.next_private_key_file
+            .as_deref()
+            .map(|f| load_private_key_field("gateway.next_private_key_file", f))
+            .transpose()
+    }
+
     /// Checks every field; the error names the first bad one (`gateway.<field>`). The
     /// allowed-terminals file is not read here (see [`Self::allowed_terminal_keys`]).
     pub fn validate(&self) -> Result<(), ConfigError> {

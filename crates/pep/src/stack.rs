@@ -563,6 +563,25 @@ impl Gateway {
         change
     }
 
+    /// Answers tunnel handshakes with `key`, and with `next` too during a changeover, from now
+    /// on ([`Hop::set_gateway_keys`]); live sessions carry on. The public keys now accepted;
+    /// `None` when a hop cannot change its key while running (the split-TCP hop: its key
+    /// changes at a restart), in which case the STP hop, if any, did change.
+    pub async fn set_keys(
+        &self,
+        key: PrivateKey,
+        next: Option<PrivateKey>,
+    ) -> Option<Vec<PublicKey>> {
+        let mut accepted = None;
+        for (i, hop) in self.hops.iter().enumerate() {
+            let keys = hop.set_gateway_keys(key.clone(), next.clone()).await?;
+            if i == 0 {
+                accepted = Some(keys);
+            }
+        }
+        accepted
+    }
+
     /// The hop's address (the STP hop's UDP address when it runs, else the TCP hop's).
     pub fn hop_addr(&self) -> SocketAddr {
         self.hops

@@ -685,3 +685,89 @@ fn a_stolen_terminal_key_cannot_read_or_act_as_another_terminal() {
         })
     );
 }
+
+/// A reload of the gateway's key files (`Responder::set_keys`): handshakes to the keys it now
+/// holds are answered, to the key it dropped refused; a session made under the dropped key
+/// carries on both ways.
+#[test]
+fn set_keys_replaces_the_static_keys_and_keeps_live_sessions() {
+    let mut s = setup(2, ResponderConfig::default());
+    let old_pub = s.gw_pub;
+    let (old_priv_again, _) = generate_keypair().unwrap();
+    let (new_priv, new_pub) = generate_keypair().unwrap();
+    let (mut a, session) = connect(&mut s, 0, 1);
+    assert_eq!(s.gw.public_keys(), vec![old_pub]);
+    // The key files now hold a new current key and a next one; the old key is gone.
+    let other_pub = old_priv_again.public_key().unwrap();
+    s.gw.set_keys(new_priv, Some(old_priv_again));
+    assert_eq!(s.gw.public_keys(), vec![new_pub, other_pub]);
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    a.seal(b"still here", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session })
+    );
+    assert_eq!(plain, b"still here");
+    s.gw.seal_to(addr(0), b"and back", &mut wire).unwrap();
+    assert!(matches!(a.open(&wire, &mut plain), Ok(Opened::Data { .. })));
+    let late = Initiator::new(&s.terminals[1].0, &old_pub, 7001, 5).unwrap();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, late.initiation(), addr(1), &mut resp),
+        Err(Error::AuthFailed)
+    );
+    for (key, ts) in [(new_pub, 6), (other_pub, 7)] {
+        let fresh = Initiator::new(&s.terminals[1].0, &key, 7003, ts).unwrap();
+        assert!(matches!(
+            s.gw.open(Instant::ZERO, fresh.initiation(), addr(1), &mut resp),
+            Ok(Opened::Reply { .. })
+        ));
+    }
+}
+
+/// Revocation (`Responder::set_allowed` without a key): at once the revoked terminal's
+/// datagrams open nothing and its handshakes are refused as an unknown key; its session still
+/// seals for `REVOKED_LINGER` (the resets of its connections), then it is erased. The other
+/// terminal is untouched.
+#[test]
+fn a_revoked_terminal_opens_nothing_at_once_and_its_session_is_erased_after_the_linger() {
+    let mut s = setup(2, ResponderConfig::default());
+    let (mut kept, kept_session) = connect(&mut s, 0, 1);
+    let (mut gone, gone_session) = connect(&mut s, 1, 1);
+    let t0 = Instant::from_nanos(1_000_000_000);
+    let (added, removed) = s.gw.set_allowed(t0, [s.terminals[0].1]);
+    assert_eq!((added, removed), (vec![], vec![s.terminals[1].1]));
+    assert!(s.gw.session_revoked(gone_session));
+    assert!(!s.gw.session_revoked(kept_session));
+    let (mut wire, mut plain, mut resp) = (Vec::new(), Vec::new(), Vec::new());
+    gone.seal(b"after the revocation", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(t0, &wire, addr(1), &mut plain),
+        Err(Error::UnknownSession(gone_session))
+    );
+    assert!(plain.is_empty());
+    // Its resets still leave, sealed under the lingering session.
+    s.gw.seal_to(addr(1), b"reset", &mut wire).unwrap();
+    assert!(matches!(
+        gone.open(&wire, &mut plain),
+        Ok(Opened::Data { .. })
+    ));
+    let again = Initiator::new(&s.terminals[1].0, &s.gw_pub, 8001, 9).unwrap();
+    assert_eq!(
+        s.gw.open(t0, again.initiation(), addr(1), &mut resp),
+        Err(Error::UnknownKey)
+    );
+    let erase_at = t0 + pep::tunnel::REVOKED_LINGER;
+    assert_eq!(s.gw.next_revoked_expiry(), Some(erase_at));
+    assert_eq!(s.gw.expire_revoked(t0), 0);
+    assert_eq!(s.gw.expire_revoked(erase_at), 1);
+    assert_eq!(s.gw.session_count(), 1);
+    assert!(s.gw.seal_to(addr(1), b"late", &mut wire).is_err());
+    assert_eq!(s.gw.next_revoked_expiry(), None);
+    kept.seal(b"kept", &mut wire).unwrap();
+    assert_eq!(
+        s.gw.open(erase_at, &wire, addr(0), &mut plain),
+        Ok(Opened::Data {
+            session: kept_session
+        })
+    );
+}

@@ -226,6 +226,18 @@ fn gateway(path: &Path) -> Result<Lines> {
                 setup.key.public_key()?.to_hex()
             ),
         ),
+    ];
+    if let (Some(file), Some(next)) = (&cfg.next_private_key_file, &setup.next_key) {
+        l.push((
+            "next_private_key_file".into(),
+            format!(
+                "{} (public key {}; a key rotation: handshakes to either key are accepted)",
+                file.display(),
+                next.public_key()?.to_hex()
+            ),
+        ));
+    }
+    l.extend([
         (
             "allowed terminals".into(),
             format!(
@@ -262,7 +274,7 @@ fn gateway(path: &Path) -> Result<Lines> {
             "source_transparent".into(),
             cfg.source_transparent.to_string(),
         ),
-    ];
+    ]);
     shared_lines!("gateway", cfg, &mut l);
     Ok(l)
 }

@@ -130,13 +130,20 @@ enum Reload<'a> {
         logging: Logging,
         text: String,
         gateway: &'a Gateway,
+        /// The public keys handshakes are answered with: `private_key_file`'s, then
+        /// `next_private_key_file`'s during a changeover.
+        keys: Vec<PublicKey>,
+        /// Whether the key files are re-read (not with a split-TCP hop, whose key is fixed
+        /// until a restart).
+        keys_reload: bool,
     },
 }
 
 impl Reload<'_> {
     /// Re-reads the configuration and applies what can change while running — the log level;
-    /// on a gateway also the policy and the allowed terminals (inline and from their file) —
-    /// without touching open connections. Logs what changed, the settings that changed but
+    /// on a gateway also the policy, the allowed terminals (inline and from their file) and
+    /// the key files (over an STP hop) — without touching open connections but a revoked
+    /// terminal's. Logs what changed, the settings that changed but
     /// wait for a restart, or why the reload was refused (the running settings stay).
     async fn run(&mut self) {
         let (side, path) = match self {
@@ -188,21 +195,30 @@ impl Reload<'_> {
                 logging,
                 text,
                 gateway,
+                keys,
+                keys_reload,
             } => {
                 let new_text = read_config_text(path)?;
                 let cfg = load_gateway(path)?;
                 let new = prepare_gateway(cfg)?;
-                let restart = changed_keys(
-                    text,
-                    &new_text,
-                    "gateway",
-                    &[
-                        "log_level",
-                        "policy",
-                        "allowed_terminals",
-                        "allowed_terminals_file",
-                    ],
-                );
+                let mut reloadable = vec![
+                    "log_level",
+                    "policy",
+                    "allowed_terminals",
+                    "allowed_terminals_file",
+                ];
+                if *keys_reload {
+                    reloadable.extend(["private_key_file", "next_private_key_file"]);
+                }
+                let mut restart = changed_keys(text, &new_text, "gateway", &reloadable);
+                let new_keys = accepted_keys(&new)?;
+                let keys_changed = new_keys != *keys;
+                if keys_changed && !*keys_reload {
+                    let what = "the key files' keys (the split-TCP hop)".to_string();
+                    if !restart.iter().any(|k| k.contains("key_file")) {
+                        restart.push(what);
+                    }
+                }
                 // Checked first, applied after: a bad log filter refuses the whole reload.
                 log_filter(
                     logging.flag.as_deref(),
@@ -217,6 +233,14 @@ impl Reload<'_> {
                         new.cfg.policy.allow, new.cfg.policy.deny, new.cfg.policy.allow_private
                     ));
                 }
+                if keys_changed && *keys_reload {
+                    let accepted = gateway
+                        .set_keys(new.key.clone(), new.next_key.clone())
+                        .await
+                        .context("the hop cannot change its key while running; restart it")?;
+                    changed.push(keys_change(keys, &accepted));
+                    *keys = accepted;
+                }
                 let change = gateway.set_allowed_terminals(new.allowed.clone()).await;
                 for (what, keys) in [("added", &change.added), ("removed", &change.removed)] {
                     if !keys.is_empty() {
@@ -230,6 +254,42 @@ impl Reload<'_> {
             }
         }
     }
+}
+
+/// The public keys of a gateway's key files: `private_key_file`'s, then
+/// `next_private_key_file`'s.
+fn accepted_keys(setup: &GatewaySetup) -> Result<Vec<PublicKey>> {
+    let mut keys = vec![setup.key.public_key().context("gateway.private_key_file")?];
+    if let Some(next) = &setup.next_key {
+        keys.push(next.public_key().context("gateway.next_private_key_file")?);
+    }
+    Ok(keys)
+}
+
+/// The log's words for a change of the gateway's keys: those now accepted, those dropped.
+fn keys_change(before: &[PublicKey], now: &[PublicKey]) -> String {
+    let names = ["private_key_file", "next_private_key_file"];
+    let accepted: Vec<String> = now
+        .iter()
+        .zip(names)
+        .map(|(k, n)| format!("{k} ({n})"))
+        .collect();
+    let mut line = format!(
+        "gateway keys: handshakes now accepted to {}",
+        accepted.join(", ")
+    );
+    let dropped: Vec<String> = before
+        .iter()
+        .filter(|k| !now.contains(k))
+        .map(|k| k.to_string())
+        .collect();
+    if !dropped.is_empty() {
+        line.push_str(&format!(
+            "; no longer to {} (live sessions made under it carry on)",
+            dropped.join(", ")
+        ));
+    }
+    line
 }
 
 /// A configuration file's text, as [`load_terminal`] reads it.
@@ -492,20 +552,16 @@ pub(crate) struct GatewaySetup {
 /// source transparency, the STP parameters.
 pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<GatewaySetup> {
     let key = cfg.private_key()?;
-    let next_key = match &cfg.next_private_key_file {
-        Some(f) => {
-            let next = pep::keys::load_private_key(f).context("gateway.next_private_key_file")?;
-            if next.public_key().ok() == key.public_key().ok() {
-                anyhow::bail!(
-                    "gateway.next_private_key_file: {} holds the same key as private_key_file; \
-                     a rotation needs a new key (satstp keygen)",
-                    f.display()
-                );
-            }
-            Some(next)
+    let next_key = cfg.next_private_key()?;
+    if let (Some(next), Some(f)) = (&next_key, &cfg.next_private_key_file) {
+        if next.public_key().ok() == key.public_key().ok() {
+            anyhow::bail!(
+                "gateway.next_private_key_file: {} holds the same key as private_key_file; \
+                 a rotation needs a new key (satstp keygen)",
+                f.display()
+            );
         }
-        None => None,
-    };
+    }
     let allowed = cfg.allowed_terminal_keys()?;
     let endpoint = EndpointConfig {
         connection: cfg.stp_config()?,
@@ -639,6 +695,8 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let (text, cfg, logging) =
         start_side(args, "gateway", load_gateway, |c| c.log_level.as_deref())?;
+    let setup = prepare_gateway(cfg)?;
+    let keys = accepted_keys(&setup)?;
     let GatewaySetup {
         cfg,
         key,
@@ -646,7 +704,8 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         allowed,
         endpoint,
         policy,
-    } = prepare_gateway(cfg)?;
+    } = setup;
+    let keys_reload = !cfg.hop_transport.tcp();
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
     let settings = settings!(cfg);
@@ -700,6 +759,8 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             logging,
             text,
             gateway: &g,
+            keys,
+            keys_reload,
         };
         let timeout = run_started("gateway", &details, &settings, g.ops(), &mut reload).await?;
         drop(reload);

@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{free_port, fresh_dir, satstp, socks_connect, wait_listening, Keys, Kill};
+use common::{
+    free_port, fresh_dir, satstp, sighup, socks_connect, wait_listening, wait_log, Keys, Kill,
+};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -142,25 +144,6 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
     assert!(!ok);
     assert!(err.contains("not a terminal configuration"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Waits up to 15 s until `log` holds `what` (after `from` bytes); the position after it.
-fn wait_log(log: &Path, from: usize, what: &str) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(at) = text.get(from..).and_then(|t| t.find(what)) {
-            return from + at + what.len();
-        }
-        assert!(Instant::now() < deadline, "no {what:?} in the log:\n{text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn sighup(child: &std::process::Child) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
 }
 
 /// An echo through the connection: `what` comes back.

@@ -504,13 +504,49 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Gateway: serves the terminal keys in `allowed` from now on ([`Responder::set_allowed`]);
-    /// the keys added and removed. A terminal hop has no allow-list: `None`.
+    /// the keys added and removed. The streams of a removed key are revoked at once: each is
+    /// reset ([`AbortCode::Revoked`], the resets sealed under the revoked session while it
+    /// lingers) and its reader fails with [`StreamError::Revoked`]. A terminal hop has no
+    /// allow-list: `None`.
     pub fn set_allowed_terminals(
         &mut self,
         allowed: Vec<PublicKey>,
     ) -> Option<(Vec<PublicKey>, Vec<PublicKey>)> {
+        let now = self.last_now;
+        let Sec::Gateway { responder } = &mut self.security else {
+            return None;
+        };
+        let (added, removed) = responder.set_allowed(now, allowed);
+        let revoked: Vec<StreamId> = self
+            .streams
+            .iter()
+            .filter(|(_, st)| st.peer_key.is_some_and(|k| removed.contains(&k)))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in revoked {
+            if let Some(mut st) = self.remove_stream(id) {
+                if let Some(c) = self.endpoint.connection(st.handle) {
+                    c.abort(AbortCode::Revoked.code());
+                }
+                let _ = st.events.offer(StreamEvent::Failed(StreamError::Revoked));
+            }
+        }
+        Some((added, removed))
+    }
+
+    /// Gateway: answers handshakes with these static keys from now on
+    /// ([`Responder::set_keys`]; live sessions kept); the public keys now accepted. A terminal
+    /// hop has no such keys: `None`.
+    pub fn set_gateway_keys(
+        &mut self,
+        local: PrivateKey,
+        next: Option<PrivateKey>,
+    ) -> Option<Vec<PublicKey>> {
         match &mut self.security {
-            Sec::Gateway { responder } => Some(responder.set_allowed(allowed)),
+            Sec::Gateway { responder } => {
+                responder.set_keys(local, next);
+                Some(responder.public_keys())
+            }
             _ => None,
         }
     }
@@ -773,6 +809,9 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// The deadline from [`Self::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
+        if let Sec::Gateway { responder } = &mut self.security {
+            responder.expire_revoked(now);
+        }
         self.endpoint.handle_timeout(now);
     }
 
@@ -795,6 +834,12 @@ impl<S: EventSink, P> HopCore<S, P> {
         if let (Some(since), true) = (self.sent_since_heard, self.established()) {
             let at = since + REHANDSHAKE_AFTER;
             wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if let Sec::Gateway { responder } = &self.security {
+            if let Some(at) = responder.next_revoked_expiry() {
+                let at = at.max(now);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
         }
         if let Some(at) = self.rekey_due() {
             let at = at.max(now);

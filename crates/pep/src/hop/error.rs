@@ -30,11 +30,13 @@ pub enum AbortCode {
     /// The open's deadline passed: the terminal gave up waiting for the verdict, or the gateway
     /// got the stream too late and did not run it.
     Expired = 8,
+    /// Gateway: the terminal's key was removed from the allow-list (a reload revoked it).
+    Revoked = 9,
 }
 
 impl AbortCode {
     /// Every code, in numeric order.
-    pub const ALL: [AbortCode; 9] = [
+    pub const ALL: [AbortCode; 10] = [
         AbortCode::Unspecified,
         AbortCode::BadHeader,
         AbortCode::Overloaded,
@@ -44,6 +46,7 @@ impl AbortCode {
         AbortCode::HopClosed,
         AbortCode::DrainTimeout,
         AbortCode::Expired,
+        AbortCode::Revoked,
     ];
 
     /// The code on the wire.
@@ -67,6 +70,7 @@ impl AbortCode {
             AbortCode::HopClosed => "hop closed",
             AbortCode::DrainTimeout => "drain timed out",
             AbortCode::Expired => "open expired",
+            AbortCode::Revoked => "terminal key revoked",
         }
     }
 }
@@ -99,6 +103,9 @@ pub enum StreamError {
     /// Terminal: the gateway restarted; the stream had reached the old instance.
     #[error("the gateway restarted")]
     GatewayRestarted,
+    /// Gateway: the stream's terminal key was removed from the allow-list.
+    #[error("terminal key revoked")]
+    Revoked,
     /// The split-TCP hop's connection failed.
     #[error("tcp hop: {0}")]
     TcpHop(TcpHopFailure),
@@ -200,7 +207,7 @@ mod tests {
         for c in AbortCode::ALL {
             assert_eq!(AbortCode::from_code(c.code()), Some(c));
         }
-        assert_eq!(AbortCode::from_code(9), None);
+        assert_eq!(AbortCode::from_code(10), None);
         let e = StreamError::Reset { code: 7 };
         assert_eq!(e.abort_code(), Some(AbortCode::DrainTimeout));
         assert!(e.to_string().contains("code 7"), "{e}");

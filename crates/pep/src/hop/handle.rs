@@ -39,6 +39,13 @@ pub(crate) enum Command {
     ChargeTo(Arc<crate::ops::MemoryBudget>),
     /// Gateway: serve these terminal keys from now on ([`Hop::set_allowed_terminals`]).
     SetAllowed(Vec<PublicKey>, oneshot::Sender<AllowedChange>),
+    /// Gateway: answer handshakes with this static key and, during a changeover, the next one
+    /// ([`Hop::set_gateway_keys`]); the public keys now accepted, `None` where unsupported.
+    SetKeys(
+        PrivateKey,
+        Option<PrivateKey>,
+        oneshot::Sender<Option<Vec<PublicKey>>>,
+    ),
     /// The `Hop` handle was dropped: reset every connection and stop.
     Close,
 }
@@ -327,6 +334,23 @@ impl Hop {
             return AllowedChange::default();
         }
         rx.await.unwrap_or_default()
+    }
+
+    /// Gateway: answers tunnel handshakes with `key` from now on, and with `next` too during a
+    /// key changeover (a reload of `private_key_file` / `next_private_key_file`); the sessions
+    /// made under the keys before carry on. The public keys now accepted; `None` on a hop that
+    /// cannot change its key while running (a terminal's, or the split-TCP hop).
+    pub async fn set_gateway_keys(
+        &self,
+        key: PrivateKey,
+        next: Option<PrivateKey>,
+    ) -> Option<Vec<PublicKey>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::SetKeys(key, next, reply))
+            .await
+            .ok()?;
+        rx.await.ok().flatten()
     }
 
     /// A handle that asks this hop for its status after the `Hop` itself was handed on (to

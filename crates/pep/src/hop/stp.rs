@@ -316,6 +316,9 @@ impl HopTask {
                 let (added, removed) = self.core.set_allowed_terminals(keys).unwrap_or_default();
                 let _ = reply.send(AllowedChange { added, removed });
             }
+            Command::SetKeys(key, next, reply) => {
+                let _ = reply.send(self.core.set_gateway_keys(key, next));
+            }
             Command::Close => self.shutting_down = true,
         }
     }

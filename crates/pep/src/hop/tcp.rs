@@ -322,6 +322,9 @@ async fn terminal_control(
             Command::SetAllowed(_, reply) => {
                 let _ = reply.send(Default::default());
             }
+            Command::SetKeys(_, _, reply) => {
+                let _ = reply.send(None);
+            }
             // The handle is gone: no more streams are opened; open ones run to their end.
             Command::Close => break,
         }
@@ -493,6 +496,10 @@ async fn gateway_control(
                 *allowed = new;
                 drop(allowed);
                 let _ = reply.send(change);
+            }
+            // The split-TCP hop's static key is fixed at start (a restart changes it).
+            Command::SetKeys(_, _, reply) => {
+                let _ = reply.send(None);
             }
             Command::Stream(_) => {}
             Command::ChargeTo(memory) => {

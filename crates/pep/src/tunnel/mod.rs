@@ -75,7 +75,7 @@ mod session;
 pub mod wire;
 
 pub use initiator::{GatewayInfo, Initiator};
-pub use responder::{Responder, ResponderConfig};
+pub use responder::{Responder, ResponderConfig, REVOKED_LINGER};
 pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
 
 use thiserror::Error;

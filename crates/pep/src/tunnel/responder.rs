@@ -80,7 +80,14 @@ struct Entry {
     confirmed: bool,
     /// When a later session of the same key was confirmed: erased `rekey_overlap_ms` after.
     superseded_at: Option<Instant>,
+    /// When its key was removed from the allow-list: from then on it opens nothing, and it
+    /// seals only for [`REVOKED_LINGER`] (the resets of its connections), then it is erased.
+    revoked_at: Option<Instant>,
 }
+
+/// How long a revoked terminal's session still seals (so the resets of its connections reach
+/// it) before it is erased, keys and all.
+pub const REVOKED_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Token bucket in milli-tokens, refilled from the driver's `now`.
 struct Bucket {
@@ -175,6 +182,24 @@ impl Responder {
         }
     }
 
+    /// Replaces the static keys (a reload of the gateway's key files): initiations are
+    /// answered with `local` from now on, and also with `next` during a changeover (`None`:
+    /// none). Live sessions are kept whichever key they were made with; so are the replay
+    /// state and the answer to a retransmitted initiation.
+    pub fn set_keys(&mut self, local: PrivateKey, next: Option<PrivateKey>) {
+        self.local = local;
+        self.next = next;
+    }
+
+    /// The public keys initiations may be addressed to: the current one, then the next one
+    /// during a changeover (a key whose public half cannot be computed is left out).
+    pub fn public_keys(&self) -> Vec<PublicKey> {
+        std::iter::once(&self.local)
+            .chain(self.next.as_ref())
+            .filter_map(|k| k.public_key().ok())
+            .collect()
+    }
+
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
     pub fn set_wall_clock(&mut self, at_zero_ns: u64) {
         self.wall_clock_at_zero_ns = at_zero_ns;
@@ -191,10 +216,15 @@ impl Responder {
     }
 
     /// Serves the terminal keys in `allowed` from now on (a reloaded allow-list): keys kept
-    /// keep their sessions and replay state; the sessions of keys no longer allowed end at once
-    /// (their connections fail). Returns the keys added and removed.
+    /// keep their sessions and replay state. The sessions of keys no longer allowed are revoked
+    /// at once: nothing they carry opens any more (the terminal gets the unknown-session notice
+    /// and its new handshakes are refused as `UnknownKey`); they still seal for
+    /// [`REVOKED_LINGER`], so the driver can send the resets of their connections
+    /// ([`Self::session_revoked`]), and [`Self::expire_revoked`] then erases them. Returns the
+    /// keys added and removed.
     pub fn set_allowed(
         &mut self,
+        now: Instant,
         allowed: impl IntoIterator<Item = PublicKey>,
     ) -> (Vec<PublicKey>, Vec<PublicKey>) {
         let new: std::collections::HashSet<PublicKey> = allowed.into_iter().collect();
@@ -216,7 +246,9 @@ impl Responder {
                 .map(|p| p.sessions.iter().copied().collect())
                 .unwrap_or_default();
             for s in sessions {
-                self.remove_session(s);
+                if let Some(e) = self.sessions.get_mut(&s) {
+                    e.revoked_at = Some(now);
+                }
             }
             self.peers.remove(key);
             self.initiations.retain(|_, k| k != key);
@@ -296,6 +328,40 @@ impl Responder {
         }
     }
 
+    /// Whether `session` belongs to a key removed from the allow-list (it opens nothing and is
+    /// erased [`REVOKED_LINGER`] after the removal).
+    pub fn session_revoked(&self, session: u32) -> bool {
+        self.sessions
+            .get(&session)
+            .is_some_and(|e| e.revoked_at.is_some())
+    }
+
+    /// When the next revoked session is due to be erased ([`Self::expire_revoked`]).
+    pub fn next_revoked_expiry(&self) -> Option<Instant> {
+        self.sessions
+            .values()
+            .filter_map(|e| e.revoked_at)
+            .min()
+            .map(|t| t + REVOKED_LINGER)
+    }
+
+    /// Erases the revoked sessions whose [`REVOKED_LINGER`] has passed; returns how many.
+    pub fn expire_revoked(&mut self, now: Instant) -> usize {
+        let done: Vec<u32> = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| {
+                e.revoked_at
+                    .is_some_and(|t| now.saturating_duration_since(t) >= REVOKED_LINGER)
+            })
+            .map(|(&i, _)| i)
+            .collect();
+        for &i in &done {
+            self.remove_session(i);
+        }
+        done.len()
+    }
+
     /// Removes sessions that have received nothing for `idle_ms`; returns how many.
     pub fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
         let idle = std::time::Duration::from_millis(idle_ms);
@@ -354,6 +420,7 @@ impl Responder {
         let entry = self
             .sessions
             .get_mut(&receiver)
+            .filter(|e| e.revoked_at.is_none())
             .ok_or(Error::UnknownSession(receiver))?;
         entry.session.open(nonce, ciphertext, out)?;
         entry.last_rx = now;
@@ -561,6 +628,7 @@ impl Responder {
                 seq,
                 confirmed: false,
                 superseded_at: None,
+                revoked_at: None,
             },
         );
         let mapped_to_key = self

@@ -214,3 +214,23 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     s.read_to_string(&mut resp).ok()?;
     resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
+
+/// Waits up to 15 s until `log` holds `what` (after `from` bytes); the position after it.
+pub fn wait_log(log: &Path, from: usize, what: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(at) = text.get(from..).and_then(|t| t.find(what)) {
+            return from + at + what.len();
+        }
+        assert!(Instant::now() < deadline, "no {what:?} in the log:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGHUP to `child` (spawned by the test and not yet waited for): a daemon reloads.
+pub fn sighup(child: &std::process::Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+}
