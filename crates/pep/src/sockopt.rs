@@ -224,7 +224,7 @@ pub fn max_pacing_rate(sock: &SockRef<'_>) -> io::Result<Option<u64>> {
     if len == 4 {
         v &= u64::from(u32::MAX);
     }
-    Ok((v != u64::from(u32::MAX) && v != u64::MAX).then_some(v * 8))
+    Ok((v != u64::from(u32::MAX) && v != u64::MAX).then(|| v.saturating_mul(8)))
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -573,7 +573,11 @@ fn hop_transport_configuration() {
     let e = terminal("[terminal.hop_tcp]\nsend_buffer_bytes = 1").unwrap_err();
     assert_eq!(e.field(), Some("terminal.hop_tcp.send_buffer_bytes"), "{e}");
     let e = terminal("[terminal.hop_tcp]\nmax_pacing_rate_bps = 10").unwrap_err();
-    assert_eq!(e.field(), Some("terminal.hop_tcp.max_pacing_rate_bps"), "{e}");
+    assert_eq!(
+        e.field(),
+        Some("terminal.hop_tcp.max_pacing_rate_bps"),
+        "{e}"
+    );
     assert!(e.to_string().contains("must be from 8000"), "{e}");
 }
 
@@ -600,7 +604,8 @@ async fn congestion_control_missing_from_the_kernel_is_named() {
 
 /// The hop's sockets are paced at `max_pacing_rate_bps` (the allocation, by default, when it is
 /// configured), both the terminal's and the connections the gateway accepts: 3 MB each way at
-/// 16 Mbit/s takes about 1.5 s, where the same hop unpaced moves it at loopback speed.
+/// 16 Mbit/s takes about 1.5 s (1.3 s measured), where the same hop unpaced moves it at
+/// loopback speed (0.02 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_sockets_are_paced_at_the_configured_rate() {
     let n = 3_000_000;
@@ -630,7 +635,10 @@ async fn hop_sockets_are_paced_at_the_configured_rate() {
             .await
             .unwrap();
         let up = t0.elapsed().as_secs_f64();
-        assert!(got.len() == data.len() + 1 && got[1..] == data[..], "upload corrupted");
+        assert!(
+            got.len() == data.len() + 1 && got[1..] == data[..],
+            "upload corrupted"
+        );
         let t0 = Instant::now();
         g.write(&data).await.unwrap();
         g.shutdown().await;
@@ -646,9 +654,13 @@ async fn hop_sockets_are_paced_at_the_configured_rate() {
     eprintln!("3 MB up, down: paced at 16 Mbit/s {paced:?} s, unpaced {unpaced:?} s");
     for (dir, p, u) in [("up", paced.0, unpaced.0), ("down", paced.1, unpaced.1)] {
         assert!(
-            (1.2..20.0).contains(&p),
+            // 1.5 s at the rate; the first window (ten 64 KiB loopback segments) may leave early.
+            (0.9..20.0).contains(&p),
             "{dir}: 3 MB at 16 Mbit/s took {p:.3} s (expected about 1.5)"
         );
-        assert!(u < p / 2.0, "{dir}: unpaced {u:.3} s is not faster than paced {p:.3} s");
+        assert!(
+            u < p / 2.0,
+            "{dir}: unpaced {u:.3} s is not faster than paced {p:.3} s"
+        );
     }
 }

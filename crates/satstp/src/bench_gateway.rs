@@ -130,8 +130,9 @@ impl HopCounters {
                 .sum()
         };
         Ok(HopCounters {
-            datagrams_sent: sum("satstp_hop_datagrams_total{", "direction=\"sent\""),
-            datagrams_received: sum("satstp_hop_datagrams_total{", "direction=\"received\""),
+            // At the gateway, "down" (towards the terminal) is sent and "up" received.
+            datagrams_sent: sum("satstp_hop_datagrams_total{", "direction=\"down\""),
+            datagrams_received: sum("satstp_hop_datagrams_total{", "direction=\"up\""),
             retransmissions: sum("satstp_stp_retransmissions_total{", ""),
         })
     }

@@ -81,8 +81,9 @@ pub fn tune_namespace(ns: &str, buffer: u64) -> Result<()> {
 
 /// What an operator of the split-TCP hop sets on the terminal's and the gateway's hosts
 /// (`docs/gateway.md`, "Split TCP hop"), here in the namespace `ns`: no slow start after idle,
-/// TCP Fast Open for clients and servers, and on the route to the peer's address the initial windows of one bandwidth-delay
-/// product each way ([`pep::sizing::HopLink::tcp_route_windows`]).
+/// TCP Fast Open for clients and servers, and on the route to the peer's address the initial
+/// windows of one bandwidth-delay product each way
+/// ([`pep::sizing::HopLink::tcp_route_windows`]).
 pub fn tune_tcp_hop_host(ns: &str, peer: Ipv4Addr, link: pep::sizing::HopLink) -> Result<()> {
     let name = ns.to_string();
     linkem::net::in_namespace(ns, move || -> Result<()> {
