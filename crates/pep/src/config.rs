@@ -382,8 +382,14 @@ fn hop_tcp_tuning(options: &TcpOptions, link: Option<crate::sizing::HopLink>) ->
             .recv_buffer_bytes
             .or(link.map(|l| two_bdp(l.recv_rate_bps, l.rtt_ms))),
         nodelay: options.nodelay,
+        max_pacing_rate_bps: options
+            .max_pacing_rate_bps
+            .or(link.map(|l| crate::sizing::tcp_payload_rate_bps(l.send_rate_bps))),
     }
 }
+
+/// Largest `max_pacing_rate_bps`: `SO_MAX_PACING_RATE` as a 32-bit count of bytes per second.
+pub const MAX_PACING_RATE_BPS: u64 = (u32::MAX as u64 - 1) * 8;
 
 fn default_idle_timeout_s() -> u32 {
     300
@@ -657,6 +663,13 @@ pub struct TcpOptions {
     /// `TCP_NODELAY` (default true: the relay already coalesces what it writes).
     #[serde(default = "default_true")]
     pub nodelay: bool,
+    /// `SO_MAX_PACING_RATE`, bit/s of TCP payload: the kernel paces the socket's segments at
+    /// no more than this (and paces at all, whatever the congestion control). Default: none
+    /// for `[gateway.tcp]`; for `hop_tcp`, the payload share of this side's sending allocation
+    /// when it is configured, so a large window leaves as a smooth stream at the allocated rate
+    /// instead of a burst into the satellite modem's queue.
+    #[serde(default)]
+    pub max_pacing_rate_bps: Option<u64>,
 }
 
 fn default_true() -> bool {
@@ -670,6 +683,7 @@ impl Default for TcpOptions {
             send_buffer_bytes: None,
             recv_buffer_bytes: None,
             nodelay: true,
+            max_pacing_rate_bps: None,
         }
     }
 }
@@ -695,6 +709,13 @@ impl TcpOptions {
             if matches!(v, Some(b) if !(4096..=1 << 30).contains(&b)) {
                 return Err(bad(name, "must be from 4096 to 1073741824"));
             }
+        }
+        if matches!(self.max_pacing_rate_bps, Some(r) if !(8000..=MAX_PACING_RATE_BPS).contains(&r))
+        {
+            return Err(bad(
+                "max_pacing_rate_bps",
+                "must be from 8000 (1 kB/s) to 34359738360 (the kernel's 32-bit bytes/s)",
+            ));
         }
         Ok(())
     }

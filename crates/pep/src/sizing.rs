@@ -13,6 +13,10 @@
 //! - the send buffer holds 2 × the send BDP and the receive buffer 2.5 × the receive BDP (the
 //!   seeds' 2–3 × BDP: one BDP in flight, one more to keep the pipe full through a loss
 //!   recovery, and some slack for the rate mismatch with the terrestrial side).
+//!
+//! The split-TCP hop is sized from the same allocation: its sockets pace at the payload share
+//! of `SHAPER_SHARE` × `S` ([`tcp_payload_rate_bps`]), and the route to the peer should carry
+//! initial windows of one BDP each way ([`HopLink::tcp_route_windows`]; `docs/gateway.md`).
 
 use crate::tunnel::wire::DATA_OVERHEAD;
 
@@ -39,6 +43,29 @@ pub const HOP_PATH_MTU_BYTES: usize = 1500;
 pub fn hop_max_datagram_bytes(ipv6: bool) -> u16 {
     let ip_udp = if ipv6 { 40 + 8 } else { IPV4_UDP_OVERHEAD };
     (HOP_PATH_MTU_BYTES - ip_udp - DATA_OVERHEAD) as u16
+}
+
+/// TCP payload of a full segment on a 1500-byte IPv4 path with timestamps (20 IP, 20 TCP and 12
+/// option bytes): the segment size of the split-TCP hop.
+pub const TCP_HOP_MSS: u64 = 1448;
+
+/// The pacing rate of a split-TCP hop socket whose side may send `link_rate_bps` (bit/s of link
+/// bytes): the shaper's share of it, counted in TCP payload as the kernel's pacing counts.
+pub fn tcp_payload_rate_bps(link_rate_bps: u64) -> u64 {
+    let shaped = (link_rate_bps as f64 * SHAPER_SHARE) as u64;
+    let payload = u128::from(shaped) * u128::from(TCP_HOP_MSS) / HOP_PATH_MTU_BYTES as u128;
+    (payload as u64).max(8000)
+}
+
+/// Initial windows, in segments of [`TCP_HOP_MSS`], for the route a side's hop connections
+/// take to its peer (`ip route ... initcwnd N initrwnd M`): what lets a new connection start
+/// at the allocation instead of slow-starting across the satellite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpRouteWindows {
+    /// `initcwnd`: one bandwidth-delay product of this side's sending direction.
+    pub initcwnd: u32,
+    /// `initrwnd`: one bandwidth-delay product of this side's receiving direction.
+    pub initrwnd: u32,
 }
 
 /// How long a hop's connection waits through silence before declaring the peer dead, ms:
@@ -96,6 +123,19 @@ impl HopLink {
         c.recv_buffer_bytes = clamp(bdp(self.recv_rate_bps) * 5 / 2, c.recv_buffer_bytes);
         c
     }
+
+    /// The initial windows for this side's route to its peer on the split-TCP hop: one BDP of
+    /// each direction in full segments (at least 10, the kernel's default initial window).
+    pub fn tcp_route_windows(&self) -> TcpRouteWindows {
+        let segments = |rate: u64| {
+            let bdp = u128::from(rate) * u128::from(self.rtt_ms) / 8000;
+            (bdp / u128::from(TCP_HOP_MSS)).clamp(10, 1 << 20) as u32
+        };
+        TcpRouteWindows {
+            initcwnd: segments(self.send_rate_bps),
+            initrwnd: segments(self.recv_rate_bps),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +170,34 @@ mod tests {
             4 << 20,
             "2.5 x the 375 kB uplink BDP is below the default, which stays"
         );
+    }
+
+    #[test]
+    fn geo_tcp_hop_paces_at_its_allocation_and_starts_with_a_bdp() {
+        let gateway = HopLink {
+            send_rate_bps: 50_000_000,
+            recv_rate_bps: 5_000_000,
+            rtt_ms: 600,
+        };
+        // 49.5 Mb/s of 1500-byte packets is 47.784 Mb/s of 1448-byte payloads.
+        assert_eq!(tcp_payload_rate_bps(50_000_000), 47_784_000);
+        // 3.75 MB down and 375 kB up, in 1448-byte segments.
+        let w = gateway.tcp_route_windows();
+        assert_eq!((w.initcwnd, w.initrwnd), (2589, 258));
+        let terminal = HopLink {
+            send_rate_bps: 5_000_000,
+            recv_rate_bps: 50_000_000,
+            rtt_ms: 600,
+        };
+        let w = terminal.tcp_route_windows();
+        assert_eq!((w.initcwnd, w.initrwnd), (258, 2589));
+        // A slow, short link keeps the kernel's default of 10.
+        let tiny = HopLink {
+            send_rate_bps: 100_000,
+            recv_rate_bps: 100_000,
+            rtt_ms: 20,
+        };
+        assert_eq!(tiny.tcp_route_windows().initcwnd, 10);
     }
 
     #[test]

@@ -119,7 +119,120 @@ pub fn apply_tcp_options(sock: &SockRef<'_>, o: &TcpOptions) -> Result<(), Socko
             field: "nodelay",
             source,
         })?;
+    if let Some(bps) = o.max_pacing_rate_bps {
+        set_max_pacing_rate(sock, bps).map_err(|source| SockoptError::Socket {
+            field: "max_pacing_rate_bps",
+            source,
+        })?;
+    }
     Ok(())
+}
+
+/// `SO_MAX_PACING_RATE` at `bps` bit/s (the kernel takes bytes per second): the socket is
+/// paced (TCP's internal pacing, whatever the congestion control) at no more than that.
+#[cfg(target_os = "linux")]
+pub fn set_max_pacing_rate(sock: &SockRef<'_>, bps: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let bytes_per_s = u32::try_from(bps / 8)
+        .unwrap_or(u32::MAX - 1)
+        .clamp(1, u32::MAX - 1);
+    // SAFETY: a plain setsockopt on a descriptor `sock` borrows, with a pointer to a u32 that
+    // lives across the call and its exact length.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_s as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// TCP Fast Open on the split-TCP hop. Terminal: `TCP_FASTOPEN_CONNECT` before `connect`, so
+/// the first write (the handshake's message 1) rides in the SYN once the gateway has handed out
+/// a cookie; gateway: `TCP_FASTOPEN` on the listener with a queue of `queue` pending fast-open
+/// handshakes. Either falls back to a plain handshake where the peer or the path does not
+/// take part; the kernel's `net.ipv4.tcp_fastopen` must allow the side (bit 1 client, bit 2
+/// server; the default 1 allows only clients).
+#[cfg(target_os = "linux")]
+pub fn set_fast_open(sock: &SockRef<'_>, listener_queue: Option<u32>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (option, value) = match listener_queue {
+        Some(q) => (libc::TCP_FASTOPEN, i32::try_from(q).unwrap_or(i32::MAX)),
+        None => (libc::TCP_FASTOPEN_CONNECT, 1),
+    };
+    // SAFETY: a plain setsockopt with a pointer to an i32 that lives across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            option,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_fast_open(_sock: &SockRef<'_>, _listener_queue: Option<u32>) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "TCP Fast Open is used only on Linux",
+    ))
+}
+
+/// What `net.ipv4.tcp_fastopen` allows: (client, server); `None` where it cannot be read.
+pub fn fast_open_sysctl() -> Option<(bool, bool)> {
+    let v: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((v & 1 != 0, v & 2 != 0))
+}
+
+/// The pacing cap of a socket, bit/s (`None`: unlimited).
+#[cfg(target_os = "linux")]
+pub fn max_pacing_rate(sock: &SockRef<'_>) -> io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`, which outlives the call.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len == 4 {
+        v &= u64::from(u32::MAX);
+    }
+    Ok((v != u64::from(u32::MAX) && v != u64::MAX).then(|| v.saturating_mul(8)))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_max_pacing_rate(_sock: &SockRef<'_>, _bps: u64) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "SO_MAX_PACING_RATE exists only on Linux",
+    ))
 }
 
 /// Applies `o` to a throwaway socket: whether this kernel and process accept the options, and
@@ -206,8 +319,22 @@ mod tests {
             send_buffer_bytes: Some(1 << 20),
             recv_buffer_bytes: Some(1 << 20),
             nodelay: true,
+            max_pacing_rate_bps: Some(47_784_000),
         };
         let g = check_tcp_options(&t).unwrap();
         assert!(g.send_buffer_bytes > 0 && g.recv_buffer_bytes > 0);
+    }
+
+    #[test]
+    fn pacing_cap_is_set_in_bytes_per_second() {
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let r = SockRef::from(&sock);
+        assert_eq!(max_pacing_rate(&r).unwrap(), None);
+        let t = TcpOptions {
+            max_pacing_rate_bps: Some(47_784_000),
+            ..TcpOptions::default()
+        };
+        apply_tcp_options(&r, &t).unwrap();
+        assert_eq!(max_pacing_rate(&r).unwrap(), Some(47_784_000));
     }
 }

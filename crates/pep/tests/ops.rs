@@ -621,6 +621,7 @@ async fn outbound_tcp_options_are_applied() {
             send_buffer_bytes: Some(1 << 20),
             recv_buffer_bytes: Some(1 << 20),
             nodelay: false,
+            max_pacing_rate_bps: Some(8_000_000),
         },
         ..Options::default()
     })

@@ -1,28 +1,25 @@
 //! `satstp bench gateway`: the split-connection gateway on real sockets, on loopback.
 //!
-//! One process holds everything: a SOCKS5 client, the terminal (SOCKS listener and its STP hop),
-//! the gateway (STP hop and relay, destination policy allowing 127.0.0.0/8), and an origin TCP
-//! server (the client and the origin are the load-generation kit's; every byte is checked). The satellite hop is encrypted (Noise IK) and has no emulated impairment. Measured:
-//! throughput of one bulk download, of N parallel downloads, CPU seconds per GB (getrusage of
-//! the whole process around the single-flow run) and resident memory per idle connection (VmRSS
-//! growth while N idle connections are held open, divided by N).
+//! Three processes: the gateway and terminal daemons (`satstp gateway` and `satstp terminal`
+//! with generated keys and configuration files: the terminal's SOCKS5 listener and its STP hop,
+//! the gateway's STP hop and relay with a destination policy allowing 127.0.0.0/8), and this
+//! one, the load generator: a SOCKS5 client and an origin TCP server (the load-generation kit's;
+//! every byte is checked). The satellite hop is encrypted (Noise IK) and has no emulated
+//! impairment. Measured: throughput of one bulk download and of N parallel downloads; the CPU
+//! seconds per GB of each daemon (`utime + stime` of `/proc/PID/stat` around each run) and of
+//! the load generator apart (getrusage of this process); the resident memory each daemon spends
+//! per idle connection (its VmRSS growth while N idle connections are held open, divided by N).
 
+use crate::bench_soak::{free_port, spawn, Proc};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use loadgen::client::{Client, Route};
 use loadgen::origin::Origin;
 use netsim::units::parse_bytes;
-use pep::gateway::policy::{Policy, PolicyConfig};
-use pep::hop::{HopMonitor, HopStatus};
-use pep::keys::generate_keypair;
-use pep::socks::SocksAuth;
-use pep::stack::{SocksListener, StpHop, TerminalHop};
-use pep::{GatewayOptions, TerminalOptions};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stp::{Config, EndpointConfig};
 
 /// Whole benchmark must finish within this.
 const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -30,6 +27,8 @@ const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STP_BUFFER: u32 = 32 << 20;
 /// Bytes a relay stream may hand to the hop before STP accepts them.
 const RELAY_BUFFER: u32 = 8 << 20;
+/// STP datagram size of the hop (the daemons' default on an IPv4 hop: a 1500-byte path).
+const MAX_DATAGRAM: u16 = 1443;
 /// Idle connections opened concurrently at most.
 const OPEN_CONCURRENCY: usize = 32;
 
@@ -51,50 +50,127 @@ pub struct GatewayBenchArgs {
     json: Option<PathBuf>,
 }
 
+/// CPU seconds spent during one run, by process.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    terminal: f64,
+    gateway: f64,
+    loadgen: f64,
+}
+
+impl Cpu {
+    fn per_gb(&self, bytes: u64) -> Cpu {
+        let gb = bytes as f64 / 1e9;
+        Cpu {
+            terminal: self.terminal / gb,
+            gateway: self.gateway / gb,
+            loadgen: self.loadgen / gb,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "terminal": self.terminal,
+            "gateway": self.gateway,
+            "loadgen": self.loadgen,
+        })
+    }
+}
+
 struct Figures {
     single_secs: f64,
     single_gbps: f64,
     parallel_secs: f64,
     parallel_bytes: u64,
     parallel_gbps: f64,
-    cpu_secs: f64,
-    cpu_s_per_gb: f64,
-    rss_before_kib: u64,
-    rss_after_kib: u64,
-    idle_conn_kib: f64,
+    single_cpu: Cpu,
+    parallel_cpu: Cpu,
+    /// VmRSS, KiB, of (terminal, gateway) before and after the idle connections opened.
+    rss_before_kib: (u64, u64),
+    rss_after_kib: (u64, u64),
+    idle: u64,
     /// The gateway hop (the sender of the downloads) during the single flow.
     single_hop: HopDelta,
 }
 
-/// What the gateway's hop did during one run: datagrams it sent, the STP retransmissions among
-/// them, and losses its STP connections detected.
+impl Figures {
+    fn idle_kib(&self) -> (f64, f64) {
+        let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / self.idle as f64;
+        (
+            per(self.rss_after_kib.0, self.rss_before_kib.0),
+            per(self.rss_after_kib.1, self.rss_before_kib.1),
+        )
+    }
+}
+
+/// What the gateway's hop did during one run, from its `/metrics`: datagrams it sent and
+/// received, and the STP retransmissions among those sent.
 #[derive(Debug, Clone, Copy, Default)]
 struct HopDelta {
     datagrams_sent: u64,
     datagrams_received: u64,
     retransmitted_packets: u64,
-    losses_detected: u64,
 }
 
-impl HopDelta {
-    fn between(a: &HopStatus, b: &HopStatus) -> HopDelta {
+/// The gateway counters [`HopDelta`] is made of.
+#[derive(Debug, Clone, Copy, Default)]
+struct HopCounters {
+    datagrams_sent: f64,
+    datagrams_received: f64,
+    retransmissions: f64,
+}
+
+impl HopCounters {
+    fn read(metrics: SocketAddr) -> Result<HopCounters> {
+        let m = scrape(metrics)?;
+        let sum = |name: &str, label: &str| -> f64 {
+            m.iter()
+                .filter(|(k, _)| k.starts_with(name) && k.contains(label))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        Ok(HopCounters {
+            // At the gateway, "down" (towards the terminal) is sent and "up" received.
+            datagrams_sent: sum("satstp_hop_datagrams_total{", "direction=\"down\""),
+            datagrams_received: sum("satstp_hop_datagrams_total{", "direction=\"up\""),
+            retransmissions: sum("satstp_stp_retransmissions_total{", ""),
+        })
+    }
+
+    fn delta(&self, later: &HopCounters) -> HopDelta {
+        let d = |a: f64, b: f64| (b - a).max(0.0) as u64;
         HopDelta {
-            datagrams_sent: b.datagrams_sent.saturating_sub(a.datagrams_sent),
-            datagrams_received: b.datagrams_received.saturating_sub(a.datagrams_received),
-            retransmitted_packets: b
-                .totals
-                .retransmitted_packets
-                .saturating_sub(a.totals.retransmitted_packets),
-            losses_detected: b
-                .totals
-                .losses_detected
-                .saturating_sub(a.totals.losses_detected),
+            datagrams_sent: d(self.datagrams_sent, later.datagrams_sent),
+            datagrams_received: d(self.datagrams_received, later.datagrams_received),
+            retransmitted_packets: d(self.retransmissions, later.retransmissions),
         }
     }
 }
 
-async fn hop_status(m: &HopMonitor) -> Result<HopStatus> {
-    m.status().await.context("the gateway hop stopped")
+/// The daemons of one bench: the processes and their addresses.
+struct Daemons {
+    terminal: Proc,
+    gateway: Proc,
+    socks: SocketAddr,
+    metrics: SocketAddr,
+}
+
+impl Daemons {
+    fn cpu(&self) -> Result<(f64, f64)> {
+        Ok((
+            proc_cpu_seconds(&self.terminal)?,
+            proc_cpu_seconds(&self.gateway)?,
+        ))
+    }
+
+    fn rss(&self) -> Result<(u64, u64)> {
+        Ok((self.terminal.rss_kib()?, self.gateway.rss_kib()?))
+    }
+
+    fn check_running(&mut self) -> Result<()> {
+        self.terminal.check_running()?;
+        self.gateway.check_running()
+    }
 }
 
 pub fn run(args: &GatewayBenchArgs) -> Result<()> {
@@ -117,12 +193,184 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     if !(1..=5000).contains(&args.idle) {
         bail!("--idle must be between 1 and 5000, got {}", args.idle);
     }
+    let _ = pep::fdlimit::raise_nofile_limit();
+    let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
+    let dir = std::env::temp_dir().join(format!("satstp-bench-gateway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = start_daemons(&exe, &dir, args.idle + args.parallel + 64)
+        .and_then(|mut daemons| measure(args, &mut daemons));
+    if result.is_err() {
+        // The daemons' logs say why; show their ends.
+        for side in ["terminal", "gateway"] {
+            let log = std::fs::read_to_string(dir.join(format!("{side}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            for l in tail.iter().rev() {
+                eprintln!("  {side}: {l}");
+            }
+        }
+    }
+    if std::env::var_os("SATSTP_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let f = result?;
+    report(args, &f)
+}
+
+fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
+    let mib = STP_BUFFER >> 20;
+    let single = f.single_cpu.per_gb(args.bytes);
+    let parallel = f.parallel_cpu.per_gb(f.parallel_bytes);
+    let (t_idle, g_idle) = f.idle_kib();
+    if args.json.is_some() {
+        let v = serde_json::json!({
+            "benchmark": "gateway",
+            "encryption": "noise-ik chacha20-poly1305",
+            "processes": "terminal and gateway daemons each in its own process; client and origin (the load generator) in the bench's",
+            "stp_buffer_bytes": STP_BUFFER,
+            "relay_buffer_bytes": RELAY_BUFFER,
+            "max_datagram_bytes": MAX_DATAGRAM,
+            "bytes": args.bytes,
+            "single_flow_seconds": f.single_secs,
+            "single_flow_gbps": f.single_gbps,
+            "parallel_connections": args.parallel,
+            "parallel_bytes": f.parallel_bytes,
+            "parallel_seconds": f.parallel_secs,
+            "parallel_gbps": f.parallel_gbps,
+            "single_flow_cpu_seconds": f.single_cpu.json(),
+            "single_flow_cpu_s_per_gb": single.json(),
+            "parallel_cpu_seconds": f.parallel_cpu.json(),
+            "parallel_cpu_s_per_gb": parallel.json(),
+            "cpu_s_per_gb": single.terminal + single.gateway,
+            "idle_connections": args.idle,
+            "terminal_rss_kib": [f.rss_before_kib.0, f.rss_after_kib.0],
+            "gateway_rss_kib": [f.rss_before_kib.1, f.rss_after_kib.1],
+            "terminal_idle_conn_kib": t_idle,
+            "gateway_idle_conn_kib": g_idle,
+            "idle_conn_kib": t_idle + g_idle,
+            "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
+            "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
+            "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+        });
+        crate::outpath::write_json(&args.json, &v)?;
+    }
+    outln!("satstp bench gateway: SOCKS client → terminal daemon → encrypted STP hop → gateway daemon → origin, all on loopback, no impairment");
+    outln!(
+        "  STP config          recv/send buffers {mib} MiB, max datagram {MAX_DATAGRAM} bytes, min POLL interval 1 ms; relay buffer {} MiB",
+        RELAY_BUFFER >> 20
+    );
+    outln!(
+        "  single flow         {} bytes in {:.3} s = {:.2} Gbit/s  (target ≥ 2)",
+        args.bytes,
+        f.single_secs,
+        f.single_gbps
+    );
+    outln!(
+        "  {} parallel        {} bytes in {:.3} s = {:.2} Gbit/s",
+        args.parallel,
+        f.parallel_bytes,
+        f.parallel_secs,
+        f.parallel_gbps
+    );
+    for (name, c) in [("single flow", single), ("parallel", parallel)] {
+        outln!(
+            "  CPU s/GB, {name:<11} terminal {:.2}, gateway {:.2} (daemons, each its own process); load generator {:.2} (client and origin)",
+            c.terminal,
+            c.gateway,
+            c.loadgen
+        );
+    }
+    outln!(
+        "  single-flow hop     gateway sent {} datagrams, received {}; {} STP retransmissions",
+        f.single_hop.datagrams_sent,
+        f.single_hop.datagrams_received,
+        f.single_hop.retransmitted_packets
+    );
+    outln!(
+        "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",
+        args.idle,
+        f.rss_before_kib.0,
+        f.rss_after_kib.0,
+        f.rss_before_kib.1,
+        f.rss_after_kib.1
+    );
+    Ok(())
+}
+
+/// Writes keys and configuration files into `dir` and starts both daemons; returns once the
+/// terminal's SOCKS5 listener and the gateway's metrics endpoint accept connections.
+fn start_daemons(exe: &Path, dir: &Path, max_connections: u32) -> Result<Daemons> {
+    let (tk, tp) = pep::keys::generate_keypair()?;
+    let (gk, gp) = pep::keys::generate_keypair()?;
+    let (tkey, _) = pep::keys::write_keypair(&dir.join("terminal"), &tk, &tp)?;
+    let (gkey, _) = pep::keys::write_keypair(&dir.join("gateway"), &gk, &gp)?;
+    let (hop, socks, metrics) = (free_port()?, free_port()?, free_port()?);
+    let common = format!(
+        "idle_timeout_s = 3600\n\
+         [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
+         max_connections_per_terminal = {max_connections}\n\
+         [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n\
+         min_poll_interval_ms = 1\n"
+    );
+    let gateway = format!(
+        "[gateway]\nlisten = \"127.0.0.1:{hop}\"\nprivate_key_file = {gkey:?}\n\
+         allowed_terminals = [\"{tp}\"]\nmetrics_listen = \"127.0.0.1:{metrics}\"\n{}\
+         [gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
+        common.replace("{side}", "gateway"),
+        gkey = gkey.display().to_string(),
+        tp = tp.to_hex()
+    );
+    let terminal = format!(
+        "[terminal]\nsocks_listen = \"127.0.0.1:{socks}\"\ngateway = \"127.0.0.1:{hop}\"\n\
+         gateway_public_key = \"{gp}\"\nprivate_key_file = {tkey:?}\nsocks_fast_open = false\n{}",
+        common.replace("{side}", "terminal"),
+        tkey = tkey.display().to_string(),
+        gp = gp.to_hex()
+    );
+    let mut procs = Vec::new();
+    for (name, text) in [("gateway", gateway), ("terminal", terminal)] {
+        let conf = dir.join(format!("{name}.toml"));
+        std::fs::write(&conf, text).with_context(|| format!("cannot write {}", conf.display()))?;
+        procs.push(spawn(
+            exe,
+            &[
+                name,
+                "--config",
+                &conf.to_string_lossy(),
+                "--log-level",
+                "warn",
+            ],
+            name,
+            Some(&dir.join(format!("{name}.log"))),
+        )?);
+    }
+    let terminal = procs.pop().context("the terminal process")?;
+    let gateway = procs.pop().context("the gateway process")?;
+    let mut d = Daemons {
+        terminal,
+        gateway,
+        socks: SocketAddr::from(([127, 0, 0, 1], socks)),
+        metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for addr in [d.metrics, d.socks] {
+        while std::net::TcpStream::connect(addr).is_err() {
+            d.check_running()?;
+            if Instant::now() > deadline {
+                bail!("the daemons do not listen on {addr} after 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(d)
+}
+
+fn measure(args: &GatewayBenchArgs, d: &mut Daemons) -> Result<Figures> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("building the tokio runtime")?;
     let res = rt.block_on(async {
-        match tokio::time::timeout(OVERALL_TIMEOUT, bench(args)).await {
+        match tokio::time::timeout(OVERALL_TIMEOUT, bench(args, d)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "gateway benchmark did not finish within {} s",
@@ -132,78 +380,34 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     });
     rt.shutdown_timeout(Duration::from_secs(2));
     let f = res?;
-    let mib = STP_BUFFER >> 20;
-    if args.json.is_some() {
-        let v = serde_json::json!({
-            "benchmark": "gateway",
-            "encryption": "noise-ik chacha20-poly1305",
-            "stp_buffer_bytes": STP_BUFFER,
-            "relay_buffer_bytes": RELAY_BUFFER,
-            "max_datagram_bytes": Config::default().max_datagram_bytes,
-            "bytes": args.bytes,
-            "single_flow_seconds": f.single_secs,
-            "single_flow_gbps": f.single_gbps,
-            "parallel_connections": args.parallel,
-            "parallel_bytes": f.parallel_bytes,
-            "parallel_seconds": f.parallel_secs,
-            "parallel_gbps": f.parallel_gbps,
-            "cpu_seconds": f.cpu_secs,
-            "cpu_s_per_gb": f.cpu_s_per_gb,
-            "idle_connections": args.idle,
-            "rss_before_kib": f.rss_before_kib,
-            "rss_after_kib": f.rss_after_kib,
-            "idle_conn_kib": f.idle_conn_kib,
-            "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
-            "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
-            "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
-            "single_flow_losses_detected": f.single_hop.losses_detected,
-        });
-        crate::outpath::write_json(&args.json, &v)?;
-    }
-    {
-        outln!("satstp bench gateway: SOCKS client → terminal → encrypted STP hop → gateway → origin, all on loopback, no impairment");
-        outln!(
-            "  STP config          recv/send buffers {mib} MiB, max datagram {} bytes, min POLL interval 1 ms; relay buffer {} MiB",
-            Config::default().max_datagram_bytes,
-            RELAY_BUFFER >> 20
-        );
-        outln!(
-            "  single flow         {} bytes in {:.3} s = {:.2} Gbit/s  (target ≥ 2)",
-            args.bytes,
-            f.single_secs,
-            f.single_gbps
-        );
-        outln!(
-            "  {} parallel        {} bytes in {:.3} s = {:.2} Gbit/s",
-            args.parallel,
-            f.parallel_bytes,
-            f.parallel_secs,
-            f.parallel_gbps
-        );
-        outln!(
-            "  CPU                 {:.3} s user+system for the single flow = {:.2} CPU s/GB (whole process: client, terminal, gateway, origin)",
-            f.cpu_secs, f.cpu_s_per_gb
-        );
-        outln!(
-            "  single-flow hop     gateway sent {} datagrams, received {}; {} STP retransmissions, {} losses detected",
-            f.single_hop.datagrams_sent,
-            f.single_hop.datagrams_received,
-            f.single_hop.retransmitted_packets,
-            f.single_hop.losses_detected
-        );
-        outln!(
-            "  idle connections    {}: VmRSS {} → {} KiB = {:.1} KiB per connection  (target ≤ 64; both hops, relay tasks, client and origin)",
-            args.idle, f.rss_before_kib, f.rss_after_kib, f.idle_conn_kib
-        );
-    }
-    Ok(())
+    d.check_running()?;
+    Ok(f)
 }
 
-async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
+/// CPU seconds of the daemons and of this process so far.
+fn cpu_now(d: &Daemons) -> Result<Cpu> {
+    let (terminal, gateway) = d.cpu()?;
+    Ok(Cpu {
+        terminal,
+        gateway,
+        loadgen: cpu_seconds()?,
+    })
+}
+
+fn cpu_since(before: Cpu, d: &Daemons) -> Result<Cpu> {
+    let now = cpu_now(d)?;
+    Ok(Cpu {
+        terminal: now.terminal - before.terminal,
+        gateway: now.gateway - before.gateway,
+        loadgen: now.loadgen - before.loadgen,
+    })
+}
+
+async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
     let origin = Origin::bind("127.0.0.1:0".parse()?)
         .await
         .context("cannot start the origin")?;
-    let (socks, gw_hop, _gateway) = setup(args.idle + args.parallel + 64).await?;
+    let socks = d.socks;
 
     // Idle connections first, before bulk transfers leave freed memory in the heap: established
     // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
@@ -211,7 +415,7 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
         .await
         .context("warm-up download")?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rss_before_kib = rss_kib()?;
+    let rss_before_kib = d.rss()?;
     let held_before = origin.accepted();
     let idle = args.idle as usize;
     let mut conns = Vec::with_capacity(idle);
@@ -243,24 +447,25 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rss_after_kib = rss_kib()?;
+    let rss_after_kib = d.rss()?;
     drop(conns);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    // Single flow, with the process's CPU time around it.
-    let hop0 = hop_status(&gw_hop).await?;
-    let cpu0 = cpu_seconds()?;
+    // Single flow, with each process's CPU time around it.
+    let hop0 = HopCounters::read(d.metrics)?;
+    let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     download(socks, origin.addr(), args.bytes)
         .await
         .context("single-flow download")?;
     let single_secs = t0.elapsed().as_secs_f64();
-    let cpu_secs = cpu_seconds()? - cpu0;
-    let single_hop = HopDelta::between(&hop0, &hop_status(&gw_hop).await?);
+    let single_cpu = cpu_since(cpu0, d)?;
+    let single_hop = hop0.delta(&HopCounters::read(d.metrics)?);
 
     // Parallel flows: the same total split evenly.
     let n = u64::from(args.parallel);
     let each = args.bytes / n;
+    let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..n {
@@ -272,83 +477,22 @@ async fn bench(args: &GatewayBenchArgs) -> Result<Figures> {
             .context("parallel download")?;
     }
     let parallel_secs = t0.elapsed().as_secs_f64();
+    let parallel_cpu = cpu_since(cpu0, d)?;
     let parallel_bytes = each * n;
 
-    let gb = args.bytes as f64 / 1e9;
     Ok(Figures {
         single_secs,
         single_gbps: args.bytes as f64 * 8.0 / single_secs / 1e9,
         parallel_secs,
         parallel_bytes,
         parallel_gbps: parallel_bytes as f64 * 8.0 / parallel_secs / 1e9,
-        cpu_secs,
-        cpu_s_per_gb: cpu_secs / gb,
+        single_cpu,
+        parallel_cpu,
         rss_before_kib,
         rss_after_kib,
-        idle_conn_kib: rss_after_kib.saturating_sub(rss_before_kib) as f64 / idle as f64,
+        idle: idle as u64,
         single_hop,
     })
-}
-
-/// Starts the gateway and the terminal (SOCKS5) on loopback; returns the SOCKS address, a
-/// monitor of the gateway's hop and the gateway (which lives as long as it is kept).
-async fn setup(max_connections: u32) -> Result<(SocketAddr, HopMonitor, pep::Gateway)> {
-    let (tk, tp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
-    let (gk, gp) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
-    let endpoint = EndpointConfig {
-        max_connections,
-        max_accept_queue: max_connections,
-        connection: Config {
-            recv_buffer_bytes: STP_BUFFER,
-            send_buffer_bytes: STP_BUFFER,
-            min_poll_interval_ms: 1,
-            ..Config::default()
-        },
-        ..EndpointConfig::default()
-    };
-    let policy = Policy::new(PolicyConfig {
-        allow: vec!["127.0.0.0/8".into()],
-        deny: vec![],
-        allow_private: false,
-        own_addresses: vec![],
-    })
-    .map_err(|e| anyhow!("building the gateway policy: {e}"))?;
-    let loopback: SocketAddr = "127.0.0.1:0".parse()?;
-    let mut g = GatewayOptions::new(
-        gk,
-        vec![tp],
-        loopback,
-        StpHop::new(endpoint.clone(), 2),
-        RELAY_BUFFER,
-        Arc::new(policy),
-        Duration::from_secs(5),
-    );
-    g.responder_seed = 3;
-    let gw = pep::Gateway::start(g)
-        .await
-        .map_err(|e| anyhow!("starting the gateway: {e}"))?;
-    let gw_monitor = gw.monitor().context("the gateway's hop")?;
-    let mut stp = StpHop::new(endpoint, 1);
-    stp.bind = Some(loopback);
-    let mut t = TerminalOptions::new(
-        tk,
-        gw.hop_addr(),
-        gp,
-        TerminalHop::Stp(Box::new(stp)),
-        RELAY_BUFFER,
-    );
-    t.socks = Some(SocksListener {
-        listen: loopback,
-        auth: SocksAuth::None,
-        fast_open: false,
-    });
-    let term = pep::Terminal::start(t)
-        .await
-        .map_err(|e| anyhow!("starting the terminal: {e}"))?;
-    let socks = term
-        .socks_addr()
-        .context("the terminal's SOCKS5 listener")?;
-    Ok((socks, gw_monitor, gw))
 }
 
 /// Downloads `n` bytes of object 0 from the origin through the SOCKS5 listener `proxy`, every
@@ -361,6 +505,57 @@ pub(crate) async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> R
         .context("SOCKS5 through the terminal")?;
     conn.get(0, n).await?;
     Ok(())
+}
+
+/// Reads a daemon's `/metrics` (plain HTTP on loopback): each sample line's name with its
+/// labels and its value.
+fn scrape(addr: SocketAddr) -> Result<BTreeMap<String, f64>> {
+    use std::io::{Read, Write};
+    let text = (|| -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
+    })()
+    .with_context(|| format!("cannot read the gateway's /metrics at {addr}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok(body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+/// User plus system CPU time of a child process so far, seconds (`utime` and `stime` of
+/// `/proc/PID/stat`, in clock ticks).
+fn proc_cpu_seconds(p: &Proc) -> Result<f64> {
+    let path = format!("/proc/{}/stat", p.id());
+    let s = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields after the command name (which may hold spaces) in parentheses: state is field 3,
+    // utime 14 and stime 15.
+    let rest = s
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("no command name in {path}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> Result<f64> {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| v as f64)
+            .with_context(|| format!("no field {} in {path}", i + 3))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        bail!("sysconf(_SC_CLK_TCK) failed");
+    }
+    Ok((tick(11)? + tick(12)?) / hz as f64)
 }
 
 /// User plus system CPU time of this process so far, in seconds.

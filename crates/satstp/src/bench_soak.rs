@@ -60,7 +60,7 @@ pub struct SoakClientsArgs {
 }
 
 /// A child killed and reaped when dropped.
-struct Proc(Child, &'static str);
+pub(crate) struct Proc(Child, &'static str);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -70,7 +70,12 @@ impl Drop for Proc {
 }
 
 impl Proc {
-    fn rss_kib(&self) -> Result<u64> {
+    /// The child's process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    pub(crate) fn rss_kib(&self) -> Result<u64> {
         let path = format!("/proc/{}/status", self.0.id());
         let s = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         s.lines()
@@ -80,7 +85,7 @@ impl Proc {
             .with_context(|| format!("no VmRSS in {path} (the {} exited?)", self.1))
     }
 
-    fn check_running(&mut self) -> Result<()> {
+    pub(crate) fn check_running(&mut self) -> Result<()> {
         if let Some(st) = self.0.try_wait()? {
             bail!("the {} exited ({st})", self.1);
         }
@@ -88,11 +93,16 @@ impl Proc {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(StdTcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn spawn(exe: &Path, args: &[&str], name: &'static str, log: Option<&Path>) -> Result<Proc> {
+pub(crate) fn spawn(
+    exe: &Path,
+    args: &[&str],
+    name: &'static str,
+    log: Option<&Path>,
+) -> Result<Proc> {
     let mut cmd = Command::new(exe);
     cmd.args(args).stdin(Stdio::piped());
     match log {

@@ -1,4 +1,5 @@
-//! `satstp bench gateway` runs end to end on loopback and reports positive figures.
+//! `satstp bench gateway` runs end to end on loopback and reports positive figures, the CPU
+//! time of the terminal, the gateway (each its own process) and the load generator apart.
 
 use std::process::Command;
 
@@ -36,4 +37,26 @@ fn bench_gateway_json_has_positive_figures() {
         assert!(x > 0.0, "{field} should be positive, got {}", v[field]);
     }
     assert_eq!(v["bytes"].as_u64(), Some(20_000_000));
+    for run in ["single_flow_cpu_s_per_gb", "parallel_cpu_s_per_gb"] {
+        for process in ["terminal", "gateway", "loadgen"] {
+            let x = v[run][process].as_f64().unwrap_or(-1.0);
+            assert!(
+                x > 0.0 && x < 1000.0,
+                "{run}.{process} should be a CPU-s/GB figure, got {}",
+                v[run][process]
+            );
+        }
+    }
+    // The daemons' figures are their own: the sum is what `cpu_s_per_gb` reports.
+    let sum = v["single_flow_cpu_s_per_gb"]["terminal"].as_f64().unwrap()
+        + v["single_flow_cpu_s_per_gb"]["gateway"].as_f64().unwrap();
+    assert!((v["cpu_s_per_gb"].as_f64().unwrap() - sum).abs() < 1e-9);
+    // The gateway's /metrics was read around the single flow: 20 MB in 1443-byte datagrams.
+    let sent = v["single_flow_gateway_datagrams_sent"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        sent >= 13_000,
+        "the gateway sent {sent} datagrams for 20 MB"
+    );
 }

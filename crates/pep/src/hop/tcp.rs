@@ -92,6 +92,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Gateway: connections that have not completed their handshake, at most; more are closed at
 /// once (counted as `rate_limited`).
 pub const MAX_PENDING_HANDSHAKES: usize = 256;
+/// Gateway: TCP Fast Open handshakes pending at once, at most (beyond, SYNs carry no data).
+const FAST_OPEN_QUEUE: u32 = 256;
 /// Streams accepted by the gateway and not yet taken by the relay, at most.
 const INCOMING: usize = 256;
 /// The writer gathers up to this many bytes of frames per socket write.
@@ -268,6 +270,12 @@ pub fn start_terminal(
 ) -> Result<Hop, HopError> {
     crate::sockopt::check_tcp_options(&config.tuning)?;
     noise_builder(&local).map_err(HopError::Tunnel)?;
+    if let Some((false, _)) = crate::sockopt::fast_open_sysctl() {
+        tracing::warn!(
+            "TCP hop: net.ipv4.tcp_fastopen does not allow clients (bit 1), so each stream costs \
+             one more satellite round trip; set it to 3 (docs/gateway.md, \"Split TCP hop\")"
+        );
+    }
     let unspecified: SocketAddr = if gateway.is_ipv6() {
         ([0u16; 8], 0).into()
     } else {
@@ -398,11 +406,16 @@ async fn terminal_handshake(
     .map_err(|e| e.to_string())?;
     crate::sockopt::apply_tcp_options(&socket2::SockRef::from(&sock), &shared.tuning)
         .map_err(|e| e.to_string())?;
+    // Message 1 rides in the SYN where the gateway allows it (a plain handshake otherwise).
+    let _ = crate::sockopt::set_fast_open(&socket2::SockRef::from(&sock), None);
     let mut tcp = sock
         .connect(side.gateway)
         .await
         .map_err(|e| format!("cannot connect to the gateway {}: {e}", side.gateway))?;
-    tcp.write_all(&frame).await.map_err(|e| e.to_string())?;
+    // With fast open the connection is made by this first write: its errors are the connect's.
+    tcp.write_all(&frame)
+        .await
+        .map_err(|e| format!("cannot connect to the gateway {}: {e}", side.gateway))?;
     shared.sent(1, frame.len());
 
     let mut msg2 = Vec::new();
@@ -456,6 +469,20 @@ pub fn start_gateway(
     .map_err(listen_err)?;
     sock.set_reuseaddr(true).map_err(listen_err)?;
     crate::sockopt::apply_tcp_options(&socket2::SockRef::from(&sock), &config.tuning)?;
+    // Terminals' message 1 may ride in their SYN (where net.ipv4.tcp_fastopen allows it).
+    if let Err(e) =
+        crate::sockopt::set_fast_open(&socket2::SockRef::from(&sock), Some(FAST_OPEN_QUEUE))
+    {
+        tracing::warn!(
+            "TCP hop: TCP Fast Open is off ({e}); each stream costs one more round trip"
+        );
+    }
+    if let Some((_, false)) = crate::sockopt::fast_open_sysctl() {
+        tracing::warn!(
+            "TCP hop: net.ipv4.tcp_fastopen does not allow servers (bit 2), so each stream costs \
+             one more satellite round trip; set it to 3 (docs/gateway.md, \"Split TCP hop\")"
+        );
+    }
     sock.bind(listen).map_err(listen_err)?;
     let listener = sock.listen(1024).map_err(listen_err)?;
     let local_addr = listener.local_addr().map_err(listen_err)?;
@@ -534,8 +561,11 @@ async fn gateway_accept(
             continue;
         };
         // Congestion control and buffers were set on the listener, which accepted sockets
-        // inherit; nodelay is set again to be sure.
+        // inherit; nodelay and the pacing cap are set again to be sure.
         let _ = tcp.set_nodelay(shared.tuning.nodelay);
+        if let Some(bps) = shared.tuning.max_pacing_rate_bps {
+            let _ = crate::sockopt::set_max_pacing_rate(&socket2::SockRef::from(&tcp), bps);
+        }
         let shared = Arc::clone(&shared);
         let side = Arc::clone(&side);
         let incoming = incoming.clone();

@@ -8,8 +8,12 @@ use std::str::FromStr;
 pub enum Contender {
     /// Kernel TCP end to end with this congestion control.
     Kernel(&'static str),
-    /// satstp terminal and gateway with TCP on the hop.
+    /// satstp terminal and gateway with TCP on the hop (cubic), tuned as `docs/gateway.md`
+    /// describes: paced at the allocation, initial windows of a BDP on the hop's routes, no
+    /// slow start after idle.
     SplitTcp,
+    /// As `SplitTcp` with BBR on the hop.
+    SplitTcpBbr,
     /// satstp terminal and gateway with STP on the hop.
     SplitStp,
     /// As `SplitStp`, with the terminal's SOCKS5 fast open (`socks_fast_open = true`).
@@ -21,8 +25,9 @@ pub enum Contender {
 
 pub const KERNEL_CCS: [&str; 3] = ["cubic", "bbr", "reno"];
 
-const SPLIT: [(&str, Contender); 4] = [
+const SPLIT: [(&str, Contender); 5] = [
     ("split-tcp", Contender::SplitTcp),
+    ("split-tcp-bbr", Contender::SplitTcpBbr),
     ("split-stp", Contender::SplitStp),
     ("split-stp-fo", Contender::SplitStpFastOpen),
     ("split-stp-tproxy", Contender::SplitStpTproxy),
@@ -38,8 +43,8 @@ impl FromStr for Contender {
         match SPLIT.iter().find(|(name, _)| *name == s) {
             Some((_, c)) => Ok(*c),
             None => Err(format!(
-                "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-stp, \
-                 split-stp-fo, split-stp-tproxy)"
+                "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-tcp-bbr, \
+                 split-stp, split-stp-fo, split-stp-tproxy)"
             )),
         }
     }
@@ -62,6 +67,7 @@ impl Contender {
         match self {
             Contender::Kernel(cc) => format!("kernel TCP end to end, {cc}"),
             Contender::SplitTcp => "satstp terminal + gateway, TCP (cubic) on the hop".into(),
+            Contender::SplitTcpBbr => "satstp terminal + gateway, TCP (bbr) on the hop".into(),
             Contender::SplitStp => "satstp terminal + gateway, STP on the hop".into(),
             Contender::SplitStpFastOpen => {
                 "satstp terminal + gateway, STP on the hop, SOCKS5 fast open".into()
@@ -80,7 +86,16 @@ impl Contender {
 
     /// Whether the hop is STP (its retransmissions come from the gateway's `/metrics`).
     pub fn stp_hop(self) -> bool {
-        self.is_split() && self != Contender::SplitTcp
+        self.is_split() && self.tcp_hop().is_none()
+    }
+
+    /// The congestion control of a split-TCP hop (`None`: not a TCP hop).
+    pub fn tcp_hop(self) -> Option<&'static str> {
+        match self {
+            Contender::SplitTcp => Some("cubic"),
+            Contender::SplitTcpBbr => Some("bbr"),
+            _ => None,
+        }
     }
 }
 
@@ -95,6 +110,7 @@ mod tests {
             "bbr",
             "reno",
             "split-tcp",
+            "split-tcp-bbr",
             "split-stp",
             "split-stp-fo",
             "split-stp-tproxy",

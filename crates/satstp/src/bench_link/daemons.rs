@@ -56,12 +56,9 @@ impl Daemons {
         let (down_bps, up_bps, rtt_ns) = plan.profile.parameters();
         let transport = if stp { "stp" } else { "tcp" };
         let hop = SocketAddrV4::new(Side::Gateway.ipv4(), HOP_PORT);
-        let hop_tcp = |side: &str| {
-            if stp {
-                String::new()
-            } else {
-                format!("\n[{side}.hop_tcp]\ncongestion = \"cubic\"\n")
-            }
+        let hop_tcp = |side: &str| match contender.tcp_hop() {
+            Some(cc) => format!("\n[{side}.hop_tcp]\ncongestion = \"{cc}\"\n"),
+            None => String::new(),
         };
         let terminal = format!(
             "[terminal]\n\

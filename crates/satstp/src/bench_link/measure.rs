@@ -4,7 +4,9 @@
 
 use super::daemons::Daemons;
 use super::lan::Lan;
-use super::system::{retrans_segs, scrape_metrics, set_congestion, tune_namespace};
+use super::system::{
+    retrans_segs, scrape_metrics, set_congestion, tune_namespace, tune_tcp_hop_host,
+};
 use super::{
     BrowserSample, Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, ORIGIN_PORT,
     SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
@@ -28,6 +30,22 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
     let gns = emu.namespace(Side::Gateway).to_string();
     for ns in [&tns, &gns] {
         tune_namespace(ns, plan.buffer)?;
+    }
+    if contender.tcp_hop().is_some() {
+        let (down_bps, up_bps, rtt_ns) = plan.profile.parameters();
+        let rtt_ms = u32::try_from(rtt_ns / 1_000_000).unwrap_or(u32::MAX);
+        let terminal = pep::sizing::HopLink {
+            send_rate_bps: up_bps,
+            recv_rate_bps: down_bps,
+            rtt_ms,
+        };
+        let gateway = pep::sizing::HopLink {
+            send_rate_bps: down_bps,
+            recv_rate_bps: up_bps,
+            rtt_ms,
+        };
+        tune_tcp_hop_host(&tns, Side::Gateway.ipv4(), terminal)?;
+        tune_tcp_hop_host(&gns, Side::Terminal.ipv4(), gateway)?;
     }
     let lan = match contender {
         Contender::SplitStpTproxy => {

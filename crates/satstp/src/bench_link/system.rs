@@ -79,6 +79,50 @@ pub fn tune_namespace(ns: &str, buffer: u64) -> Result<()> {
     })?
 }
 
+/// What an operator of the split-TCP hop sets on the terminal's and the gateway's hosts
+/// (`docs/gateway.md`, "Split TCP hop"), here in the namespace `ns`: no slow start after idle,
+/// TCP Fast Open for clients and servers, and on the route to the peer's address the initial
+/// windows of one bandwidth-delay product each way
+/// ([`pep::sizing::HopLink::tcp_route_windows`]).
+pub fn tune_tcp_hop_host(ns: &str, peer: Ipv4Addr, link: pep::sizing::HopLink) -> Result<()> {
+    let name = ns.to_string();
+    linkem::net::in_namespace(ns, move || -> Result<()> {
+        for (key, value) in [("tcp_slow_start_after_idle", "0"), ("tcp_fastopen", "3")] {
+            let path = format!("/proc/sys/net/ipv4/{key}");
+            std::fs::write(&path, value)
+                .with_context(|| format!("cannot set {path} in namespace {name}"))?;
+        }
+        Ok(())
+    })??;
+    let w = link.tcp_route_windows();
+    let args = [
+        "-n".to_string(),
+        ns.to_string(),
+        "route".into(),
+        "replace".into(),
+        format!("{peer}/32"),
+        "dev".into(),
+        linkem::net::TUN_NAME.into(),
+        "initcwnd".into(),
+        w.initcwnd.to_string(),
+        "initrwnd".into(),
+        w.initrwnd.to_string(),
+    ];
+    let out = Command::new("ip")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// Makes a congestion control available (loading `tcp_<name>` with modprobe if needed); the
 /// error says why it is not.
 pub fn ensure_cc(name: &str) -> Result<(), String> {
