@@ -498,12 +498,11 @@ impl Gateway {
                 tuning,
                 handshake_timeout: crate::hop::tcp::HANDSHAKE_TIMEOUT,
             };
-            let hop = crate::hop::tcp::start_gateway(listen, o.key, o.allowed, config).map_err(
-                |source| StackError::Hop {
+            let hop = crate::hop::tcp::start_gateway(listen, o.key, o.next_key, o.allowed, config)
+                .map_err(|source| StackError::Hop {
                     field: "listen (TCP hop)",
                     source,
-                },
-            )?;
+                })?;
             hops.push(hop);
         }
         let ops = Ops::new(o.ops, Arc::new(Metrics::new(Side::Gateway)));
@@ -565,8 +564,8 @@ impl Gateway {
 
     /// Answers tunnel handshakes with `key`, and with `next` too during a changeover, from now
     /// on ([`Hop::set_gateway_keys`]); live sessions carry on. The public keys now accepted;
-    /// `None` when a hop cannot change its key while running (the split-TCP hop: its key
-    /// changes at a restart), in which case the STP hop, if any, did change.
+    /// `None` when a hop refused the keys (one snow cannot use), in which case the hops
+    /// before it did change.
     pub async fn set_keys(
         &self,
         key: PrivateKey,

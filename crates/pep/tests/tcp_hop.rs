@@ -92,8 +92,14 @@ fn hop_config() -> TcpHopConfig {
 /// A gateway on the TCP hop serving `allowed`, relaying to loopback; returns the hop (for its
 /// status) and its address.
 fn gateway(key: PrivateKey, allowed: Vec<PublicKey>) -> (Hop, SocketAddr) {
-    let mut hop =
-        start_gateway("127.0.0.1:0".parse().unwrap(), key, allowed, hop_config()).unwrap();
+    let mut hop = start_gateway(
+        "127.0.0.1:0".parse().unwrap(),
+        key,
+        None,
+        allowed,
+        hop_config(),
+    )
+    .unwrap();
     let addr = hop.local_addr();
     relay_incoming(&mut hop, loopback_policy());
     (hop, addr)
@@ -442,7 +448,14 @@ async fn stream_events_and_backpressure() {
     use pep::hop::StreamEvent;
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
-    let mut gw = start_gateway("127.0.0.1:0".parse().unwrap(), gk, vec![tp], hop_config()).unwrap();
+    let mut gw = start_gateway(
+        "127.0.0.1:0".parse().unwrap(),
+        gk,
+        None,
+        vec![tp],
+        hop_config(),
+    )
+    .unwrap();
     let term = start_terminal(tk, gp, gw.local_addr(), hop_config()).unwrap();
 
     async fn read_all(s: &mut pep::hop::HopStream) -> (Vec<u8>, Option<StreamEvent>) {
@@ -509,6 +522,103 @@ async fn stream_events_and_backpressure() {
     assert_eq!(got.len(), total);
     assert!(got == *data);
     writer.await.unwrap();
+}
+
+/// The split-TCP hop takes a key changeover and a revocation while running (a SIGHUP reload
+/// calls these): a terminal knowing only the next key gets through once it is added and while it
+/// is the only one, open connections carry on across the change, and a revoked terminal's open
+/// stream fails at once with code 9 at both ends while another terminal's carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
+    use pep::hop::{StreamError, StreamEvent};
+    let (ak, ap) = generate_keypair().unwrap();
+    let (bk, bp) = generate_keypair().unwrap();
+    let (old, old_pub) = generate_keypair().unwrap();
+    let (next, next_pub) = generate_keypair().unwrap();
+    let mut gw = start_gateway(
+        "127.0.0.1:0".parse().unwrap(),
+        old.clone(),
+        None,
+        vec![ap, bp],
+        hop_config(),
+    )
+    .unwrap();
+    let to_old = start_terminal(ak.clone(), old_pub, gw.local_addr(), hop_config()).unwrap();
+    let to_next = start_terminal(bk, next_pub, gw.local_addr(), hop_config()).unwrap();
+    async fn recv(gw: &mut Hop) -> pep::hop::HopStream {
+        tokio::time::timeout(T, gw.incoming.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    // Before the changeover the next key is not answered.
+    let mut early = to_next.open(b"early".to_vec()).await.unwrap();
+    let (_, end) = tokio::time::timeout(T, read_hop_stream(&mut early))
+        .await
+        .unwrap();
+    assert!(matches!(end, Some(StreamEvent::Failed(_))), "{end:?}");
+    let mut a_open = to_old.open(b"a".to_vec()).await.unwrap();
+    let mut a_gw = recv(&mut gw).await;
+
+    // old + next: both terminals get through; the open connection carries on.
+    let accepted = gw.set_gateway_keys(old.clone(), Some(next.clone())).await;
+    assert_eq!(accepted, Some(vec![old_pub, next_pub]));
+    let mut b_open = to_next.open(b"b".to_vec()).await.unwrap();
+    let b_gw = recv(&mut gw).await;
+    assert_eq!(b_gw.peer_key(), Some(bp));
+
+    // next only: the old-key terminal's open connection still carries bytes, its new ones fail.
+    let accepted = gw.set_gateway_keys(next.clone(), None).await;
+    assert_eq!(accepted, Some(vec![next_pub]));
+    a_gw.write(b"still here").await.unwrap();
+    let mut got = [0u8; 10];
+    let mut n = 0;
+    while n < got.len() {
+        match tokio::time::timeout(T, a_open.recv()).await.unwrap() {
+            Some(StreamEvent::Data(d)) => {
+                got[n..n + d.len()].copy_from_slice(&d);
+                n += d.len();
+            }
+            other => panic!("the open connection ended at the promotion: {other:?}"),
+        }
+    }
+    assert_eq!(&got, b"still here");
+    let mut late = to_old.open(b"late".to_vec()).await.unwrap();
+    let (_, end) = tokio::time::timeout(T, read_hop_stream(&mut late))
+        .await
+        .unwrap();
+    assert!(matches!(end, Some(StreamEvent::Failed(_))), "{end:?}");
+
+    // Revoking terminal A: its open stream fails at once at both ends with the revocation,
+    // B's carries on byte-exact.
+    let t0 = Instant::now();
+    let change = gw.set_allowed_terminals(vec![bp]).await;
+    assert_eq!(change.removed, vec![ap]);
+    let (_, end) = tokio::time::timeout(T, read_hop_stream(&mut a_open))
+        .await
+        .unwrap();
+    match end {
+        Some(StreamEvent::Failed(e)) => {
+            assert_eq!(e.abort_code(), Some(AbortCode::Revoked), "{e}")
+        }
+        other => panic!("the revoked terminal's stream did not fail: {other:?}"),
+    }
+    let (_, end) = tokio::time::timeout(T, read_hop_stream(&mut a_gw))
+        .await
+        .unwrap();
+    assert_eq!(end, Some(StreamEvent::Failed(StreamError::Revoked)));
+    let took = t0.elapsed();
+    eprintln!("revoked stream failed at both ends {took:?} after the allow-list change");
+    assert!(took < Duration::from_secs(1), "revocation took {took:?}");
+    let data = pattern(7, 1 << 20);
+    b_gw.write(&data).await.unwrap();
+    b_gw.shutdown().await;
+    let (got, end) = tokio::time::timeout(T, read_hop_stream(&mut b_open))
+        .await
+        .unwrap();
+    assert_eq!(end, Some(StreamEvent::Finished));
+    assert!(got == data, "B's stream was not byte-exact");
 }
 
 #[test]
@@ -621,7 +731,8 @@ async fn hop_sockets_are_paced_at_the_configured_rate() {
             },
             ..hop_config()
         };
-        let mut gw = start_gateway("127.0.0.1:0".parse().unwrap(), gk, vec![tp], config()).unwrap();
+        let mut gw =
+            start_gateway("127.0.0.1:0".parse().unwrap(), gk, None, vec![tp], config()).unwrap();
         let term = start_terminal(tk, gp, gw.local_addr(), config()).unwrap();
         let mut t = term.open(b"x".to_vec()).await.unwrap();
         let mut g = tokio::time::timeout(T, gw.incoming.recv())

@@ -133,9 +133,6 @@ enum Reload<'a> {
         /// The public keys handshakes are answered with: `private_key_file`'s, then
         /// `next_private_key_file`'s during a changeover.
         keys: Vec<PublicKey>,
-        /// Whether the key files are re-read (not with a split-TCP hop, whose key is fixed
-        /// until a restart).
-        keys_reload: bool,
     },
 }
 
@@ -196,29 +193,21 @@ impl Reload<'_> {
                 text,
                 gateway,
                 keys,
-                keys_reload,
             } => {
                 let new_text = read_config_text(path)?;
                 let cfg = load_gateway(path)?;
                 let new = prepare_gateway(cfg)?;
-                let mut reloadable = vec![
+                let reloadable = [
                     "log_level",
                     "policy",
                     "allowed_terminals",
                     "allowed_terminals_file",
+                    "private_key_file",
+                    "next_private_key_file",
                 ];
-                if *keys_reload {
-                    reloadable.extend(["private_key_file", "next_private_key_file"]);
-                }
-                let mut restart = changed_keys(text, &new_text, "gateway", &reloadable);
+                let restart = changed_keys(text, &new_text, "gateway", &reloadable);
                 let new_keys = accepted_keys(&new)?;
                 let keys_changed = new_keys != *keys;
-                if keys_changed && !*keys_reload {
-                    let what = "the key files' keys (the split-TCP hop)".to_string();
-                    if !restart.iter().any(|k| k.contains("key_file")) {
-                        restart.push(what);
-                    }
-                }
                 // Checked first, applied after: a bad log filter refuses the whole reload.
                 log_filter(
                     logging.flag.as_deref(),
@@ -233,7 +222,7 @@ impl Reload<'_> {
                         new.cfg.policy.allow, new.cfg.policy.deny, new.cfg.policy.allow_private
                     ));
                 }
-                if keys_changed && *keys_reload {
+                if keys_changed {
                     let accepted = gateway
                         .set_keys(new.key.clone(), new.next_key.clone())
                         .await
@@ -705,7 +694,6 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
         endpoint,
         policy,
     } = setup;
-    let keys_reload = !cfg.hop_transport.tcp();
     let relay = u32::try_from(cfg.relay_buffer_bytes()).unwrap_or(u32::MAX);
     let send_rate = cfg.hop_link().map(|l| l.shaper_rate_bps());
     let settings = settings!(cfg);
@@ -760,7 +748,6 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
             text,
             gateway: &g,
             keys,
-            keys_reload,
         };
         let timeout = run_started("gateway", &details, &settings, g.ops(), &mut reload).await?;
         drop(reload);

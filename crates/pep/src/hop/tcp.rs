@@ -49,7 +49,7 @@
 //! decrypted frames go into the reader's bounded channel; while it is full this side stops
 //! reading the hop socket and TCP's receive window closes.
 
-use super::error::{HopError, StreamError, TcpHopFailure};
+use super::error::{AbortCode, HopError, StreamError, TcpHopFailure};
 use super::handle::{
     detached_stream, Command, Hop, HopStatus, HopStream, OtherTransportStatus, StreamCmd,
     StreamEnds, StreamEvent,
@@ -58,6 +58,7 @@ use crate::config::TcpOptions;
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::replay::ReplayWindow;
 use crate::tunnel::Counters;
+use crate::tunnel::REVOKED_LINGER;
 use bytes::Bytes;
 use snow::StatelessTransportState;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -440,9 +441,12 @@ async fn terminal_handshake(
 // Gateway
 
 struct GatewaySide {
-    local: PrivateKey,
-    /// Replaced when the allow-list is reloaded; connections already accepted carry on.
-    allowed: std::sync::RwLock<HashSet<PublicKey>>,
+    /// The static keys handshakes may be addressed to: the current one, then the next one during
+    /// a changeover (`next_private_key_file`); replaced on reload, live connections carry on.
+    keys: std::sync::RwLock<Vec<PrivateKey>>,
+    /// Replaced when the allow-list is reloaded; the connections of a key no longer on it are
+    /// reset at once (each stream task watches it).
+    allowed: watch::Sender<HashSet<PublicKey>>,
     /// Per allowed key, the replay window over message-1 counters (only allowed keys get one).
     replay: Mutex<HashMap<PublicKey, ReplayWindow>>,
     pending: Arc<Semaphore>,
@@ -453,10 +457,14 @@ struct GatewaySide {
 pub fn start_gateway(
     listen: SocketAddr,
     local: PrivateKey,
+    next: Option<PrivateKey>,
     allowed: impl IntoIterator<Item = PublicKey>,
     config: TcpHopConfig,
 ) -> Result<Hop, HopError> {
     noise_builder(&local).map_err(HopError::Tunnel)?;
+    if let Some(next) = &next {
+        noise_builder(next).map_err(HopError::Tunnel)?;
+    }
     let listen_err = |source| HopError::Listen {
         addr: listen,
         source,
@@ -488,8 +496,8 @@ pub fn start_gateway(
     let local_addr = listener.local_addr().map_err(listen_err)?;
     let shared = Arc::new(Shared::new(local_addr, &config));
     let side = Arc::new(GatewaySide {
-        local,
-        allowed: std::sync::RwLock::new(allowed.into_iter().collect()),
+        keys: std::sync::RwLock::new(std::iter::once(local).chain(next).collect()),
+        allowed: watch::Sender::new(allowed.into_iter().collect()),
         replay: Mutex::new(HashMap::new()),
         pending: Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES)),
     });
@@ -515,18 +523,23 @@ async fn gateway_control(
             }
             Command::SetAllowed(keys, reply) => {
                 let new: HashSet<PublicKey> = keys.into_iter().collect();
-                let mut allowed = side.allowed.write().unwrap_or_else(|e| e.into_inner());
+                let old = side.allowed.send_replace(new.clone());
                 let change = super::handle::AllowedChange {
-                    added: new.difference(&allowed).copied().collect(),
-                    removed: allowed.difference(&new).copied().collect(),
+                    added: new.difference(&old).copied().collect(),
+                    removed: old.difference(&new).copied().collect(),
                 };
-                *allowed = new;
-                drop(allowed);
                 let _ = reply.send(change);
             }
-            // The split-TCP hop's static key is fixed at start (a restart changes it).
-            Command::SetKeys(_, _, reply) => {
-                let _ = reply.send(None);
+            Command::SetKeys(key, next, reply) => {
+                let keys: Vec<PrivateKey> = std::iter::once(key).chain(next).collect();
+                // A key snow cannot use is refused whole; the running keys stay.
+                if keys.iter().any(|k| noise_builder(k).is_err()) {
+                    let _ = reply.send(None);
+                    continue;
+                }
+                let public = keys.iter().filter_map(|k| k.public_key().ok()).collect();
+                *side.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+                let _ = reply.send(Some(public));
             }
             Command::Stream(_) => {}
             Command::ChargeTo(memory) => {
@@ -577,10 +590,14 @@ async fn gateway_accept(
                 return;
             };
             let (stream, ends, bytes) = shared.new_stream(peer, Some(key));
+            let id = stream.id();
             let _registered = Registered {
                 shared: &shared,
-                id: stream.id(),
+                id,
             };
+            // Weak, so that the stream's own ends still close its channels when dropped.
+            let abort = stream.writer.tx.downgrade();
+            let failed = ends.events.downgrade();
             if !first.is_empty() {
                 bytes
                     .received
@@ -590,7 +607,28 @@ async fn gateway_accept(
             if incoming.try_send(stream).is_err() {
                 return;
             }
-            run_stream(&shared, tcp, &transport, ends, Vec::new(), &bytes).await;
+            let run = run_stream(&shared, tcp, &transport, ends, Vec::new(), &bytes);
+            tokio::pin!(run);
+            let mut allowed = side.allowed.subscribe();
+            let revoked = async move { allowed.wait_for(|a| !a.contains(&key)).await.is_ok() };
+            tokio::select! {
+                () = &mut run => return,
+                revoked = revoked => {
+                    if !revoked {
+                        run.await;
+                        return;
+                    }
+                }
+            }
+            // Revoked: the terminal gets an ABORT (code 9, "terminal key revoked"), the reader
+            // here the revocation; the connection then closes.
+            if let Some(tx) = abort.upgrade() {
+                let _ = tx.try_send(Command::Stream(StreamCmd::Abort(id, AbortCode::Revoked)));
+            }
+            if let Some(tx) = failed.upgrade() {
+                let _ = tx.try_send(StreamEvent::Failed(StreamError::Revoked));
+            }
+            let _ = tokio::time::timeout(REVOKED_LINGER, run).await;
         });
     }
 }
@@ -615,11 +653,22 @@ async fn gateway_handshake(
             return None;
         }
     }
-    let mut hs = noise_builder(&side.local)
-        .and_then(|b| b.build_responder().map_err(|e| e.to_string()))
-        .ok()?;
+    // The current key first, then the next one during a changeover (a second DH try).
+    let keys = side.keys.read().unwrap_or_else(|e| e.into_inner()).clone();
     let mut payload = vec![0u8; MAX_FRAME];
-    let Ok(n) = hs.read_message(&msg1, &mut payload) else {
+    let mut read = None;
+    for local in &keys {
+        let Ok(mut hs) =
+            noise_builder(local).and_then(|b| b.build_responder().map_err(|e| e.to_string()))
+        else {
+            continue;
+        };
+        if let Ok(n) = hs.read_message(&msg1, &mut payload) {
+            read = Some((hs, n));
+            break;
+        }
+    }
+    let Some((mut hs, n)) = read else {
         shared.count(|c| c.auth_failures += 1);
         return None;
     };
@@ -627,11 +676,7 @@ async fn gateway_handshake(
     let key = hs
         .get_remote_static()
         .and_then(|k| PublicKey::from_slice(k).ok())?;
-    let allowed = side
-        .allowed
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&key);
+    let allowed = side.allowed.borrow().contains(&key);
     if !allowed {
         shared.count(|c| c.unknown_key += 1);
         return None;
