@@ -279,7 +279,12 @@ impl LeoNet {
 /// The transport of a [`bulk_study`]'s flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StudyTransport {
+    /// A TCP variant with the simulator's default options (the seeds' TCP).
     Tcp(crate::tcp::Variant),
+    /// CUBIC: SACK-NewReno's loss recovery with CUBIC's window growth and reduction (RFC 9438:
+    /// β = 0.7, fast convergence), all else as `Tcp(SackNewReno)`, so the two differ only in
+    /// the window rule.
+    Cubic,
     /// The STP agent with the engine's default configuration, over IP framing.
     Stp,
 }
@@ -355,11 +360,14 @@ pub fn bulk_study(
     let started = std::time::Instant::now();
     let mut leo = LeoNet::build(cfg)?;
     let build_s = started.elapsed().as_secs_f64();
-    let variant = match transport {
-        StudyTransport::Tcp(v) => v,
-        StudyTransport::Stp => Variant::NewReno,
+    let tcp = match transport {
+        StudyTransport::Tcp(v) => TcpConfig::with_variant(v),
+        StudyTransport::Cubic => TcpConfig {
+            increase: crate::tcp::IncreasePolicy::Cubic,
+            ..TcpConfig::with_variant(Variant::SackNewReno)
+        },
+        StudyTransport::Stp => TcpConfig::with_variant(Variant::NewReno),
     };
-    let tcp = TcpConfig::with_variant(variant);
     let stp_err = |e: stp::ConfigError| LeoNetError::Config(e.to_string());
     let counts = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
     let counted = |a: Box<dyn Agent>| ReorderCount {
@@ -379,7 +387,7 @@ pub fn bulk_study(
         };
         let flow = FlowId(f as u32 + 1);
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
-            StudyTransport::Tcp(_) => (
+            StudyTransport::Tcp(_) | StudyTransport::Cubic => (
                 Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
                 Box::new(counted(Box::new(
                     TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?,
@@ -593,6 +601,7 @@ mod tests {
         for t in [
             StudyTransport::Tcp(Variant::NewReno),
             StudyTransport::Tcp(Variant::SackNewReno),
+            StudyTransport::Cubic,
             StudyTransport::Stp,
         ] {
             let r = bulk_study(&cfg, 4, t).unwrap();
@@ -610,7 +619,7 @@ mod tests {
 
     /// The modern study at full size, for its speed figure in an optimised build:
     /// `cargo test -p netsim --lib leo_net::tests::modern_study_speed -- --ignored --nocapture`
-    /// (`LEO_STUDY_TRANSPORT=stp|sack` for STP or SACK-NewReno, `LEO_STUDY_SECONDS` to shorten)
+    /// (`LEO_STUDY_TRANSPORT=stp|sack|cubic` for STP, SACK-NewReno or CUBIC, `LEO_STUDY_SECONDS` to shorten)
     /// (`satstp bench leo --network` runs the same [`bulk_study`]).
     #[test]
     #[ignore]
@@ -632,6 +641,7 @@ mod tests {
         let transport = match std::env::var("LEO_STUDY_TRANSPORT").as_deref() {
             Ok("stp") => StudyTransport::Stp,
             Ok("sack") => StudyTransport::Tcp(Variant::SackNewReno),
+            Ok("cubic") => StudyTransport::Cubic,
             _ => StudyTransport::Tcp(Variant::NewReno),
         };
         let r = bulk_study(&cfg, 100, transport).unwrap();

@@ -51,7 +51,8 @@ pub struct LeoBenchArgs {
     /// ISL rate of --network.
     #[arg(long, default_value = "100Mbps")]
     isl_rate: String,
-    /// Transport of --network's flows: newreno, sack (SACK-NewReno), reno or stp.
+    /// Transport of --network's flows: newreno, sack (SACK-NewReno), cubic (SACK-NewReno
+    /// recovery with CUBIC's window, RFC 9438), reno or stp.
     #[arg(long, default_value = "newreno")]
     variant: String,
 }
@@ -182,8 +183,9 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         "newreno" => StudyTransport::Tcp(Variant::NewReno),
         "sack" | "sack-newreno" => StudyTransport::Tcp(Variant::SackNewReno),
         "reno" => StudyTransport::Tcp(Variant::Reno),
+        "cubic" => StudyTransport::Cubic,
         "stp" => StudyTransport::Stp,
-        v => bail!("--variant '{v}': expected newreno, sack, reno or stp"),
+        v => bail!("--variant '{v}': expected newreno, sack, cubic, reno or stp"),
     };
     let c = Constellation::preset(&a.constellation)?;
     let t = stations(a.terminals);

@@ -155,6 +155,7 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
         ("NewReno", StudyTransport::Tcp(Variant::NewReno)),
         ("SACK-NewReno", StudyTransport::Tcp(Variant::SackNewReno)),
         ("STP", StudyTransport::Stp),
+        ("CUBIC", StudyTransport::Cubic),
     ];
     let mut results: Vec<(&str, BulkStudy)> = Vec::new();
     for (name, tr) in runs {
@@ -271,7 +272,7 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
     .write(out, "leo-network")?;
     s.plots = vec!["leo-network".into()];
     s.notes.push(format!(
-        "starlink-550, {n} ground stations (the built-in cities, then seeded points within 50° of the equator), {flows} bulk flows (flow f from station f to station f + {half}), {secs} s, 10 Mb/s GSLs, 100 Mb/s ISLs, 100-packet queues, forwarding state swapped every second (`netsim::leo_net`). CUBIC is not among the simulator's TCP variants."
+        "starlink-550, {n} ground stations (the built-in cities, then seeded points within 50° of the equator), {flows} bulk flows (flow f from station f to station f + {half}), {secs} s, 10 Mb/s GSLs, 100 Mb/s ISLs, 100-packet queues, forwarding state swapped every second (`netsim::leo_net`). CUBIC is SACK-NewReno's loss recovery with RFC 9438's window growth and reduction (β = 0.7, fast convergence)."
     ));
     s.json = json!({ "runs": data });
     Ok(s)
