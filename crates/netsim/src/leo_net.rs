@@ -906,9 +906,24 @@ mod tests {
         let r = bulk_study(&cfg, 100, transport).unwrap();
         let mut g = r.goodput_bps.clone();
         g.sort_by(f64::total_cmp);
+        let mut rtt: Vec<f64> = r
+            .seconds
+            .iter()
+            .flat_map(|f| f.iter().filter_map(FlowSecond::rtt_ms))
+            .collect();
+        rtt.sort_by(f64::total_cmp);
+        let busiest = r
+            .isl_links
+            .iter()
+            .map(|l| l.utilisation)
+            .fold(0.0, f64::max);
+        let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
         eprintln!(
             "{transport:?}, {secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
-             goodput min {:.2} median {:.2} max {:.2} Mb/s, {} without route",
+             goodput min {:.2} median {:.2} max {:.2} total {:.1} Mb/s, {} without route; \
+             {} of {} packets reordered; RTT per flow-second median {:.1} ms, 95th pct {:.1} ms; \
+             {} ISL directions used, busiest {:.1} %, longest ISL queue {:.2} ms; drops ISL {} GSL {}; \
+             reverse/forward bytes {:.4}",
             r.events,
             r.build_s,
             r.run_s,
@@ -917,7 +932,18 @@ mod tests {
             g[0] / 1e6,
             g[50] / 1e6,
             g[99] / 1e6,
-            r.undeliverable
+            g.iter().sum::<f64>() / 1e6,
+            r.undeliverable,
+            r.reordered_packets,
+            r.received_packets,
+            rtt.get(rtt.len() / 2).copied().unwrap_or(f64::NAN),
+            rtt.get(rtt.len() * 95 / 100).copied().unwrap_or(f64::NAN),
+            r.isl_links.len(),
+            busiest * 100.0,
+            longest,
+            r.isl_queue_drops,
+            r.gsl_queue_drops,
+            r.up_reverse_bytes as f64 / r.up_forward_bytes.max(1) as f64,
         );
         assert!(r.events > 0);
     }
