@@ -72,6 +72,46 @@ pub struct LeoNet {
     steps: u64,
     next_k: u64,
     pub routes: RouteStats,
+    /// ISL samples, one per step from the second on (see [`IslSample`]).
+    pub isl_samples: Vec<IslSample>,
+    /// Per ISL direction (as [`LeoNet::isl_links`]): bytes transmitted at the last sample, and
+    /// the longest queueing delay seen at a sample (ns).
+    isl_seen: Vec<(LinkId, u64, u64)>,
+    isl_rate_bps: u64,
+    last_sample: Time,
+}
+
+/// The ISLs over one step: traffic since the previous step, and the queues at the step.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IslSample {
+    /// End of the interval (s).
+    pub t_s: f64,
+    /// ISL directions that carried traffic in the interval.
+    pub links_used: u32,
+    /// Utilisation (bits transmitted / (rate × interval)), mean over the ISL directions used
+    /// and the largest.
+    pub mean_utilisation: f64,
+    pub max_utilisation: f64,
+    /// ISL directions with packets waiting at the step, and their queueing delay (the backlog
+    /// ahead of a packet arriving then, ms): mean over those and the largest.
+    pub links_queued: u32,
+    pub mean_queue_ms: f64,
+    pub max_queue_ms: f64,
+    /// Bytes waiting in all ISL queues at the step.
+    pub queued_bytes: u64,
+}
+
+/// One ISL direction over the whole run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IslLinkSummary {
+    /// `sat-A->sat-B`.
+    pub name: String,
+    pub bytes: u64,
+    /// Bits transmitted / (rate × duration).
+    pub utilisation: f64,
+    /// Longest queueing delay seen at a step (ms).
+    pub max_queue_ms: f64,
+    pub queue_drops: u64,
 }
 
 /// Piecewise-constant delay points of one link, filled step by step.
@@ -160,7 +200,17 @@ impl LeoNet {
             links.insert((a, b), ab);
             links.insert((b, a), ba);
         }
+        let n32 = n;
+        let isl_seen = links
+            .iter()
+            .filter(|((a, b), _)| *a < n32 && *b < n32)
+            .map(|(_, &l)| (l, 0, 0))
+            .collect();
         Ok(LeoNet {
+            isl_samples: Vec::new(),
+            isl_seen,
+            isl_rate_bps: cfg.isl_rate_bps,
+            last_sample: 0,
             sim,
             constellation: c.clone(),
             satellites: n as usize,
@@ -235,9 +285,80 @@ impl LeoNet {
                 self.sim.run_until(t - 1);
             }
             self.apply(t);
+            if t > 0 {
+                self.sample_isls(t);
+            }
             self.next_k += 1;
         }
         self.sim.run_until(end);
+    }
+
+    /// Appends the ISL sample of the interval ending at `t`.
+    fn sample_isls(&mut self, t: Time) {
+        let interval = t.saturating_sub(self.last_sample).max(1);
+        self.last_sample = t;
+        let capacity = self.isl_rate_bps as f64 * interval as f64 / 1e9;
+        let mut x = IslSample {
+            t_s: t as f64 / 1e9,
+            ..IslSample::default()
+        };
+        let (mut util_sum, mut queue_sum) = (0.0, 0.0);
+        for (link, last_bytes, max_q) in &mut self.isl_seen {
+            let bytes = self
+                .sim
+                .metrics
+                .links
+                .get(link)
+                .map_or(0, |m| m.transmitted.bytes);
+            let sent = bytes - *last_bytes;
+            *last_bytes = bytes;
+            if sent > 0 {
+                let u = sent as f64 * 8.0 / capacity;
+                x.links_used += 1;
+                util_sum += u;
+                x.max_utilisation = x.max_utilisation.max(u);
+            }
+            let backlog = self
+                .sim
+                .links()
+                .get(link.0 as usize)
+                .map_or(0, |l| l.model.busy_until_ns().saturating_sub(t));
+            if backlog > 0 {
+                *max_q = (*max_q).max(backlog);
+                let ms = backlog as f64 / 1e6;
+                x.links_queued += 1;
+                queue_sum += ms;
+                x.max_queue_ms = x.max_queue_ms.max(ms);
+                x.queued_bytes +=
+                    (backlog as u128 * u128::from(self.isl_rate_bps) / 8_000_000_000) as u64;
+            }
+        }
+        x.mean_utilisation = util_sum / f64::from(x.links_used.max(1));
+        x.mean_queue_ms = queue_sum / f64::from(x.links_queued.max(1));
+        self.isl_samples.push(x);
+    }
+
+    /// Every ISL direction that carried traffic, over the run so far (`duration` long).
+    pub fn isl_summary(&self, duration: Time) -> Vec<IslLinkSummary> {
+        let capacity = self.isl_rate_bps as f64 * duration.max(1) as f64 / 1e9;
+        self.isl_seen
+            .iter()
+            .filter_map(|&(link, _, max_q)| {
+                let m = self.sim.metrics.links.get(&link)?;
+                let bytes = m.transmitted.bytes;
+                (bytes > 0 || m.dropped_queue > 0).then(|| IslLinkSummary {
+                    name: self
+                        .sim
+                        .links()
+                        .get(link.0 as usize)
+                        .map_or_else(String::new, |l| l.name.clone()),
+                    bytes,
+                    utilisation: bytes as f64 * 8.0 / capacity,
+                    max_queue_ms: max_q as f64 / 1e6,
+                    queue_drops: m.dropped_queue,
+                })
+            })
+            .collect()
     }
 
     fn apply(&mut self, t: Time) {
@@ -279,7 +400,12 @@ impl LeoNet {
 /// The transport of a [`bulk_study`]'s flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StudyTransport {
+    /// A TCP variant with the simulator's default options (the seeds' TCP).
     Tcp(crate::tcp::Variant),
+    /// CUBIC: SACK-NewReno's loss recovery with CUBIC's window growth and reduction (RFC 9438:
+    /// β = 0.7, fast convergence), all else as `Tcp(SackNewReno)`, so the two differ only in
+    /// the window rule.
+    Cubic,
     /// The STP agent with the engine's default configuration, over IP framing.
     Stp,
 }
@@ -307,28 +433,101 @@ pub struct BulkStudy {
     /// same flow sent later (overtaken: reordering, from path changes).
     pub received_packets: u64,
     pub reordered_packets: u64,
+    /// The same per flow, in flow order.
+    pub received_per_flow: Vec<u64>,
+    pub reordered_per_flow: Vec<u64>,
+    /// Stations (indices into the configuration's) of each flow: (sender, receiver).
+    pub endpoints: Vec<(usize, usize)>,
+    /// Delays per flow per second of the run (`[flow][second]`), for RTT over time.
+    pub seconds: Vec<Vec<FlowSecond>>,
+    /// The ISLs at every step, and each ISL direction used over the run.
+    pub isl: Vec<IslSample>,
+    pub isl_links: Vec<IslLinkSummary>,
     /// Wall time of building the network and of the run (s).
     pub build_s: f64,
     pub run_s: f64,
 }
 
-/// Counts, for the agent it wraps, the packets that arrive after a packet sent later (packet ids
-/// grow in sending order).
-struct ReorderCount {
-    inner: Box<dyn crate::sim::Agent>,
-    highest: Option<u64>,
-    counts: std::rc::Rc<std::cell::Cell<(u64, u64)>>,
+/// One flow over one second of a [`bulk_study`]: the one-way delays (sending station's uplink
+/// to receiving agent, queueing included) of the packets that arrived in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlowSecond {
+    /// Data direction: sum of delays (ms) and packets.
+    pub fwd_ms_sum: f64,
+    pub fwd_packets: u32,
+    /// Reverse (acknowledgement) direction.
+    pub rev_ms_sum: f64,
+    pub rev_packets: u32,
 }
 
-impl crate::sim::Agent for ReorderCount {
+impl FlowSecond {
+    /// The round-trip time of the path in this second: mean one-way delay of the data plus
+    /// that of the acknowledgements (ms; a receiver's ACK delay not included). None without
+    /// packets both ways.
+    pub fn rtt_ms(&self) -> Option<f64> {
+        (self.fwd_packets > 0 && self.rev_packets > 0).then(|| {
+            self.fwd_ms_sum / f64::from(self.fwd_packets)
+                + self.rev_ms_sum / f64::from(self.rev_packets)
+        })
+    }
+}
+
+/// What the observers of a study share: send times of packets in flight (noted as they enter
+/// the sending station's uplink), per-flow per-second delays, per-flow reordering.
+#[derive(Default)]
+struct StudyLog {
+    sent: std::collections::HashMap<u64, Time>,
+    /// `[flow][second]`.
+    seconds: Vec<Vec<FlowSecond>>,
+    /// Per flow: data packets received, of them overtaken by one sent later, highest id seen.
+    received: Vec<u64>,
+    reordered: Vec<u64>,
+    highest: Vec<Option<u64>>,
+}
+
+/// Wraps an agent of flow index `flow`: notes the delay of each packet it gets and, for the
+/// data direction, whether a packet sent later arrived first (packet ids grow in sending
+/// order; a link keeps its packets in order, so only a path change reorders).
+struct Observe {
+    inner: Box<dyn crate::sim::Agent>,
+    flow: usize,
+    log: std::rc::Rc<std::cell::RefCell<StudyLog>>,
+}
+
+impl crate::sim::Agent for Observe {
     fn start(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
         self.inner.start(ctx)
     }
     fn on_packet(&mut self, ctx: &mut crate::sim::Ctx<'_>, pkt: crate::packet::Packet) {
-        let (n, late) = self.counts.get();
-        let overtaken = self.highest.is_some_and(|h| pkt.id < h);
-        self.counts.set((n + 1, late + u64::from(overtaken)));
-        self.highest = Some(self.highest.map_or(pkt.id, |h| h.max(pkt.id)));
+        {
+            let mut log = self.log.borrow_mut();
+            let log = &mut *log;
+            let fwd = pkt.direction == crate::packet::Direction::Forward;
+            if let Some(sent) = log.sent.remove(&pkt.id) {
+                let ms = ctx.now.saturating_sub(sent) as f64 / 1e6;
+                let sec = (ctx.now / crate::sim::SEC) as usize;
+                if let Some(b) = log.seconds.get_mut(self.flow).and_then(|f| f.get_mut(sec)) {
+                    if fwd {
+                        b.fwd_ms_sum += ms;
+                        b.fwd_packets += 1;
+                    } else {
+                        b.rev_ms_sum += ms;
+                        b.rev_packets += 1;
+                    }
+                }
+            }
+            if fwd {
+                if let (Some(n), Some(late), Some(h)) = (
+                    log.received.get_mut(self.flow),
+                    log.reordered.get_mut(self.flow),
+                    log.highest.get_mut(self.flow),
+                ) {
+                    *n += 1;
+                    *late += u64::from(h.is_some_and(|h| pkt.id < h));
+                    *h = Some(h.map_or(pkt.id, |h| h.max(pkt.id)));
+                }
+            }
+        }
         self.inner.on_packet(ctx, pkt)
     }
     fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
@@ -355,21 +554,51 @@ pub fn bulk_study(
     let started = std::time::Instant::now();
     let mut leo = LeoNet::build(cfg)?;
     let build_s = started.elapsed().as_secs_f64();
-    let variant = match transport {
-        StudyTransport::Tcp(v) => v,
-        StudyTransport::Stp => Variant::NewReno,
+    let tcp = match transport {
+        StudyTransport::Tcp(v) => TcpConfig::with_variant(v),
+        StudyTransport::Cubic => TcpConfig {
+            increase: crate::tcp::IncreasePolicy::Cubic,
+            ..TcpConfig::with_variant(Variant::SackNewReno)
+        },
+        StudyTransport::Stp => TcpConfig::with_variant(Variant::NewReno),
     };
-    let tcp = TcpConfig::with_variant(variant);
     let stp_err = |e: stp::ConfigError| LeoNetError::Config(e.to_string());
-    let counts = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64)));
-    let counted = |a: Box<dyn Agent>| ReorderCount {
-        inner: a,
-        highest: None,
-        counts: std::rc::Rc::clone(&counts),
+    let secs = cfg.duration.div_ceil(crate::sim::SEC) as usize + 1;
+    let log = std::rc::Rc::new(std::cell::RefCell::new(StudyLog {
+        sent: Default::default(),
+        seconds: vec![vec![FlowSecond::default(); secs]; flows],
+        received: vec![0; flows],
+        reordered: vec![0; flows],
+        highest: vec![None; flows],
+    }));
+    let observed = |flow: usize, a: Box<dyn Agent>| -> Box<dyn Agent> {
+        Box::new(Observe {
+            inner: a,
+            flow,
+            log: std::rc::Rc::clone(&log),
+        })
     };
+    // Send times: as packets enter their station's uplink (stations only send their own).
+    let n = leo.satellites as u32;
+    let uplinks: Vec<LinkId> = leo
+        .links
+        .iter()
+        .filter(|((a, _), _)| *a >= n)
+        .map(|(_, &l)| l)
+        .collect();
+    for l in uplinks {
+        let log = std::rc::Rc::clone(&log);
+        leo.sim.trace_link(
+            l,
+            Box::new(move |now, pkt| {
+                log.borrow_mut().sent.entry(pkt.id).or_insert(now);
+            }),
+        );
+    }
     let g = cfg.stations.len();
     let half = (g / 2).max(1);
     let err = |e: crate::tcp::TcpConfigError| LeoNetError::Config(e.to_string());
+    let mut endpoints = Vec::with_capacity(flows);
     for f in 0..flows {
         let (src, dst) = (f % g, (f + half) % g);
         let port = 5000u16.wrapping_add((2 * f) as u16);
@@ -379,11 +608,9 @@ pub fn bulk_study(
         };
         let flow = FlowId(f as u32 + 1);
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
-            StudyTransport::Tcp(_) => (
+            StudyTransport::Tcp(_) | StudyTransport::Cubic => (
                 Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
-                Box::new(counted(Box::new(
-                    TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?,
-                ))),
+                Box::new(TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?),
             ),
             StudyTransport::Stp => {
                 let role = StpRole::Sender { peer, bytes: None };
@@ -395,21 +622,27 @@ pub fn bulk_study(
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
                     ),
-                    Box::new(counted(Box::new(
+                    Box::new(
                         StpAgent::new(port + 1, flow, StpRole::Sink, conf, seed ^ 2)
                             .map_err(stp_err)?
                             .with_framing(Framing::Ip),
-                    ))),
+                    ),
                 )
             }
         };
         let at = crate::sim::SEC * f as u64 / flows.max(1) as u64;
-        leo.sim.add_agent(leo.station(src), port, at, s)?;
-        leo.sim.add_agent(leo.station(dst), port + 1, at, k)?;
+        leo.sim
+            .add_agent(leo.station(src), port, at, observed(f, s))?;
+        leo.sim
+            .add_agent(leo.station(dst), port + 1, at, observed(f, k))?;
+        endpoints.push((src, dst));
     }
     leo.run_until(cfg.duration);
     leo.sim.finish();
     let secs = cfg.duration as f64 / 1e9;
+    let isl_links = leo.isl_summary(cfg.duration);
+    let isl = std::mem::take(&mut leo.isl_samples);
+    let log = std::mem::take(&mut *log.borrow_mut());
     Ok(BulkStudy {
         goodput_bps: (0..flows)
             .map(|f| {
@@ -427,8 +660,14 @@ pub fn bulk_study(
         up_reverse_bytes: leo.station_uplink_bytes(crate::packet::Direction::Reverse),
         isl_queue_drops: leo.queue_drops(true),
         gsl_queue_drops: leo.queue_drops(false),
-        received_packets: counts.get().0,
-        reordered_packets: counts.get().1,
+        received_packets: log.received.iter().sum(),
+        reordered_packets: log.reordered.iter().sum(),
+        received_per_flow: log.received,
+        reordered_per_flow: log.reordered,
+        endpoints,
+        seconds: log.seconds,
+        isl,
+        isl_links,
         build_s,
         run_s: started.elapsed().as_secs_f64() - build_s,
     })
@@ -593,6 +832,7 @@ mod tests {
         for t in [
             StudyTransport::Tcp(Variant::NewReno),
             StudyTransport::Tcp(Variant::SackNewReno),
+            StudyTransport::Cubic,
             StudyTransport::Stp,
         ] {
             let r = bulk_study(&cfg, 4, t).unwrap();
@@ -605,12 +845,40 @@ mod tests {
             assert!(r.up_forward_bytes > 4 * 250_000 && r.up_reverse_bytes > 0);
             assert!(r.up_reverse_bytes < r.up_forward_bytes / 4);
             assert!(r.received_packets > 4 * 200 && r.reordered_packets < r.received_packets);
+            // RTT over time: every flow has a path RTT in each second once it runs, no
+            // shorter than light along the great circle and back, and no longer than that
+            // plus two full 100-packet GSL queues at 5 Mb/s (240 ms each) and some ISL queueing.
+            for (f, &(a, b)) in r.endpoints.iter().enumerate() {
+                let light = 2.0 * cfg.stations[a].distance_km(&cfg.stations[b])
+                    / constellation::geo::C_KM_S
+                    * 1e3;
+                for sec in 2..5 {
+                    let rtt = r.seconds[f][sec].rtt_ms();
+                    let rtt = rtt.unwrap_or_else(|| panic!("{t:?} flow {f} second {sec}"));
+                    assert!(
+                        rtt >= light && rtt <= light + 600.0,
+                        "{t:?} flow {f} second {sec}: RTT {rtt:.1} ms, light {light:.1} ms"
+                    );
+                }
+            }
+            // One ISL sample per step after the first; utilisations are fractions of the rate.
+            assert_eq!(r.isl.len(), 5);
+            assert!(r.isl.iter().skip(1).all(|x| x.links_used > 0));
+            assert!(r.isl.iter().all(|x| x.max_utilisation <= 1.0 + 1e-9));
+            assert!(!r.isl_links.is_empty());
+            for l in &r.isl_links {
+                assert!(l.utilisation > 0.0 && l.utilisation <= 1.0, "{l:?}");
+            }
+            assert_eq!(
+                r.reordered_per_flow.iter().sum::<u64>(),
+                r.reordered_packets
+            );
         }
     }
 
     /// The issue's modern study at full size, for its speed figure in an optimised build:
     /// `cargo test -p netsim --lib leo_net::tests::modern_study_speed -- --ignored --nocapture`
-    /// (`LEO_STUDY_TRANSPORT=stp|sack` for STP or SACK-NewReno, `LEO_STUDY_SECONDS` to shorten)
+    /// (`LEO_STUDY_TRANSPORT=stp|sack|cubic` for STP, SACK-NewReno or CUBIC, `LEO_STUDY_SECONDS` to shorten)
     /// (`satstp bench leo --network` runs the same [`bulk_study`]).
     #[test]
     #[ignore]
@@ -632,14 +900,30 @@ mod tests {
         let transport = match std::env::var("LEO_STUDY_TRANSPORT").as_deref() {
             Ok("stp") => StudyTransport::Stp,
             Ok("sack") => StudyTransport::Tcp(Variant::SackNewReno),
+            Ok("cubic") => StudyTransport::Cubic,
             _ => StudyTransport::Tcp(Variant::NewReno),
         };
         let r = bulk_study(&cfg, 100, transport).unwrap();
         let mut g = r.goodput_bps.clone();
         g.sort_by(f64::total_cmp);
+        let mut rtt: Vec<f64> = r
+            .seconds
+            .iter()
+            .flat_map(|f| f.iter().filter_map(FlowSecond::rtt_ms))
+            .collect();
+        rtt.sort_by(f64::total_cmp);
+        let busiest = r
+            .isl_links
+            .iter()
+            .map(|l| l.utilisation)
+            .fold(0.0, f64::max);
+        let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
         eprintln!(
             "{transport:?}, {secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
-             goodput min {:.2} median {:.2} max {:.2} Mb/s, {} without route",
+             goodput min {:.2} median {:.2} max {:.2} total {:.1} Mb/s, {} without route; \
+             {} of {} packets reordered; RTT per flow-second median {:.1} ms, 95th pct {:.1} ms; \
+             {} ISL directions used, busiest {:.1} %, longest ISL queue {:.2} ms; drops ISL {} GSL {}; \
+             reverse/forward bytes {:.4}",
             r.events,
             r.build_s,
             r.run_s,
@@ -648,7 +932,18 @@ mod tests {
             g[0] / 1e6,
             g[50] / 1e6,
             g[99] / 1e6,
-            r.undeliverable
+            g.iter().sum::<f64>() / 1e6,
+            r.undeliverable,
+            r.reordered_packets,
+            r.received_packets,
+            rtt.get(rtt.len() / 2).copied().unwrap_or(f64::NAN),
+            rtt.get(rtt.len() * 95 / 100).copied().unwrap_or(f64::NAN),
+            r.isl_links.len(),
+            busiest * 100.0,
+            longest,
+            r.isl_queue_drops,
+            r.gsl_queue_drops,
+            r.up_reverse_bytes as f64 / r.up_forward_bytes.max(1) as f64,
         );
         assert!(r.events > 0);
     }

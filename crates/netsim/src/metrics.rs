@@ -73,6 +73,10 @@ impl Metrics {
     /// Records a packet offered to a link and its fate (drops; a packet lost to bit errors was
     /// transmitted, so it is counted here; delivered packets are counted on arrival).
     pub fn on_link(&mut self, link: LinkId, pkt: &Packet, fate: &Fate, _now: Time) {
+        if let Fate::Deliver { .. } = fate {
+            // Counted when it has crossed the link (`on_transmitted`).
+            return;
+        }
         let m = self.links.entry(link).or_default();
         match fate {
             Fate::Drop(DropCause::Queue) => m.dropped_queue += 1,

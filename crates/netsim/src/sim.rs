@@ -116,11 +116,14 @@ enum EventKind {
     },
 }
 
+/// A scheduled event as the heap holds it: its time, insertion order and the slot of its
+/// [`EventKind`] in `Sim::pending`. Keeping the kind (which may carry a packet) out of the
+/// heap makes each heap move 24 bytes instead of a whole packet.
 #[derive(Debug)]
 struct Event {
     at: Time,
     seq: u64,
-    kind: EventKind,
+    slot: u32,
 }
 
 impl PartialEq for Event {
@@ -145,8 +148,29 @@ impl Ord for Event {
 #[derive(Debug)]
 pub struct Node {
     pub name: String,
-    routes: HashMap<NodeId, LinkId>,
+    routes: HashMap<NodeId, LinkId, BuildNodeHasher>,
 }
+
+/// Hashes node ids (small integers, not attacker-chosen) with one multiplication instead of
+/// SipHash: a route is looked up at every hop of every packet.
+#[derive(Default, Clone, Copy)]
+struct NodeHasher(u64);
+
+impl std::hash::Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type BuildNodeHasher = std::hash::BuildHasherDefault<NodeHasher>;
 
 /// One direction of a link, with the model that decides packet fates.
 pub struct SimLink {
@@ -178,6 +202,9 @@ pub struct Sim {
     now: Time,
     seed: u64,
     events: BinaryHeap<Event>,
+    /// The kinds of the scheduled events, by slot, and the free slots.
+    pending: Vec<Option<EventKind>>,
+    free_slots: Vec<u32>,
     next_seq: u64,
     nodes: Vec<Node>,
     links: Vec<SimLink>,
@@ -211,6 +238,8 @@ impl Sim {
             now: 0,
             seed,
             events: BinaryHeap::new(),
+            pending: Vec::new(),
+            free_slots: Vec::new(),
             next_seq: 0,
             nodes: Vec::new(),
             links: Vec::new(),
@@ -236,7 +265,7 @@ impl Sim {
     pub fn add_node(&mut self, name: &str) -> NodeId {
         self.nodes.push(Node {
             name: name.to_string(),
-            routes: HashMap::new(),
+            routes: HashMap::default(),
         });
         NodeId(self.nodes.len() as u32 - 1)
     }
@@ -449,10 +478,20 @@ impl Sim {
 
     fn schedule(&mut self, at: Time, kind: EventKind) {
         self.next_seq += 1;
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.pending[i as usize] = Some(kind);
+                i
+            }
+            None => {
+                self.pending.push(Some(kind));
+                (self.pending.len() - 1) as u32
+            }
+        };
         self.events.push(Event {
             at,
             seq: self.next_seq,
-            kind,
+            slot,
         });
     }
 
@@ -464,9 +503,17 @@ impl Sim {
                 break;
             }
             let Some(ev) = self.events.pop() else { break };
+            let Some(kind) = self
+                .pending
+                .get_mut(ev.slot as usize)
+                .and_then(Option::take)
+            else {
+                continue;
+            };
+            self.free_slots.push(ev.slot);
             self.now = ev.at;
             n += 1;
-            match ev.kind {
+            match kind {
                 EventKind::Arrive { node, pkt, via } => {
                     if let Some(link) = via {
                         // Counted when it has crossed the link, so packets still queued when

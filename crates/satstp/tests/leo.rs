@@ -255,3 +255,85 @@ fn leo_trace_names_bad_input() {
     assert!(e.contains("line 2") && e.contains("checksum"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench leo --network --out DIR`: the study's outputs are written and hold together (one row
+/// per flow, RTT = data + ACK one-way delays, one ISL row per step); a bad `--variant` is named.
+#[test]
+fn bench_leo_network_writes_the_study_outputs() {
+    let dir = std::env::temp_dir().join(format!("satstp-leo-net-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = satstp()
+        .args([
+            "bench",
+            "leo",
+            "--network",
+            "--terminals",
+            "4",
+            "--flows",
+            "2",
+            "--duration",
+            "4s",
+            "--variant",
+            "cubic",
+            "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("events/s") && text.contains("ISLs:"),
+        "{text}"
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let flows = read("leo-network-flows.csv");
+    let rows: Vec<Vec<&str>> = flows
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{flows}");
+    for r in &rows {
+        assert_eq!(r[0], "cubic");
+        let goodput: f64 = r[4].parse().unwrap();
+        assert!(goodput > 1e6 && goodput < 10e6, "{flows}");
+    }
+    let rtt = read("leo-network-rtt.csv");
+    assert!(rtt.starts_with("transport,flow,t_s,rtt_ms,fwd_owd_ms,rev_owd_ms\n"));
+    let mut n = 0;
+    for l in rtt.lines().skip(1) {
+        let v: Vec<f64> = l.split(',').skip(1).map(|x| x.parse().unwrap()).collect();
+        assert!(
+            (v[2] - v[3] - v[4]).abs() < 0.01 && v[3] > 1.0 && v[4] > 1.0,
+            "{l}"
+        );
+        n += 1;
+    }
+    assert!(n >= 2 * 3, "{rtt}");
+    let isl = read("leo-network-isl.csv");
+    assert_eq!(isl.lines().count(), 1 + 4, "{isl}");
+    assert!(read("leo-network-isl-links.csv").lines().count() > 1);
+    for png in [
+        "leo-network-rtt.png",
+        "leo-network-isl-utilisation.png",
+        "leo-network-isl-queue.png",
+    ] {
+        assert!(
+            std::fs::metadata(dir.join(png)).unwrap().len() > 1000,
+            "{png}"
+        );
+    }
+    let bad = satstp()
+        .args(["bench", "leo", "--network", "--variant", "vegas"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let e = String::from_utf8_lossy(&bad.stderr);
+    assert!(e.contains("--variant") && e.contains("cubic"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -182,6 +182,8 @@ pub struct TcpConnection {
     cubic_epoch: Option<Time>,
     cubic_k: f64,
     cubic_w_est: f64,
+    /// The window when ssthresh was last set (RFC 9438 `cwnd_prior`).
+    cubic_prior: f64,
     /// PRR (RFC 6937) state of the current recovery: flight at entry, bytes reported delivered,
     /// bytes sent, and how many bytes may be sent now.
     prr_recover_fs: u64,
@@ -249,6 +251,7 @@ impl TcpConnection {
             cubic_epoch: None,
             cubic_k: 0.0,
             cubic_w_est: 0.0,
+            cubic_prior: 0.0,
             prr_recover_fs: 0,
             prr_delivered: 0,
             prr_out: 0,
@@ -946,7 +949,12 @@ impl TcpConnection {
         let t = (now - epoch) as f64 / SEC as f64;
         let target =
             (CUBIC_C * (t + rtt - self.cubic_k).powi(3) + self.cubic_w_max).clamp(cwnd, 1.5 * cwnd);
-        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        // §4.3: Reno-friendly at α = 3(1 − β)/(1 + β) until W_est reaches cwnd_prior, then 1.
+        let alpha = if self.cubic_w_est >= self.cubic_prior {
+            1.0
+        } else {
+            3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
+        };
         self.cubic_w_est += alpha * (units as f64 / mss) / cwnd.max(1.0);
         let goal = target.max(self.cubic_w_est);
         let inc = ((goal - cwnd) / cwnd.max(1.0) * mss)
@@ -965,6 +973,7 @@ impl TcpConnection {
             return (flight / 2).max(2 * self.mss);
         }
         let cwnd = self.cwnd as f64 / self.mss as f64;
+        self.cubic_prior = cwnd;
         // Fast convergence: below the last W_max, release more.
         self.cubic_w_max = if cwnd < self.cubic_w_max {
             cwnd * (1.0 + CUBIC_BETA) / 2.0

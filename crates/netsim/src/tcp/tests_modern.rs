@@ -205,6 +205,11 @@ fn per_ack_rtt_samples_avoid_the_spurious_timeout_of_a_queued_retransmission() {
 /// One loss at a window of about 100 segments (RTT 100 ms, one ACK per segment), then
 /// congestion avoidance: cwnd in segments after the reduction and after each round trip.
 fn after_loss(increase: IncreasePolicy, rounds: usize) -> Vec<f64> {
+    after_loss_from(increase, rounds).1
+}
+
+/// [`after_loss`], with the window (segments) when the loss was detected.
+fn after_loss_from(increase: IncreasePolicy, rounds: usize) -> (f64, Vec<f64>) {
     let c = TcpConfig {
         initial_window: InitialWindow::Segments(100),
         initial_ssthresh_bytes: 2000,
@@ -220,6 +225,7 @@ fn after_loss(increase: IncreasePolicy, rounds: usize) -> Vec<f64> {
     // The next window loses its first segment: three duplicate ACKs, the retransmission,
     // then everything is acknowledged (Reno leaves recovery with cwnd = ssthresh).
     let sent = drain(&mut a, t);
+    let at_loss = a.cwnd() as f64 / 1000.0;
     let first = sent[0].seq;
     let n = sent.iter().filter(|s| s.len > 0).count() as u64;
     for k in 1..=3 {
@@ -237,7 +243,7 @@ fn after_loss(increase: IncreasePolicy, rounds: usize) -> Vec<f64> {
         t += 100 * MS;
         v.push(a.cwnd() as f64 / 1000.0);
     }
-    v
+    (at_loss, v)
 }
 
 #[test]
@@ -257,4 +263,48 @@ fn cubic_grows_concave_to_the_last_maximum_then_convex() {
     let r = after_loss(IncreasePolicy::Standard, 42);
     assert!((49.0..=52.0).contains(&r[0]), "{}", r[0]);
     assert!((88.0..=95.0).contains(&r[42]), "{}", r[42]);
+}
+
+/// The window curve against RFC 9438's formulas, computed here independently: the loss sets
+/// `W_max` to the window at the loss and the window to β = 0.7 of it (§4.6); from then on,
+/// with every ACK of a round trip arriving at once, the window after round `r` is the cubic
+/// target at the end of that round, `W_cubic(r·RTT) = C·(r·RTT − K)³ + W_max` with
+/// `K = ∛((W_max − cwnd_epoch)/C)` (§4.2, Eq. 1–2; the target is taken one RTT ahead, §4.4),
+/// or the Reno-friendly estimate where that is larger (§4.3).
+#[test]
+fn cubic_window_follows_the_rfc_9438_curve() {
+    let rounds = 80;
+    let (w_max, w) = after_loss_from(IncreasePolicy::Cubic, rounds);
+    let (c, beta, rtt) = (0.4, 0.7, 0.1);
+    // β: the window after the reduction (the flight at the loss, as RFC 9438 §4.6 permits).
+    assert!(
+        (w[0] - beta * w_max).abs() <= 1.0,
+        "after the loss {} against 0.7 x {w_max}",
+        w[0]
+    );
+    let k = ((w_max - w[0]) / c).cbrt();
+    // §4.3: the Reno-friendly estimate grows α = 3(1 − β)/(1 + β) segments per round trip
+    // until it reaches the window before the loss, then 1; the window is the larger of the two.
+    let mut w_est = w[0];
+    let mut worst = 0.0f64;
+    for (r, &got) in w.iter().enumerate().skip(1) {
+        w_est += if w_est >= w_max {
+            1.0
+        } else {
+            3.0 * (1.0 - beta) / (1.0 + beta)
+        };
+        let t = r as f64 * rtt;
+        let want = (c * (t - k).powi(3) + w_max).max(w_est);
+        let err = (got - want).abs();
+        worst = worst.max(err);
+        assert!(
+            err <= 1.0 + 0.01 * want,
+            "round {r} (t = {t:.1} s): cwnd {got:.2} against max(W_cubic, W_est) {want:.2} segments (K = {k:.2} s)"
+        );
+    }
+    eprintln!("worst deviation from W_cubic: {worst:.2} segments");
+    // The curve is not Reno's: standard growth is 8 segments short of it at K.
+    let r = after_loss(IncreasePolicy::Standard, rounds);
+    let at_k = (k / rtt).round() as usize;
+    assert!(w[at_k] - r[at_k] > 8.0, "{} vs {}", w[at_k], r[at_k]);
 }

@@ -51,9 +51,15 @@ pub struct LeoBenchArgs {
     /// ISL rate of --network.
     #[arg(long, default_value = "100Mbps")]
     isl_rate: String,
-    /// Transport of --network's flows: newreno, sack (SACK-NewReno), reno or stp.
+    /// Transport of --network's flows: newreno, sack (SACK-NewReno), cubic (SACK-NewReno
+    /// recovery with CUBIC's window, RFC 9438), reno or stp.
     #[arg(long, default_value = "newreno")]
     variant: String,
+    /// With --network: write the study's outputs into this directory (created if missing):
+    /// leo-network-flows.csv, -rtt.csv, -isl.csv, -isl-links.csv and the charts
+    /// leo-network-rtt, -isl-utilisation, -isl-queue (.png and .svg).
+    #[arg(long, value_name = "DIR")]
+    out: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: &LeoBenchArgs) -> Result<()> {
@@ -182,8 +188,9 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         "newreno" => StudyTransport::Tcp(Variant::NewReno),
         "sack" | "sack-newreno" => StudyTransport::Tcp(Variant::SackNewReno),
         "reno" => StudyTransport::Tcp(Variant::Reno),
+        "cubic" => StudyTransport::Cubic,
         "stp" => StudyTransport::Stp,
-        v => bail!("--variant '{v}': expected newreno, sack, reno or stp"),
+        v => bail!("--variant '{v}': expected newreno, sack, cubic, reno or stp"),
     };
     let c = Constellation::preset(&a.constellation)?;
     let t = stations(a.terminals);
@@ -198,6 +205,19 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         seed: 1,
     };
     let r = bulk_study(&cfg, a.flows, variant)?;
+    if let Some(dir) = &a.out {
+        crate::outpath::dir("--out", dir)?;
+        let names: Vec<String> = t.iter().map(|p| p.name.clone()).collect();
+        let runs = [(a.variant.as_str(), &r)];
+        super::reproduce::modern::write_study_csv(dir, "leo-network", &runs, &names)?;
+        super::reproduce::modern::study_charts(dir, "leo-network", &runs)?;
+    }
+    let busiest = r
+        .isl_links
+        .iter()
+        .map(|l| l.utilisation)
+        .fold(0.0, f64::max);
+    let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
     let mut g = r.goodput_bps.clone();
     g.sort_by(f64::total_cmp);
     let eps = r.events as f64 / r.run_s.max(1e-9);
@@ -210,6 +230,8 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
                 "events_per_s": eps, "route_changes": r.route_changes,
                 "received_packets": r.received_packets, "reordered_packets": r.reordered_packets,
                 "goodput_bps": r.goodput_bps, "undeliverable": r.undeliverable,
+                "reordered_per_flow": r.reordered_per_flow, "isl_links_used": r.isl_links.len(),
+                "busiest_isl_utilisation": busiest, "longest_isl_queue_ms": longest,
         }),
     )?;
     outln!(
@@ -231,6 +253,11 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         r.route_changes,
         r.reordered_packets,
         r.received_packets
+    );
+    outln!(
+        "  ISLs: {} directions used, the busiest at {:.1} % of its rate over the run, longest queueing delay at a step {longest:.1} ms",
+        r.isl_links.len(),
+        busiest * 100.0
     );
     if let (Some(lo), Some(hi)) = (g.first(), g.last()) {
         outln!(

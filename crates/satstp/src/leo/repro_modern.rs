@@ -5,7 +5,7 @@
 
 use super::{percentile, Section};
 use crate::plot::{Chart, Series, XAxis};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use constellation::geo::{stations, Place, C_KM_S, EARTH_RADIUS_KM};
 use constellation::trace::{compute, PathTrace};
 use constellation::{AttachPolicy, Constellation, HandoffMode, Routing, TraceSpec};
@@ -155,6 +155,7 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
         ("NewReno", StudyTransport::Tcp(Variant::NewReno)),
         ("SACK-NewReno", StudyTransport::Tcp(Variant::SackNewReno)),
         ("STP", StudyTransport::Stp),
+        ("CUBIC", StudyTransport::Cubic),
     ];
     let mut results: Vec<(&str, BulkStudy)> = Vec::new();
     for (name, tr) in runs {
@@ -216,6 +217,23 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
             "run_s": r.run_s, "received_packets": r.received_packets,
             "reordered_packets": r.reordered_packets}));
     }
+    let names: Vec<String> = t.iter().map(|p| p.name.clone()).collect();
+    let runs: Vec<(&str, &BulkStudy)> = results.iter().map(|(n, r)| (*n, r)).collect();
+    write_study_csv(out, "leo-network", &runs, &names)?;
+    study_charts(out, "leo-network", &runs)?;
+    for (name, r) in &results {
+        let busiest = r
+            .isl_links
+            .iter()
+            .map(|l| l.utilisation)
+            .fold(0.0, f64::max);
+        let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
+        s.row(
+            &format!("{name}: ISL directions used; busiest ISL's utilisation over the run; longest ISL queueing delay at a step"),
+            "—",
+            format!("{}; {:.1} %; {longest:.1} ms", r.isl_links.len(), busiest * 100.0),
+        );
+    }
     let med = |k: usize| percentile(&mut results[k].1.goodput_bps.clone(), 0.5);
     let ratio = |k: usize| {
         results[k].1.up_reverse_bytes as f64 / results[k].1.up_forward_bytes.max(1) as f64
@@ -269,9 +287,15 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
         ..Chart::default()
     }
     .write(out, "leo-network")?;
-    s.plots = vec!["leo-network".into()];
+    s.plots = vec![
+        "leo-network".into(),
+        "leo-network-rtt".into(),
+        "leo-network-isl-utilisation".into(),
+        "leo-network-isl-queue".into(),
+    ];
+    s.notes.push("Per-flow and per-second outputs beside this report: `leo-network-flows.csv` (goodput, packets received and overtaken per flow), `leo-network-rtt.csv` (RTT per flow per second: mean one-way delay of the data plus that of the acknowledgements, queueing included, a receiver's ACK delay not), `leo-network-isl.csv` (ISLs at every step: directions used, mean and largest utilisation, queueing delay and bytes waiting) and `leo-network-isl-links.csv` (every ISL direction used: bytes, utilisation, longest queueing delay, drops).".into());
     s.notes.push(format!(
-        "starlink-550, {n} ground stations (the built-in cities, then seeded points within 50° of the equator), {flows} bulk flows (flow f from station f to station f + {half}), {secs} s, 10 Mb/s GSLs, 100 Mb/s ISLs, 100-packet queues, forwarding state swapped every second (`netsim::leo_net`). CUBIC is not among the simulator's TCP variants."
+        "starlink-550, {n} ground stations (the built-in cities, then seeded points within 50° of the equator), {flows} bulk flows (flow f from station f to station f + {half}), {secs} s, 10 Mb/s GSLs, 100 Mb/s ISLs, 100-packet queues, forwarding state swapped every second (`netsim::leo_net`). CUBIC is SACK-NewReno's loss recovery with RFC 9438's window growth and reduction (β = 0.7, fast convergence)."
     ));
     s.json = json!({ "runs": data });
     Ok(s)
@@ -383,4 +407,144 @@ pub(super) fn table52(quick: bool, out: &Path) -> Result<Section> {
     ));
     s.json = json!({ "runs": data });
     Ok(s)
+}
+
+/// Writes a bulk study's per-flow, per-second and ISL outputs as `PREFIX-flows.csv`,
+/// `PREFIX-rtt.csv`, `PREFIX-isl.csv` and `PREFIX-isl-links.csv` in `dir` (see docs/leo.md).
+pub(crate) fn write_study_csv(
+    dir: &Path,
+    prefix: &str,
+    runs: &[(&str, &BulkStudy)],
+    stations: &[String],
+) -> Result<()> {
+    use std::fmt::Write as _;
+    let name = |g: usize| {
+        stations
+            .get(g)
+            .map_or("?", String::as_str)
+            .replace(',', " ")
+    };
+    let mut flows =
+        String::from("transport,flow,from,to,goodput_bps,received_packets,reordered_packets\n");
+    let mut rtt = String::from("transport,flow,t_s,rtt_ms,fwd_owd_ms,rev_owd_ms\n");
+    let mut isl = String::from("transport,t_s,links_used,mean_utilisation,max_utilisation,links_queued,mean_queue_ms,max_queue_ms,queued_bytes\n");
+    let mut links = String::from("transport,link,bytes,utilisation,max_queue_ms,queue_drops\n");
+    for (tr, r) in runs {
+        for (f, &(a, b)) in r.endpoints.iter().enumerate() {
+            let _ = writeln!(
+                flows,
+                "{tr},{f},{},{},{:.0},{},{}",
+                name(a),
+                name(b),
+                r.goodput_bps.get(f).copied().unwrap_or(0.0),
+                r.received_per_flow.get(f).copied().unwrap_or(0),
+                r.reordered_per_flow.get(f).copied().unwrap_or(0)
+            );
+        }
+        for (f, secs) in r.seconds.iter().enumerate() {
+            for (sec, x) in secs.iter().enumerate() {
+                if let Some(v) = x.rtt_ms() {
+                    let _ = writeln!(
+                        rtt,
+                        "{tr},{f},{sec},{v:.3},{:.3},{:.3}",
+                        x.fwd_ms_sum / f64::from(x.fwd_packets),
+                        x.rev_ms_sum / f64::from(x.rev_packets)
+                    );
+                }
+            }
+        }
+        for x in &r.isl {
+            let _ = writeln!(
+                isl,
+                "{tr},{},{},{:.5},{:.5},{},{:.3},{:.3},{}",
+                x.t_s,
+                x.links_used,
+                x.mean_utilisation,
+                x.max_utilisation,
+                x.links_queued,
+                x.mean_queue_ms,
+                x.max_queue_ms,
+                x.queued_bytes
+            );
+        }
+        for l in &r.isl_links {
+            let _ = writeln!(
+                links,
+                "{tr},{},{},{:.5},{:.3},{}",
+                l.name, l.bytes, l.utilisation, l.max_queue_ms, l.queue_drops
+            );
+        }
+    }
+    for (suffix, text) in [
+        ("flows", flows),
+        ("rtt", rtt),
+        ("isl", isl),
+        ("isl-links", links),
+    ] {
+        let p = dir.join(format!("{prefix}-{suffix}.csv"));
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Charts of a bulk study over time: the median RTT over the flows per second
+/// (`PREFIX-rtt`), the ISLs' mean utilisation (`PREFIX-isl-utilisation`) and their longest
+/// queueing delay (`PREFIX-isl-queue`) at each step, a series per transport.
+pub(crate) fn study_charts(dir: &Path, prefix: &str, runs: &[(&str, &BulkStudy)]) -> Result<()> {
+    type Points = Vec<(f64, f64, f64)>;
+    let over_time = |f: &dyn Fn(&BulkStudy) -> Points| {
+        runs.iter()
+            .map(|(n, r)| Series {
+                name: n.to_string(),
+                points: f(r),
+            })
+            .collect::<Vec<_>>()
+    };
+    let rtt = over_time(&|r| {
+        let secs = r.seconds.first().map_or(0, Vec::len);
+        (0..secs)
+            .filter_map(|sec| {
+                let mut v: Vec<f64> = r.seconds.iter().filter_map(|f| f[sec].rtt_ms()).collect();
+                (!v.is_empty()).then(|| (sec as f64, percentile(&mut v, 0.5), 0.0))
+            })
+            .collect()
+    });
+    let util = over_time(&|r| {
+        r.isl
+            .iter()
+            .map(|x| (x.t_s, x.mean_utilisation * 100.0, 0.0))
+            .collect()
+    });
+    let queue = over_time(&|r| r.isl.iter().map(|x| (x.t_s, x.max_queue_ms, 0.0)).collect());
+    for (suffix, title, y, series) in [
+        (
+            "rtt",
+            "RTT over time (median over the flows)",
+            "RTT (ms)",
+            rtt,
+        ),
+        (
+            "isl-utilisation",
+            "ISL utilisation (mean over the ISL directions carrying traffic)",
+            "utilisation (%)",
+            util,
+        ),
+        (
+            "isl-queue",
+            "Longest ISL queueing delay at each step",
+            "queueing delay (ms)",
+            queue,
+        ),
+    ] {
+        Chart {
+            title: title.into(),
+            x_label: "time (s)".into(),
+            y_label: y.into(),
+            x_axis: XAxis::Linear,
+            series,
+            ..Chart::default()
+        }
+        .write(dir, &format!("{prefix}-{suffix}"))?;
+    }
+    Ok(())
 }

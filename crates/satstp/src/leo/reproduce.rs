@@ -8,7 +8,7 @@ mod day;
 #[path = "repro_figs.rs"]
 mod figs;
 #[path = "repro_modern.rs"]
-mod modern;
+pub(crate) mod modern;
 
 use anyhow::Result;
 use constellation::experiments::{random_pings, PingSet};
