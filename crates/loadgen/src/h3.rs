@@ -88,8 +88,9 @@ impl TestCa {
         &self.ca_pem
     }
 
-    /// A TLS 1.3 server configuration with this leaf, offering `alpn`.
-    fn server_config(&self, alpn: &[&[u8]]) -> Result<rustls::ServerConfig, Error> {
+    /// A TLS 1.3 server configuration with this leaf, offering `alpn` (e.g. `h3`; `http/1.1` for
+    /// a TLS front of the TCP origin).
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<rustls::ServerConfig, Error> {
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(self.key.clone().into());
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
