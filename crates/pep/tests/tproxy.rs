@@ -26,6 +26,9 @@
 //! Needs root, `ip` (iproute2), `nft` (nftables; `scripts/install-deps.sh` installs it) and a
 //! kernel with network namespaces, veth, nftables' tproxy and socket expressions and policy
 //! routing. Where one is missing the tests print why and pass without running.
+//!
+//! The QUIC policy tests at the end (docs/quic.md) also need Chromium (`chromium` and
+//! `chromium-headless-shell`, both tried) and make the terminal and the gateway route.
 
 mod common;
 
