@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools some tests need, if they are missing and we can install them:
-#   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs).
+#   nft (nftables) - the TPROXY namespace test (crates/pep/tests/tproxy.rs) and the terminal's
+#                    QUIC policy (crates/satstp/tests/quic_policy.rs, docs/quic.md).
+#   curl           - reads the terminal's /metrics inside a namespace (crates/satstp/tests/quic_policy.rs).
 #   tshark         - the Wireshark dissector tests (crates/satstp/tests/dissector.rs), which run
 #                    tools/wireshark/stp.lua over pcaps the simulator and the daemons write.
 #   chromium, chromium-headless-shell - the browser workload of `satstp bench link` and its tests
@@ -17,12 +19,13 @@ set -u
 need=()
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v chromium-headless-shell >/dev/null 2>&1 || need+=(chromium-headless-shell)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 
 if [ ${#need[@]} -eq 0 ]; then
-    echo "install-deps: nothing to install (nft, tshark, chromium, chromium-headless-shell and systemd-analyze present)"
+    echo "install-deps: nothing to install (nft, tshark, curl, chromium, chromium-headless-shell and systemd-analyze present)"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

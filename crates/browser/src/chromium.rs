@@ -164,6 +164,17 @@ impl Chromium {
 
     /// Loads the page once, in a fresh browser with an empty profile.
     pub fn load(&self, req: &LoadRequest) -> Result<PageLoad, BrowserError> {
+        self.load_with_flags(req, &[])
+    }
+
+    /// [`Chromium::load`] with further command-line `flags` for this browser process only
+    /// (e.g. `loadgen::h3::H3Origin::chromium_flags`: QUIC forced for an origin and its per-run
+    /// certificate accepted by its key).
+    pub fn load_with_flags(
+        &self,
+        req: &LoadRequest,
+        flags: &[String],
+    ) -> Result<PageLoad, BrowserError> {
         let profile = std::env::temp_dir().join(format!(
             "satstp-chromium-{}-{}",
             std::process::id(),
@@ -173,12 +184,17 @@ impl Chromium {
             path: profile.display().to_string(),
             source,
         })?;
-        let result = self.load_in(req, &profile);
+        let result = self.load_in(req, flags, &profile);
         let _ = std::fs::remove_dir_all(&profile);
         result
     }
 
-    fn load_in(&self, req: &LoadRequest, profile: &Path) -> Result<PageLoad, BrowserError> {
+    fn load_in(
+        &self,
+        req: &LoadRequest,
+        flags: &[String],
+        profile: &Path,
+    ) -> Result<PageLoad, BrowserError> {
         let mut cmd = match &req.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -215,6 +231,7 @@ impl Chromium {
                 cmd.arg("--no-proxy-server");
             }
         }
+        cmd.args(flags);
         cmd.arg("--dump-dom").arg(&req.url);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

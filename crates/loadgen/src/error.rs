@@ -26,6 +26,9 @@ pub enum Error {
     /// The connection ended before all of a body arrived.
     #[error("connection closed after {got} of {len} bytes")]
     Short { got: u64, len: u64 },
+    /// A certificate or TLS configuration could not be made.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A deadline passed.
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),

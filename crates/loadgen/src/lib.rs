@@ -7,6 +7,8 @@
 //!   (sans-IO encode/decode) with an async (tokio) and a blocking flavour.
 //! - [`http`]: HTTP/1.1 `GET` of a patterned object and `POST` of one, every byte checked.
 //! - [`origin`]: the origin server that answers them (and a raw dialect for byte-stream tests).
+//! - [`h3`]: the same origin over HTTP/3 on QUIC (UDP), with a certificate authority made per
+//!   run, for browsers.
 //! - [`client`]: how a client reaches the origin (directly, through SOCKS5 or HTTP CONNECT).
 //! - [`page`]: the web-page fetcher (HTTP/1.1 persistent connections, or HTTP/1.0-style one
 //!   connection per object).
@@ -14,6 +16,7 @@
 //! Library errors are typed ([`Error`]); callers add context.
 
 pub mod client;
+pub mod h3;
 pub mod http;
 pub mod http_connect;
 pub mod origin;

@@ -41,6 +41,9 @@ pub struct OriginConfig {
     /// Static objects answered to `GET` at their paths (e.g. a test web site for a browser),
     /// with their content types; other paths keep the kit's meaning.
     pub files: Option<Arc<Files>>,
+    /// An `Alt-Svc` value sent with every `200` answer (e.g. [`crate::h3::H3Origin::alt_svc`]'s
+    /// `h3=":443"; ma=86400`), advertising an HTTP/3 origin to browsers.
+    pub alt_svc: Option<String>,
 }
 
 /// Static objects by absolute path (`/site/index.html`), query strings ignored.
@@ -249,7 +252,7 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) => serve(s, config.files.as_deref(), &shared, &mut answered).await,
+                Ok(()) => serve(s, &config, &shared, &mut answered).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
@@ -271,7 +274,7 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
 /// little; what follows is boxed.
 async fn serve(
     s: TcpStream,
-    files: Option<&Files>,
+    config: &OriginConfig,
     shared: &Shared,
     answered: &mut u64,
 ) -> Result<(), Error> {
@@ -280,13 +283,13 @@ async fn serve(
     let Some(first) = http::read_line(&mut r).await? else {
         return Ok(());
     };
-    Box::pin(serve_requests(r, first, files, shared, answered)).await
+    Box::pin(serve_requests(r, first, config, shared, answered)).await
 }
 
 async fn serve_requests(
     mut r: BufReader<TcpStream>,
     mut line: String,
-    files: Option<&Files>,
+    config: &OriginConfig,
     shared: &Shared,
     answered: &mut u64,
 ) -> Result<(), Error> {
@@ -299,7 +302,7 @@ async fn serve_requests(
             return serve_raw(r, verb, &numbers).await;
         }
         let head = http::read_rest_of_head(&mut r, line).await?;
-        let close = serve_http(&mut r, &head, files, shared).await?;
+        let close = serve_http(&mut r, &head, config, shared).await?;
         *answered += 1;
         if close {
             r.get_mut().shutdown().await?;
@@ -320,35 +323,37 @@ fn bad(what: String) -> Error {
 async fn serve_http(
     r: &mut BufReader<TcpStream>,
     head: &Head,
-    files: Option<&Files>,
+    config: &OriginConfig,
     shared: &Shared,
 ) -> Result<bool, Error> {
+    let (files, alt_svc) = (config.files.as_deref(), config.alt_svc.as_deref());
     let mut words = head.first.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let alt_svc = match alt_svc {
+        Some(v) => format!("Alt-Svc: {v}\r\n"),
+        None => String::new(),
+    };
     if let Some((content_type, body)) = files.filter(|_| method == "GET").and_then(|f| f.get(path))
     {
         let w = r.get_mut();
         let answer = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{alt_svc}\r\n",
             body.len()
         );
         w.write_all(answer.as_bytes()).await?;
         w.write_all(body).await?;
         return Ok(head.close);
     }
-    let mut parts = path.trim_start_matches('/').split('/');
-    let kind = parts.next().unwrap_or("");
-    let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();
-    let (n, key) = match (kind, fields.as_deref()) {
-        ("bytes" | "upload", Ok([n])) => (*n, 0),
-        ("bytes" | "upload", Ok([n, key])) => (*n, *key),
-        _ => return not_found(r, head, shared).await,
+    let Some((kind, n, key)) = kit_path(path) else {
+        return not_found(r, head, shared).await;
     };
     match (method, kind) {
         ("GET", "bytes") => {
             let w = r.get_mut();
-            w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes())
-                .await?;
+            w.write_all(
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{alt_svc}\r\n").as_bytes(),
+            )
+            .await?;
             http::write_pattern(w, key, n).await?;
         }
         ("POST", "upload") => {
@@ -370,6 +375,19 @@ async fn serve_http(
         _ => return not_found(r, head, shared).await,
     }
     Ok(head.close)
+}
+
+/// A path of the kit's own dialect, `/bytes/N/K` or `/upload/N/K` (K defaults to 0): its kind
+/// (`bytes` or `upload`), N and K. Every server of the kit ([`crate::h3`] too) reads paths here.
+pub(crate) fn kit_path(path: &str) -> Option<(&str, u64, u64)> {
+    let mut parts = path.trim_start_matches('/').split('/');
+    let kind = parts.next().unwrap_or("");
+    let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();
+    match (kind, fields.as_deref()) {
+        ("bytes" | "upload", Ok([n])) => Some((kind, *n, 0)),
+        ("bytes" | "upload", Ok([n, key])) => Some((kind, *n, *key)),
+        _ => None,
+    }
 }
 
 /// Answers a request for something the origin does not serve with `404 Not Found` and counts it;

@@ -316,6 +316,12 @@ side_config! {
         /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
         #[serde(default)]
         pub tproxy_listen: Option<SocketAddr>,
+        /// Transparent mode: what happens to QUIC (UDP 443) from the LAN: `"pass"` (to the
+        /// satellite link as it is), `"block"` (dropped: browsers fall back to TCP after their
+        /// QUIC timeout) or `"reject"` (ICMP port unreachable: they fall back at once); default
+        /// `"pass"`; `docs/quic.md`.
+        #[serde(default)]
+        pub quic: crate::quic_policy::QuicPolicy,
         /// The gateway's address, `host:port` (`[v6addr]:port` for an IPv6 literal): UDP with
         /// `hop_transport = "stp"`, TCP with `"tcp"`. Required.
         pub gateway: String,
@@ -472,6 +478,16 @@ impl TerminalConfig {
                     format!("duplicate user {:?}", u.user),
                 ));
             }
+        }
+        if self.quic != crate::quic_policy::QuicPolicy::Pass && self.tproxy_listen.is_none() {
+            return Err(bad(
+                "quic",
+                format!(
+                    "\"{}\" acts on traffic the terminal routes in transparent mode: set \
+                     tproxy_listen, or leave quic at \"pass\"",
+                    self.quic.as_str()
+                ),
+            ));
         }
         if !self.socks_users.is_empty() && self.socks_listen.is_none() {
             return Err(bad("socks_users", "set without socks_listen"));

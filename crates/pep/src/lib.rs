@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod nft_rules;
 #[cfg(feature = "runtime")]
 pub mod ops;
+pub mod quic_policy;
 pub mod sizing;
 #[cfg(feature = "runtime")]
 pub mod sockopt;

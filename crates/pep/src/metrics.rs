@@ -466,6 +466,11 @@ pub struct Metrics {
     pub memory_reserved_bytes: Gauge,
     /// Status entries not recorded because the table was full.
     pub status_entries_dropped: Counter,
+    /// Terminal in transparent mode: its QUIC policy ([`Metrics::set_quic_policy`]).
+    quic_policy: Mutex<Option<crate::quic_policy::QuicPolicy>>,
+    /// UDP 443 packets the QUIC policy's nftables rule dropped or rejected (its counter, as last
+    /// read).
+    pub quic_packets: Counter,
     status: Mutex<BTreeMap<u64, Arc<ConnTrack>>>,
     next_id: AtomicU64,
     max_status_entries: usize,
@@ -506,6 +511,8 @@ impl Metrics {
             tunnel: Mutex::new(Default::default()),
             memory_reserved_bytes: Gauge::default(),
             status_entries_dropped: Counter::default(),
+            quic_policy: Mutex::new(None),
+            quic_packets: Counter::default(),
             status: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             max_status_entries,
@@ -544,6 +551,18 @@ impl Metrics {
     pub fn stp_received(&self, i: usize) -> Option<&Counter> {
         self.stp_received.get(i)
     }
+    /// Records the terminal's QUIC policy: `/metrics` then shows it, and for block and reject
+    /// [`Metrics::quic_packets`].
+    pub fn set_quic_policy(&self, policy: crate::quic_policy::QuicPolicy) {
+        if let Ok(mut p) = self.quic_policy.lock() {
+            *p = Some(policy);
+        }
+    }
+
+    fn quic_policy(&self) -> Option<crate::quic_policy::QuicPolicy> {
+        self.quic_policy.lock().ok().and_then(|p| *p)
+    }
+
     /// Authentication failures of `kind`.
     pub fn auth_failures(&self, kind: AuthFailure) -> &Counter {
         &self.auth_failures[kind.index()]
@@ -895,6 +914,33 @@ impl Metrics {
             "Seconds since the process started serving.",
             &one(self.started.elapsed().as_secs().to_string()),
         );
+        if let Some(policy) = self.quic_policy() {
+            let policies: Vec<_> = crate::quic_policy::QuicPolicy::ALL
+                .iter()
+                .map(|p| {
+                    let on = if *p == policy { "1" } else { "0" };
+                    (vec![("policy", p.as_str())], on.to_string())
+                })
+                .collect();
+            family(
+                "satstp_quic_policy",
+                "gauge",
+                "The terminal's QUIC (UDP 443) policy in transparent mode: 1 for the one in force.",
+                &policies,
+            );
+            if let Some(verdict) = policy.verdict() {
+                family(
+                    "satstp_quic_packets_total",
+                    "counter",
+                    "UDP 443 packets from the LAN the QUIC policy dropped (block) or rejected \
+                     (reject), from its nftables counter.",
+                    &[(
+                        vec![("verdict", verdict)],
+                        self.quic_packets.get().to_string(),
+                    )],
+                );
+            }
+        }
         out
     }
 
@@ -1043,6 +1089,29 @@ mod tests {
         let mut b = s.bytes();
         matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
             && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    }
+
+    #[test]
+    fn the_quic_policy_is_shown_with_its_packets() {
+        use crate::quic_policy::QuicPolicy;
+        let m = Metrics::new(Side::Terminal);
+        assert!(!m.prometheus_text().contains("satstp_quic"));
+        m.set_quic_policy(QuicPolicy::Reject);
+        m.quic_packets.set(12);
+        let text = m.prometheus_text();
+        check_exposition(&text);
+        assert!(text.contains("satstp_quic_policy{side=\"terminal\",policy=\"reject\"} 1\n"));
+        assert!(text.contains("satstp_quic_policy{side=\"terminal\",policy=\"pass\"} 0\n"));
+        assert!(
+            text.contains("satstp_quic_packets_total{side=\"terminal\",verdict=\"rejected\"} 12\n")
+        );
+        m.set_quic_policy(QuicPolicy::Pass);
+        let text = m.prometheus_text();
+        assert!(text.contains("satstp_quic_policy{side=\"terminal\",policy=\"pass\"} 1\n"));
+        assert!(
+            !text.contains("satstp_quic_packets_total"),
+            "pass counts nothing"
+        );
     }
 
     #[test]

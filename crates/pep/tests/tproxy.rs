@@ -26,6 +26,9 @@
 //! Needs root, `ip` (iproute2), `nft` (nftables; `scripts/install-deps.sh` installs it) and a
 //! kernel with network namespaces, veth, nftables' tproxy and socket expressions and policy
 //! routing. Where one is missing the tests print why and pass without running.
+//!
+//! The QUIC policy tests at the end (docs/quic.md) also need Chromium (`chromium` and
+//! `chromium-headless-shell`, both tried) and make the terminal and the gateway route.
 
 mod common;
 
@@ -592,4 +595,247 @@ fn an_intercepted_open_the_client_was_reset_on_never_reaches_the_server_20_round
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(peers_seen(&r).len(), before + 1);
+}
+
+// ---- The terminal's QUIC policy (docs/quic.md) ----------------------------------------------
+//
+// The same four namespaces, with the terminal and the gateway also routing (IPv4 forwarding and
+// a route each way), so UDP the TPROXY rule does not take is forwarded to the server as a
+// terminal's LAN traffic is. The server runs the kit's HTTP/3 origin on UDP 443 and, on TCP 443,
+// a TLS front (tokio-rustls, `http/1.1`) for the kit's TCP origin, which advertises the HTTP/3
+// one with `Alt-Svc`; both serve the browser crate's test site with the run's certificate for
+// `origin.test` (Chromium resolves it to the server with `--host-resolver-rules`). The policy
+// is applied in the terminal's namespace with `pep::quic_policy::apply`, as the daemon does.
+
+const QUIC_HOST: &str = "origin.test";
+
+/// The QUIC policy set-up: the namespaces and pieces, and the two origins.
+struct QuicRun {
+    // Field order is drop order.
+    _front: Piece,
+    h3: loadgen::h3::H3Origin,
+    tcp: loadgen::origin::Origin,
+    spki: String,
+    site: browser::Site,
+    r: Running,
+}
+
+fn quic_start() -> Option<QuicRun> {
+    let r = match start(false) {
+        Ok(Some(r)) => r,
+        Ok(None) => return None,
+        Err(e) => panic!("setting up the namespaces: {e}"),
+    };
+    let t = &r.topo;
+    for (ns, route) in [
+        (&t.terminal, "route add 203.0.113.0/24 via 10.77.0.2"),
+        (&t.gateway, "route add 192.0.2.0/24 via 10.77.0.1"),
+    ] {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ],
+        )
+        .expect("forwarding");
+        t.ip(ns, route).expect("route");
+    }
+    let site = browser::Site::standard();
+    let mut files = loadgen::origin::Files::new();
+    for o in site.objects() {
+        files.insert(&o.path, o.content_type, o.body.clone());
+    }
+    let files = Arc::new(files);
+    let ca = loadgen::h3::TestCa::new(&[QUIC_HOST.into()]).expect("test CA");
+    let udp = blocking_in(&t.server, || std::net::UdpSocket::bind((SERVER4, 443))).expect("UDP");
+    let h3 = loadgen::h3::H3Origin::start_in_thread(udp, &ca, Some(Arc::clone(&files)))
+        .expect("HTTP/3 origin");
+    let plain = blocking_in(&t.server, || std::net::TcpListener::bind("127.0.0.1:0")).expect("TCP");
+    let tcp = loadgen::origin::Origin::start_in_thread(
+        plain,
+        loadgen::origin::OriginConfig {
+            files: Some(files),
+            alt_svc: Some(h3.alt_svc()),
+            ..Default::default()
+        },
+    )
+    .expect("TCP origin");
+    let tls = Arc::new(ca.server_config(&[b"http/1.1"]).expect("TLS config"));
+    let behind = tcp.addr();
+    let (front, ()) = spawn_in(&t.server, move || async move {
+        let l = tokio::net::TcpListener::bind((SERVER4, 443))
+            .await
+            .map_err(|e| format!("TLS front: {e}"))?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let (Ok(mut tls), Ok(mut plain)) = (
+                        acceptor.accept(s).await,
+                        tokio::net::TcpStream::connect(behind).await,
+                    ) else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        Ok(())
+    })
+    .expect("TLS front");
+    Some(QuicRun {
+        _front: front,
+        h3,
+        tcp,
+        spki: ca.spki_sha256().to_owned(),
+        site,
+        r,
+    })
+}
+
+impl QuicRun {
+    /// Applies `policy` in the terminal's namespace.
+    fn apply(&self, policy: pep::quic_policy::QuicPolicy) {
+        blocking_in(&self.r.topo.terminal, move || {
+            pep::quic_policy::apply(policy).map_err(io::Error::other)
+        })
+        .unwrap_or_else(|e| panic!("applying quic = {policy:?}: {e}"));
+    }
+
+    fn counter(&self) -> u64 {
+        blocking_in(&self.r.topo.terminal, || {
+            pep::quic_policy::read_counter().map_err(io::Error::other)
+        })
+        .expect("the policy's counter")
+    }
+
+    /// Loads the page in `chromium` in the client namespace with `flags`.
+    fn load(
+        &self,
+        chromium: &browser::Chromium,
+        flags: &[String],
+        timeout: Duration,
+    ) -> Result<browser::PageLoad, browser::BrowserError> {
+        let req = browser::LoadRequest {
+            url: format!("https://{QUIC_HOST}{}", browser::site::PAGE_PATH),
+            socks5: None,
+            netns: Some(self.r.topo.client.clone()),
+            timeout,
+            expect_subresources: self.site.subresources(),
+            expect_scripts: self.site.scripts(),
+        };
+        let mut all = vec![
+            format!("--host-resolver-rules=MAP {QUIC_HOST} {SERVER4}"),
+            format!("--ignore-certificate-errors-spki-list={}", self.spki),
+        ];
+        all.extend_from_slice(flags);
+        chromium.load_with_flags(&req, &all)
+    }
+}
+
+fn quic_browsers(test: &str) -> Vec<browser::Chromium> {
+    ["chromium", "chromium-headless-shell"]
+        .iter()
+        .filter_map(|name| match browser::Chromium::named(name) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                testenv::cannot_run(&format!("{test} with {name}"), &e.to_string());
+                None
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn quic_pass_sends_http3_through_the_terminal_host() {
+    let test = "quic_pass_sends_http3_through_the_terminal_host";
+    let browsers = quic_browsers(test);
+    if browsers.is_empty() {
+        return;
+    }
+    let Some(q) = quic_start() else { return };
+    q.apply(pep::quic_policy::QuicPolicy::Pass);
+    for chromium in &browsers {
+        let before = (q.h3.connections(), q.h3.served().len(), q.tcp.accepted());
+        let force = format!("--origin-to-force-quic-on={QUIC_HOST}:443");
+        let load = q
+            .load(chromium, &[force], Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{}: {e}; {:?}", chromium.path().display(), q.h3.errors()));
+        let served = q.h3.served().len() - before.1;
+        assert!(q.h3.connections() > before.0, "no QUIC connection");
+        assert_eq!(served, q.site.objects().len(), "every object over QUIC");
+        assert_eq!(q.tcp.accepted(), before.2, "nothing over TCP");
+        eprintln!(
+            "{}: quic = pass: load {:?} over HTTP/3 ({} QUIC connection(s) so far)",
+            chromium.path().display(),
+            load.load,
+            q.h3.connections()
+        );
+    }
+    assert!(q.h3.errors().is_empty(), "{:?}", q.h3.errors());
+}
+
+#[test]
+fn quic_block_and_reject_fall_back_to_tcp_through_the_terminal() {
+    use pep::quic_policy::QuicPolicy;
+    let test = "quic_block_and_reject_fall_back_to_tcp_through_the_terminal";
+    let browsers = quic_browsers(test);
+    if browsers.is_empty() {
+        return;
+    }
+    let Some(q) = quic_start() else { return };
+    for chromium in &browsers {
+        let name = chromium.path().display().to_string();
+        let mut give_up = Vec::new();
+        for policy in [QuicPolicy::Block, QuicPolicy::Reject] {
+            q.apply(policy);
+            // A first visit: the page comes over TCP (through TPROXY and the hop), its Alt-Svc
+            // makes the browser try QUIC, and the policy's rule catches those packets; the page
+            // completes over TCP all the same.
+            let (h3_before, tcp_before) = (q.h3.served().len(), q.tcp.accepted());
+            let load = q
+                .load(chromium, &[], Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("{name}: quic = {policy:?}: {e}"));
+            let caught = q.counter();
+            assert!(q.tcp.accepted() > tcp_before, "{name}: no TCP fallback");
+            assert_eq!(q.h3.served().len(), h3_before, "{name}: QUIC got through");
+            assert!(
+                caught > 0,
+                "{name}: quic = {policy:?}: the browser sent no QUIC for the rule to catch"
+            );
+            // How long a browser that goes for QUIC first (QUIC forced for the origin, as a
+            // browser does that knows QUIC worked there before) takes to learn it is not
+            // available: the whole load fails, after the QUIC handshake's timeout when the
+            // packets vanish, at once when they are refused.
+            let force = format!("--origin-to-force-quic-on={QUIC_HOST}:443");
+            let t = std::time::Instant::now();
+            let probe = q.load(chromium, &[force], Duration::from_secs(30));
+            let took = t.elapsed();
+            assert!(
+                probe.is_err(),
+                "{name}: quic = {policy:?}: QUIC got through"
+            );
+            eprintln!(
+                "{name}: quic = {}: page over TCP in {:?} ({caught} QUIC packet(s) {}); \
+                 QUIC-only load gave up after {took:?} ({})",
+                policy.as_str(),
+                load.load,
+                policy.verdict().unwrap_or(""),
+                probe.err().map(|e| e.to_string()).unwrap_or_default()
+            );
+            give_up.push(took);
+        }
+        assert!(
+            give_up[1] < give_up[0],
+            "{name}: reject ({:?}) must let the browser give up on QUIC sooner than block ({:?})",
+            give_up[1],
+            give_up[0]
+        );
+    }
 }

@@ -208,6 +208,9 @@ fn terminal(path: &Path) -> Result<Lines> {
     ));
     l.push(("http_connect_listen".into(), opt(&cfg.http_connect_listen)));
     l.push(("tproxy_listen".into(), opt(&cfg.tproxy_listen)));
+    if cfg.tproxy_listen.is_some() {
+        l.push(("quic".into(), cfg.quic.describe()));
+    }
     shared_lines!("terminal", cfg, &mut l);
     Ok(l)
 }

@@ -654,6 +654,11 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         let t = Terminal::start(o)
             .await
             .map_err(|e| side_error("terminal", e))?;
+        let quic = cfg.tproxy_listen.map(|_| cfg.quic);
+        let _quic_counter = match quic {
+            Some(policy) => Some(apply_quic_policy(policy, t.ops().metrics())?),
+            None => None,
+        };
         let mut listening = Vec::new();
         for (addr, what) in [
             (t.socks_addr(), "SOCKS5"),
@@ -664,12 +669,15 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 listening.push(format!("{what} on {a}"));
             }
         }
-        let details = format!(
+        let mut details = format!(
             "listeners={} gateway={gateway} hop={} hop_transport={:?}",
             listening.join(", "),
             t.hop().local_addr(),
             cfg.hop_transport
         );
+        if let Some(policy) = quic {
+            details.push_str(&format!(" quic={}", policy.describe()));
+        }
         let mut reload = Reload::Terminal {
             path: &args.config,
             logging,
@@ -677,8 +685,58 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
         };
         let timeout = run_started("terminal", &details, &settings, t.ops(), &mut reload).await?;
         t.stop(timeout).await;
+        if quic.is_some_and(|p| p.verdict().is_some()) {
+            pep::quic_policy::remove();
+        }
         Ok(())
     })
+}
+
+/// Applies the transparent terminal's QUIC policy (its nftables table, `docs/quic.md`), shows
+/// it in `/metrics`, and for block and reject reads the rule's counter into `/metrics` every
+/// [`QUIC_COUNTER_EVERY`] on a task that ends when the returned guard is dropped.
+fn apply_quic_policy(
+    policy: pep::quic_policy::QuicPolicy,
+    metrics: &Arc<pep::metrics::Metrics>,
+) -> Result<Option<AbortOnDrop>> {
+    pep::quic_policy::apply(policy)
+        .with_context(|| format!("terminal.quic = \"{}\"", policy.as_str()))?;
+    metrics.set_quic_policy(policy);
+    if policy.verdict().is_none() {
+        return Ok(None);
+    }
+    let metrics = Arc::clone(metrics);
+    let task = tokio::spawn(async move {
+        let mut warned = false;
+        loop {
+            match tokio::task::spawn_blocking(pep::quic_policy::read_counter).await {
+                Ok(Ok(n)) => metrics.quic_packets.set(n),
+                Ok(Err(e)) if !warned => {
+                    warned = true;
+                    tracing::warn!(
+                        "terminal: cannot read the QUIC policy's packet counter (was the table \
+                         inet {} deleted by hand?): {e}",
+                        pep::quic_policy::TABLE
+                    );
+                }
+                _ => {}
+            }
+            tokio::time::sleep(QUIC_COUNTER_EVERY).await;
+        }
+    });
+    Ok(Some(AbortOnDrop(task)))
+}
+
+/// How often the terminal reads its QUIC policy's nftables counter.
+const QUIC_COUNTER_EVERY: Duration = Duration::from_secs(5);
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {

@@ -176,6 +176,8 @@ fn bad_inputs() -> Vec<Bad> {
         Bad { args: "terminal --config {dir}/t.toml", files: t("connect_timeout_s = 99999\n"), names: &["terminal.connect_timeout_s"], once: "must be from 1 to 3600" },
         Bad { args: "terminal --config {dir}/t.toml", files: t("[terminal.stp]\nreverse_rate_bps = \"64Kb\"\n"), names: &["reverse_rate_bps", "ps"], once: "no per-second unit" },
         Bad { args: "terminal --config {dir}/t.toml", files: t("[terminal.limits]\nmax_connections = -1\n"), names: &["max_connections", "-1"], once: "expected a whole number from 0 to 4294967295" },
+        Bad { args: "terminal --config {dir}/t.toml", files: t("quic = \"drop\"\n"), names: &["quic", "drop", "`pass`", "`block`", "`reject`"], once: "expected one of" },
+        Bad { args: "terminal --config {dir}/t.toml", files: t("quic = \"block\"\n"), names: &["terminal.quic", "tproxy_listen"], once: "acts on traffic the terminal routes in transparent mode" },
         Bad { args: "gateway --config {dir}/g.toml", files: file("g.toml", "[gateway]\nlisten = \"nope\"\n"), names: &["g.toml", "listen"], once: "invalid socket address" },
         Bad { args: "terminal --config {dir}/missing.toml", files: &[], names: &["missing.toml"], once: "no such file" },
         // Scenarios.

@@ -249,6 +249,7 @@ fn start_origin(
         OriginConfig {
             on_accept,
             files: Some(Arc::new(files)),
+            alt_svc: None,
         },
     ))
 }

@@ -1,0 +1,532 @@
+//! HTTP/3 over QUIC: the kit's origin as a browser reaches it on UDP (RFC 9114).
+//!
+//! [`H3Origin`] answers the same requests as the TCP [origin](crate::origin), with the same
+//! objects: `GET` of a [`Files`] path (the browser's test site) answers that object, `GET
+//! /bytes/N/K` N bytes of object K's [pattern](crate::pattern), anything else `404` (counted in
+//! [`H3Origin::not_found`], as the TCP origin counts it). The stack is quinn (QUIC on tokio,
+//! TLS 1.3 by rustls with the ring provider) with the `h3` crate over it (`h3-quinn` joins them).
+//!
+//! TLS needs a certificate: [`TestCa`] makes a certificate authority for one run (rcgen) and a
+//! leaf for the names the origin is reached by. Nothing is added to any trust store: a browser
+//! is told to accept exactly this leaf's key with Chromium's
+//! `--ignore-certificate-errors-spki-list` ([`H3Origin::chromium_flags`] gives it, with
+//! `--origin-to-force-quic-on` so the first request already goes over QUIC). A TCP origin
+//! advertises this one with an `Alt-Svc` header ([`H3Origin::alt_svc`], set as
+//! [`OriginConfig::alt_svc`](crate::origin::OriginConfig::alt_svc)).
+//!
+//! What the origin saw is counted: QUIC connections completed ([`H3Origin::connections`]) and
+//! objects answered in full, each with its path and size ([`H3Origin::served`]), so a test can
+//! tell that a browser really used QUIC and received every byte.
+
+use crate::origin::{kit_path, Files, NotFound, NOT_FOUND_KEPT};
+use crate::{pattern, Error};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The ALPN token of HTTP/3.
+const ALPN_H3: &[u8] = b"h3";
+/// Size of the pieces a `/bytes` body is sent in.
+const PIECE: usize = 64 * 1024;
+
+/// A certificate authority made for one run, and a leaf it signed for the origin's names.
+pub struct TestCa {
+    /// The leaf, then the CA's certificate (DER).
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// The leaf's private key (PKCS#8 DER).
+    key: Vec<u8>,
+    /// base64 of the SHA-256 of the leaf's SubjectPublicKeyInfo (Chromium's SPKI allow-list form).
+    spki_sha256: String,
+    /// The CA's certificate, PEM (for a client that trusts it explicitly).
+    ca_pem: String,
+}
+
+impl TestCa {
+    /// A new CA and a leaf valid for `names` (host names or IP addresses, e.g. `127.0.0.1`).
+    pub fn new(names: &[String]) -> Result<TestCa, Error> {
+        let tls = |what: &str, e: rcgen::Error| Error::Tls(format!("{what}: {e}"));
+        let ca_key = rcgen::KeyPair::generate().map_err(|e| tls("CA key", e))?;
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())
+            .map_err(|e| tls("CA certificate", e))?;
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "satstp test CA (one run)");
+        let ca_cert = ca
+            .self_signed(&ca_key)
+            .map_err(|e| tls("CA certificate", e))?;
+        let leaf_key = rcgen::KeyPair::generate().map_err(|e| tls("leaf key", e))?;
+        let mut leaf = rcgen::CertificateParams::new(names.to_vec())
+            .map_err(|e| tls(&format!("leaf certificate for {names:?}"), e))?;
+        leaf.distinguished_name
+            .push(rcgen::DnType::CommonName, "satstp test origin");
+        let leaf_cert = leaf
+            .signed_by(&leaf_key, &ca_cert, &ca_key)
+            .map_err(|e| tls("leaf certificate", e))?;
+        let spki = ring::digest::digest(&ring::digest::SHA256, &leaf_key.public_key_der());
+        Ok(TestCa {
+            chain: vec![leaf_cert.der().clone(), ca_cert.der().clone()],
+            key: leaf_key.serialize_der(),
+            spki_sha256: base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                spki.as_ref(),
+            ),
+            ca_pem: ca_cert.pem(),
+        })
+    }
+
+    /// base64 of the SHA-256 of the leaf's public key (SubjectPublicKeyInfo), the form
+    /// Chromium's `--ignore-certificate-errors-spki-list` takes.
+    pub fn spki_sha256(&self) -> &str {
+        &self.spki_sha256
+    }
+
+    /// The CA's certificate in PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A TLS 1.3 server configuration with this leaf, offering `alpn` (e.g. `h3`; `http/1.1` for
+    /// a TLS front of the TCP origin).
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<rustls::ServerConfig, Error> {
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(self.key.clone().into());
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .and_then(|b| {
+            b.with_no_client_auth()
+                .with_single_cert(self.chain.clone(), key)
+        })
+        .map_err(|e| Error::Tls(format!("TLS server configuration: {e}")))?;
+        config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+        Ok(config)
+    }
+}
+
+/// One object answered in full over HTTP/3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub path: String,
+    pub bytes: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    connections: AtomicU64,
+    served: Mutex<Vec<Served>>,
+    not_found: Mutex<NotFound>,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn error(&self, what: String) {
+        if let Ok(mut e) = self.errors.lock() {
+            e.push(what);
+        }
+    }
+}
+
+/// A running HTTP/3 origin; stopped when dropped.
+pub struct H3Origin {
+    addr: SocketAddr,
+    spki_sha256: String,
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+    task: tokio::task::JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl H3Origin {
+    /// Serves HTTP/3 on `socket` (bound wherever the caller chose) on the current tokio runtime,
+    /// with `ca`'s leaf, answering `files` and the kit's `/bytes` paths.
+    pub fn start(
+        socket: std::net::UdpSocket,
+        ca: &TestCa,
+        files: Option<Arc<Files>>,
+    ) -> Result<H3Origin, Error> {
+        let tls = ca.server_config(&[ALPN_H3])?;
+        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+            .map_err(|e| Error::Tls(format!("QUIC TLS configuration: {e}")))?;
+        let config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        let addr = socket.local_addr()?;
+        let runtime =
+            quinn::default_runtime().ok_or_else(|| io::Error::other("no tokio runtime running"))?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(config),
+            socket,
+            runtime,
+        )?;
+        let shared = Arc::new(Shared::default());
+        let task = tokio::spawn(accept_loop(endpoint.clone(), files, Arc::clone(&shared)));
+        Ok(H3Origin {
+            addr,
+            spki_sha256: ca.spki_sha256().to_owned(),
+            shared,
+            endpoint,
+            task,
+            runtime: None,
+        })
+    }
+
+    /// [`H3Origin::start`] on a runtime thread of its own (for blocking callers, and for a
+    /// socket bound inside a network namespace).
+    pub fn start_in_thread(
+        socket: std::net::UdpSocket,
+        ca: &TestCa,
+        files: Option<Arc<Files>>,
+    ) -> Result<H3Origin, Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("h3-origin")
+            .enable_all()
+            .build()?;
+        let mut origin = {
+            let _in_rt = rt.enter();
+            H3Origin::start(socket, ca, files)?
+        };
+        origin.runtime = Some(rt);
+        Ok(origin)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The `Alt-Svc` value a TCP origin on the same host sends to advertise this one.
+    pub fn alt_svc(&self) -> String {
+        format!("h3=\":{}\"; ma=86400", self.addr.port())
+    }
+
+    /// The Chromium flags that make a browser reach `host` (a name or address the certificate
+    /// holds) over QUIC on this origin's port from the first request, and accept this run's
+    /// leaf: no trust store is changed (the allow-list is the browser process's own).
+    pub fn chromium_flags(&self, host: &str) -> Vec<String> {
+        vec![
+            format!("--origin-to-force-quic-on={host}:{}", self.addr.port()),
+            format!("--ignore-certificate-errors-spki-list={}", self.spki_sha256),
+        ]
+    }
+
+    /// QUIC connections whose handshake completed.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The objects answered in full so far, in the order they finished.
+    pub fn served(&self) -> Vec<Served> {
+        self.shared
+            .served
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Requests answered `404 Not Found` (paths the origin does not serve): counted, not errors.
+    pub fn not_found(&self) -> NotFound {
+        self.shared
+            .not_found
+            .lock()
+            .map(|n| n.clone())
+            .unwrap_or_default()
+    }
+
+    /// Failed handshakes, connections and requests so far.
+    pub fn errors(&self) -> Vec<String> {
+        self.shared
+            .errors
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for H3Origin {
+    fn drop(&mut self) {
+        self.endpoint.close(0u32.into(), b"origin stopped");
+        self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn accept_loop(endpoint: quinn::Endpoint, files: Option<Arc<Files>>, shared: Arc<Shared>) {
+    // Connection tasks live in the set: aborting this task (dropping the origin) ends them.
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let incoming = tokio::select! {
+            i = endpoint.accept() => i,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let Some(incoming) = incoming else {
+            return;
+        };
+        let (files, shared) = (files.clone(), Arc::clone(&shared));
+        conns.spawn(async move {
+            let peer = incoming.remote_address();
+            if let Err(e) = serve_connection(incoming, files, &shared).await {
+                shared.error(format!("QUIC connection from {peer}: {e}"));
+            }
+        });
+    }
+}
+
+async fn serve_connection(
+    incoming: quinn::Incoming,
+    files: Option<Arc<Files>>,
+    shared: &Arc<Shared>,
+) -> Result<(), String> {
+    let conn = incoming.await.map_err(|e| format!("handshake: {e}"))?;
+    shared.connections.fetch_add(1, Ordering::SeqCst);
+    let quic = conn.clone();
+    let mut h3 = h3::server::Connection::<_, Bytes>::new(h3_quinn::Connection::new(conn))
+        .await
+        .map_err(|e| format!("HTTP/3 set-up: {e}"))?;
+    let mut requests = tokio::task::JoinSet::new();
+    loop {
+        match h3.accept().await {
+            Ok(Some(resolver)) => {
+                let (files, shared) = (files.clone(), Arc::clone(shared));
+                requests.spawn(async move {
+                    let (req, stream) = match resolver.resolve_request().await {
+                        Ok(r) => r,
+                        Err(e) => return shared.error(format!("request head: {e}")),
+                    };
+                    let what = format!("{} {}", req.method(), req.uri().path());
+                    if let Err(e) = answer(req, stream, files.as_deref(), &shared).await {
+                        shared.error(format!("{what}: {e}"));
+                    }
+                });
+            }
+            // The client closed the connection (a browser does when it is done).
+            Ok(None) => break,
+            Err(e) if ended_cleanly(&e, &quic) => break,
+            Err(e) => return Err(format!("HTTP/3: {e}")),
+        }
+    }
+    while requests.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Whether a connection whose HTTP/3 layer failed with `e` ended without a fault: closed by
+/// HTTP/3 with `H3_NO_ERROR`, or by QUIC (`quic`'s close reason) with `NO_ERROR` (Chromium
+/// does this as it exits: "70:net error"), or idle until it timed out.
+fn ended_cleanly(e: &h3::error::ConnectionError, quic: &quinn::Connection) -> bool {
+    e.is_h3_no_error()
+        || matches!(
+            quic.close_reason(),
+            Some(quinn::ConnectionError::TimedOut | quinn::ConnectionError::LocallyClosed)
+                | Some(quinn::ConnectionError::ConnectionClosed(
+                    quinn::ConnectionClose {
+                        error_code: quinn::TransportErrorCode::NO_ERROR,
+                        ..
+                    }
+                ))
+        )
+}
+
+/// Answers one request on its stream.
+async fn answer<S>(
+    req: Request<()>,
+    mut stream: h3::server::RequestStream<S, Bytes>,
+    files: Option<&Files>,
+    shared: &Shared,
+) -> Result<(), String>
+where
+    S: h3::quic::BidiStream<Bytes>,
+{
+    let path = req.uri().path().to_owned();
+    let e = |e: h3::error::StreamError| e.to_string();
+    let ok = |content_type: &str, len: u64| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", content_type)
+            .header("content-length", len)
+            .header("cache-control", "no-store")
+            .body(())
+            .map_err(|e| e.to_string())
+    };
+    let get = req.method() == http::Method::GET;
+    let bytes = if let Some((content_type, body)) = files.filter(|_| get).and_then(|f| f.get(&path))
+    {
+        stream
+            .send_response(ok(content_type, body.len() as u64)?)
+            .await
+            .map_err(e)?;
+        stream
+            .send_data(Bytes::copy_from_slice(body))
+            .await
+            .map_err(e)?;
+        body.len() as u64
+    } else if let (true, Some(("bytes", n, key))) = (get, kit_path(&path)) {
+        stream
+            .send_response(ok("application/octet-stream", n)?)
+            .await
+            .map_err(e)?;
+        let mut sent = 0u64;
+        while sent < n {
+            let k = (n - sent).min(PIECE as u64) as usize;
+            let mut piece = vec![0u8; k];
+            pattern::fill(key, sent, &mut piece);
+            stream.send_data(Bytes::from(piece)).await.map_err(e)?;
+            sent += k as u64;
+        }
+        n
+    } else {
+        if let Ok(mut nf) = shared.not_found.lock() {
+            nf.count += 1;
+            if nf.first.len() < NOT_FOUND_KEPT {
+                nf.first.push(format!("{} {path} HTTP/3", req.method()));
+            }
+        }
+        let resp = Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .header("content-length", 0)
+            .body(())
+            .map_err(|e| e.to_string())?;
+        stream.send_response(resp).await.map_err(e)?;
+        stream.finish().await.map_err(e)?;
+        return Ok(());
+    };
+    stream.finish().await.map_err(e)?;
+    if let Ok(mut s) = shared.served.lock() {
+        s.push(Served { path, bytes });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Buf;
+
+    /// GETs `path` over HTTP/3 from `origin`, trusting `ca` alone: the status and the body.
+    async fn h3_get(origin: &H3Origin, ca: &TestCa, paths: &[&str]) -> Vec<(u16, Vec<u8>)> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.chain[1].clone()).unwrap();
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tls.alpn_protocols = vec![ALPN_H3.to_vec()];
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = ep
+            .connect(origin.addr(), "127.0.0.1")
+            .unwrap()
+            .await
+            .unwrap();
+        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn))
+            .await
+            .unwrap();
+        let drive = tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        let mut out = Vec::new();
+        for path in paths {
+            let req = Request::get(format!("https://127.0.0.1{path}"))
+                .body(())
+                .unwrap();
+            let mut stream = send.send_request(req).await.unwrap();
+            stream.finish().await.unwrap();
+            let resp = stream.recv_response().await.unwrap();
+            let mut body = Vec::new();
+            while let Some(mut chunk) = stream.recv_data().await.unwrap() {
+                while chunk.has_remaining() {
+                    let piece = chunk.chunk();
+                    body.extend_from_slice(piece);
+                    let k = piece.len();
+                    chunk.advance(k);
+                }
+            }
+            out.push((resp.status().as_u16(), body));
+        }
+        drop(send);
+        drive.abort();
+        ep.close(0u32.into(), b"done");
+        out
+    }
+
+    #[tokio::test]
+    async fn objects_and_patterned_bytes_come_over_http3_byte_exact() {
+        let ca = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        let mut files = Files::new();
+        files.insert("/site/a.css", "text/css", b"body { color: red }".to_vec());
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let origin = H3Origin::start(socket, &ca, Some(Arc::new(files))).unwrap();
+        let got = h3_get(
+            &origin,
+            &ca,
+            &["/site/a.css", "/bytes/300001/7", "/favicon.ico"],
+        )
+        .await;
+        assert_eq!(got[0], (200, b"body { color: red }".to_vec()));
+        assert_eq!(got[1].0, 200);
+        assert_eq!(got[1].1, pattern::bytes(7, 300_001));
+        assert_eq!(got[2].0, 404);
+        assert_eq!(origin.connections(), 1);
+        assert_eq!(
+            origin.served(),
+            [
+                Served {
+                    path: "/site/a.css".into(),
+                    bytes: 19
+                },
+                Served {
+                    path: "/bytes/300001/7".into(),
+                    bytes: 300_001
+                }
+            ]
+        );
+        assert_eq!(origin.not_found().first, ["GET /favicon.ico HTTP/3"]);
+        assert!(
+            origin.alt_svc().starts_with("h3=\":"),
+            "{}",
+            origin.alt_svc()
+        );
+        assert!(origin.errors().is_empty(), "{:?}", origin.errors());
+    }
+
+    #[tokio::test]
+    async fn the_tcp_origin_advertises_the_http3_one() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        let h3 =
+            H3Origin::start(std::net::UdpSocket::bind("127.0.0.1:0").unwrap(), &ca, None).unwrap();
+        let tcp = crate::origin::Origin::start(
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            crate::origin::OriginConfig {
+                alt_svc: Some(h3.alt_svc()),
+                ..Default::default()
+            },
+        );
+        let mut s = tokio::net::TcpStream::connect(tcp.addr()).await.unwrap();
+        s.write_all(b"GET /bytes/10 HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        let want = format!("\r\nAlt-Svc: h3=\":{}\"; ma=86400\r\n", h3.addr().port());
+        assert!(text.contains(&want), "{text}");
+    }
+
+    #[test]
+    fn each_run_has_its_own_key_and_its_spki_hash() {
+        let ca = TestCa::new(&["127.0.0.1".into(), "origin.test".into()]).unwrap();
+        // base64 of 32 bytes: 44 characters ending in one '='.
+        assert_eq!(ca.spki_sha256().len(), 44);
+        assert!(ca.spki_sha256().ends_with('='));
+        assert!(ca.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        let other = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        assert_ne!(ca.spki_sha256(), other.spki_sha256(), "a new key per run");
+    }
+}
