@@ -1,6 +1,11 @@
 //! The satellite link model shared by the simulator and the emulators.
 //!
-//! A [`Link`] is one direction of a link: a FIFO queue (bounded in packets or bytes, managed by
+//! A [`Direction`] is one whole direction of a link, the type every driver runs (the simulator's
+//! links, `memnet`, the UDP relay, the TUN forwarder): the fixed-rate [`Link`] below, a rate that
+//! may follow a mahimahi trace, and the rule that keeps delivery in order when a delay trace
+//! steps down ([`direction`]). The trace formats have their one parser in [`trace`].
+//!
+//! A [`Link`] is the fixed-rate core of a direction: a FIFO queue (bounded in packets or bytes, managed by
 //! drop-tail or by Random Early Detection, see [`Discipline`]) feeding a serializer at a fixed
 //! rate, then a propagation delay (fixed or from a trace), with packet errors (random, bit-error
 //! rate, Gilbert–Elliott bursts), scheduled outages, and the test-only impairments reordering,
@@ -10,7 +15,12 @@
 //!
 //! Times are nanoseconds since an epoch chosen by the caller.
 
+pub mod direction;
+pub mod trace;
 pub mod units;
+
+pub use direction::{Datagram, Deliveries, Delivery, Direction};
+pub use trace::{DeliveryTrace, TraceError};
 
 use rand_core::RngCore;
 use std::collections::VecDeque;
@@ -263,6 +273,10 @@ pub struct LinkConfig {
     pub duplicate_p: f64,
     /// Probability that a delivered packet has one bit flipped.
     pub corrupt_p: f64,
+    /// A mahimahi packet-delivery trace the rate follows instead of `rate_bps` (which then only
+    /// describes the link, e.g. as the trace's mean rate). Followed by [`Direction`]; the
+    /// fixed-rate [`Link`] refuses it.
+    pub rate_trace: Option<DeliveryTrace>,
 }
 
 impl LinkConfig {
@@ -280,6 +294,7 @@ impl LinkConfig {
             reorder_delay_ns: 0,
             duplicate_p: 0.0,
             corrupt_p: 0.0,
+            rate_trace: None,
         }
     }
 
@@ -294,6 +309,12 @@ impl LinkConfig {
             _ => {}
         }
         if let Discipline::Red(red) = &self.discipline {
+            if self.rate_trace.is_some() {
+                return Err(bad(
+                    "discipline",
+                    "RED cannot be combined with a rate trace (the traced queue is drop-tail)",
+                ));
+            }
             red.validate(self.queue)?;
         }
         if let Delay::Trace { points, period_ns } = &self.delay {
@@ -416,6 +437,12 @@ impl Link {
     /// A link in its initial state (empty queue, Gilbert–Elliott in the good state).
     pub fn new(config: LinkConfig) -> Result<Self, LinkConfigError> {
         config.validate()?;
+        if config.rate_trace.is_some() {
+            return Err(bad(
+                "rate_trace",
+                "the fixed-rate link does not follow a rate trace: drive a linkmodel::Direction",
+            ));
+        }
         Ok(Link {
             config,
             queue: VecDeque::new(),

@@ -1,9 +1,9 @@
-//! Deterministic in-memory network: two STP endpoints joined by two directions of the shared link
-//! model, driven by a virtual clock, plus stream writers and checkers. Used by the engine's
+//! Deterministic in-memory network: two STP endpoints joined by two [`linkmodel::Direction`]s
+//! (the link direction the simulator and the emulators run), driven by a virtual clock, plus stream writers and checkers. Used by the engine's
 //! end-to-end tests, `satstp demo` and `satstp bench`. Nothing here touches a socket; the same
 //! seed gives the same run, bit for bit.
 
-use linkmodel::{Fate, Link, LinkConfig};
+use linkmodel::{Direction, LinkConfig};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::cmp::Reverse;
@@ -52,7 +52,7 @@ pub struct Net {
     pub addr_a: SocketAddr,
     pub addr_b: SocketAddr,
     /// a→b and b→a.
-    pub links: [Link; 2],
+    pub links: [Direction; 2],
     rng: ChaCha8Rng,
     queue: BinaryHeap<Reverse<InFlight>>,
     order: u64,
@@ -95,8 +95,8 @@ impl Net {
             addr_a: "192.0.2.1:7000".parse().unwrap(),
             addr_b: "198.51.100.1:7000".parse().unwrap(),
             links: [
-                Link::new(ab).expect("link a→b"),
-                Link::new(ba).expect("link b→a"),
+                Direction::new(ab).expect("link a→b"),
+                Direction::new(ba).expect("link b→a"),
             ],
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: BinaryHeap::new(),
@@ -123,6 +123,31 @@ impl Net {
             Side::A => &mut self.a,
             Side::B => &mut self.b,
         }
+    }
+
+    /// Puts a datagram from `from` on its link at the current time; what the link delivers is
+    /// scheduled for the other side.
+    pub fn offer(&mut self, from: Side, data: Vec<u8>) {
+        let (dir, to) = match from {
+            Side::A => (0, Side::B),
+            Side::B => (1, Side::A),
+        };
+        let (_, deliveries) = self.links[dir].send(self.now, data.len(), data, &mut self.rng);
+        for d in deliveries {
+            self.order += 1;
+            self.queue
+                .push(Reverse((d.at_ns, self.order, to, d.datagram)));
+        }
+    }
+
+    /// The delivery schedule: datagrams on their way as (arrival time, receiving side, bytes),
+    /// in the order they will be handed over.
+    pub fn schedule(&self) -> Vec<(u64, Side, &[u8])> {
+        let mut v: Vec<&InFlight> = self.queue.iter().map(|Reverse(f)| f).collect();
+        v.sort_by_key(|f| (f.0, f.1));
+        v.into_iter()
+            .map(|(at, _, to, data)| (*at, *to, data.as_slice()))
+            .collect()
     }
 
     /// Moves every datagram both endpoints want to send now onto the links.
@@ -152,25 +177,7 @@ impl Net {
                     self.wire_bytes[dir] +=
                         (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
                     if !dropped {
-                        let fate = self.links[dir].offer(self.now, t.size, &mut self.rng);
-                        if let Fate::Deliver {
-                            at_ns,
-                            corrupt_bit,
-                            duplicate_at_ns,
-                        } = fate
-                        {
-                            let mut data = buf[..t.size].to_vec();
-                            if let Some(bit) = corrupt_bit {
-                                data[bit / 8] ^= 1 << (bit % 8);
-                            }
-                            let to = if side == Side::A { Side::B } else { Side::A };
-                            if let Some(d) = duplicate_at_ns {
-                                self.order += 1;
-                                self.queue.push(Reverse((d, self.order, to, data.clone())));
-                            }
-                            self.order += 1;
-                            self.queue.push(Reverse((at_ns, self.order, to, data)));
-                        }
+                        self.offer(side, buf[..t.size].to_vec());
                     }
                 }
                 self.buf = buf;

@@ -139,7 +139,7 @@ fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
                 None => args
                     .delay_trace
                     .as_deref()
-                    .map(linkem::net::read_delay_trace)
+                    .map(linkmodel::trace::read_delay_trace)
                     .transpose()
                     .context("--delay-trace")?,
             },
