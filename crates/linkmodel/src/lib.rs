@@ -245,6 +245,39 @@ pub enum Loss {
     },
 }
 
+impl Loss {
+    /// The probability that a packet of `wire_bytes` (overhead included) is lost on the medium
+    /// in the long run: `p` for random loss, `1 − (1 − ber)^bits` for a bit-error rate, and for
+    /// Gilbert–Elliott the loss of each state weighted by the chain's stationary share of it,
+    /// `π_bad = p_good_to_bad / (p_good_to_bad + p_bad_to_good)`.
+    pub fn mean_packet_loss(&self, wire_bytes: u64) -> f64 {
+        match *self {
+            Loss::None => 0.0,
+            Loss::Random { p } => p,
+            Loss::Ber { ber } => ber_packet_error_rate(ber, wire_bytes),
+            Loss::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let flips = p_good_to_bad + p_bad_to_good;
+                let bad = if flips > 0.0 {
+                    p_good_to_bad / flips
+                } else {
+                    0.0
+                };
+                (1.0 - bad) * loss_good + bad * loss_bad
+            }
+        }
+    }
+}
+
+/// The packet error rate of `bytes` at bit-error rate `ber`: `1 − (1 − ber)^(8·bytes)`.
+pub fn ber_packet_error_rate(ber: f64, bytes: u64) -> f64 {
+    1.0 - (1.0 - ber).powf(bytes.saturating_mul(8) as f64)
+}
+
 /// A period during which the link delivers nothing (packets arriving or in flight are lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outage {
@@ -519,10 +552,7 @@ impl Link {
         match self.config.loss {
             Loss::None => false,
             Loss::Random { p } => uniform(rng) < p,
-            Loss::Ber { ber } => {
-                let per = 1.0 - (1.0 - ber).powf(bytes.saturating_mul(8) as f64);
-                uniform(rng) < per
-            }
+            Loss::Ber { ber } => uniform(rng) < ber_packet_error_rate(ber, bytes),
             Loss::GilbertElliott {
                 p_good_to_bad,
                 p_bad_to_good,
@@ -746,6 +776,32 @@ mod tests {
             .filter(|i| matches!(l.offer(i * 1_000_000, 1000, &mut r), Fate::Drop(_)))
             .count();
         assert!((7_000..8_400).contains(&lost), "{lost}");
+    }
+
+    #[test]
+    fn mean_packet_loss_matches_the_simulated_rate() {
+        let ge = Loss::GilbertElliott {
+            p_good_to_bad: 0.02,
+            p_bad_to_good: 0.2,
+            loss_good: 0.01,
+            loss_bad: 0.4,
+        };
+        // π_bad = 0.02 / 0.22; mean = (0.2 / 0.22)·0.01 + (0.02 / 0.22)·0.4 ≈ 0.04545.
+        let want = (0.2 * 0.01 + 0.02 * 0.4) / 0.22;
+        assert!((ge.mean_packet_loss(1000) - want).abs() < 1e-12);
+        assert!((Loss::Ber { ber: 1e-5 }.mean_packet_loss(1000) - 0.07688).abs() < 1e-4);
+        assert_eq!(Loss::Random { p: 0.3 }.mean_packet_loss(10), 0.3);
+        assert_eq!(Loss::None.mean_packet_loss(10), 0.0);
+        let mut cfg = LinkConfig::simple(1_000_000_000, 0, 1_000_000);
+        cfg.loss = ge;
+        let mut l = Link::new(cfg).unwrap();
+        let mut r = rng();
+        let n = 400_000u64;
+        let lost = (0..n)
+            .filter(|i| matches!(l.offer(i * 100_000, 1000, &mut r), Fate::Drop(_)))
+            .count();
+        let got = lost as f64 / n as f64;
+        assert!((got - want).abs() < 0.004, "{got} vs {want}");
     }
 
     #[test]
