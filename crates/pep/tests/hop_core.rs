@@ -25,11 +25,9 @@ use pep::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, Stream
 use pep::hop::{AbortCode, StreamError, StreamEvent};
 use pep::keys::PrivateKey;
 use pep::tunnel::{Responder, ResponderConfig};
-use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::cell::RefCell;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use stp::{EndpointConfig, Instant};
