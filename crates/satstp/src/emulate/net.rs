@@ -152,14 +152,8 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
             .transpose()
             .context("--delay-trace")?,
     };
-    let read_rate = |p: &Option<PathBuf>, flag: &str| {
-        p.as_deref()
-            .map(DeliveryTrace::read)
-            .transpose()
-            .with_context(|| flag.to_string())
-    };
-    let down_trace = read_rate(&args.down_rate_trace, "--down-rate-trace")?;
-    let up_trace = read_rate(&args.up_rate_trace, "--up-rate-trace")?;
+    let down_trace = super::read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
+    let up_trace = super::read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
     if args.queue_packets == Some(0) {
         bail!("--queue-packets must be at least 1");
     }
