@@ -2,7 +2,8 @@
 //! [`crate::ground`] describes, routes are recomputed at every step (min-delay, min-hop or
 //! geographic), and each sample's delay is the path's length / c at that instant. Written in
 //! the delay-trace format `satstp emulate net|udp --delay-trace` and scenario links read
-//! (`TIME_MS DELAY_MS` lines), with hop counts, handoffs and outages as `#` comments.
+//! (`TIME_MS DELAY_MS` lines), with hop counts, handoffs and outages as `#` comments; the one
+//! parser of that format is `linkmodel::trace`.
 
 use crate::geo::{unit, Place, Vec3};
 use crate::geographic::GeoRouter;
@@ -520,71 +521,6 @@ fn fmt_ms(ns: u64) -> String {
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// Nanosecond (time, delay) points and an optional period.
-pub type DelayPoints = (Vec<(u64, u64)>, Option<u64>);
-
-/// Parses the `TIME_MS DELAY_MS` lines of a delay trace (the emulators' format: `#` comments,
-/// an optional final `period PERIOD_MS`) into nanosecond points and the period.
-pub fn parse_delay_points(
-    text: &str,
-    source_name: &str,
-) -> Result<DelayPoints, ConstellationError> {
-    let mut points: Vec<(u64, u64)> = Vec::new();
-    let mut period = None;
-    for (i, raw) in text.lines().enumerate() {
-        let l = raw.split('#').next().unwrap_or("").trim();
-        if l.is_empty() {
-            continue;
-        }
-        let err = |reason: String| ConstellationError::Line {
-            source_name: source_name.to_string(),
-            line: i + 1,
-            reason,
-        };
-        if period.is_some() {
-            return Err(err("nothing may follow the 'period' line".into()));
-        }
-        let ms = |x: &str, what: &str| -> Result<u64, ConstellationError> {
-            let v: f64 = x
-                .parse()
-                .map_err(|_| err(format!("{what} '{x}' is not a number of milliseconds")))?;
-            if !v.is_finite() || !(0.0..1e12).contains(&v) {
-                return Err(err(format!("{what} '{x}' is out of range")));
-            }
-            Ok((v * 1e6).round() as u64)
-        };
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.as_slice() {
-            ["period", p] => {
-                let p = ms(p, "period")?;
-                if points.last().is_none_or(|&(t, _)| p <= t) {
-                    return Err(err("the period must exceed the last entry's time".into()));
-                }
-                period = Some(p);
-            }
-            [t, d] => {
-                let (t, d) = (ms(t, "time")?, ms(d, "delay")?);
-                match points.last() {
-                    None if t != 0 => return Err(err("the first entry must be at time 0".into())),
-                    Some(&(p, _)) if t <= p => return Err(err("times must increase".into())),
-                    _ => points.push((t, d)),
-                }
-            }
-            _ => {
-                return Err(err(format!(
-                    "expected 'TIME_MS DELAY_MS' or 'period PERIOD_MS', got '{l}'"
-                )))
-            }
-        }
-    }
-    if points.is_empty() {
-        return Err(ConstellationError::Request(format!(
-            "{source_name}: the delay trace has no entries"
-        )));
-    }
-    Ok((points, period))
-}
-
 /// A `CONSTELLATION:FROM:TO[:ROUTING]` path description (as `--leo` takes it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathSpec {
@@ -639,7 +575,14 @@ mod tests {
             assert!(d >= gc && d < 0.2, "{d}");
         }
         let text = tr.to_text(0.0);
-        let (pts, period) = parse_delay_points(&text, "t").unwrap();
+        // Read back by the one parser of the format, as scenarios and emulators read it.
+        let linkmodel::Delay::Trace {
+            points: pts,
+            period_ns: period,
+        } = linkmodel::trace::parse_delay_trace(&text, "t").unwrap()
+        else {
+            panic!("a trace file parses to a trace");
+        };
         assert_eq!(period, None);
         assert_eq!(pts[0].0, 0);
         assert!(pts.len() > 100);
@@ -788,28 +731,5 @@ mod tests {
             .to_string()
             .contains("fastest"));
         assert!("iridium:NY".parse::<PathSpec>().is_err());
-    }
-
-    #[test]
-    fn bad_trace_lines_are_named() {
-        let e = parse_delay_points("0 10\n5 x\n", "f")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("f line 2") && e.contains("'x'"), "{e}");
-        assert!(parse_delay_points("1 10\n", "f")
-            .unwrap_err()
-            .to_string()
-            .contains("time 0"));
-        assert!(parse_delay_points("0 10\n0 11\n", "f")
-            .unwrap_err()
-            .to_string()
-            .contains("increase"));
-        assert_eq!(
-            parse_delay_points("0 10\n5 20\nperiod 10\n", "f").unwrap(),
-            (
-                vec![(0, 10_000_000), (5_000_000, 20_000_000)],
-                Some(10_000_000)
-            )
-        );
     }
 }

@@ -1,4 +1,4 @@
-//! The real-time UDP relay: two sockets joined by two [`linkmodel::Link`]s, one per direction,
+//! The real-time UDP relay: two sockets joined by two [`Lane`]s (a [`linkmodel::Direction`] each),
 //! with the wall clock (nanoseconds since the relay started) as the model's time.
 //!
 //! The terminal sends to the relay's listening socket; every datagram is offered to the *up*
@@ -7,13 +7,14 @@
 //! through the *down* link to the terminal's most recently seen source address. Datagrams reaching
 //! the second socket from any address other than `to` are ignored and counted.
 //!
-//! Every decision (queueing, serialization, delay, loss, outages, duplication, corruption) is the
-//! link model's; the relay only keeps time and moves bytes. What waits for its arrival time sits
-//! in a [`Schedule`] bounded in entries and bytes; an accepted datagram that does not fit is
-//! counted in [`DirectionStats::dropped_schedule`].
+//! Every decision (queueing, serialization at a fixed or traced rate, delay, delivery order, loss,
+//! outages, duplication, corruption) is the link direction's; the relay only keeps time and moves
+//! bytes. What waits for its arrival time sits in the lane's schedule, bounded in entries and
+//! bytes; an accepted datagram that does not fit is counted in
+//! [`DirectionStats::dropped_schedule`].
 
-use crate::schedule::{Schedule, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};
-use linkmodel::{Fate, Link, LinkConfig, LinkConfigError, LinkStats};
+use crate::lane::Lane as Core;
+use linkmodel::{LinkConfig, LinkConfigError, LinkStats};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::fmt;
@@ -158,9 +159,7 @@ impl Clock {
 }
 
 struct LaneState {
-    link: Link,
-    rng: ChaCha8Rng,
-    schedule: Schedule,
+    core: Core,
     stats: DirectionStats,
 }
 
@@ -172,12 +171,11 @@ struct Lane {
 
 impl Lane {
     fn new(config: LinkConfig, seed: u64, direction: Direction) -> Result<Self, EmulatorError> {
-        let link = Link::new(config).map_err(|source| EmulatorError::Link { direction, source })?;
+        let core = Core::new(config, ChaCha8Rng::seed_from_u64(seed))
+            .map_err(|source| EmulatorError::Link { direction, source })?;
         Ok(Lane {
             state: Mutex::new(LaneState {
-                link,
-                rng: ChaCha8Rng::seed_from_u64(seed),
-                schedule: Schedule::new(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES),
+                core,
                 stats: DirectionStats::default(),
             }),
             wake: Notify::new(),
@@ -193,9 +191,9 @@ impl Lane {
     fn stats(&self) -> DirectionStats {
         let st = self.lock();
         let mut s = st.stats.clone();
-        s.link = st.link.stats().clone();
-        s.in_flight = st.schedule.len() as u64;
-        s.in_flight_bytes = st.schedule.bytes() as u64;
+        s.link = st.core.link_stats();
+        s.dropped_schedule = st.core.dropped_schedule();
+        (s.in_flight, s.in_flight_bytes) = st.core.in_flight();
         s
     }
 
@@ -205,27 +203,7 @@ impl Lane {
         let st = &mut *st;
         st.stats.received_packets += 1;
         st.stats.received_bytes = st.stats.received_bytes.saturating_add(data.len() as u64);
-        let fate = st.link.offer(now_ns, data.len(), &mut st.rng);
-        let Fate::Deliver {
-            at_ns,
-            corrupt_bit,
-            duplicate_at_ns,
-        } = fate
-        else {
-            return;
-        };
-        let mut copy = data.to_vec();
-        if let Some(bit) = corrupt_bit {
-            if let Some(byte) = copy.get_mut(bit / 8) {
-                *byte ^= 1 << (bit % 8);
-            }
-        }
-        let duplicate = duplicate_at_ns.map(|at| (at, copy.clone()));
-        for (at, bytes) in std::iter::once((at_ns, copy)).chain(duplicate) {
-            if st.schedule.push(at, bytes).is_err() {
-                st.stats.dropped_schedule += 1;
-            }
-        }
+        st.core.offer(now_ns, data);
         self.wake.notify_one();
     }
 }
@@ -386,12 +364,12 @@ async fn deliver(sock: Arc<UdpSocket>, lane: Arc<Lane>, clock: Clock, dest: Dest
             let mut st = lane.lock();
             let now = clock.now_ns();
             while batch.len() < SEND_BATCH {
-                match st.schedule.pop_due(now) {
+                match st.core.pop_due(now) {
                     Some(due) => batch.push(due),
                     None => break,
                 }
             }
-            st.schedule.next_at()
+            st.core.next_at()
         };
         let full = batch.len() == SEND_BATCH;
         for due in batch.drain(..) {

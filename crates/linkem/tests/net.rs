@@ -349,8 +349,7 @@ fn rate_trace_delay_trace_and_outage_shape_the_link() {
     if !supported("rate_trace_delay_trace_and_outage_shape_the_link") {
         return;
     }
-    use linkem::net::DeliveryTrace;
-    use linkmodel::{Delay, Link, Outage};
+    use linkmodel::{Delay, DeliveryTrace, Direction, Outage};
     // Up: delay 20 ms stepping to 40 ms at 600 ms, nothing through from 300 to 400 ms.
     let mut up = link(10_000_000, 0, 1000);
     up.delay = Delay::Trace {
@@ -361,11 +360,11 @@ fn rate_trace_delay_trace_and_outage_shape_the_link() {
         start_ns: 300 * MS,
         duration_ns: 100 * MS,
     }];
-    let model = Link::new(up.clone()).unwrap();
+    let model = Direction::new(up.clone()).unwrap();
     // Down: the rate of a mahimahi trace of 4 opportunities per ms (48 Mb/s).
-    let down = link(1_000_000, 5, 10_000);
-    let mut config = NetConfig::new(up, down);
-    config.down_rate_trace = Some(DeliveryTrace::constant(4, 1000));
+    let mut down = link(1_000_000, 5, 10_000);
+    down.rate_trace = Some(DeliveryTrace::constant(4, 1000));
+    let config = NetConfig::new(up, down);
     let emu = NetEmulator::start(config).unwrap();
 
     let rx = udp_in(&emu, Side::Gateway, SocketAddr::from((GATEWAY_V4, 7100)));

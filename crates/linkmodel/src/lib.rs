@@ -1,6 +1,11 @@
 //! The satellite link model shared by the simulator and the emulators.
 //!
-//! A [`Link`] is one direction of a link: a FIFO queue (bounded in packets or bytes, managed by
+//! A [`Direction`] is one whole direction of a link, the type every driver runs (the simulator's
+//! links, `memnet`, the UDP relay, the TUN forwarder): the fixed-rate [`Link`] below, a rate that
+//! may follow a mahimahi trace, and the rule that keeps delivery in order when a delay trace
+//! steps down ([`direction`]). The trace formats have their one parser in [`trace`].
+//!
+//! A [`Link`] is the fixed-rate core of a direction: a FIFO queue (bounded in packets or bytes, managed by
 //! drop-tail or by Random Early Detection, see [`Discipline`]) feeding a serializer at a fixed
 //! rate, then a propagation delay (fixed or from a trace), with packet errors (random, bit-error
 //! rate, Gilbert–Elliott bursts), scheduled outages, and the test-only impairments reordering,
@@ -10,7 +15,12 @@
 //!
 //! Times are nanoseconds since an epoch chosen by the caller.
 
+pub mod direction;
+pub mod trace;
 pub mod units;
+
+pub use direction::{Datagram, Deliveries, Delivery, Direction};
+pub use trace::{DeliveryTrace, TraceError};
 
 use rand_core::RngCore;
 use std::collections::VecDeque;
@@ -235,6 +245,39 @@ pub enum Loss {
     },
 }
 
+impl Loss {
+    /// The probability that a packet of `wire_bytes` (overhead included) is lost on the medium
+    /// in the long run: `p` for random loss, `1 − (1 − ber)^bits` for a bit-error rate, and for
+    /// Gilbert–Elliott the loss of each state weighted by the chain's stationary share of it,
+    /// `π_bad = p_good_to_bad / (p_good_to_bad + p_bad_to_good)`.
+    pub fn mean_packet_loss(&self, wire_bytes: u64) -> f64 {
+        match *self {
+            Loss::None => 0.0,
+            Loss::Random { p } => p,
+            Loss::Ber { ber } => ber_packet_error_rate(ber, wire_bytes),
+            Loss::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let flips = p_good_to_bad + p_bad_to_good;
+                let bad = if flips > 0.0 {
+                    p_good_to_bad / flips
+                } else {
+                    0.0
+                };
+                (1.0 - bad) * loss_good + bad * loss_bad
+            }
+        }
+    }
+}
+
+/// The packet error rate of `bytes` at bit-error rate `ber`: `1 − (1 − ber)^(8·bytes)`.
+pub fn ber_packet_error_rate(ber: f64, bytes: u64) -> f64 {
+    1.0 - (1.0 - ber).powf(bytes.saturating_mul(8) as f64)
+}
+
 /// A period during which the link delivers nothing (packets arriving or in flight are lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outage {
@@ -263,6 +306,10 @@ pub struct LinkConfig {
     pub duplicate_p: f64,
     /// Probability that a delivered packet has one bit flipped.
     pub corrupt_p: f64,
+    /// A mahimahi packet-delivery trace the rate follows instead of `rate_bps` (which then only
+    /// describes the link, e.g. as the trace's mean rate). Followed by [`Direction`]; the
+    /// fixed-rate [`Link`] refuses it.
+    pub rate_trace: Option<DeliveryTrace>,
 }
 
 impl LinkConfig {
@@ -280,6 +327,7 @@ impl LinkConfig {
             reorder_delay_ns: 0,
             duplicate_p: 0.0,
             corrupt_p: 0.0,
+            rate_trace: None,
         }
     }
 
@@ -294,6 +342,12 @@ impl LinkConfig {
             _ => {}
         }
         if let Discipline::Red(red) = &self.discipline {
+            if self.rate_trace.is_some() {
+                return Err(bad(
+                    "discipline",
+                    "RED cannot be combined with a rate trace (the traced queue is drop-tail)",
+                ));
+            }
             red.validate(self.queue)?;
         }
         if let Delay::Trace { points, period_ns } = &self.delay {
@@ -416,6 +470,12 @@ impl Link {
     /// A link in its initial state (empty queue, Gilbert–Elliott in the good state).
     pub fn new(config: LinkConfig) -> Result<Self, LinkConfigError> {
         config.validate()?;
+        if config.rate_trace.is_some() {
+            return Err(bad(
+                "rate_trace",
+                "the fixed-rate link does not follow a rate trace: drive a linkmodel::Direction",
+            ));
+        }
         Ok(Link {
             config,
             queue: VecDeque::new(),
@@ -492,10 +552,7 @@ impl Link {
         match self.config.loss {
             Loss::None => false,
             Loss::Random { p } => uniform(rng) < p,
-            Loss::Ber { ber } => {
-                let per = 1.0 - (1.0 - ber).powf(bytes.saturating_mul(8) as f64);
-                uniform(rng) < per
-            }
+            Loss::Ber { ber } => uniform(rng) < ber_packet_error_rate(ber, bytes),
             Loss::GilbertElliott {
                 p_good_to_bad,
                 p_bad_to_good,
@@ -719,6 +776,32 @@ mod tests {
             .filter(|i| matches!(l.offer(i * 1_000_000, 1000, &mut r), Fate::Drop(_)))
             .count();
         assert!((7_000..8_400).contains(&lost), "{lost}");
+    }
+
+    #[test]
+    fn mean_packet_loss_matches_the_simulated_rate() {
+        let ge = Loss::GilbertElliott {
+            p_good_to_bad: 0.02,
+            p_bad_to_good: 0.2,
+            loss_good: 0.01,
+            loss_bad: 0.4,
+        };
+        // π_bad = 0.02 / 0.22; mean = (0.2 / 0.22)·0.01 + (0.02 / 0.22)·0.4 ≈ 0.04545.
+        let want = (0.2 * 0.01 + 0.02 * 0.4) / 0.22;
+        assert!((ge.mean_packet_loss(1000) - want).abs() < 1e-12);
+        assert!((Loss::Ber { ber: 1e-5 }.mean_packet_loss(1000) - 0.07688).abs() < 1e-4);
+        assert_eq!(Loss::Random { p: 0.3 }.mean_packet_loss(10), 0.3);
+        assert_eq!(Loss::None.mean_packet_loss(10), 0.0);
+        let mut cfg = LinkConfig::simple(1_000_000_000, 0, 1_000_000);
+        cfg.loss = ge;
+        let mut l = Link::new(cfg).unwrap();
+        let mut r = rng();
+        let n = 400_000u64;
+        let lost = (0..n)
+            .filter(|i| matches!(l.offer(i * 100_000, 1000, &mut r), Fate::Drop(_)))
+            .count();
+        let got = lost as f64 / n as f64;
+        assert!((got - want).abs() < 0.004, "{got} vs {want}");
     }
 
     #[test]

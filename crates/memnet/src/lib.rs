@@ -1,9 +1,9 @@
-//! Deterministic in-memory network: two STP endpoints joined by two directions of the shared link
-//! model, driven by a virtual clock, plus stream writers and checkers. Used by the engine's
+//! Deterministic in-memory network: two STP endpoints joined by two [`linkmodel::Direction`]s
+//! (the link direction the simulator and the emulators run), driven by a virtual clock, plus stream writers and checkers. Used by the engine's
 //! end-to-end tests, `satstp demo` and `satstp bench`. Nothing here touches a socket; the same
 //! seed gives the same run, bit for bit.
 
-use linkmodel::{Fate, Link, LinkConfig};
+use linkmodel::{Direction, LinkConfig, LinkConfigError};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::cmp::Reverse;
@@ -44,6 +44,77 @@ impl Captured {
 /// are broken by insertion order, so runs are deterministic.
 type InFlight = (u64, u64, Side, Vec<u8>);
 
+/// Two link directions between sides A and B under a virtual clock: a datagram put on one is
+/// handed to the other side at the arrival time its [`Direction`] decides. What [`Net`] joins
+/// two STP endpoints with, and what `pep`'s hop-core test joins two hop cores with.
+#[derive(Debug)]
+pub struct Wire {
+    /// a→b and b→a.
+    pub links: [Direction; 2],
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    order: u64,
+}
+
+impl Wire {
+    /// The two directions, one generator for both seeded with `seed`.
+    pub fn new(ab: LinkConfig, ba: LinkConfig, seed: u64) -> Result<Wire, LinkConfigError> {
+        Ok(Wire {
+            links: [Direction::new(ab)?, Direction::new(ba)?],
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            order: 0,
+        })
+    }
+
+    /// Puts a datagram from `from` on its direction at `now_ns`; what the direction delivers is
+    /// scheduled for the other side.
+    pub fn offer(&mut self, now_ns: u64, from: Side, data: Vec<u8>) {
+        let (dir, to) = match from {
+            Side::A => (0, Side::B),
+            Side::B => (1, Side::A),
+        };
+        let (_, deliveries) = self.links[dir].send(now_ns, data.len(), data, &mut self.rng);
+        for d in deliveries {
+            self.order += 1;
+            self.queue
+                .push(Reverse((d.at_ns, self.order, to, d.datagram)));
+        }
+    }
+
+    /// When the next datagram arrives.
+    pub fn next_at(&self) -> Option<u64> {
+        self.queue.peek().map(|Reverse((at, ..))| *at)
+    }
+
+    /// The next datagram arriving at or before `now_ns`, and the side it arrives at.
+    pub fn pop_due(&mut self, now_ns: u64) -> Option<(Side, Vec<u8>)> {
+        if self.next_at()? > now_ns {
+            return None;
+        }
+        self.queue.pop().map(|Reverse((_, _, to, data))| (to, data))
+    }
+
+    /// Drops every datagram on its way to `side` (a restarted host never sees them).
+    pub fn discard_to(&mut self, side: Side) {
+        let queue = std::mem::take(&mut self.queue);
+        self.queue = queue
+            .into_iter()
+            .filter(|Reverse((_, _, to, _))| *to != side)
+            .collect();
+    }
+
+    /// The delivery schedule: datagrams on their way as (arrival time, receiving side, bytes),
+    /// in the order they will be handed over.
+    pub fn schedule(&self) -> Vec<(u64, Side, &[u8])> {
+        let mut v: Vec<&InFlight> = self.queue.iter().map(|Reverse(f)| f).collect();
+        v.sort_by_key(|f| (f.0, f.1));
+        v.into_iter()
+            .map(|(at, _, to, data)| (*at, *to, data.as_slice()))
+            .collect()
+    }
+}
+
 /// Two endpoints and the links between them.
 pub struct Net {
     pub now: u64,
@@ -51,11 +122,8 @@ pub struct Net {
     pub b: Endpoint,
     pub addr_a: SocketAddr,
     pub addr_b: SocketAddr,
-    /// a→b and b→a.
-    pub links: [Link; 2],
-    rng: ChaCha8Rng,
-    queue: BinaryHeap<Reverse<InFlight>>,
-    order: u64,
+    /// The two link directions.
+    pub wire: Wire,
     buf: Vec<u8>,
     /// Datagram bytes each side put on its link (STP bytes plus the link's per-packet overhead).
     pub wire_bytes: [u64; 2],
@@ -94,13 +162,7 @@ impl Net {
             b: ep(cfg_b, seed.wrapping_mul(5) + 2),
             addr_a: "192.0.2.1:7000".parse().unwrap(),
             addr_b: "198.51.100.1:7000".parse().unwrap(),
-            links: [
-                Link::new(ab).expect("link a→b"),
-                Link::new(ba).expect("link b→a"),
-            ],
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            queue: BinaryHeap::new(),
-            order: 0,
+            wire: Wire::new(ab, ba, seed).expect("valid links"),
             buf: Vec::new(),
             wire_bytes: [0, 0],
             drop_filter: None,
@@ -123,6 +185,11 @@ impl Net {
             Side::A => &mut self.a,
             Side::B => &mut self.b,
         }
+    }
+
+    /// Puts a datagram from `from` on its link at the current time.
+    pub fn offer(&mut self, from: Side, data: Vec<u8>) {
+        self.wire.offer(self.now, from, data);
     }
 
     /// Moves every datagram both endpoints want to send now onto the links.
@@ -150,27 +217,9 @@ impl Net {
                         });
                     }
                     self.wire_bytes[dir] +=
-                        (t.size + self.links[dir].config().overhead_bytes as usize) as u64;
+                        (t.size + self.wire.links[dir].config().overhead_bytes as usize) as u64;
                     if !dropped {
-                        let fate = self.links[dir].offer(self.now, t.size, &mut self.rng);
-                        if let Fate::Deliver {
-                            at_ns,
-                            corrupt_bit,
-                            duplicate_at_ns,
-                        } = fate
-                        {
-                            let mut data = buf[..t.size].to_vec();
-                            if let Some(bit) = corrupt_bit {
-                                data[bit / 8] ^= 1 << (bit % 8);
-                            }
-                            let to = if side == Side::A { Side::B } else { Side::A };
-                            if let Some(d) = duplicate_at_ns {
-                                self.order += 1;
-                                self.queue.push(Reverse((d, self.order, to, data.clone())));
-                            }
-                            self.order += 1;
-                            self.queue.push(Reverse((at_ns, self.order, to, data)));
-                        }
+                        self.offer(side, buf[..t.size].to_vec());
                     }
                 }
                 self.buf = buf;
@@ -184,7 +233,7 @@ impl Net {
     /// The next instant something happens (a delivery or a timer), if any.
     pub fn next_event(&mut self) -> Option<u64> {
         let now = self.instant();
-        let mut t = self.queue.peek().map(|Reverse((at, ..))| *at);
+        let mut t = self.wire.next_at();
         for side in [Side::A, Side::B] {
             if let Some(x) = self.ep(side).poll_timeout(now) {
                 let x = x.as_nanos().max(self.now);
@@ -209,13 +258,7 @@ impl Net {
         // else could make progress.
         self.now = t.max(self.now);
         let now = self.instant();
-        while let Some(Reverse((at, ..))) = self.queue.peek() {
-            if *at > self.now {
-                break;
-            }
-            let Some(Reverse((_, _, to, data))) = self.queue.pop() else {
-                break;
-            };
+        while let Some((to, data)) = self.wire.pop_due(self.now) {
             let from = if to == Side::B {
                 self.addr_a
             } else {

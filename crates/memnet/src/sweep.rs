@@ -146,24 +146,6 @@ fn link(d: &mut Draw, rate_bps: u64, delay_ns: u64) -> LinkConfig {
     l
 }
 
-/// The long-run fraction of `bytes`-sized packets a link loses on the medium.
-fn packet_loss(link: &LinkConfig, bytes: u32) -> f64 {
-    match link.loss {
-        Loss::None => 0.0,
-        Loss::Random { p } => p,
-        Loss::Ber { ber } => 1.0 - (1.0 - ber).powf(f64::from(bytes) * 8.0),
-        Loss::GilbertElliott {
-            p_good_to_bad,
-            p_bad_to_good,
-            loss_good,
-            loss_bad,
-        } => {
-            let bad = p_good_to_bad / (p_good_to_bad + p_bad_to_good);
-            (1.0 - bad) * loss_good + bad * loss_bad
-        }
-    }
-}
-
 fn config(d: &mut Draw, link_rate_bps: u64, rtt_ms: u64) -> Config {
     let max_datagram_bytes = match d.range(0, 3) {
         0 => MIN_DATAGRAM as u16,
@@ -241,7 +223,9 @@ pub fn scenario(seed: u64) -> Scenario {
         let rtt_s = (rtt_ms.max(1) as f64 / 1e3) + 3.0 * 1500.0 * 8.0 / rate as f64;
         let dgram = snd.max_datagram_bytes.min(rcv.max_datagram_bytes);
         let mss = f64::from(dgram) - SD_RESERVE as f64;
-        let p = packet_loss(link, u32::from(dgram) + link.overhead_bytes);
+        let p = link
+            .loss
+            .mean_packet_loss(u64::from(dgram) + u64::from(link.overhead_bytes));
         let loss_bound = if p > 0.0 {
             mss * 8.0 / rtt_s * 1.22 / p.sqrt()
         } else {
@@ -587,8 +571,8 @@ pub fn run_scenario(sc: &Scenario) -> SeedReport {
         ca.bytes,
         sc.b_to_a,
         ca.eof,
-        net.links[0].stats(),
-        net.links[1].stats(),
+        net.wire.links[0].stats(),
+        net.wire.links[1].stats(),
         net.a.stats(),
         net.b.stats(),
     );

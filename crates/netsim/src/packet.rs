@@ -54,6 +54,24 @@ pub struct Packet {
     pub retransmission: bool,
 }
 
+impl linkmodel::Datagram for Packet {
+    /// An STP datagram's bit is flipped (the index wraps over the bytes carried, which exclude
+    /// the IP and UDP headers counted in `size`). A modelled TCP segment has no bytes to flip:
+    /// the receiver's checksum would discard it, so it is lost.
+    fn flip_bit(&mut self, bit: usize) -> bool {
+        match &mut self.payload {
+            Payload::Stp(bytes) => {
+                let i = bit / 8 % bytes.len().max(1);
+                if let Some(b) = bytes.get_mut(i) {
+                    *b ^= 1 << (bit % 8);
+                }
+                true
+            }
+            Payload::Tcp(_) => false,
+        }
+    }
+}
+
 /// IPv4 header bytes.
 pub const IP_HEADER: u32 = 20;
 /// UDP header bytes (STP runs over UDP).

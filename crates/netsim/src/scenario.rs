@@ -165,6 +165,12 @@ pub struct LinkParams {
     /// lines, e.g. written by `satstp leo trace`); a relative path is taken from the working
     /// directory.
     pub delay_trace_file: Option<String>,
+    /// The rate over time from a mahimahi packet-delivery trace file (one time in ms per line,
+    /// each a 1500-byte delivery opportunity; the format the IP-level emulator's
+    /// `--up-rate-trace` reads): the queue releases packets at the trace's opportunities instead
+    /// of at `rate`, which may then be left out (it defaults to the trace's mean rate). A
+    /// relative path is taken from the working directory. Not with a RED queue.
+    pub rate_trace_file: Option<String>,
     /// Delay and outages of a LEO path computed when the scenario is built:
     /// "CONSTELLATION:FROM:TO[:ROUTING]" (docs/leo.md), sampled every 10 ms.
     pub leo: Option<String>,
@@ -465,9 +471,8 @@ impl Scenario {
             let f = format!("{name}.delay_trace_file");
             let text = std::fs::read_to_string(path)
                 .map_err(|e| field(&f, format!("cannot read {path}: {e}")))?;
-            let (points, period_ns) = constellation::trace::parse_delay_points(&text, path)
+            c.delay = linkmodel::trace::parse_delay_trace(&text, path)
                 .map_err(|e| field(&f, e.to_string()))?;
-            c.delay = Delay::Trace { points, period_ns };
         }
         if let Some(spec) = &p.leo {
             let f = format!("{name}.leo");
@@ -516,21 +521,37 @@ impl Scenario {
         p: &LinkParams,
         base: Option<&LinkConfig>,
     ) -> Result<LinkConfig, ScenarioError> {
+        let rate_trace = match &p.rate_trace_file {
+            Some(path) => {
+                let f = format!("{name}.rate_trace_file");
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| field(&f, format!("cannot read {path}: {e}")))?;
+                Some(
+                    linkmodel::DeliveryTrace::parse(&text, path)
+                        .map_err(|e| field(&f, e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         let mut c = match base {
             Some(b) => b.clone(),
             None => {
-                let rate = p
-                    .rate
-                    .as_deref()
-                    .ok_or_else(|| field(format!("{name}.rate"), "missing"))?;
+                let rate = match (&p.rate, &rate_trace) {
+                    (Some(r), _) => unit(&format!("{name}.rate"), parse_rate_bps(r))?,
+                    (None, Some(t)) => t.mean_rate_bps().max(1),
+                    (None, None) => return Err(field(format!("{name}.rate"), "missing")),
+                };
                 let delay = p.delay.as_deref().unwrap_or("0ms");
                 LinkConfig::simple(
-                    unit(&format!("{name}.rate"), parse_rate_bps(rate))?,
+                    rate,
                     unit(&format!("{name}.delay"), parse_duration_ns(delay))?,
                     100,
                 )
             }
         };
+        if let Some(t) = rate_trace {
+            c.rate_trace = Some(t);
+        }
         if let Some(r) = &p.rate {
             c.rate_bps = unit(&format!("{name}.rate"), parse_rate_bps(r))?;
         }

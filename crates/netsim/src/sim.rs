@@ -1,10 +1,12 @@
 //! The discrete-event core: virtual time in integer nanoseconds, a deterministic event queue
-//! (ties broken by insertion order), nodes with static routes, simplex links on the shared link
-//! model, agents bound to (node, port) addresses, one seeded random stream per component.
+//! (ties broken by insertion order), nodes with static routes, simplex links (each a
+//! [`linkmodel::Direction`], the link direction the emulators and memnet run too: this module only
+//! turns its deliveries into arrival events), agents bound to (node, port) addresses, one seeded
+//! random stream per component.
 
 use crate::metrics::Metrics;
 use crate::packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};
-use linkmodel::{Fate, Link, LinkConfig, LinkConfigError};
+use linkmodel::{Direction as LinkDirection, Fate, LinkConfig, LinkConfigError};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::any::Any;
@@ -177,7 +179,7 @@ pub struct SimLink {
     pub name: String,
     pub from: NodeId,
     pub to: NodeId,
-    pub model: Link,
+    pub model: LinkDirection,
     rng: ChaCha8Rng,
 }
 
@@ -291,7 +293,7 @@ impl Sim {
         to: NodeId,
         config: LinkConfig,
     ) -> Result<LinkId, SimError> {
-        let model = Link::new(config).map_err(|source| SimError::Link {
+        let model = LinkDirection::new(config).map_err(|source| SimError::Link {
             name: name.to_string(),
             source,
         })?;
@@ -617,52 +619,25 @@ impl Sim {
         self.transmit(link_id, pkt);
     }
 
-    /// Offers `pkt` to the model of link `link_id` and schedules its arrival.
+    /// Offers `pkt` to the model of link `link_id` and schedules its arrivals.
     fn transmit(&mut self, link_id: LinkId, pkt: Packet) {
         let link = &mut self.links[link_id.0 as usize];
         let to = link.to;
         let fate = link.model.offer(self.now, pkt.size as usize, &mut link.rng);
         self.metrics.on_link(link_id, &pkt, &fate, self.now);
-        if let Fate::Deliver {
-            at_ns,
-            corrupt_bit,
-            duplicate_at_ns,
-        } = fate
-        {
+        if matches!(fate, Fate::Deliver { .. }) {
             if let Some(tr) = self.tracers.get_mut(&link_id) {
                 tr(self.now, &pkt);
             }
-            let mut pkt = pkt;
-            if let Some(bit) = corrupt_bit {
-                match &mut pkt.payload {
-                    Payload::Stp(bytes) => {
-                        let i = bit / 8 % bytes.len().max(1);
-                        if let Some(b) = bytes.get_mut(i) {
-                            *b ^= 1 << (bit % 8);
-                        }
-                    }
-                    // A modelled TCP segment has no bytes to flip: the receiver's checksum would
-                    // discard it, so it is lost.
-                    Payload::Tcp(_) => return,
-                }
-            }
-            if let Some(d) = duplicate_at_ns {
-                // The duplicate is an artefact of the link, not a second transmission.
-                self.schedule(
-                    d,
-                    EventKind::Arrive {
-                        node: to,
-                        pkt: pkt.clone(),
-                        via: None,
-                    },
-                );
-            }
+        }
+        for d in LinkDirection::deliveries(fate, pkt) {
             self.schedule(
-                at_ns,
+                d.at_ns,
                 EventKind::Arrive {
                     node: to,
-                    pkt,
-                    via: Some(link_id),
+                    pkt: d.datagram,
+                    // A duplicate is an artefact of the link, not a second transmission.
+                    via: (!d.duplicate).then_some(link_id),
                 },
             );
         }

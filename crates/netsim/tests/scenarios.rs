@@ -69,3 +69,45 @@ fn bad_input_is_named() {
         Err(ScenarioError::Parse(_))
     ));
 }
+
+#[test]
+fn a_link_replays_a_mahimahi_rate_trace() {
+    // One 1500-byte opportunity every 8 ms, repeating every 800 ms: a mean of 1.5 Mb/s, the
+    // GEO hop's fixed rate.
+    let dir = std::env::temp_dir().join(format!("satstp-rate-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("geo.mahimahi");
+    let text: String = (1..=100).map(|k| format!("{}\n", k * 8)).collect();
+    std::fs::write(&trace, &text).unwrap();
+    let toml = GEO.replace(
+        "rate = \"1.5Mbps\"",
+        &format!("rate_trace_file = \"{}\"", trace.display()),
+    );
+    let s = Scenario::from_toml(&toml).unwrap();
+    let built = s.build(1).unwrap();
+    let id = built.sim.link_by_name("gateway->client").unwrap();
+    let cfg = built.sim.links()[id.0 as usize].model.config();
+    let want = linkmodel::DeliveryTrace::parse(&text, "t").unwrap();
+    assert_eq!(cfg.rate_trace.as_ref(), Some(&want));
+    assert_eq!(
+        cfg.rate_bps, 1_500_000,
+        "the trace's mean stands in for the rate"
+    );
+    let v: serde_json::Value = serde_json::to_value(run(&s, 1, 1, 1, &quiet).unwrap()).unwrap();
+    let goodput = v["flows"][0]["goodput_bps"]["mean"].as_f64().unwrap();
+    assert!(
+        (0.6e6..1.5e6).contains(&goodput),
+        "goodput {goodput} b/s over a 1.5 Mb/s trace"
+    );
+    // A bad line is named with the key, the file and the line.
+    std::fs::write(&trace, "8\n16\nsoon\n").unwrap();
+    let e = match Scenario::from_toml(&toml).and_then(|s| s.build(1).map(|_| ())) {
+        Ok(()) => panic!("accepted a bad rate trace"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("gateway->client.rate_trace_file") && e.contains("line 3") && e.contains("soon"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,6 +1,6 @@
 //! The real hop logic (`pep::hop::core`: streams, backpressure, handshakes, the Noise tunnel)
-//! of a terminal and a gateway, joined by two directions of the shared link model under a
-//! virtual clock, as `memnet` joins two STP endpoints: no socket, no task, no wall clock.
+//! of a terminal and a gateway, joined by `memnet`'s [`Wire`] (two `linkmodel::Direction`s under a
+//! virtual clock, as `memnet` joins two STP endpoints): no socket, no task, no wall clock.
 //! Runs are deterministic (the Noise ephemeral keys differ between runs, their sizes and so
 //! every timing do not).
 //!
@@ -19,16 +19,15 @@
 //!   came back follow it in order.
 
 use bytes::Bytes;
-use linkmodel::{Fate, Link, LinkConfig, Loss, Outage};
+use linkmodel::{LinkConfig, Loss, Outage};
+use memnet::{Side, Wire};
 use pep::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamId, StreamInfo};
 use pep::hop::{AbortCode, StreamError, StreamEvent};
 use pep::keys::PrivateKey;
 use pep::tunnel::{Responder, ResponderConfig};
-use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::cell::RefCell;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use stp::{EndpointConfig, Instant};
@@ -88,9 +87,6 @@ impl Received {
 
 type Core = HopCore<Reader, ()>;
 
-/// A datagram on its way: (arrival, order, to the gateway?, bytes).
-type InFlight = (u64, u64, bool, Vec<u8>);
-
 /// A terminal and a gateway over two links, in virtual time.
 struct Pair {
     now: u64,
@@ -98,11 +94,8 @@ struct Pair {
     gateway: Core,
     t_addr: SocketAddr,
     g_addr: SocketAddr,
-    /// Terminal → gateway, gateway → terminal.
-    links: [Link; 2],
-    rng: ChaCha8Rng,
-    queue: BinaryHeap<Reverse<InFlight>>,
-    order: u64,
+    /// Terminal (side A) → gateway (side B), and back.
+    wire: Wire,
     /// Streams the gateway accepted, in order, with their readers.
     accepted: Vec<(StreamInfo, Reader)>,
     buf: Vec<u8>,
@@ -219,10 +212,7 @@ impl Pair {
             gateway,
             t_addr,
             g_addr,
-            links: [Link::new(up).unwrap(), Link::new(down).unwrap()],
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            queue: BinaryHeap::new(),
-            order: 0,
+            wire: Wire::new(up, down, seed).unwrap(),
             accepted: Vec::new(),
             buf: Vec::new(),
         }
@@ -253,26 +243,8 @@ impl Pair {
                     break;
                 };
                 core.note_sent(now, 1, t.size as u64);
-                let link = &mut self.links[usize::from(!to_gateway)];
-                if let Fate::Deliver {
-                    at_ns,
-                    corrupt_bit,
-                    duplicate_at_ns,
-                } = link.offer(self.now, t.size, &mut self.rng)
-                {
-                    let mut data = self.buf[..t.size].to_vec();
-                    if let Some(bit) = corrupt_bit {
-                        data[bit / 8] ^= 1 << (bit % 8);
-                    }
-                    if let Some(d) = duplicate_at_ns {
-                        self.order += 1;
-                        self.queue
-                            .push(Reverse((d, self.order, to_gateway, data.clone())));
-                    }
-                    self.order += 1;
-                    self.queue
-                        .push(Reverse((at_ns, self.order, to_gateway, data)));
-                }
+                let from = if to_gateway { Side::A } else { Side::B };
+                self.wire.offer(self.now, from, self.buf[..t.size].to_vec());
             }
         }
     }
@@ -280,7 +252,7 @@ impl Pair {
     /// Advances to the next delivery or deadline (at most `limit`) and handles it.
     fn advance(&mut self, limit: u64) {
         let now = self.instant();
-        let mut next = self.queue.peek().map(|Reverse((at, ..))| *at);
+        let mut next = self.wire.next_at();
         for d in [
             self.terminal.poll_timeout(now),
             self.gateway.poll_timeout(now),
@@ -297,14 +269,8 @@ impl Pair {
         }
         self.now = next.unwrap_or(limit).min(limit).max(self.now + 1);
         let now = self.instant();
-        while let Some(Reverse((at, ..))) = self.queue.peek() {
-            if *at > self.now {
-                break;
-            }
-            let Some(Reverse((_, _, to_gateway, data))) = self.queue.pop() else {
-                break;
-            };
-            if to_gateway {
+        while let Some((to, data)) = self.wire.pop_due(self.now) {
+            if to == Side::B {
                 self.gateway.handle_datagram(now, self.t_addr, &data);
             } else {
                 self.terminal.handle_datagram(now, self.g_addr, &data);
@@ -704,11 +670,7 @@ fn restart_gateway(p: &mut Pair, seed: u64) {
     )
     .unwrap();
     p.accepted.clear();
-    let queue = std::mem::take(&mut p.queue);
-    p.queue = queue
-        .into_iter()
-        .filter(|Reverse((_, _, to_gateway, _))| !to_gateway)
-        .collect();
+    p.wire.discard_to(Side::B);
 }
 
 #[test]

@@ -76,6 +76,13 @@ pub struct UdpArgs {
     /// (as `satstp leo trace` writes; format in docs/emulate-net.md).
     #[arg(long, conflicts_with_all = ["delay", "leo"])]
     delay_trace: Option<PathBuf>,
+    /// Gateway → terminal rate from a mahimahi packet-delivery trace (one line per 1500-byte
+    /// delivery opportunity, in ms; repeats), as `emulate net` reads it.
+    #[arg(long)]
+    down_rate_trace: Option<PathBuf>,
+    /// Terminal → gateway rate from a mahimahi packet-delivery trace.
+    #[arg(long)]
+    up_rate_trace: Option<PathBuf>,
     /// Random packet loss of each direction, as a fraction from 0 to 1.
     #[arg(long, conflicts_with = "ber", allow_negative_numbers = true)]
     loss: Option<f64>,
@@ -125,21 +132,40 @@ fn nominal_delay_ns(delay: &Delay) -> u64 {
     }
 }
 
+/// Reads a `--up-rate-trace` / `--down-rate-trace` file.
+pub fn read_rate_trace(
+    path: Option<&std::path::Path>,
+    flag: &str,
+) -> Result<Option<linkmodel::DeliveryTrace>> {
+    path.map(linkmodel::DeliveryTrace::read)
+        .transpose()
+        .with_context(|| flag.to_string())
+}
+
 fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
     let leo = leo_path(args.leo.as_deref(), args.duration)?;
     let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
+    let down_trace = read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
+    let up_trace = read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
     let (mut up, mut down) = link_configs(
         &LinkFlags {
             profile: args.profile,
-            down_rate: args.down_rate.or(gsl),
-            up_rate: args.up_rate.or(gsl),
+            // A rate trace stands in for the rate (its mean sizes the default queue).
+            down_rate: args
+                .down_rate
+                .or(down_trace.as_ref().map(|t| t.mean_rate_bps()))
+                .or(gsl),
+            up_rate: args
+                .up_rate
+                .or(up_trace.as_ref().map(|t| t.mean_rate_bps()))
+                .or(gsl),
             delay: args.delay,
             delay_trace: match &leo {
                 Some(l) => Some(l.delay.clone()),
                 None => args
                     .delay_trace
                     .as_deref()
-                    .map(linkem::net::read_delay_trace)
+                    .map(linkmodel::trace::read_delay_trace)
                     .transpose()
                     .context("--delay-trace")?,
             },
@@ -152,6 +178,12 @@ fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
     if let Some(l) = leo {
         up.outages = l.outages.clone();
         down.outages = l.outages;
+    }
+    up.rate_trace = up_trace;
+    down.rate_trace = down_trace;
+    for (name, l) in [("up", &up), ("down", &down)] {
+        l.validate()
+            .with_context(|| format!("the {name} link's configuration"))?;
     }
     Ok((up, down))
 }
@@ -263,10 +295,14 @@ fn udp(args: &UdpArgs) -> Result<()> {
             QueueLimit::Bytes(b) => format!("{b} B"),
             QueueLimit::Packets(p) => format!("{p} packets"),
         };
-        format!(
-            "{:.3} Mb/s, one-way {delay_ms}, queue {queue}",
-            l.rate_bps as f64 / 1e6
-        )
+        let rate = match &l.rate_trace {
+            Some(t) => format!(
+                "rate trace (mean {:.3} Mb/s)",
+                t.mean_rate_bps() as f64 / 1e6
+            ),
+            None => format!("{:.3} Mb/s", l.rate_bps as f64 / 1e6),
+        };
+        format!("{rate}, one-way {delay_ms}, queue {queue}")
     };
     let (up_text, down_text) = (describe(&up), describe(&down));
     let config = EmulatorConfig {

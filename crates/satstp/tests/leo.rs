@@ -81,7 +81,8 @@ fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer()
         String::from_utf8_lossy(&out.stderr)
     );
     // The emulators' parser (emulate net and udp --delay-trace) accepts it, and it holds the step.
-    let Delay::Trace { points, period_ns } = linkem::net::read_delay_trace(&file).unwrap() else {
+    let Delay::Trace { points, period_ns } = linkmodel::trace::read_delay_trace(&file).unwrap()
+    else {
         panic!("not a trace");
     };
     assert_eq!(period_ns, None);

@@ -1,6 +1,7 @@
 //! The forwarder of one direction: a thread that reads IP packets from one namespace's TUN
-//! device, offers each to the direction's link, and writes what the link delivers into the other
-//! namespace's TUN device at the model's arrival time.
+//! device, offers each to the direction's [`Lane`] (the link direction and its schedule, shared
+//! with the UDP relay), and writes what the lane hands back into the other namespace's TUN device
+//! at the model's arrival time.
 //!
 //! Timing: the thread sleeps in `ppoll(2)` on the input device and a stop descriptor, with the
 //! timeout set to the absolute deadline of the earliest waiting packet (recomputed from the
@@ -12,12 +13,9 @@
 //! under SCHED_FIFO at a low real-time priority, so that ordinary processes keeping both cores
 //! busy (compilers, the programs under test) do not delay a wake-up by a scheduler slice.
 
-use super::link::NetLink;
 use super::tun::Tun;
 use super::NetDirectionStats;
-use crate::schedule::{Schedule, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES};
-use linkmodel::Fate;
-use rand_chacha::ChaCha8Rng;
+use crate::lane::Lane;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -32,8 +30,7 @@ pub const READ_BATCH: usize = 256;
 pub struct Forwarder {
     pub input: Arc<Tun>,
     pub output: Arc<Tun>,
-    pub link: NetLink,
-    pub rng: ChaCha8Rng,
+    pub lane: Lane,
     pub epoch: Instant,
     pub stop: Arc<OwnedFd>,
     pub stats: Arc<Mutex<NetDirectionStats>>,
@@ -70,13 +67,12 @@ impl Forwarder {
         if self.realtime {
             set_realtime();
         }
-        let mut schedule = Schedule::new(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES);
         let mut local = NetDirectionStats::default();
         let mut buf = vec![0u8; MAX_PACKET_BYTES + 1];
         loop {
             // Write everything due.
             let now = now_ns(self.epoch);
-            while let Some(due) = schedule.pop_due(now) {
+            while let Some(due) = self.lane.pop_due(now) {
                 match self.output.write(&due.data) {
                     Ok(n) => {
                         local.written_packets += 1;
@@ -88,14 +84,13 @@ impl Forwarder {
                     Err(_) => local.write_errors += 1,
                 }
             }
-            local.link = self.link.stats();
-            local.in_flight = schedule.len() as u64;
-            local.in_flight_bytes = schedule.bytes() as u64;
+            self.report(&mut local);
             if let Ok(mut shared) = self.stats.lock() {
                 *shared = local.clone();
             }
             // Sleep until the next deadline, a packet to read, or the stop signal.
-            let timeout = schedule
+            let timeout = self
+                .lane
                 .next_at()
                 .map(|at| at.saturating_sub(now_ns(self.epoch)));
             match wait(&self.input, &self.stop, timeout) {
@@ -115,7 +110,7 @@ impl Forwarder {
                         let packet = buf.get(..n.min(MAX_PACKET_BYTES)).unwrap_or(&[]);
                         local.read_packets += 1;
                         local.read_bytes = local.read_bytes.saturating_add(packet.len() as u64);
-                        self.offer(t, packet, &mut schedule, &mut local);
+                        self.lane.offer(t, packet);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -128,43 +123,17 @@ impl Forwarder {
                 }
             }
         }
-        local.link = self.link.stats();
-        local.in_flight = schedule.len() as u64;
-        local.in_flight_bytes = schedule.bytes() as u64;
+        self.report(&mut local);
         if let Ok(mut shared) = self.stats.lock() {
             *shared = local;
         }
     }
 
-    fn offer(
-        &mut self,
-        now: u64,
-        packet: &[u8],
-        schedule: &mut Schedule,
-        local: &mut NetDirectionStats,
-    ) {
-        let Fate::Deliver {
-            at_ns,
-            corrupt_bit,
-            duplicate_at_ns,
-        } = self.link.offer(now, packet.len(), &mut self.rng)
-        else {
-            return;
-        };
-        let mut copy = packet.to_vec();
-        if let Some(bit) = corrupt_bit {
-            if let Some(byte) = copy.get_mut(bit / 8) {
-                *byte ^= 1 << (bit % 8);
-            }
-        }
-        if let Some(at) = duplicate_at_ns {
-            if schedule.push(at, copy.clone()).is_err() {
-                local.dropped_schedule += 1;
-            }
-        }
-        if schedule.push(at_ns, copy).is_err() {
-            local.dropped_schedule += 1;
-        }
+    /// Copies the lane's counters into `local`.
+    fn report(&self, local: &mut NetDirectionStats) {
+        local.link = self.lane.link_stats();
+        local.dropped_schedule = self.lane.dropped_schedule();
+        (local.in_flight, local.in_flight_bytes) = self.lane.in_flight();
     }
 }
 

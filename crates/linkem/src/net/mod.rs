@@ -1,6 +1,7 @@
 //! The IP-level link emulator (Linux, root): two network namespaces, the terminal side and the
 //! gateway side, joined only through a user-space forwarder that applies the shared link model
-//! to every IP packet, one [`linkmodel::Link`] per direction.
+//! to every IP packet, one [`crate::Lane`] (a [`linkmodel::Direction`] and its schedule) per
+//! direction.
 //!
 //! ```text
 //!  terminal namespace                                             gateway namespace
@@ -23,20 +24,15 @@
 //! [`NetEmulator::stop`] (or drop) tears everything down.
 
 mod forward;
-mod link;
 mod netns;
-mod trace;
 mod tun;
 
 pub use netns::{clean_stale, list_ours, LOCK_DIR, NAME_PREFIX, NETNS_DIR};
-pub use trace::{
-    parse_delay_trace, read_delay_trace, DeliveryTrace, TraceError, TracedQueue, OPPORTUNITY_BYTES,
-};
 
+use crate::lane::Lane;
 use crate::relay::Direction;
 use crate::Profile;
 use forward::Forwarder;
-use link::NetLink;
 use linkmodel::{LinkConfig, LinkConfigError, LinkStats};
 use netns::NsPair;
 use rand_chacha::ChaCha8Rng;
@@ -109,10 +105,6 @@ pub struct NetConfig {
     pub up: LinkConfig,
     /// Gateway → terminal link.
     pub down: LinkConfig,
-    /// If set, the up direction's rate follows this mahimahi trace instead of `up.rate_bps`.
-    pub up_rate_trace: Option<DeliveryTrace>,
-    /// If set, the down direction's rate follows this trace instead of `down.rate_bps`.
-    pub down_rate_trace: Option<DeliveryTrace>,
     /// Seed of the links' random generators (the down link uses `seed + 1`).
     pub seed: u64,
     /// Namespace names are `satstp-<tag>-t` and `-g`; `None` picks `<pid>-<n>`, unique.
@@ -134,8 +126,6 @@ impl NetConfig {
         NetConfig {
             up,
             down,
-            up_rate_trace: None,
-            down_rate_trace: None,
             seed: 1,
             tag: None,
             realtime: true,
@@ -291,16 +281,21 @@ impl NetEmulator {
     /// namespaces with their TUN devices and addresses, and starts forwarding. The model's clock
     /// starts when forwarding starts.
     pub fn start(config: NetConfig) -> Result<NetEmulator, NetError> {
-        let up_link =
-            NetLink::new(config.up, config.up_rate_trace).map_err(|error| NetError::Link {
-                direction: Direction::Up,
-                error,
+        let up_lane =
+            Lane::new(config.up, ChaCha8Rng::seed_from_u64(config.seed)).map_err(|error| {
+                NetError::Link {
+                    direction: Direction::Up,
+                    error,
+                }
             })?;
-        let down_link =
-            NetLink::new(config.down, config.down_rate_trace).map_err(|error| NetError::Link {
-                direction: Direction::Down,
-                error,
-            })?;
+        let down_lane = Lane::new(
+            config.down,
+            ChaCha8Rng::seed_from_u64(config.seed.wrapping_add(1)),
+        )
+        .map_err(|error| NetError::Link {
+            direction: Direction::Down,
+            error,
+        })?;
         check_support()?;
         clean_stale()?;
         let ns = NsPair::create(config.tag.as_deref())?;
@@ -328,8 +323,7 @@ impl NetEmulator {
                 Forwarder {
                     input: terminal_tun.clone(),
                     output: gateway_tun.clone(),
-                    link: up_link,
-                    rng: ChaCha8Rng::seed_from_u64(config.seed),
+                    lane: up_lane,
                     epoch,
                     stop: stop.clone(),
                     stats: up.clone(),
@@ -341,8 +335,7 @@ impl NetEmulator {
                 Forwarder {
                     input: gateway_tun,
                     output: terminal_tun,
-                    link: down_link,
-                    rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_add(1)),
+                    lane: down_lane,
                     epoch,
                     stop: stop.clone(),
                     stats: down.clone(),

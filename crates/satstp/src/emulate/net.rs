@@ -7,8 +7,9 @@
 use super::{link_configs, LinkFlags};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use linkem::net::{self, DeliveryTrace};
+use linkem::net;
 use linkem::{NetConfig, NetDirectionStats, NetEmulator, NetStats, Profile, Side};
+use linkmodel::DeliveryTrace;
 use linkmodel::{Delay, LinkConfig, Loss, Outage, QueueLimit};
 use netsim::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
 use serde_json::{json, Value};
@@ -147,18 +148,12 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
         None => args
             .delay_trace
             .as_deref()
-            .map(net::read_delay_trace)
+            .map(linkmodel::trace::read_delay_trace)
             .transpose()
             .context("--delay-trace")?,
     };
-    let read_rate = |p: &Option<PathBuf>, flag: &str| {
-        p.as_deref()
-            .map(DeliveryTrace::read)
-            .transpose()
-            .with_context(|| flag.to_string())
-    };
-    let down_trace = read_rate(&args.down_rate_trace, "--down-rate-trace")?;
-    let up_trace = read_rate(&args.up_rate_trace, "--up-rate-trace")?;
+    let down_trace = super::read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
+    let up_trace = super::read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
     if args.queue_packets == Some(0) {
         bail!("--queue-packets must be at least 1");
     }
@@ -199,6 +194,8 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
     }
     up.outages = outages.clone();
     down.outages = outages;
+    up.rate_trace = up_trace;
+    down.rate_trace = down_trace;
     for (name, l) in [("up", &up), ("down", &down)] {
         l.validate()
             .with_context(|| format!("the {name} link's configuration"))?;
@@ -206,8 +203,6 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
     Ok(NetConfig {
         up,
         down,
-        up_rate_trace: up_trace,
-        down_rate_trace: down_trace,
         seed: args.seed,
         tag: None,
         realtime: true,
@@ -275,8 +270,8 @@ pub fn run(args: &NetArgs) -> Result<()> {
         crate::outpath::file("--stats", p)?;
     }
     net::check_support()?;
-    let up_text = describe(&config.up, config.up_rate_trace.as_ref());
-    let down_text = describe(&config.down, config.down_rate_trace.as_ref());
+    let up_text = describe(&config.up, config.up.rate_trace.as_ref());
+    let down_text = describe(&config.down, config.down.rate_trace.as_ref());
     let (up_cfg, down_cfg) = (config.up.clone(), config.down.clone());
     let stop = crate::signals::stop_flag(None)?;
     let emu = NetEmulator::start(config).context("cannot start the IP-level emulator")?;

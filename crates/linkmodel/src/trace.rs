@@ -1,8 +1,11 @@
-//! Trace files of the IP-level emulator: one-way delay over time (our own small text format) and
-//! mahimahi packet-delivery traces for a time-varying rate.
+//! Trace files of a link direction: one-way delay over time (our own small text format) and
+//! mahimahi packet-delivery traces for a time-varying rate. The one parser of each format: the
+//! simulator's scenarios (`delay_trace_file`, `rate_trace_file`), both emulators
+//! (`--delay-trace`, `--up-rate-trace`, `--down-rate-trace`) and the LEO trace writer's readers
+//! all call these.
 //!
 //! **Delay trace.** One entry per line, `TIME_MS DELAY_MS` (decimals allowed, separated by
-//! spaces or tabs): from `TIME_MS` after the emulator starts, packets leaving the link's queue
+//! spaces or tabs; each at most 10¹² ms): from `TIME_MS` after the link starts, packets leaving the link's queue
 //! take `DELAY_MS` to reach the far end, until the next entry. The first entry must be at time 0
 //! and times must increase. An optional line `period PERIOD_MS` (after the last entry's time)
 //! makes the trace repeat; without it the last delay holds for ever. Blank lines and text after
@@ -22,7 +25,7 @@
 //! which the trace repeats. A packet larger than the opportunity's remaining bytes uses the
 //! following opportunities too; bytes of an opportunity that finds the queue empty are lost.
 
-use linkmodel::{Delay, QueueLimit};
+use crate::{Delay, QueueLimit};
 use std::collections::VecDeque;
 use std::path::Path;
 use thiserror::Error;
@@ -62,6 +65,9 @@ fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// The largest time, delay or period a delay trace may give, ms (10¹²: 31 years).
+pub const MAX_TRACE_MS: f64 = 1e12;
+
 /// Milliseconds (decimal) to nanoseconds, rejecting negative, non-finite and huge values.
 fn ms_to_ns(text: &str, what: &str) -> Result<u64, String> {
     let v: f64 = text
@@ -71,8 +77,10 @@ fn ms_to_ns(text: &str, what: &str) -> Result<u64, String> {
         return Err(format!("{what} '{text}' must be a non-negative number"));
     }
     let ns = (v * NS_PER_MS as f64).round();
-    if ns >= 1e18 {
-        return Err(format!("{what} '{text}' is too large"));
+    if v >= MAX_TRACE_MS || ns >= 1e18 {
+        return Err(format!(
+            "{what} '{text}' is too large (at most {MAX_TRACE_MS:e} ms)"
+        ));
     }
     Ok(ns as u64)
 }
@@ -258,6 +266,7 @@ pub struct TracedQueue {
     /// The opportunity the next byte can use, and the bytes left in it.
     cursor: u64,
     credit: u64,
+    last_departure_ns: u64,
 }
 
 impl TracedQueue {
@@ -269,12 +278,11 @@ impl TracedQueue {
             queued_bytes: 0,
             cursor: 0,
             credit: OPPORTUNITY_BYTES,
+            last_departure_ns: 0,
         }
     }
 
-    /// Offers a packet of `bytes` at `now_ns` (non-decreasing across calls): its departure time,
-    /// or `None` if the queue is full.
-    pub fn offer(&mut self, now_ns: u64, bytes: u64) -> Option<u64> {
+    fn drain(&mut self, now_ns: u64) {
         while let Some(&(dep, size)) = self.queue.front() {
             if dep > now_ns {
                 break;
@@ -282,6 +290,28 @@ impl TracedQueue {
             self.queue.pop_front();
             self.queued_bytes -= size;
         }
+    }
+
+    /// Packets queued at `now_ns` (after removing departed ones).
+    pub fn queue_len(&mut self, now_ns: u64) -> usize {
+        self.drain(now_ns);
+        self.queue.len()
+    }
+
+    /// When the last accepted packet departs (0 before any).
+    pub fn busy_until_ns(&self) -> u64 {
+        self.last_departure_ns
+    }
+
+    /// The trace the queue follows.
+    pub fn trace(&self) -> &DeliveryTrace {
+        &self.trace
+    }
+
+    /// Offers a packet of `bytes` at `now_ns` (non-decreasing across calls): its departure time,
+    /// or `None` if the queue is full.
+    pub fn offer(&mut self, now_ns: u64, bytes: u64) -> Option<u64> {
+        self.drain(now_ns);
         let full = match self.limit {
             QueueLimit::Packets(n) => self.queue.len() >= n as usize,
             QueueLimit::Bytes(b) => self.queued_bytes.saturating_add(bytes) > b,
@@ -310,6 +340,7 @@ impl TracedQueue {
         };
         self.queue.push_back((depart, bytes));
         self.queued_bytes += bytes;
+        self.last_departure_ns = depart;
         Some(depart)
     }
 }
@@ -352,6 +383,8 @@ mod tests {
             ("0 20 7\n", 1, "expected"),
             ("0 20\nperiod 50\n60 1\n", 3, "follow"),
             ("0 NaN\n", 1, "non-negative"),
+            ("0 1e12\n", 1, "too large"),
+            ("0 20\n1e13 30\n", 2, "too large"),
         ] {
             let e = parse_delay_trace(text, "f.txt").unwrap_err().to_string();
             assert!(
