@@ -9,6 +9,7 @@
 use browser::site::PAGE_PATH;
 use browser::{BrowserError, Chromium, LoadRequest, Site};
 use loadgen::origin::{Files, Origin, OriginConfig};
+use loadgen::tls::{Alpn, TestPki, TlsOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,70 @@ fn serve(site: &Site, leave_out: Option<&str>) -> Origin {
     .expect("origin")
 }
 
+/// The site over HTTPS (TLS 1.3 from a CA made for this test), `alpn` deciding HTTP/2 or
+/// HTTP/1.1; the leaf key's hash for the browser's allow-list.
+fn serve_tls(site: &Site, alpn: Alpn) -> (Origin, String) {
+    let mut files = Files::new();
+    for o in site.objects() {
+        files.insert(&o.path, o.content_type, o.body.clone());
+    }
+    let pki = TestPki::generate(&["127.0.0.1".into()]).expect("test CA");
+    let options = TlsOptions {
+        alpn,
+        ..TlsOptions::default()
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let origin = Origin::start_in_thread(
+        listener,
+        OriginConfig {
+            files: Some(Arc::new(files)),
+            tls: Some(pki.server_config(options).expect("TLS config")),
+            ..OriginConfig::default()
+        },
+    )
+    .expect("origin");
+    (origin, pki.spki_sha256().to_string())
+}
+
+#[test]
+fn the_site_loads_over_https_with_http1_and_http2() {
+    for chromium in browsers("the_site_loads_over_https_with_http1_and_http2") {
+        let site = Site::standard();
+        for (alpn, protocol) in [(Alpn::Http1, "http/1.1"), (Alpn::Http2, "h2")] {
+            // Without the key's hash the browser refuses the run's certificate.
+            let (untrusted, _) = serve_tls(&site, alpn);
+            let mut req = request(&untrusted, &site);
+            req.url = format!("https://{}{PAGE_PATH}", untrusted.addr());
+            req.timeout = Duration::from_secs(10);
+            if let Ok(l) = chromium.load(&req) {
+                panic!("an untrusted certificate was accepted: {l:?}");
+            }
+            let refused = untrusted.errors();
+            assert!(
+                !refused.is_empty() && refused.iter().all(|e| e.contains("CertificateUnknown")),
+                "{refused:?}"
+            );
+
+            let (origin, spki) = serve_tls(&site, alpn);
+            let mut req = request(&origin, &site);
+            req.url = format!("https://{}{PAGE_PATH}", origin.addr());
+            req.trust_spki = vec![spki];
+            let load = chromium
+                .load(&req)
+                .unwrap_or_else(|e| panic!("{} over {protocol}: {e}", chromium.path().display()));
+            assert_eq!(load.protocol, protocol, "{}", chromium.path().display());
+            assert_eq!(load.subresources, site.subresources());
+            assert!(origin.errors().is_empty(), "{:?}", origin.errors());
+            eprintln!(
+                "{} over {protocol}: load {:?}, {} connection(s)",
+                chromium.path().display(),
+                load.load,
+                origin.accepted()
+            );
+        }
+    }
+}
+
 fn request(origin: &Origin, site: &Site) -> LoadRequest {
     LoadRequest {
         url: format!("http://{}{PAGE_PATH}", origin.addr()),
@@ -54,6 +119,7 @@ fn request(origin: &Origin, site: &Site) -> LoadRequest {
         timeout: Duration::from_secs(60),
         expect_subresources: site.subresources(),
         expect_scripts: site.scripts(),
+        trust_spki: Vec::new(),
     }
 }
 
