@@ -396,10 +396,12 @@ mod tests {
         assert_eq!(f.connect_ms(), 600.0);
         assert_eq!(f.tls_ms(), 600.0);
         assert_eq!(f.queue_ms(), 0.0);
-        let p = critical_path(&[f], 1900.0, |_| None).expect("path");
+        let fetches = [f];
+        let p = critical_path(&fetches, 1900.0, |_| None).expect("path");
         assert_eq!((p.connect_ms, p.tls_ms, p.wait_ms), (600.0, 600.0, 600.0));
         assert_eq!(p.total_ms(), 1900.0);
-        assert!(render(&[], Some(&p), 1900.0, 600.0).contains("tls 600"));
+        let text = render(&fetches, Some(&p), 1900.0, 600.0);
+        assert!(text.contains("connect 600 + tls 600 + wait 600"), "{text}");
     }
 
     #[test]
