@@ -513,6 +513,9 @@ async fn serve_requests<S: Stream>(
         }
         let head = http::read_rest_of_head(&mut r, line).await?;
         let close = serve_http(&mut r, &head, files, shared).await?;
+        // Over TLS the last records of an answer can wait in the TLS layer's buffer when the
+        // socket was full: flushed, or a browser waits for them forever.
+        r.get_mut().flush().await?;
         *answered += 1;
         if close {
             r.get_mut().shutdown().await?;

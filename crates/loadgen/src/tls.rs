@@ -267,6 +267,44 @@ mod tests {
         assert!(origin.errors().is_empty(), "{:?}", origin.errors());
     }
 
+    /// A reader slower than the origin (a satellite link, a full socket) still gets every byte
+    /// of an HTTPS/HTTP/1.1 answer, and the next one: the origin flushes its TLS layer after each
+    /// answer.
+    #[tokio::test]
+    async fn a_slow_https_reader_gets_the_whole_answer() {
+        let pki = TestPki::generate(&["127.0.0.1".into()]).unwrap();
+        let origin = origin(
+            &pki,
+            TlsOptions {
+                alpn: Alpn::Http1,
+                ..TlsOptions::default()
+            },
+        )
+        .await;
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&origin.addr().into()).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let tcp = tokio::net::TcpStream::from_std(sock.into()).unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let s = tokio_rustls::TlsConnector::from(pki.client_config(&[b"http/1.1"]).unwrap())
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let mut c = HttpConn::new(s);
+        // A 4 KiB receive buffer: the origin's socket is full most of the time.
+        for key in 1..=3u64 {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                c.get(key, 3_000_000 + key),
+            )
+            .await
+            .expect("the answer's last bytes arrive")
+            .unwrap();
+        }
+    }
+
     #[tokio::test]
     async fn a_client_that_does_not_trust_the_run_ca_is_refused() {
         let pki = TestPki::generate(&["127.0.0.1".into()]).unwrap();
