@@ -107,7 +107,7 @@ pub struct LinkBenchArgs {
     #[arg(long, value_name = "h1|https1|h2|h3", default_value = "h1")]
     http: Protocol,
     /// TLS session resumption (tickets) at the HTTPS origin: on or off.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     tls_resumption: bool,
     /// Let the HTTPS origin accept TLS 1.3 0-RTT early data on resumed sessions.
     #[arg(long)]
