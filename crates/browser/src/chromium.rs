@@ -80,6 +80,11 @@ pub struct LoadRequest {
     pub socks5: Option<SocketAddr>,
     /// Run the browser inside this network namespace (`ip netns exec`; needs root).
     pub netns: Option<String>,
+    /// Base64 SHA-256 hashes of public keys (SubjectPublicKeyInfo) whose certificates this
+    /// browser process accepts although no trusted CA signed them (a test origin's per-run
+    /// certificate: `loadgen::tls::TestPki::spki_sha256`). Passed as
+    /// `--ignore-certificate-errors-spki-list`; no trust store is touched.
+    pub trust_spki: Vec<String>,
     /// The browser is stopped after this long.
     pub timeout: Duration,
     /// Subresources the page must have fetched, and scripts that must have run.
@@ -98,6 +103,9 @@ pub struct PageLoad {
     pub first_byte: Duration,
     /// Subresources the page fetched.
     pub subresources: usize,
+    /// The page's protocol as the browser reports it (`nextHopProtocol`: `http/1.1`, `h2`,
+    /// `h3`; empty where the browser does not say).
+    pub protocol: String,
     /// Wall time of the whole browser process (start-up and shut-down included).
     pub wall: Duration,
     /// Every fetch's Resource Timing, the page's first (the waterfall).
@@ -232,6 +240,12 @@ impl Chromium {
             }
         }
         cmd.args(flags);
+        if !req.trust_spki.is_empty() {
+            cmd.arg(format!(
+                "--ignore-certificate-errors-spki-list={}",
+                req.trust_spki.join(",")
+            ));
+        }
         cmd.arg("--dump-dom").arg(&req.url);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -336,6 +350,11 @@ fn parse_result(line: &str, req: &LoadRequest, wall: Duration) -> Result<PageLoa
         dom_content_loaded: ms("dcl_ms")?,
         first_byte: ms("ttfb_ms")?,
         subresources: count("resources")?,
+        protocol: line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("proto="))
+            .unwrap_or("")
+            .to_string(),
         wall,
         fetches: Vec::new(),
     };
@@ -421,13 +440,15 @@ mod tests {
             timeout: Duration::from_secs(5),
             expect_subresources: 21,
             expect_scripts: 3,
+            trust_spki: Vec::new(),
         }
     }
 
     #[test]
     fn a_complete_result_line_parses() {
-        let line = "satstp-load load_ms=1834.5 dcl_ms=1200.0 ttfb_ms=610.2 resources=21 failed=0 broken_images=0 scripts=3 css=1";
+        let line = "satstp-load load_ms=1834.5 dcl_ms=1200.0 ttfb_ms=610.2 resources=21 failed=0 broken_images=0 scripts=3 css=1 proto=h2";
         let l = parse_result(line, &req(), Duration::from_secs(3)).expect("complete");
+        assert_eq!(l.protocol, "h2");
         assert_eq!(l.load, Duration::from_secs_f64(1.8345));
         assert_eq!(l.first_byte, Duration::from_secs_f64(0.6102));
         assert_eq!(l.subresources, 21);
@@ -452,8 +473,8 @@ mod tests {
 
     #[test]
     fn the_waterfall_lines_are_read_from_the_dom() {
-        let dom = "<pre id=\"satstp-waterfall\">satstp-res navigation /site/index.html 0.0 1.0 600.0 600.5 1201.0 1210.0\n\
-                   satstp-res link /site/css/main.css 1215.0 0.0 0.0 1215.2 1815.0 1820.0</pre>";
+        let dom = "<pre id=\"satstp-waterfall\">satstp-res navigation /site/index.html 0.0 1.0 0.0 600.0 600.5 1201.0 1210.0\n\
+                   satstp-res link /site/css/main.css 1215.0 0.0 0.0 0.0 1215.2 1815.0 1820.0</pre>";
         let f = parse_fetches(dom).expect("parses");
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].kind, "navigation");

@@ -17,12 +17,12 @@
 //! compresses away (the origin sends them as they are, without content coding).
 //!
 //! The page measures itself: at its load event an inline script writes one line,
-//! `satstp-load load_ms=… dcl_ms=… ttfb_ms=… resources=… failed=… broken_images=… scripts=… css=…`,
+//! `satstp-load load_ms=… dcl_ms=… ttfb_ms=… resources=… failed=… broken_images=… scripts=… css=… proto=…`,
 //! from the browser's Navigation and Resource Timing entries (times in milliseconds since the
 //! navigation started), the count of images that did not decode, of scripts that ran and whether
-//! the imported style sheet applied; and below it one line per fetch (the navigation first),
-//! `satstp-res KIND PATH start connectStart connectEnd requestStart responseStart responseEnd`,
-//! the browser's Resource Timing for the waterfall ([`crate::waterfall`]). [`crate::chromium`]
+//! the imported style sheet applied and the page's protocol (`nextHopProtocol`); and below it one line per fetch (the navigation first),
+//! `satstp-res KIND PATH start connectStart secureConnectionStart connectEnd requestStart
+//! responseStart responseEnd`, the browser's Resource Timing for the waterfall ([`crate::waterfall`]). [`crate::chromium`]
 //! reads both from the page's DOM.
 
 /// One object of the site.
@@ -211,13 +211,13 @@ const RESULT_SCRIPT: &str = "window.addEventListener('load', function () {\n\
   document.getElementById('satstp-result').textContent = 'satstp-load load_ms=' + nav.loadEventStart.toFixed(1) +\n\
     ' dcl_ms=' + nav.domContentLoadedEventStart.toFixed(1) + ' ttfb_ms=' + nav.responseStart.toFixed(1) +\n\
     ' resources=' + res.length + ' failed=' + failed + ' broken_images=' + broken +\n\
-    ' scripts=' + (window.satstpScripts || 0) + ' css=' + css;\n\
+    ' scripts=' + (window.satstpScripts || 0) + ' css=' + css + ' proto=' + (nav.nextHopProtocol || 'unknown');\n\
   var f = function (v) { return (v || 0).toFixed(1); };\n\
   var all = [nav].concat(res), lines = [];\n\
   // The marker is built so that this script's own text never holds it.\n\
   for (var k = 0; k < all.length; k++) { var e = all[k];\n\
     lines.push('satstp' + '-res ' + (e.initiatorType || 'other') + ' ' + new URL(e.name).pathname + ' ' + f(e.startTime) + ' ' +\n\
-      f(e.connectStart) + ' ' + f(e.connectEnd) + ' ' + f(e.requestStart) + ' ' + f(e.responseStart) + ' ' + f(e.responseEnd)); }\n\
+      f(e.connectStart) + ' ' + f(e.secureConnectionStart) + ' ' + f(e.connectEnd) + ' ' + f(e.requestStart) + ' ' + f(e.responseStart) + ' ' + f(e.responseEnd)); }\n\
   document.getElementById('satstp-waterfall').textContent = lines.join('\\n');\n\
 });\n";
 

@@ -15,7 +15,9 @@
 //! - `queue`: the fetch started → its request went out, less the connection set-up (waiting for
 //!   one of the six connections per server to come free);
 //! - `connect`: a new connection's set-up as the browser saw it (TCP handshake, or the SOCKS5
-//!   exchange with the proxy);
+//!   exchange with the proxy), up to its TLS handshake;
+//! - `tls`: a new connection's TLS handshake (`secureConnectionStart` → `connectEnd`; 0 for
+//!   plain HTTP);
 //! - `wait`: request → first byte of the response (one round trip across the link for a
 //!   request on an open connection, plus whatever the path adds);
 //! - `receive`: first → last byte of the response.
@@ -35,6 +37,8 @@ pub struct Fetch {
     pub path: String,
     pub start_ms: f64,
     pub connect_start_ms: f64,
+    /// The TLS handshake's start (0: no TLS, or a reused connection).
+    pub secure_start_ms: f64,
     pub connect_end_ms: f64,
     pub request_start_ms: f64,
     pub response_start_ms: f64,
@@ -42,8 +46,8 @@ pub struct Fetch {
 }
 
 impl Fetch {
-    /// Reads a `satstp-res KIND PATH start connectStart connectEnd requestStart responseStart
-    /// responseEnd` line (see [`crate::site`]).
+    /// Reads a `satstp-res KIND PATH start connectStart secureConnectionStart connectEnd
+    /// requestStart responseStart responseEnd` line (see [`crate::site`]).
     pub fn parse(line: &str) -> Result<Fetch, String> {
         let mut w = line.split_whitespace();
         if w.next() != Some("satstp-res") {
@@ -51,11 +55,11 @@ impl Fetch {
         }
         let kind = w.next().ok_or_else(|| format!("no kind in '{line}'"))?;
         let path = w.next().ok_or_else(|| format!("no path in '{line}'"))?;
-        let mut t = [0.0f64; 6];
+        let mut t = [0.0f64; 7];
         for (i, slot) in t.iter_mut().enumerate() {
             let v = w
                 .next()
-                .ok_or_else(|| format!("{} of 6 times in '{line}'", i))?;
+                .ok_or_else(|| format!("{} of 7 times in '{line}'", i))?;
             *slot = v
                 .parse::<f64>()
                 .ok()
@@ -63,15 +67,16 @@ impl Fetch {
                 .ok_or_else(|| format!("'{v}' is not a time in '{line}'"))?;
         }
         if w.next().is_some() {
-            return Err(format!("more than 6 times in '{line}'"));
+            return Err(format!("more than 7 times in '{line}'"));
         }
-        let [start_ms, connect_start_ms, connect_end_ms, request_start_ms, response_start_ms, response_end_ms] =
+        let [start_ms, connect_start_ms, secure_start_ms, connect_end_ms, request_start_ms, response_start_ms, response_end_ms] =
             t;
         Ok(Fetch {
             kind: kind.to_string(),
             path: path.to_string(),
             start_ms,
             connect_start_ms,
+            secure_start_ms,
             connect_end_ms,
             request_start_ms,
             response_start_ms,
@@ -79,14 +84,23 @@ impl Fetch {
         })
     }
 
-    /// Connection set-up (0 on a reused connection).
+    /// Connection set-up before TLS (0 on a reused connection).
     pub fn connect_ms(&self) -> f64 {
-        (self.connect_end_ms - self.connect_start_ms).max(0.0)
+        (self.connect_end_ms - self.connect_start_ms - self.tls_ms()).max(0.0)
     }
 
-    /// Started → request sent, less the connection set-up.
+    /// The TLS handshake of a new connection (0 without TLS or on a reused connection).
+    pub fn tls_ms(&self) -> f64 {
+        if self.secure_start_ms > 0.0 && self.secure_start_ms >= self.connect_start_ms {
+            (self.connect_end_ms - self.secure_start_ms).max(0.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// Started → request sent, less the connection set-up (TLS included).
     pub fn queue_ms(&self) -> f64 {
-        (self.request_start_ms - self.start_ms - self.connect_ms()).max(0.0)
+        (self.request_start_ms - self.start_ms - self.connect_ms() - self.tls_ms()).max(0.0)
     }
 
     /// Request sent → first byte of the response.
@@ -117,6 +131,8 @@ pub struct CriticalPath {
     pub gap_ms: f64,
     pub queue_ms: f64,
     pub connect_ms: f64,
+    /// TLS handshakes of new connections on the path.
+    pub tls_ms: f64,
     pub wait_ms: f64,
     pub receive_ms: f64,
     /// Last fetch's end → the load event.
@@ -134,6 +150,7 @@ impl CriticalPath {
         self.gap_ms
             + self.queue_ms
             + self.connect_ms
+            + self.tls_ms
             + self.wait_ms
             + self.receive_ms
             + self.tail_ms
@@ -182,6 +199,7 @@ pub fn critical_path(
         gap_ms: 0.0,
         queue_ms: 0.0,
         connect_ms: 0.0,
+        tls_ms: 0.0,
         wait_ms: 0.0,
         receive_ms: 0.0,
         tail_ms: (load_ms - fetches[last].response_end_ms).max(0.0),
@@ -193,6 +211,7 @@ pub fn critical_path(
         path.gap_ms += gap_ms;
         path.queue_ms += f.queue_ms();
         path.connect_ms += f.connect_ms();
+        path.tls_ms += f.tls_ms();
         path.wait_ms += f.wait_ms();
         path.receive_ms += f.receive_ms();
         path.steps.push(Step { fetch: i, gap_ms });
@@ -210,20 +229,21 @@ pub fn render(fetches: &[Fetch], path: Option<&CriticalPath>, load_ms: f64, rtt_
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "  {:<2}{:<24} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "", "path", "kind", "start", "queue", "connect", "wait", "receive", "end"
+        "  {:<2}{:<24} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "", "path", "kind", "start", "queue", "connect", "tls", "wait", "receive", "end"
     );
     for i in order {
         let f = &fetches[i];
         let _ = writeln!(
             out,
-            "  {:<2}{:<24} {:<10} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0}",
+            "  {:<2}{:<24} {:<10} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0}",
             if on_path(i) { "*" } else { "" },
             f.path.trim_start_matches("/site/"),
             f.kind,
             f.start_ms,
             f.queue_ms(),
             f.connect_ms(),
+            f.tls_ms(),
             f.wait_ms(),
             f.receive_ms(),
             f.response_end_ms
@@ -238,13 +258,14 @@ pub fn render(fetches: &[Fetch], path: Option<&CriticalPath>, load_ms: f64, rtt_
                 .collect();
             let _ = writeln!(
                 out,
-                "  critical path (*): {} — {} requests; load {:.0} ms = gap {:.0} + queue {:.0} + connect {:.0} + wait {:.0} + receive {:.0} + tail {:.0}",
+                "  critical path (*): {} — {} requests; load {:.0} ms = gap {:.0} + queue {:.0} + connect {:.0} + tls {:.0} + wait {:.0} + receive {:.0} + tail {:.0}",
                 names.join(" → "),
                 p.requests(),
                 load_ms,
                 p.gap_ms,
                 p.queue_ms,
                 p.connect_ms,
+                p.tls_ms,
                 p.wait_ms,
                 p.receive_ms,
                 p.tail_ms
@@ -277,6 +298,7 @@ mod tests {
             path: path.into(),
             start_ms: t[0],
             connect_start_ms: t[1],
+            secure_start_ms: 0.0,
             connect_end_ms: t[2],
             request_start_ms: t[3],
             response_start_ms: t[4],
@@ -294,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_line_parses_and_bad_lines_are_errors() {
-        let f = Fetch::parse("satstp-res link /site/css/main.css 610.5 0 0 700 1300 1310.2")
+        let f = Fetch::parse("satstp-res link /site/css/main.css 610.5 0 0 0 700 1300 1310.2")
             .expect("parses");
         assert_eq!(f.kind, "link");
         assert_eq!(f.path, "/site/css/main.css");
@@ -302,10 +324,10 @@ mod tests {
         assert_eq!(f.wait_ms(), 600.0);
         for bad in [
             "satstp-load x",
-            "satstp-res link /a 1 2 3 4 5",
-            "satstp-res link /a 1 2 3 4 5 6 7",
-            "satstp-res link /a 1 2 3 4 5 x",
-            "satstp-res link /a 1 2 3 4 5 -6",
+            "satstp-res link /a 1 2 3 4 5 6",
+            "satstp-res link /a 1 2 3 4 5 6 7 8",
+            "satstp-res link /a 1 2 3 4 5 6 x",
+            "satstp-res link /a 1 2 3 4 5 6 -7",
         ] {
             assert!(Fetch::parse(bad).is_err(), "{bad}");
         }
@@ -364,6 +386,22 @@ mod tests {
         assert_eq!(chain, vec![0, 1, 3, 4]);
         assert_eq!(p.gap_ms, 0.0 + (610.0 - 620.0) + 1.0 + 5.0);
         assert_eq!(p.total_ms(), 2450.0);
+    }
+
+    #[test]
+    fn a_tls_handshake_is_split_from_the_connection_set_up() {
+        // TCP (or SOCKS5) 0–600 ms, TLS 600–1200 ms, the request one round trip more.
+        let f = Fetch::parse("satstp-res navigation /index.html 0 0 600 1200 1200 1800 1810")
+            .expect("parses");
+        assert_eq!(f.connect_ms(), 600.0);
+        assert_eq!(f.tls_ms(), 600.0);
+        assert_eq!(f.queue_ms(), 0.0);
+        let fetches = [f];
+        let p = critical_path(&fetches, 1900.0, |_| None).expect("path");
+        assert_eq!((p.connect_ms, p.tls_ms, p.wait_ms), (600.0, 600.0, 600.0));
+        assert_eq!(p.total_ms(), 1900.0);
+        let text = render(&fetches, Some(&p), 1900.0, 600.0);
+        assert!(text.contains("connect 600 + tls 600 + wait 600"), "{text}");
     }
 
     #[test]

@@ -8,8 +8,9 @@
 
 use browser::site::PAGE_PATH;
 use browser::{Chromium, LoadRequest, Site};
-use loadgen::h3::{H3Origin, TestCa};
+use loadgen::h3::H3Origin;
 use loadgen::origin::Files;
+use loadgen::tls::TestPki;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ fn chromium_loads_the_site_over_http3_byte_exact() {
 
 fn loads_over_quic(chromium: &Chromium) {
     let site = Site::standard();
-    let ca = TestCa::new(&["127.0.0.1".into()]).expect("test CA");
+    let ca = TestPki::generate(&["127.0.0.1".into()]).expect("test CA");
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
     let origin = H3Origin::start_in_thread(socket, &ca, Some(site_files(&site))).expect("origin");
     let req = LoadRequest {
@@ -56,6 +57,8 @@ fn loads_over_quic(chromium: &Chromium) {
         timeout: Duration::from_secs(60),
         expect_subresources: site.subresources(),
         expect_scripts: site.scripts(),
+        // The SPKI allow-list comes with the origin's flags.
+        trust_spki: Vec::new(),
     };
     let load = chromium
         .load_with_flags(&req, &origin.chromium_flags("127.0.0.1"))

@@ -26,9 +26,13 @@ pub enum Error {
     /// The connection ended before all of a body arrived.
     #[error("connection closed after {got} of {len} bytes")]
     Short { got: u64, len: u64 },
-    /// A certificate or TLS configuration could not be made.
+    /// TLS set-up or handshake failed (certificate generation, configuration, the peer's
+    /// handshake).
     #[error("TLS: {0}")]
     Tls(String),
+    /// An HTTP/2 connection or stream failed.
+    #[error("HTTP/2: {0}")]
+    H2(String),
     /// A deadline passed.
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),

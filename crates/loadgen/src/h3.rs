@@ -6,7 +6,7 @@
 //! [`H3Origin::not_found`], as the TCP origin counts it). The stack is quinn (QUIC on tokio,
 //! TLS 1.3 by rustls with the ring provider) with the `h3` crate over it (`h3-quinn` joins them).
 //!
-//! TLS needs a certificate: [`TestCa`] makes a certificate authority for one run (rcgen) and a
+//! TLS needs a certificate: [`TestPki`] makes a certificate authority for one run (rcgen) and a
 //! leaf for the names the origin is reached by. Nothing is added to any trust store: a browser
 //! is told to accept exactly this leaf's key with Chromium's
 //! `--ignore-certificate-errors-spki-list` ([`H3Origin::chromium_flags`] gives it, with
@@ -19,6 +19,7 @@
 //! tell that a browser really used QUIC and received every byte.
 
 use crate::origin::{kit_path, Files, NotFound, NOT_FOUND_KEPT};
+use crate::tls::{Alpn, TestPki, TlsOptions};
 use crate::{pattern, Error};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -27,84 +28,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The ALPN token of HTTP/3.
-const ALPN_H3: &[u8] = b"h3";
 /// Size of the pieces a `/bytes` body is sent in.
 const PIECE: usize = 64 * 1024;
-
-/// A certificate authority made for one run, and a leaf it signed for the origin's names.
-pub struct TestCa {
-    /// The leaf, then the CA's certificate (DER).
-    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
-    /// The leaf's private key (PKCS#8 DER).
-    key: Vec<u8>,
-    /// base64 of the SHA-256 of the leaf's SubjectPublicKeyInfo (Chromium's SPKI allow-list form).
-    spki_sha256: String,
-    /// The CA's certificate, PEM (for a client that trusts it explicitly).
-    ca_pem: String,
-}
-
-impl TestCa {
-    /// A new CA and a leaf valid for `names` (host names or IP addresses, e.g. `127.0.0.1`).
-    pub fn new(names: &[String]) -> Result<TestCa, Error> {
-        let tls = |what: &str, e: rcgen::Error| Error::Tls(format!("{what}: {e}"));
-        let ca_key = rcgen::KeyPair::generate().map_err(|e| tls("CA key", e))?;
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())
-            .map_err(|e| tls("CA certificate", e))?;
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "satstp test CA (one run)");
-        let ca_cert = ca
-            .self_signed(&ca_key)
-            .map_err(|e| tls("CA certificate", e))?;
-        let leaf_key = rcgen::KeyPair::generate().map_err(|e| tls("leaf key", e))?;
-        let mut leaf = rcgen::CertificateParams::new(names.to_vec())
-            .map_err(|e| tls(&format!("leaf certificate for {names:?}"), e))?;
-        leaf.distinguished_name
-            .push(rcgen::DnType::CommonName, "satstp test origin");
-        let leaf_cert = leaf
-            .signed_by(&leaf_key, &ca_cert, &ca_key)
-            .map_err(|e| tls("leaf certificate", e))?;
-        let spki = ring::digest::digest(&ring::digest::SHA256, &leaf_key.public_key_der());
-        Ok(TestCa {
-            chain: vec![leaf_cert.der().clone(), ca_cert.der().clone()],
-            key: leaf_key.serialize_der(),
-            spki_sha256: base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                spki.as_ref(),
-            ),
-            ca_pem: ca_cert.pem(),
-        })
-    }
-
-    /// base64 of the SHA-256 of the leaf's public key (SubjectPublicKeyInfo), the form
-    /// Chromium's `--ignore-certificate-errors-spki-list` takes.
-    pub fn spki_sha256(&self) -> &str {
-        &self.spki_sha256
-    }
-
-    /// The CA's certificate in PEM.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
-    }
-
-    /// A TLS 1.3 server configuration with this leaf, offering `alpn` (e.g. `h3`; `http/1.1` for
-    /// a TLS front of the TCP origin).
-    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<rustls::ServerConfig, Error> {
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(self.key.clone().into());
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .and_then(|b| {
-            b.with_no_client_auth()
-                .with_single_cert(self.chain.clone(), key)
-        })
-        .map_err(|e| Error::Tls(format!("TLS server configuration: {e}")))?;
-        config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-        Ok(config)
-    }
-}
 
 /// One object answered in full over HTTP/3.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,10 +69,14 @@ impl H3Origin {
     /// with `ca`'s leaf, answering `files` and the kit's `/bytes` paths.
     pub fn start(
         socket: std::net::UdpSocket,
-        ca: &TestCa,
+        ca: &TestPki,
         files: Option<Arc<Files>>,
     ) -> Result<H3Origin, Error> {
-        let tls = ca.server_config(&[ALPN_H3])?;
+        let tls = ca.server_config(TlsOptions {
+            alpn: Alpn::Http3,
+            resumption: true,
+            early_data: false,
+        })?;
         let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| Error::Tls(format!("QUIC TLS configuration: {e}")))?;
         let config = quinn::ServerConfig::with_crypto(Arc::new(quic));
@@ -176,7 +105,7 @@ impl H3Origin {
     /// socket bound inside a network namespace).
     pub fn start_in_thread(
         socket: std::net::UdpSocket,
-        ca: &TestCa,
+        ca: &TestPki,
         files: Option<Arc<Files>>,
     ) -> Result<H3Origin, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -404,18 +333,12 @@ mod tests {
     use super::*;
     use bytes::Buf;
 
+    /// The ALPN token of HTTP/3.
+    const ALPN_H3: &[u8] = b"h3";
+
     /// GETs `path` over HTTP/3 from `origin`, trusting `ca` alone: the status and the body.
-    async fn h3_get(origin: &H3Origin, ca: &TestCa, paths: &[&str]) -> Vec<(u16, Vec<u8>)> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.chain[1].clone()).unwrap();
-        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        tls.alpn_protocols = vec![ALPN_H3.to_vec()];
+    async fn h3_get(origin: &H3Origin, ca: &TestPki, paths: &[&str]) -> Vec<(u16, Vec<u8>)> {
+        let tls = ca.client_config(&[ALPN_H3]).unwrap();
         let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
         let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
         ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
@@ -457,7 +380,7 @@ mod tests {
 
     #[tokio::test]
     async fn objects_and_patterned_bytes_come_over_http3_byte_exact() {
-        let ca = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        let ca = TestPki::generate(&["127.0.0.1".into()]).unwrap();
         let mut files = Files::new();
         files.insert("/site/a.css", "text/css", b"body { color: red }".to_vec());
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -498,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn the_tcp_origin_advertises_the_http3_one() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let ca = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        let ca = TestPki::generate(&["127.0.0.1".into()]).unwrap();
         let h3 =
             H3Origin::start(std::net::UdpSocket::bind("127.0.0.1:0").unwrap(), &ca, None).unwrap();
         let tcp = crate::origin::Origin::start(
@@ -521,12 +444,12 @@ mod tests {
 
     #[test]
     fn each_run_has_its_own_key_and_its_spki_hash() {
-        let ca = TestCa::new(&["127.0.0.1".into(), "origin.test".into()]).unwrap();
+        let ca = TestPki::generate(&["127.0.0.1".into(), "origin.test".into()]).unwrap();
         // base64 of 32 bytes: 44 characters ending in one '='.
         assert_eq!(ca.spki_sha256().len(), 44);
         assert!(ca.spki_sha256().ends_with('='));
         assert!(ca.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
-        let other = TestCa::new(&["127.0.0.1".into()]).unwrap();
+        let other = TestPki::generate(&["127.0.0.1".into()]).unwrap();
         assert_ne!(ca.spki_sha256(), other.spki_sha256(), "a new key per run");
     }
 }

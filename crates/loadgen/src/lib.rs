@@ -9,6 +9,7 @@
 //! - [`origin`]: the origin server that answers them (and a raw dialect for byte-stream tests).
 //! - [`h3`]: the same origin over HTTP/3 on QUIC (UDP), with a certificate authority made per
 //!   run, for browsers.
+//! - [`tls`]: the origin's TLS 1.3 (a test CA made per run; HTTP/2 or HTTP/1.1 by ALPN).
 //! - [`client`]: how a client reaches the origin (directly, through SOCKS5 or HTTP CONNECT).
 //! - [`page`]: the web-page fetcher (HTTP/1.1 persistent connections, or HTTP/1.0-style one
 //!   connection per object).
@@ -23,6 +24,7 @@ pub mod origin;
 pub mod page;
 pub mod pattern;
 pub mod socks5;
+pub mod tls;
 
 mod error;
 pub use error::Error;

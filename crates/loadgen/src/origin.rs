@@ -16,6 +16,11 @@
 //! sends N bytes of object 0 paced, C bytes every MS milliseconds, then closes; `H N C MS\n`
 //! does the same and then holds the connection until the peer closes it.
 //!
+//! Over TLS ([`OriginConfig::tls`]: TLS 1.3, see [`crate::tls`]) the origin speaks what ALPN
+//! chose: HTTP/2 (`h2`: the same `GET /bytes/N/K`, `POST /upload/N/K` and static objects, one
+//! stream each, answered concurrently) or HTTP/1.1 as above (also for a client that offers no
+//! ALPN). The raw dialect is not spoken over TLS.
+//!
 //! The server runs on the caller's tokio runtime ([`Origin::start`]) or on a thread of its own
 //! ([`Origin::start_in_thread`], for blocking callers). Dropping it stops it and every
 //! connection it holds.
@@ -27,7 +32,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Called on every accepted connection before it is served (e.g. to set its congestion control);
@@ -44,7 +49,14 @@ pub struct OriginConfig {
     /// An `Alt-Svc` value sent with every `200` answer (e.g. [`crate::h3::H3Origin::alt_svc`]'s
     /// `h3=":443"; ma=86400`), advertising an HTTP/3 origin to browsers.
     pub alt_svc: Option<String>,
+    /// Serve TLS with this configuration (its ALPN list decides between HTTP/2 and HTTP/1.1);
+    /// `None`: plain HTTP/1.1 and the raw dialect.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// A byte stream the origin serves: a TCP connection or TLS over one.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
 
 /// Static objects by absolute path (`/site/index.html`), query strings ignored.
 #[derive(Debug, Clone, Default)]
@@ -247,13 +259,15 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
         let (shared, config) = (Arc::clone(&shared), config.clone());
         conns.spawn(async move {
             let mut answered = 0u64;
+            let _ = s.set_nodelay(true);
             let result = match &config.on_accept {
                 Some(hook) => hook(&s).map_err(Error::from),
                 None => Ok(()),
             };
-            let result = match result {
-                Ok(()) => serve(s, &config, &shared, &mut answered).await,
-                Err(e) => Err(e),
+            let result = match (result, config.tls.clone()) {
+                (Ok(()), None) => serve(s, &config, &shared, &mut answered).await,
+                (Ok(()), Some(tls)) => serve_tls(s, tls, &config, &shared, &mut answered).await,
+                (Err(e), _) => Err(e),
             };
             if let Err(e) = result {
                 let now = shared.phase();
@@ -269,16 +283,219 @@ async fn accept_loop(listener: TcpListener, config: OriginConfig, shared: Arc<Sh
     }
 }
 
+/// Completes the TLS handshake and serves what ALPN chose: HTTP/2, or HTTP/1.1 otherwise. A
+/// connection that closes before its handshake began (a browser's unused speculative one) is
+/// not an error.
+async fn serve_tls(
+    s: TcpStream,
+    tls: Arc<rustls::ServerConfig>,
+    config: &OriginConfig,
+    shared: &Arc<Shared>,
+    answered: &mut u64,
+) -> Result<(), Error> {
+    let mut first = [0u8; 1];
+    if s.peek(&mut first).await? == 0 {
+        return Ok(());
+    }
+    let s = tokio_rustls::TlsAcceptor::from(tls)
+        .accept(s)
+        .await
+        .map_err(|e| Error::Tls(format!("handshake: {e}")))?;
+    let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
+    if h2 {
+        Box::pin(serve_h2(
+            s,
+            config.files.clone(),
+            Arc::clone(shared),
+            answered,
+        ))
+        .await
+    } else {
+        match serve(s, config, shared, answered).await {
+            // Browsers close idle HTTPS connections without TLS's close_notify; a wrong or short
+            // upload is still caught by its byte check.
+            Err(Error::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(()),
+            r => r,
+        }
+    }
+}
+
+fn h2_error(e: h2::Error) -> Error {
+    match e.get_io() {
+        Some(io) => Error::Io(io::Error::new(io.kind(), io.to_string())),
+        None => Error::H2(e.to_string()),
+    }
+}
+
+/// Serves an HTTP/2 connection until the peer ends it: every stream a task of its own.
+async fn serve_h2<S: Stream + 'static>(
+    s: S,
+    files: Option<Arc<Files>>,
+    shared: Arc<Shared>,
+    answered: &mut u64,
+) -> Result<(), Error> {
+    let mut conn = match h2::server::handshake(s).await {
+        Ok(c) => c,
+        // A browser's speculative connection, closed after TLS before it spoke HTTP/2.
+        Err(e) if e.is_io() => return Ok(()),
+        Err(e) => return Err(h2_error(e)),
+    };
+    let mut streams = tokio::task::JoinSet::new();
+    let mut failed = None;
+    loop {
+        let next = tokio::select! {
+            r = conn.accept() => r,
+            Some(done) = streams.join_next(), if !streams.is_empty() => {
+                match done {
+                    Ok(Ok(())) => *answered += 1,
+                    Ok(Err(e)) => { failed.get_or_insert(e); }
+                    Err(_) => {}
+                }
+                continue;
+            }
+        };
+        match next {
+            Some(Ok((request, respond))) => {
+                let (files, shared) = (files.clone(), Arc::clone(&shared));
+                streams.spawn(async move {
+                    serve_h2_stream(request, respond, files.as_deref(), &shared).await
+                });
+            }
+            Some(Err(e)) if e.is_go_away() || e.is_io() => break,
+            Some(Err(e)) => return Err(h2_error(e)),
+            None => break,
+        }
+    }
+    while let Some(done) = streams.join_next().await {
+        match done {
+            Ok(Ok(())) => *answered += 1,
+            Ok(Err(e)) => {
+                failed.get_or_insert(e);
+            }
+            Err(_) => {}
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// One HTTP/2 request: the same meanings as HTTP/1.1's.
+async fn serve_h2_stream(
+    request: ::http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<bytes::Bytes>,
+    files: Option<&Files>,
+    shared: &Shared,
+) -> Result<(), Error> {
+    let method = request.method().as_str().to_owned();
+    let path = request.uri().path().to_owned();
+    let head = |status: u16, content_type: Option<&str>, len: u64| {
+        let mut b = ::http::Response::builder()
+            .status(status)
+            .header("content-length", len)
+            .header("cache-control", "no-store");
+        if let Some(t) = content_type {
+            b = b.header("content-type", t);
+        }
+        b.body(()).map_err(|e| Error::H2(e.to_string()))
+    };
+    if let Some((content_type, body)) = files.filter(|_| method == "GET").and_then(|f| f.get(&path))
+    {
+        let len = body.len() as u64;
+        let send = respond
+            .send_response(head(200, Some(content_type), len)?, len == 0)
+            .map_err(h2_error)?;
+        return send_h2_body(send, len, |offset, out| {
+            let start = offset as usize;
+            out.copy_from_slice(&body[start..start + out.len()]);
+        })
+        .await;
+    }
+    let mut parts = path.trim_start_matches('/').split('/');
+    let kind = parts.next().unwrap_or("");
+    let fields: Result<Vec<u64>, _> = parts.map(str::parse).collect();
+    let target = match (kind, fields.as_deref()) {
+        ("bytes" | "upload", Ok([n])) => Some((*n, 0)),
+        ("bytes" | "upload", Ok([n, key])) => Some((*n, *key)),
+        _ => None,
+    };
+    match (method.as_str(), kind, target) {
+        ("GET", "bytes", Some((n, key))) => {
+            let send = respond
+                .send_response(head(200, None, n)?, n == 0)
+                .map_err(h2_error)?;
+            send_h2_body(send, n, |offset, out| pattern::fill(key, offset, out)).await
+        }
+        ("POST", "upload", Some((n, key))) => {
+            let mut body = request.into_body();
+            let mut check = Checker::new(key);
+            while let Some(piece) = body.data().await {
+                let piece = piece.map_err(h2_error)?;
+                check.update(&piece);
+                let _ = body.flow_control().release_capacity(piece.len());
+            }
+            let status = match (check.len() == n, check.first_wrong()) {
+                (true, None) => 200,
+                _ => 422,
+            };
+            respond
+                .send_response(head(status, None, 0)?, true)
+                .map_err(h2_error)?;
+            match (check.len(), check.first_wrong()) {
+                (_, Some(i)) => Err(bad(format!("upload {key}: byte {i} of {n} is wrong"))),
+                (got, None) if got != n => Err(bad(format!(
+                    "upload {key}: {got} bytes arrived, {n} announced"
+                ))),
+                _ => Ok(()),
+            }
+        }
+        _ => {
+            count_not_found(shared, format!("{method} {path} HTTP/2"));
+            respond
+                .send_response(head(404, None, 0)?, true)
+                .map_err(h2_error)?;
+            Ok(())
+        }
+    }
+}
+
+/// Sends a body of `n` bytes, `fill(offset, out)` writing each piece, as the peer's flow control
+/// lets it (never more buffered than the peer's window).
+async fn send_h2_body(
+    mut send: h2::SendStream<bytes::Bytes>,
+    n: u64,
+    fill: impl Fn(u64, &mut [u8]),
+) -> Result<(), Error> {
+    let mut sent = 0u64;
+    while sent < n {
+        send.reserve_capacity((n - sent).min(http::BLOCK as u64) as usize);
+        let granted = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(c) => c.map_err(h2_error)?,
+            None => return Err(Error::H2("stream closed by the peer".into())),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let k = (granted as u64).min(n - sent) as usize;
+        let mut piece = vec![0u8; k];
+        fill(sent, &mut piece);
+        sent += k as u64;
+        send.send_data(bytes::Bytes::from(piece), sent == n)
+            .map_err(h2_error)?;
+    }
+    Ok(())
+}
+
 /// Serves one connection until its peer closes it (or a raw exchange or a closing request ends).
 /// The wait for the first line is a small future of its own: an idle held connection costs
 /// little; what follows is boxed.
-async fn serve(
-    s: TcpStream,
+async fn serve<S: Stream>(
+    s: S,
     config: &OriginConfig,
     shared: &Shared,
     answered: &mut u64,
 ) -> Result<(), Error> {
-    let _ = s.set_nodelay(true);
     let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
     let Some(first) = http::read_line(&mut r).await? else {
         return Ok(());
@@ -286,8 +503,8 @@ async fn serve(
     Box::pin(serve_requests(r, first, config, shared, answered)).await
 }
 
-async fn serve_requests(
-    mut r: BufReader<TcpStream>,
+async fn serve_requests<S: Stream>(
+    mut r: BufReader<S>,
     mut line: String,
     config: &OriginConfig,
     shared: &Shared,
@@ -303,6 +520,9 @@ async fn serve_requests(
         }
         let head = http::read_rest_of_head(&mut r, line).await?;
         let close = serve_http(&mut r, &head, config, shared).await?;
+        // Over TLS the last records of an answer can wait in the TLS layer's buffer when the
+        // socket was full: flushed, or a browser waits for them forever.
+        r.get_mut().flush().await?;
         *answered += 1;
         if close {
             r.get_mut().shutdown().await?;
@@ -320,8 +540,8 @@ fn bad(what: String) -> Error {
 }
 
 /// One HTTP request whose head is read; whether the connection ends after it.
-async fn serve_http(
-    r: &mut BufReader<TcpStream>,
+async fn serve_http<S: Stream>(
+    r: &mut BufReader<S>,
     head: &Head,
     config: &OriginConfig,
     shared: &Shared,
@@ -393,17 +613,12 @@ pub(crate) fn kit_path(path: &str) -> Option<(&str, u64, u64)> {
 /// Answers a request for something the origin does not serve with `404 Not Found` and counts it;
 /// the connection goes on (its body, if any, read and discarded) unless the body is too large
 /// to skip or the request asked for the close.
-async fn not_found(
-    r: &mut BufReader<TcpStream>,
+async fn not_found<S: Stream>(
+    r: &mut BufReader<S>,
     head: &Head,
     shared: &Shared,
 ) -> Result<bool, Error> {
-    if let Ok(mut n) = shared.not_found.lock() {
-        n.count += 1;
-        if n.first.len() < NOT_FOUND_KEPT {
-            n.first.push(head.first.clone());
-        }
-    }
+    count_not_found(shared, head.first.clone());
     let body = head.content_length.unwrap_or(0);
     let close = head.close || body > DISCARD_LIMIT;
     if !close && body > 0 {
@@ -415,15 +630,25 @@ async fn not_found(
     Ok(close)
 }
 
-async fn respond(r: &mut BufReader<TcpStream>, status: &str) -> Result<(), Error> {
+/// Counts a request answered 404, keeping the first few request lines.
+fn count_not_found(shared: &Shared, line: String) {
+    if let Ok(mut n) = shared.not_found.lock() {
+        n.count += 1;
+        if n.first.len() < NOT_FOUND_KEPT {
+            n.first.push(line);
+        }
+    }
+}
+
+async fn respond<S: Stream>(r: &mut BufReader<S>, status: &str) -> Result<(), Error> {
     let text = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
     r.get_mut().write_all(text.as_bytes()).await?;
     Ok(())
 }
 
 /// Reads `n` body bytes (first what the head reader holds), handing each piece to `sink`.
-async fn read_body(
-    r: &mut BufReader<TcpStream>,
+async fn read_body<S: Stream>(
+    r: &mut BufReader<S>,
     n: u64,
     mut sink: impl FnMut(&[u8]),
 ) -> Result<(), Error> {
@@ -443,8 +668,8 @@ async fn read_body(
 
 /// One raw exchange (`D`, `U`, `E`) whose request line (`verb` and its `numbers`) `r` has read;
 /// the connection ends after it. Public for test servers that add verbs of their own.
-pub async fn serve_raw(
-    mut r: BufReader<TcpStream>,
+pub async fn serve_raw<S: Stream>(
+    mut r: BufReader<S>,
     verb: &str,
     numbers: &[u64],
 ) -> Result<(), Error> {

@@ -651,7 +651,7 @@ fn quic_start() -> Option<QuicRun> {
         files.insert(&o.path, o.content_type, o.body.clone());
     }
     let files = Arc::new(files);
-    let ca = loadgen::h3::TestCa::new(&[QUIC_HOST.into()]).expect("test CA");
+    let ca = loadgen::tls::TestPki::generate(&[QUIC_HOST.into()]).expect("test CA");
     let udp = blocking_in(&t.server, || std::net::UdpSocket::bind((SERVER4, 443))).expect("UDP");
     let h3 = loadgen::h3::H3Origin::start_in_thread(udp, &ca, Some(Arc::clone(&files)))
         .expect("HTTP/3 origin");
@@ -665,7 +665,12 @@ fn quic_start() -> Option<QuicRun> {
         },
     )
     .expect("TCP origin");
-    let tls = Arc::new(ca.server_config(&[b"http/1.1"]).expect("TLS config"));
+    let tls = ca
+        .server_config(loadgen::tls::TlsOptions {
+            alpn: loadgen::tls::Alpn::Http1,
+            ..Default::default()
+        })
+        .expect("TLS config");
     let behind = tcp.addr();
     let (front, ()) = spawn_in(&t.server, move || async move {
         let l = tokio::net::TcpListener::bind((SERVER4, 443))
@@ -729,11 +734,9 @@ impl QuicRun {
             timeout,
             expect_subresources: self.site.subresources(),
             expect_scripts: self.site.scripts(),
+            trust_spki: vec![self.spki.clone()],
         };
-        let mut all = vec![
-            format!("--host-resolver-rules=MAP {QUIC_HOST} {SERVER4}"),
-            format!("--ignore-certificate-errors-spki-list={}", self.spki),
-        ];
+        let mut all = vec![format!("--host-resolver-rules=MAP {QUIC_HOST} {SERVER4}")];
         all.extend_from_slice(flags);
         chromium.load_with_flags(&req, &all)
     }

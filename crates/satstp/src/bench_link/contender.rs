@@ -99,9 +99,89 @@ impl Contender {
     }
 }
 
+/// What the browser workload speaks to the origin (`--http`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Plain HTTP/1.1 on port 8080.
+    H1,
+    /// HTTP/1.1 over TLS 1.3 on port 443.
+    Https1,
+    /// HTTP/2 over TLS 1.3 on port 443 (ALPN `h2`).
+    H2,
+    /// HTTP/3 over QUIC: not built in this binary yet (issue 25 part B adds the QUIC origin).
+    H3,
+}
+
+const PROTOCOLS: [(&str, Protocol); 4] = [
+    ("h1", Protocol::H1),
+    ("https1", Protocol::Https1),
+    ("h2", Protocol::H2),
+    ("h3", Protocol::H3),
+];
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim().to_ascii_lowercase();
+        PROTOCOLS
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| {
+                format!(
+                    "unknown protocol '{s}' (valid: h1 = plain HTTP/1.1, https1 = HTTP/1.1 over \
+                     TLS, h2 = HTTP/2 over TLS, h3 = HTTP/3 over QUIC)"
+                )
+            })
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = PROTOCOLS
+            .iter()
+            .find(|(_, p)| p == self)
+            .map_or("?", |(n, _)| n);
+        f.write_str(name)
+    }
+}
+
+impl Protocol {
+    /// The origin's TLS application protocols for this choice (`None`: plain HTTP).
+    pub fn alpn(self) -> Option<loadgen::tls::Alpn> {
+        match self {
+            Protocol::H1 | Protocol::H3 => None,
+            Protocol::Https1 => Some(loadgen::tls::Alpn::Http1),
+            Protocol::H2 => Some(loadgen::tls::Alpn::Http2),
+        }
+    }
+
+    /// What the browser reports as the page's protocol (`nextHopProtocol`) when this one is used.
+    pub fn next_hop(self) -> &'static str {
+        match self {
+            Protocol::H1 | Protocol::Https1 => "http/1.1",
+            Protocol::H2 => "h2",
+            Protocol::H3 => "h3",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protocols_parse_and_name_themselves() {
+        for name in ["h1", "https1", "h2", "h3"] {
+            let p: Protocol = name.parse().unwrap();
+            assert_eq!(p.to_string(), name);
+        }
+        let e = "spdy".parse::<Protocol>().unwrap_err();
+        assert!(
+            e.contains("unknown protocol 'spdy'") && e.contains("h2 = HTTP/2"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn contenders_parse_and_name_themselves() {

@@ -62,6 +62,11 @@ impl Lan {
             c,
             &format!("link add {CLIENT_IF} type veth peer name {LAN_IF} netns {terminal_ns}"),
         )?;
+        // IPv4 only: no IPv6 link-local address, so no duplicate-address detection finishing
+        // seconds after the link came up, which a browser started meanwhile (the full
+        // Chromium) takes for a network change and aborts its load (ERR_NETWORK_CHANGED).
+        ip(c, &format!("link set {CLIENT_IF} addrgenmode none"))?;
+        ip(terminal_ns, &format!("link set {LAN_IF} addrgenmode none"))?;
         ip(c, &format!("addr add 192.0.2.2/24 dev {CLIENT_IF}"))?;
         ip(c, &format!("link set {CLIENT_IF} up"))?;
         ip(terminal_ns, &format!("addr add 192.0.2.1/24 dev {LAN_IF}"))?;

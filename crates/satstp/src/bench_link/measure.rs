@@ -8,8 +8,8 @@ use super::system::{
     retrans_segs, scrape_metrics, set_congestion, tune_namespace, tune_tcp_hop_host,
 };
 use super::{
-    BrowserSample, Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, ORIGIN_PORT,
-    SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
+    BrowserSample, Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, HTTPS_PORT,
+    ORIGIN_PORT, SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use linkem::{NetConfig, NetEmulator, NetStats, Side};
@@ -60,7 +60,19 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         Contender::Kernel(cc) => Some(cc),
         _ => None,
     };
-    let origin = start_origin(plan, &gns, origin_addr, cc)?;
+    let origin = start_origin(plan, &gns, origin_addr, cc, None)?;
+    // The browser workload over TLS: the same site from an HTTPS origin beside it.
+    let https_addr = SocketAddrV4::new(Side::Gateway.ipv4(), HTTPS_PORT);
+    let https = match &plan.tls {
+        Some(tls) => Some(start_origin(
+            plan,
+            &gns,
+            https_addr,
+            cc,
+            Some(Arc::clone(&tls.config)),
+        )?),
+        None => None,
+    };
     let daemons = match contender.is_split() {
         true => Some(Daemons::start(plan, &emu, contender)?),
         false => None,
@@ -134,15 +146,30 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
 
     // The test site in a real browser, from the client's namespace, the way the contender
     // carries the client's connections.
+    let up_before = emu.stats();
     let browser = match &plan.browser {
         Some(b) => {
             origin.set_phase("browser page load");
+            let (url, trust_spki) = match (&plan.tls, &https) {
+                (Some(tls), Some(https)) => {
+                    https.set_phase("browser page load");
+                    (
+                        format!("https://{}{}", https_addr.ip(), browser::site::PAGE_PATH),
+                        vec![tls.pki.spki_sha256().to_string()],
+                    )
+                }
+                _ => (
+                    format!("http://{origin_addr}{}", browser::site::PAGE_PATH),
+                    Vec::new(),
+                ),
+            };
             let socks5 = match route {
                 Route::Socks5(proxy) => Some(proxy),
                 _ => None,
             };
             let req = browser::LoadRequest {
-                url: format!("http://{origin_addr}{}", browser::site::PAGE_PATH),
+                url,
+                trust_spki,
                 socks5,
                 netns: Some(client_ns.clone()),
                 timeout: limit.min(Duration::from_secs(300)),
@@ -150,6 +177,14 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 expect_scripts: plan.site.scripts(),
             };
             let load = b.load(&req).context("browser page load")?;
+            if load.protocol != plan.http.next_hop() {
+                bail!(
+                    "browser page load: --http {} asked for {}, the browser used '{}'",
+                    plan.http,
+                    plan.http.next_hop(),
+                    load.protocol
+                );
+            }
             let load_ms = load.load.as_secs_f64() * 1e3;
             let critical_path = browser::waterfall::critical_path(&load.fetches, load_ms, |p| {
                 plan.site.referrer(p).map(String::from)
@@ -162,6 +197,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         }
         None => None,
     };
+    let (browser_uplink_bytes, _) = uplink_delta(&up_before, &emu.stats());
     let browser_load_s = browser
         .as_ref()
         .map_or(f64::NAN, |b| b.load.load.as_secs_f64());
@@ -172,9 +208,20 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
     if let Some(d) = daemons {
         d.stop().context("stopping the daemons")?;
     }
-    let errors = origin.errors();
-    let not_found = origin.not_found();
+    let mut errors = origin.errors();
+    let mut not_found = origin.not_found();
     drop(origin);
+    if let Some(https) = https {
+        errors.extend(
+            https
+                .errors()
+                .into_iter()
+                .map(|e| format!("HTTPS origin: {e}")),
+        );
+        let extra = https.not_found();
+        not_found.count += extra.count;
+        not_found.first.extend(extra.first);
+    }
     if let Some(e) = errors.first() {
         bail!("origin: {e}");
     }
@@ -190,6 +237,11 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         uplink_packets_per_mb: up_packets as f64 / mb,
         retransmitted_bytes: retrans_after.saturating_sub(retrans_before) as f64,
         connect_s,
+        browser_uplink_bytes: if plan.browser.is_some() {
+            browser_uplink_bytes as f64
+        } else {
+            f64::NAN
+        },
         browser,
         not_found,
     })
@@ -228,12 +280,13 @@ fn step<T>(
 }
 
 /// The kit's origin on the bench's runtime, its socket in the gateway namespace; with `cc`, that
-/// congestion control on every connection it accepts.
+/// congestion control on every connection it accepts; with `tls`, HTTPS.
 fn start_origin(
     plan: &Plan,
     gns: &str,
     addr: SocketAddrV4,
     cc: Option<&'static str>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Result<Origin> {
     let listener = linkem::net::in_namespace(gns, move || std::net::TcpListener::bind(addr))?
         .with_context(|| format!("the origin cannot listen on {addr}"))?;
@@ -250,6 +303,7 @@ fn start_origin(
             on_accept,
             files: Some(Arc::new(files)),
             alt_svc: None,
+            tls,
         },
     ))
 }

@@ -37,7 +37,7 @@ mod measure;
 mod report;
 mod system;
 
-pub use contender::Contender;
+pub use contender::{Contender, Protocol};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -104,10 +104,32 @@ pub struct LinkBenchArgs {
     /// its critical path, split into round trips and the rest, to this text file.
     #[arg(long, value_name = "PATH")]
     browser_waterfall: Option<PathBuf>,
+    /// The browser workload's protocol: h1 (plain HTTP/1.1, port 8080), https1 (HTTP/1.1 over
+    /// TLS 1.3, port 443), h2 (HTTP/2 over TLS 1.3, port 443), h3 (HTTP/3 over QUIC: not built
+    /// in this binary yet). The TLS certificate comes from a test CA made for the run; the
+    /// browser trusts it by its key's hash for that process only.
+    #[arg(long, value_name = "h1|https1|h2|h3", default_value = "h1")]
+    http: Protocol,
+    /// TLS session resumption (tickets) at the HTTPS origin: on or off.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
+    tls_resumption: bool,
+    /// Let the HTTPS origin accept TLS 1.3 0-RTT early data on resumed sessions.
+    #[arg(long)]
+    tls_early_data: bool,
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("'{s}' is neither on nor off")),
+    }
 }
 
 /// The origin's port on the gateway side.
 const ORIGIN_PORT: u16 = 8080;
+/// The HTTPS origin's port (the browser workload over TLS).
+const HTTPS_PORT: u16 = 443;
 /// The terminal daemon's SOCKS5 port (loopback of the terminal namespace).
 const SOCKS_PORT: u16 = 1080;
 /// The terminal daemon's transparent listener (`TPROXY_PORT` of deploy/nftables-tproxy.nft).
@@ -141,6 +163,21 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     }
     if args.contenders.is_empty() {
         bail!("--contenders: name at least one contender");
+    }
+    if args.http == Protocol::H3 {
+        bail!(
+            "--http h3: HTTP/3 over QUIC is not built in this binary (the QUIC origin is issue 25 \
+             part B); use h1, https1 or h2"
+        );
+    }
+    if args.http != Protocol::H1 && args.no_browser {
+        bail!(
+            "--http {}: the protocol is the browser workload's; drop --no-browser",
+            args.http
+        );
+    }
+    if args.tls_early_data && !args.tls_resumption {
+        bail!("--tls-early-data needs --tls-resumption on (0-RTT resumes a session)");
     }
     crate::outpath::json_start(&args.json)?;
     if let Some(dir) = &args.out {
@@ -216,7 +253,31 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             }
         }
     };
+    let tls = match args.http.alpn() {
+        Some(alpn) => {
+            let pki = loadgen::tls::TestPki::generate(&[linkem::Side::Gateway.ipv4().to_string()])
+                .context("cannot make the run's test certificates")?;
+            let options = loadgen::tls::TlsOptions {
+                alpn,
+                resumption: args.tls_resumption,
+                early_data: args.tls_early_data,
+            };
+            let config = pki
+                .server_config(options)
+                .context("cannot configure the HTTPS origin")?;
+            Some(Tls { pki, config })
+        }
+        None => None,
+    };
+    if tls.is_some() && browser.is_none() {
+        bail!(
+            "--http {}: the browser workload is needed (no Chromium found; set --browser)",
+            args.http
+        );
+    }
     let plan = Plan {
+        http: args.http,
+        tls,
         browser,
         site: browser::Site::standard(),
         rt,
@@ -248,10 +309,19 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     );
     if let Some(b) = &plan.browser {
         outln!(
-            "  browser: {} loads the test site ({} objects, {} bytes, chains of dependent requests) in a fresh profile",
+            "  browser: {} loads the test site ({} objects, {} bytes, chains of dependent requests) in a fresh profile, {}",
             b.path().display(),
             plan.site.objects().len(),
-            plan.site.total_bytes()
+            plan.site.total_bytes(),
+            match plan.http {
+                Protocol::H1 => "plain HTTP/1.1".to_string(),
+                p => format!(
+                    "{} over TLS 1.3 (test CA of this run; resumption {}, 0-RTT {})",
+                    if p == Protocol::H2 { "HTTP/2" } else { "HTTP/1.1" },
+                    if args.tls_resumption { "on" } else { "off" },
+                    if args.tls_early_data { "on" } else { "off" }
+                ),
+            }
         );
     }
 
@@ -365,8 +435,18 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The HTTPS origin's certificates and configuration (one per bench run).
+struct Tls {
+    pki: loadgen::tls::TestPki,
+    config: Arc<rustls::ServerConfig>,
+}
+
 /// What every contender is asked to do.
 struct Plan {
+    /// The browser workload's protocol.
+    http: Protocol,
+    /// TLS for the browser workload (`--http https1|h2`).
+    tls: Option<Tls>,
     /// The browser of the browser workload, if it runs.
     browser: Option<browser::Chromium>,
     /// The site the origin serves to the browser.
@@ -403,6 +483,8 @@ struct Sample {
     uplink_packets_per_mb: f64,
     retransmitted_bytes: f64,
     connect_s: f64,
+    /// IP bytes on the emulated uplink (the return channel) during the browser load.
+    browser_uplink_bytes: f64,
     /// The browser load in detail (when the browser workload ran).
     browser: Option<BrowserSample>,
     /// Requests the origin answered 404 (a real browser's `/favicon.ico` and the like): normal,
@@ -419,12 +501,16 @@ struct BrowserSample {
     loadavg: f64,
 }
 
-const METRICS: [(&str, &str); 8] = [
+const METRICS: [(&str, &str); 12] = [
     ("download_bps", "download Mb/s"),
     ("upload_bps", "upload Mb/s"),
     ("page_load_s", "page load s"),
     ("page_per_object_s", "page 1.0 s"),
     ("browser_load_s", "browser s"),
+    ("browser_tls_s", "br. TLS s"),
+    ("browser_wait_s", "br. rounds s"),
+    ("browser_queue_s", "br. queue s"),
+    ("browser_uplink_bytes", "br. up B"),
     ("uplink_bytes_per_mb", "uplink B/MB"),
     ("uplink_packets_per_mb", "uplink pkt/MB"),
     ("retransmitted_bytes", "retrans B"),
@@ -438,11 +524,25 @@ impl Sample {
             "page_load_s" => self.page_load_s,
             "page_per_object_s" => self.page_per_object_s,
             "browser_load_s" => self.browser_load_s,
+            "browser_tls_s" => self.path_part(|p| p.tls_ms),
+            "browser_wait_s" => self.path_part(|p| p.wait_ms),
+            "browser_queue_s" => self.path_part(|p| p.queue_ms),
+            "browser_uplink_bytes" => self.browser_uplink_bytes,
             "uplink_bytes_per_mb" => self.uplink_bytes_per_mb,
             "uplink_packets_per_mb" => self.uplink_packets_per_mb,
             "retransmitted_bytes" => self.retransmitted_bytes,
             _ => self.connect_s,
         }
+    }
+}
+
+impl Sample {
+    /// A part of the browser load's critical path, in seconds (NaN without one).
+    fn path_part(&self, part: impl Fn(&browser::CriticalPath) -> f64) -> f64 {
+        self.browser
+            .as_ref()
+            .and_then(|b| b.critical_path.as_ref())
+            .map_or(f64::NAN, |p| part(p) / 1e3)
     }
 }
 

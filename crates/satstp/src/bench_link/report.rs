@@ -50,6 +50,14 @@ pub fn settings_json(
         "runs": args.runs,
         "seed": args.seed,
         "contenders": args.contenders.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        "browser_http": plan.http.to_string(),
+        "tls": plan.tls.as_ref().map(|_| json!({
+            "version": "TLS 1.3 (rustls, ring)",
+            "origin": "198.18.0.2:443 in the gateway namespace, certificate from a CA generated for this run",
+            "browser_trust": "--ignore-certificate-errors-spki-list with the leaf key's SHA-256 (no trust store changed)",
+            "resumption": args.tls_resumption,
+            "early_data": args.tls_early_data,
+        })),
         "emulator": "one fresh NetEmulator (new namespaces) per run and contender; link seed = seed + run",
         "host_sysctls": host_sysctls,
         "namespace_sysctls": ns_sysctls,
@@ -195,7 +203,7 @@ pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>
         outln!("  {}", line.join("  ").trim_end());
     }
     outln!(
-        "\n  median (min–max) over runs; uplink B/MB and pkt/MB: IP bytes and packets on the emulated uplink during the download per MB downloaded;\n  retrans B: bytes retransmitted by the download's sender; payload capacity {:.2} Mb/s (downlink × {TCP_MSS}/{MTU})",
+        "\n  median (min–max) over runs; uplink B/MB and pkt/MB: IP bytes and packets on the emulated uplink during the download per MB downloaded;\n  retrans B: bytes retransmitted by the download's sender; br. TLS / rounds / queue s: the browser load's critical path's TLS handshakes,\n  request round trips (request → first byte) and queueing for a connection; br. up B: IP bytes on the uplink during the browser load; payload capacity {:.2} Mb/s (downlink × {TCP_MSS}/{MTU})",
         payload_capacity(down_bps) / 1e6
     );
     for (c, _, errors) in outcomes {
@@ -280,6 +288,7 @@ fn browser_json(b: &BrowserSample) -> Value {
             "gap_s": p.gap_ms / 1e3,
             "queue_s": p.queue_ms / 1e3,
             "connect_s": p.connect_ms / 1e3,
+            "tls_s": p.tls_ms / 1e3,
             "wait_s": p.wait_ms / 1e3,
             "receive_s": p.receive_ms / 1e3,
             "tail_s": p.tail_ms / 1e3,
@@ -289,6 +298,7 @@ fn browser_json(b: &BrowserSample) -> Value {
         "load_s": b.load.load.as_secs_f64(),
         "dom_content_loaded_s": b.load.dom_content_loaded.as_secs_f64(),
         "first_byte_s": b.load.first_byte.as_secs_f64(),
+        "protocol": b.load.protocol,
         "loadavg": b.loadavg,
         "critical_path": path,
     })
