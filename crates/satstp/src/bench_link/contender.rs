@@ -108,7 +108,7 @@ pub enum Protocol {
     Https1,
     /// HTTP/2 over TLS 1.3 on port 443 (ALPN `h2`).
     H2,
-    /// HTTP/3 over QUIC: not built in this binary yet (issue 25 part B adds the QUIC origin).
+    /// HTTP/3 over QUIC on UDP 443 (the browser forced to QUIC for the origin).
     H3,
 }
 
@@ -150,9 +150,10 @@ impl Protocol {
     /// The origin's TLS application protocols for this choice (`None`: plain HTTP).
     pub fn alpn(self) -> Option<loadgen::tls::Alpn> {
         match self {
-            Protocol::H1 | Protocol::H3 => None,
+            Protocol::H1 => None,
             Protocol::Https1 => Some(loadgen::tls::Alpn::Http1),
             Protocol::H2 => Some(loadgen::tls::Alpn::Http2),
+            Protocol::H3 => Some(loadgen::tls::Alpn::Http3),
         }
     }
 

@@ -8,8 +8,8 @@ use super::system::{
     retrans_segs, scrape_metrics, set_congestion, tune_namespace, tune_tcp_hop_host,
 };
 use super::{
-    BrowserSample, Contender, Plan, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT, HTTPS_PORT,
-    ORIGIN_PORT, SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
+    BrowserSample, Contender, Plan, Protocol, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT,
+    HTTPS_PORT, ORIGIN_PORT, SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
 };
 use anyhow::{anyhow, bail, Context, Result};
 use linkem::{NetConfig, NetEmulator, NetStats, Side};
@@ -64,6 +64,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
     // The browser workload over TLS: the same site from an HTTPS origin beside it.
     let https_addr = SocketAddrV4::new(Side::Gateway.ipv4(), HTTPS_PORT);
     let https = match &plan.tls {
+        Some(_) if plan.http == Protocol::H3 => None,
         Some(tls) => Some(start_origin(
             plan,
             &gns,
@@ -72,6 +73,20 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
             Some(Arc::clone(&tls.config)),
         )?),
         None => None,
+    };
+    // Over HTTP/3 the same site from a QUIC origin on UDP 443 instead.
+    let h3 = match &plan.tls {
+        Some(tls) if plan.http == Protocol::H3 => {
+            let socket =
+                linkem::net::in_namespace(&gns, move || std::net::UdpSocket::bind(https_addr))?
+                    .with_context(|| format!("the HTTP/3 origin cannot bind UDP {https_addr}"))?;
+            let _in_rt = plan.rt.enter();
+            Some(
+                loadgen::h3::H3Origin::start(socket, &tls.pki, Some(Arc::new(site_files(plan))))
+                    .context("cannot start the HTTP/3 origin")?,
+            )
+        }
+        _ => None,
     };
     let daemons = match contender.is_split() {
         true => Some(Daemons::start(plan, &emu, contender)?),
@@ -150,16 +165,23 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
     let browser = match &plan.browser {
         Some(b) => {
             origin.set_phase("browser page load");
-            let (url, trust_spki) = match (&plan.tls, &https) {
-                (Some(tls), Some(https)) => {
+            let (url, trust_spki, flags) = match (&plan.tls, &https, &h3) {
+                (_, _, Some(h3)) => (
+                    format!("https://{}{}", https_addr.ip(), browser::site::PAGE_PATH),
+                    Vec::new(),
+                    h3.chromium_flags(&https_addr.ip().to_string()),
+                ),
+                (Some(tls), Some(https), _) => {
                     https.set_phase("browser page load");
                     (
                         format!("https://{}{}", https_addr.ip(), browser::site::PAGE_PATH),
                         vec![tls.pki.spki_sha256().to_string()],
+                        Vec::new(),
                     )
                 }
                 _ => (
                     format!("http://{origin_addr}{}", browser::site::PAGE_PATH),
+                    Vec::new(),
                     Vec::new(),
                 ),
             };
@@ -176,7 +198,9 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 expect_subresources: plan.site.subresources(),
                 expect_scripts: plan.site.scripts(),
             };
-            let load = b.load(&req).context("browser page load")?;
+            let load = b
+                .load_with_flags(&req, &flags)
+                .context("browser page load")?;
             if load.protocol != plan.http.next_hop() {
                 bail!(
                     "browser page load: --http {} asked for {}, the browser used '{}'",
@@ -219,6 +243,16 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 .map(|e| format!("HTTPS origin: {e}")),
         );
         let extra = https.not_found();
+        not_found.count += extra.count;
+        not_found.first.extend(extra.first);
+    }
+    if let Some(h3) = h3 {
+        errors.extend(
+            h3.errors()
+                .into_iter()
+                .map(|e| format!("HTTP/3 origin: {e}")),
+        );
+        let extra = h3.not_found();
         not_found.count += extra.count;
         not_found.first.extend(extra.first);
     }
@@ -292,10 +326,7 @@ fn start_origin(
         .with_context(|| format!("the origin cannot listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let on_accept = cc.map(|cc| -> SocketHook { Arc::new(move |s| set_congestion(s, cc)) });
-    let mut files = Files::new();
-    for o in plan.site.objects() {
-        files.insert(&o.path, o.content_type, o.body.clone());
-    }
+    let files = site_files(plan);
     let _in_rt = plan.rt.enter();
     Ok(Origin::start(
         tokio::net::TcpListener::from_std(listener)?,
@@ -306,6 +337,15 @@ fn start_origin(
             tls,
         },
     ))
+}
+
+/// The browser workload's test site as the origins serve it.
+fn site_files(plan: &Plan) -> Files {
+    let mut files = Files::new();
+    for o in plan.site.objects() {
+        files.insert(&o.path, o.content_type, o.body.clone());
+    }
+    files
 }
 
 /// Connections made from namespace `ns`, with congestion control `cc` if given.

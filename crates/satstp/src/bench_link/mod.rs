@@ -165,10 +165,22 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         bail!("--contenders: name at least one contender");
     }
     if args.http == Protocol::H3 {
-        bail!(
-            "--http h3: HTTP/3 over QUIC is not built in this binary (the QUIC origin is issue 25 \
-             part B); use h1, https1 or h2"
-        );
+        // Chromium carries no QUIC over a SOCKS5 proxy: only the routed paths can.
+        if let Some(c) = args
+            .contenders
+            .iter()
+            .find(|c| c.is_split() && **c != Contender::SplitStpTproxy)
+        {
+            bail!(
+                "--http h3 --contenders {c}: Chromium does not carry QUIC through a SOCKS5 proxy; \
+                 with h3 use direct contenders (cubic, bbr: the kernel's congestion control does \
+                 not apply to QUIC, so both are QUIC as the origin's stack runs it) or \
+                 split-stp-tproxy (the terminal's quic = \"pass\" routes QUIC as it is)"
+            );
+        }
+        if args.tls_early_data {
+            bail!("--tls-early-data: not offered over QUIC here (use it with https1 or h2)");
+        }
     }
     if args.http != Protocol::H1 && args.no_browser {
         bail!(
