@@ -35,9 +35,9 @@ pub struct Scenario {
     /// Seed of the first replication; replication i uses seed + i.
     #[serde(default = "default_seed")]
     pub seed: u64,
-    #[serde(rename = "node")]
+    #[serde(rename = "node", default)]
     pub nodes: Vec<NodeSpec>,
-    #[serde(rename = "link")]
+    #[serde(rename = "link", default)]
     pub links: Vec<LinkSpec>,
     #[serde(rename = "flow", default)]
     pub flows: Vec<FlowSpec>,
@@ -46,6 +46,12 @@ pub struct Scenario {
     /// Static routes that override the shortest paths (e.g. a different return path).
     #[serde(rename = "route", default)]
     pub routes: Vec<RouteSpec>,
+    /// A constellation as the network (`crate::leo_scenario`): with it, the scenario has
+    /// `[[ground_station]]`s and flows between them instead of nodes and links.
+    #[serde(default)]
+    pub constellation: Option<crate::leo_scenario::ConstellationSpec>,
+    #[serde(rename = "ground_station", default)]
+    pub ground_stations: Vec<crate::leo_scenario::GroundStationSpec>,
 }
 
 /// A static route: at node `at`, packets for `to` leave on link `via` ("at->next").
@@ -406,7 +412,9 @@ impl Scenario {
                 e.span(),
             ))
         })?;
-        s.replication()?;
+        if !s.is_constellation() {
+            s.replication()?;
+        }
         if s.duration_ns()? == 0 {
             return Err(field(
                 "duration",
@@ -416,6 +424,23 @@ impl Scenario {
                 ),
             ));
         }
+        if s.is_constellation() {
+            s.leo_plan()?;
+            return Ok(s);
+        }
+        if !s.ground_stations.is_empty() {
+            return Err(field(
+                "ground_station",
+                "needs a [constellation] table naming the satellites the stations use",
+            ));
+        }
+        if s.nodes.is_empty() {
+            return Err(field(
+                "node",
+                "missing: a scenario needs [[node]] and [[link]] tables (or a [constellation] with [[ground_station]]s)",
+            ));
+        }
+        s.replication()?;
         s.confidence()?;
         // Building once checks names, units, routes and options.
         s.build(s.seed)?;
