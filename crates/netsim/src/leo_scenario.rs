@@ -424,3 +424,179 @@ impl LeoPlan {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+name = "small"
+duration = "10s"
+[constellation]
+preset = "starlink-550"
+gsl_rate = "10Mbps"
+[[ground_station]]
+name = "New York"
+[[ground_station]]
+name = "la"
+city = "Los Angeles"
+[[ground_station]]
+name = "madrid"
+lat = 40.4168
+lon = -3.7038
+[[flow]]
+name = "a"
+protocol = "newreno"
+from = "New York"
+to = "la"
+[[flow]]
+name = "b"
+protocol = "cubic"
+from = "la"
+to = "madrid"
+start = "1s"
+[[flow]]
+name = "c"
+protocol = "stp"
+from = "madrid"
+to = "New York"
+bytes = "2MB"
+"#;
+
+    /// Three flows between three cities over starlink-550 with 10 Mb/s GSLs: the persistent
+    /// ones carry most of a GSL, the 2 MB STP transfer completes, and the RTTs lie between the
+    /// light time through the shell and that plus the queues.
+    #[test]
+    fn a_small_constellation_scenario_runs_with_sensible_goodput() {
+        let s = Scenario::from_toml(SMALL).unwrap();
+        let plan = s.leo_plan().unwrap();
+        assert_eq!(plan.stations, ["New York", "la", "madrid"]);
+        assert_eq!(plan.flows[1].start, SEC);
+        let r = plan.run().unwrap();
+        let f = plan.flow_results(&r);
+        assert_eq!(f.len(), 3);
+        for x in &f[..2] {
+            assert!(
+                (4e6..=10e6).contains(&x.goodput_bps),
+                "{}: {} b/s",
+                x.name,
+                x.goodput_bps
+            );
+            assert!(x.completion_s.is_none());
+        }
+        assert_eq!(f[2].delivered_bytes, 2_000_000);
+        let done = f[2].completion_s.expect("the 2 MB STP transfer completes");
+        assert!(done > 1.6 && done < 8.0, "{done} s");
+        for x in &f {
+            let rtt = x.rtt_mean_ms.expect("packets both ways");
+            // NY-LA light through the shell ~ 2 x 15 ms; 100-packet queues at 10 Mb/s add
+            // at most ~120 ms a direction.
+            assert!(rtt > 25.0 && rtt < 350.0, "{}: RTT {rtt} ms", x.name);
+        }
+    }
+
+    fn error_of(text: &str) -> String {
+        let e = Scenario::from_toml(text).unwrap_err().to_string();
+        assert!(!e.contains('\n'), "one line: {e}");
+        e
+    }
+
+    /// Each bad input gets one line naming the key and what is accepted.
+    #[test]
+    fn bad_constellation_scenarios_name_the_key() {
+        let e = error_of(&SMALL.replace("to = \"la\"", "to = \"Paris\""));
+        assert!(
+            e.contains("flow a.to") && e.contains("'Paris' is not a ground station"),
+            "{e}"
+        );
+        assert!(e.contains("New York, la, madrid"), "{e}");
+        let e = error_of(&SMALL.replace("starlink-550", "starlink-9000"));
+        assert!(e.contains("constellation.preset"), "{e}");
+        assert!(e.contains("starlink-9000"), "{e}");
+        let e = error_of(&SMALL.replace("40.4168", "140.4168"));
+        assert!(e.contains("ground_station madrid.lat"), "{e}");
+        assert!(e.contains("-90..90"), "{e}");
+        let e = error_of(&SMALL.replace("lon = -3.7038", ""));
+        assert!(e.contains("ground_station madrid.lon"), "{e}");
+        let e = error_of(&SMALL.replace("name = \"New York\"", "name = \"Atlantis\""));
+        assert!(e.contains("ground_station Atlantis"), "{e}");
+        assert!(e.contains("not a built-in city"), "{e}");
+        let e = error_of(&SMALL.replace("\"cubic\"", "\"bbr\""));
+        assert!(
+            e.contains("flow b.protocol") && e.contains("newreno"),
+            "{e}"
+        );
+        let e = error_of(&SMALL.replace("start = \"1s\"", "start = \"10s\""));
+        assert!(e.contains("flow b.start"), "{e}");
+        let e = error_of(&SMALL.replace("bytes = \"2MB\"", "bytes = \"2 parsecs\""));
+        assert!(e.contains("flow c.bytes"), "{e}");
+        let e = error_of(&SMALL.replace("gsl_rate = \"10Mbps\"", "mask_deg = 95.0"));
+        assert!(e.contains("constellation.mask_deg"), "{e}");
+        let e = error_of(&SMALL.replace("preset = \"starlink-550\"", ""));
+        assert!(
+            e.contains("constellation.preset") && e.contains("tle"),
+            "{e}"
+        );
+        let e =
+            error_of(&SMALL.replace("preset = \"starlink-550\"", "tle = \"/nonexistent/x.tle\""));
+        assert!(
+            e.contains("constellation.tle") && e.contains("/nonexistent/x.tle"),
+            "{e}"
+        );
+        let e = error_of(&format!("{SMALL}\n[[node]]\nname = \"x\"\n"));
+        assert!(e.starts_with("node:"), "{e}");
+        let e = error_of(&SMALL.replace(
+            "protocol = \"newreno\"",
+            "protocol = \"newreno\"\nsplit_at = \"la\"",
+        ));
+        assert!(e.contains("flow a.split_at"), "{e}");
+        // An unknown key: the TOML reader's located message, as for every scenario.
+        let e = Scenario::from_toml(
+            &SMALL.replace("[constellation]\n", "[constellation]\nradius = 3\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("unknown field `radius`") && e.contains("altitude_km"),
+            "{e}"
+        );
+    }
+
+    /// The study's flows run through `flow_study` unchanged: `bulk_study` is `flow_study` with
+    /// its own flow list (so the reproductions' figures stay the same).
+    #[test]
+    fn bulk_study_is_flow_study_with_its_flow_list() {
+        let cfg = LeoNetConfig {
+            constellation: Constellation::preset("starlink-550").unwrap(),
+            stations: ["New York", "London", "Tokyo", "Sydney"]
+                .iter()
+                .map(|n| constellation::geo::place(n).unwrap())
+                .collect(),
+            duration: 3 * SEC,
+            step: SEC,
+            isl_rate_bps: 100_000_000,
+            gsl_rate_bps: 10_000_000,
+            queue_packets: 100,
+            seed: 3,
+        };
+        let t = StudyTransport::Tcp(Variant::NewReno);
+        let a = crate::leo_net::bulk_study(&cfg, 3, t).unwrap();
+        let list: Vec<StudyFlow> = (0..3)
+            .map(|f| StudyFlow {
+                src: f % 4,
+                dst: (f + 2) % 4,
+                transport: t,
+                start: SEC * f as u64 / 3,
+                bytes: None,
+            })
+            .collect();
+        let b = flow_study(&cfg, &list).unwrap();
+        assert_eq!(a.goodput_bps, b.goodput_bps);
+        assert_eq!(a.events, b.events);
+        assert!(
+            a.goodput_bps.iter().all(|&g| g > 0.0),
+            "{:?}",
+            a.goodput_bps
+        );
+    }
+}
