@@ -562,6 +562,34 @@ bytes = "2MB"
         );
     }
 
+    /// A TLE file as the constellation (the TLEs `satstp leo tle` writes for kuiper-630): the
+    /// scenario runs on the SGP4 satellites and the flow delivers.
+    #[test]
+    fn a_tle_constellation_scenario_runs() {
+        let Constellation::Walker(shell) = Constellation::preset("kuiper-630").unwrap() else {
+            unreachable!("a preset is a Walker shell")
+        };
+        let path = std::env::temp_dir().join(format!("leo-scenario-{}.tle", std::process::id()));
+        std::fs::write(&path, constellation::tle::shell_to_tles(&shell)).unwrap();
+        let text = format!(
+            "name = \"tle\"\nduration = \"5s\"\n[constellation]\ntle = \"{}\"\nmask_deg = 30.0\n\
+             [[ground_station]]\nname = \"New York\"\n[[ground_station]]\nname = \"London\"\n\
+             [[flow]]\nname = \"x\"\nprotocol = \"sack\"\nfrom = \"New York\"\nto = \"London\"\n",
+            path.display()
+        );
+        let s = Scenario::from_toml(&text).unwrap();
+        let plan = s.leo_plan().unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(plan.config.constellation, Constellation::Tle(_)));
+        assert_eq!(plan.config.constellation.elevation_mask_deg(), 30.0);
+        let r = plan.run().unwrap();
+        let f = plan.flow_results(&r);
+        assert!(f[0].goodput_bps > 2e6, "{:?}", f[0]);
+        // With a TLE file, the preset's shell changes are refused by name.
+        let e = error_of(&text.replace("mask_deg = 30.0", "altitude_km = 600.0"));
+        assert!(e.contains("constellation.altitude_km"), "{e}");
+    }
+
     /// The study's flows run through `flow_study` unchanged: `bulk_study` is `flow_study` with
     /// its own flow list (so the reproductions' figures stay the same).
     #[test]
