@@ -956,6 +956,12 @@ impl Scenario {
 
     /// Builds the simulation for one replication.
     pub fn build(&self, seed: u64) -> Result<Built, ScenarioError> {
+        if self.is_constellation() {
+            return Err(field(
+                "constellation",
+                "this scenario runs on the constellation network (Scenario::leo_plan, `satstp sim`), not as nodes and links",
+            ));
+        }
         let mut sim = Sim::new(seed);
         let mut seen = BTreeMap::new();
         for n in &self.nodes {
