@@ -494,6 +494,8 @@ struct StudyLog {
 struct Observe {
     inner: Box<dyn crate::sim::Agent>,
     flow: usize,
+    /// From then on the agent gets no packets or timers (a sender stops sending).
+    stop: Option<Time>,
     log: std::rc::Rc<std::cell::RefCell<StudyLog>>,
 }
 
@@ -531,10 +533,14 @@ impl crate::sim::Agent for Observe {
                 }
             }
         }
-        self.inner.on_packet(ctx, pkt)
+        if self.stop.is_none_or(|t| ctx.now < t) {
+            self.inner.on_packet(ctx, pkt)
+        }
     }
     fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
-        self.inner.on_timer(ctx, token)
+        if self.stop.is_none_or(|t| ctx.now < t) {
+            self.inner.on_timer(ctx, token)
+        }
     }
     fn finish(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
         self.inner.finish(ctx)
@@ -555,6 +561,9 @@ pub struct StudyFlow {
     pub start: Time,
     /// Bytes to transfer; None: a persistent flow that sends until the run ends.
     pub bytes: Option<u64>,
+    /// When the sender stops (it gets no more ACKs or timers, so sends nothing; what is in
+    /// flight still arrives). None: it sends until its bytes are done or the run ends.
+    pub stop: Option<Time>,
 }
 
 /// Runs a [`BulkStudy`]: `flows` persistent flows of `transport`, flow `f` from station
@@ -573,6 +582,7 @@ pub fn bulk_study(
             transport,
             start: crate::sim::SEC * f as u64 / flows.max(1) as u64,
             bytes: None,
+            stop: None,
         })
         .collect();
     flow_study(cfg, &list)
@@ -617,10 +627,11 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
         reordered: vec![0; flows],
         highest: vec![None; flows],
     }));
-    let observed = |flow: usize, a: Box<dyn Agent>| -> Box<dyn Agent> {
+    let observed = |flow: usize, stop: Option<Time>, a: Box<dyn Agent>| -> Box<dyn Agent> {
         Box::new(Observe {
             inner: a,
             flow,
+            stop,
             log: std::rc::Rc::clone(&log),
         })
     };
@@ -683,9 +694,9 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
         };
         let at = spec.start;
         leo.sim
-            .add_agent(leo.station(src), port, at, observed(f, s))?;
+            .add_agent(leo.station(src), port, at, observed(f, spec.stop, s))?;
         leo.sim
-            .add_agent(leo.station(dst), port + 1, at, observed(f, k))?;
+            .add_agent(leo.station(dst), port + 1, at, observed(f, None, k))?;
         endpoints.push((src, dst));
     }
     leo.run_until(cfg.duration);

@@ -330,7 +330,7 @@ fn study_flow(f: &FlowSpec, names: &[String], duration: Time) -> Result<StudyFlo
     if let Some((k, _)) = unsupported.iter().find(|(_, given)| *given) {
         return Err(field(
             key(k),
-            "not available on a constellation scenario (a flow there has protocol, from, to, start, bytes and count)",
+            "not available on a constellation scenario (a flow there has protocol, from, to, start, bytes, duration and count)",
         ));
     }
     let transport = transport(&f.protocol).ok_or_else(|| {
@@ -373,12 +373,21 @@ fn study_flow(f: &FlowSpec, names: &[String], duration: Time) -> Result<StudyFlo
             Err(e) => return Err(field(key("bytes"), e.to_string())),
         },
     };
+    let stop = match &f.duration {
+        None => None,
+        Some(x) => match parse_duration_ns(x) {
+            Ok(0) => return Err(field(key("duration"), "must be above 0")),
+            Ok(d) => Some(start.saturating_add(d)),
+            Err(e) => return Err(field(key("duration"), e.to_string())),
+        },
+    };
     Ok(StudyFlow {
         src,
         dst,
         transport,
         start,
         bytes,
+        stop,
     })
 }
 
@@ -400,7 +409,8 @@ impl LeoPlan {
             .map(|(f, spec)| {
                 let delivered = r.delivered_bytes.get(f).copied().unwrap_or(0);
                 let done = r.completed_at.get(f).copied().flatten();
-                let life = done.unwrap_or(end).saturating_sub(spec.start).max(1);
+                let until = done.or(spec.stop).unwrap_or(end).min(end);
+                let life = until.saturating_sub(spec.start).max(1);
                 let rtts: Vec<f64> = r
                     .seconds
                     .get(f)
@@ -455,6 +465,7 @@ protocol = "cubic"
 from = "la"
 to = "madrid"
 start = "1s"
+duration = "4s"
 [[flow]]
 name = "c"
 protocol = "stp"
@@ -484,6 +495,11 @@ bytes = "2MB"
             );
             assert!(x.completion_s.is_none());
         }
+        // Flow b sends for 4 s (from 1 s): what it delivers fits 4 s at the GSL rate, plus
+        // what was in flight when it stopped.
+        assert_eq!(plan.flows[1].stop, Some(5 * SEC));
+        let b = f[1].delivered_bytes as f64;
+        assert!(b > 4.0 * 4e6 / 8.0 && b < 4.3 * 10e6 / 8.0, "{b} bytes");
         assert_eq!(f[2].delivered_bytes, 2_000_000);
         let done = f[2].completion_s.expect("the 2 MB STP transfer completes");
         assert!(done > 1.6 && done < 8.0, "{done} s");
@@ -528,6 +544,8 @@ bytes = "2MB"
         );
         let e = error_of(&SMALL.replace("start = \"1s\"", "start = \"10s\""));
         assert!(e.contains("flow b.start"), "{e}");
+        let e = error_of(&SMALL.replace("duration = \"4s\"", "duration = \"0s\""));
+        assert!(e.contains("flow b.duration"), "{e}");
         let e = error_of(&SMALL.replace("bytes = \"2MB\"", "bytes = \"2 parsecs\""));
         assert!(e.contains("flow c.bytes"), "{e}");
         let e = error_of(&SMALL.replace("gsl_rate = \"10Mbps\"", "mask_deg = 95.0"));
@@ -616,6 +634,7 @@ bytes = "2MB"
                 transport: t,
                 start: SEC * f as u64 / 3,
                 bytes: None,
+                stop: None,
             })
             .collect();
         let b = flow_study(&cfg, &list).unwrap();

@@ -350,6 +350,8 @@ pub struct FlowSpec {
     pub bytes: Option<String>,
     /// Start time, e.g. "1s" (default 0).
     pub start: Option<String>,
+    /// How long the sender sends (constellation scenarios only; default: to the end).
+    pub duration: Option<String>,
     /// Link whose forward bytes define efficiency and whose reverse direction defines the
     /// reverse-channel use, as "x->y"; default: the slowest link on the path.
     pub bottleneck: Option<String>,
@@ -1077,6 +1079,12 @@ impl Scenario {
                 sim.metrics.enable_trace(id);
             }
             let (src_port, dst_port) = (10_000 + i as u16 * 2, 10_001 + i as u16 * 2);
+            if f.duration.is_some() {
+                return Err(field(
+                    format!("flow {}.duration", f.name),
+                    "is for a constellation scenario's flows; here give bytes, or let the flow run to the end",
+                ));
+            }
             if f.stripes.is_some() && f.protocol != "tcp" {
                 return Err(field(
                     format!("flow {}.stripes", f.name),
@@ -1285,6 +1293,7 @@ impl Scenario {
                 to: w.client.clone(),
                 bytes: None,
                 start: None,
+                duration: None,
                 bottleneck: None,
                 reverse_channel: None,
                 trace: false,
