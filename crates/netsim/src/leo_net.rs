@@ -417,6 +417,9 @@ pub enum StudyTransport {
 pub struct BulkStudy {
     /// Goodput of each flow (b/s), in flow order.
     pub goodput_bps: Vec<f64>,
+    /// Bytes each flow's receiver got, and when a sized flow's last byte arrived.
+    pub delivered_bytes: Vec<u64>,
+    pub completed_at: Vec<Option<Time>>,
     pub events: u64,
     /// Route entries changed after the first step (the paths changing under the flows).
     pub route_changes: u64,
@@ -491,6 +494,8 @@ struct StudyLog {
 struct Observe {
     inner: Box<dyn crate::sim::Agent>,
     flow: usize,
+    /// From then on the agent gets no packets or timers (a sender stops sending).
+    stop: Option<Time>,
     log: std::rc::Rc<std::cell::RefCell<StudyLog>>,
 }
 
@@ -528,10 +533,14 @@ impl crate::sim::Agent for Observe {
                 }
             }
         }
-        self.inner.on_packet(ctx, pkt)
+        if self.stop.is_none_or(|t| ctx.now < t) {
+            self.inner.on_packet(ctx, pkt)
+        }
     }
     fn on_timer(&mut self, ctx: &mut crate::sim::Ctx<'_>, token: u64) {
-        self.inner.on_timer(ctx, token)
+        if self.stop.is_none_or(|t| ctx.now < t) {
+            self.inner.on_timer(ctx, token)
+        }
     }
     fn finish(&mut self, ctx: &mut crate::sim::Ctx<'_>) {
         self.inner.finish(ctx)
@@ -541,12 +550,59 @@ impl crate::sim::Agent for Observe {
     }
 }
 
-/// Runs a [`BulkStudy`].
+/// One flow of a [`flow_study`]: between two of the configuration's stations (indices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StudyFlow {
+    /// Sending and receiving station.
+    pub src: usize,
+    pub dst: usize,
+    pub transport: StudyTransport,
+    /// When the flow starts.
+    pub start: Time,
+    /// Bytes to transfer; None: a persistent flow that sends until the run ends.
+    pub bytes: Option<u64>,
+    /// When the sender stops (it gets no more ACKs or timers, so sends nothing; what is in
+    /// flight still arrives). None: it sends until its bytes are done or the run ends.
+    pub stop: Option<Time>,
+}
+
+/// Runs a [`BulkStudy`]: `flows` persistent flows of `transport`, flow `f` from station
+/// `f mod G` to station `(f + G/2) mod G`, started over the first second.
 pub fn bulk_study(
     cfg: &LeoNetConfig,
     flows: usize,
     transport: StudyTransport,
 ) -> Result<BulkStudy, LeoNetError> {
+    let g = cfg.stations.len();
+    let half = (g / 2).max(1);
+    let list: Vec<StudyFlow> = (0..flows)
+        .map(|f| StudyFlow {
+            src: f % g.max(1),
+            dst: (f + half) % g.max(1),
+            transport,
+            start: crate::sim::SEC * f as u64 / flows.max(1) as u64,
+            bytes: None,
+            stop: None,
+        })
+        .collect();
+    flow_study(cfg, &list)
+}
+
+/// Runs the flows `list` on the constellation network of `cfg` (flow `f` is `FlowId(f + 1)`),
+/// measuring them as [`bulk_study`] does; `goodput_bps` counts over the whole run.
+pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, LeoNetError> {
+    let flows = list.len();
+    if let Some(f) = list
+        .iter()
+        .find(|f| f.src >= cfg.stations.len() || f.dst >= cfg.stations.len())
+    {
+        return Err(LeoNetError::Config(format!(
+            "a flow names station {} or {}, but there are {} stations",
+            f.src,
+            f.dst,
+            cfg.stations.len()
+        )));
+    }
     use crate::packet::{Addr, FlowId};
     use crate::sim::Agent;
     use crate::stp_agent::{Framing, StpAgent, StpRole};
@@ -554,7 +610,7 @@ pub fn bulk_study(
     let started = std::time::Instant::now();
     let mut leo = LeoNet::build(cfg)?;
     let build_s = started.elapsed().as_secs_f64();
-    let tcp = match transport {
+    let tcp_of = |transport: StudyTransport| match transport {
         StudyTransport::Tcp(v) => TcpConfig::with_variant(v),
         StudyTransport::Cubic => TcpConfig {
             increase: crate::tcp::IncreasePolicy::Cubic,
@@ -571,10 +627,11 @@ pub fn bulk_study(
         reordered: vec![0; flows],
         highest: vec![None; flows],
     }));
-    let observed = |flow: usize, a: Box<dyn Agent>| -> Box<dyn Agent> {
+    let observed = |flow: usize, stop: Option<Time>, a: Box<dyn Agent>| -> Box<dyn Agent> {
         Box::new(Observe {
             inner: a,
             flow,
+            stop,
             log: std::rc::Rc::clone(&log),
         })
     };
@@ -595,12 +652,11 @@ pub fn bulk_study(
             }),
         );
     }
-    let g = cfg.stations.len();
-    let half = (g / 2).max(1);
     let err = |e: crate::tcp::TcpConfigError| LeoNetError::Config(e.to_string());
     let mut endpoints = Vec::with_capacity(flows);
-    for f in 0..flows {
-        let (src, dst) = (f % g, (f + half) % g);
+    for (f, spec) in list.iter().enumerate() {
+        let (src, dst, transport) = (spec.src, spec.dst, spec.transport);
+        let tcp = tcp_of(transport);
         let port = 5000u16.wrapping_add((2 * f) as u16);
         let peer = Addr {
             node: leo.station(dst),
@@ -609,11 +665,17 @@ pub fn bulk_study(
         let flow = FlowId(f as u32 + 1);
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
             StudyTransport::Tcp(_) | StudyTransport::Cubic => (
-                Box::new(TcpAgent::bulk_sender(flow, port, peer, None, tcp.clone()).map_err(err)?),
+                Box::new(
+                    TcpAgent::bulk_sender(flow, port, peer, spec.bytes, tcp.clone())
+                        .map_err(err)?,
+                ),
                 Box::new(TcpAgent::sink(port + 1, tcp.clone()).map_err(err)?),
             ),
             StudyTransport::Stp => {
-                let role = StpRole::Sender { peer, bytes: None };
+                let role = StpRole::Sender {
+                    peer,
+                    bytes: spec.bytes,
+                };
                 let seed = cfg.seed ^ ((f as u64) << 8);
                 let conf = stp::EndpointConfig::default();
                 (
@@ -630,11 +692,11 @@ pub fn bulk_study(
                 )
             }
         };
-        let at = crate::sim::SEC * f as u64 / flows.max(1) as u64;
+        let at = spec.start;
         leo.sim
-            .add_agent(leo.station(src), port, at, observed(f, s))?;
+            .add_agent(leo.station(src), port, at, observed(f, spec.stop, s))?;
         leo.sim
-            .add_agent(leo.station(dst), port + 1, at, observed(f, k))?;
+            .add_agent(leo.station(dst), port + 1, at, observed(f, None, k))?;
         endpoints.push((src, dst));
     }
     leo.run_until(cfg.duration);
@@ -651,6 +713,24 @@ pub fn bulk_study(
                     .flows
                     .get(&FlowId(f as u32 + 1))
                     .map_or(0.0, |m| m.delivered_bytes as f64 * 8.0 / secs)
+            })
+            .collect(),
+        delivered_bytes: (0..flows)
+            .map(|f| {
+                leo.sim
+                    .metrics
+                    .flows
+                    .get(&FlowId(f as u32 + 1))
+                    .map_or(0, |m| m.delivered_bytes)
+            })
+            .collect(),
+        completed_at: (0..flows)
+            .map(|f| {
+                leo.sim
+                    .metrics
+                    .flows
+                    .get(&FlowId(f as u32 + 1))
+                    .and_then(|m| m.completed_ns)
             })
             .collect(),
         events: leo.sim.events_processed,

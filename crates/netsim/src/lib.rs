@@ -13,6 +13,7 @@ pub mod http_model;
 pub mod latency_model;
 // The LEO constellation as a packet network (issue 26).
 pub mod leo_net;
+pub mod leo_scenario;
 pub mod metrics;
 pub mod packet;
 pub mod pcap;

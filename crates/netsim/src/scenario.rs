@@ -35,9 +35,9 @@ pub struct Scenario {
     /// Seed of the first replication; replication i uses seed + i.
     #[serde(default = "default_seed")]
     pub seed: u64,
-    #[serde(rename = "node")]
+    #[serde(rename = "node", default)]
     pub nodes: Vec<NodeSpec>,
-    #[serde(rename = "link")]
+    #[serde(rename = "link", default)]
     pub links: Vec<LinkSpec>,
     #[serde(rename = "flow", default)]
     pub flows: Vec<FlowSpec>,
@@ -46,6 +46,12 @@ pub struct Scenario {
     /// Static routes that override the shortest paths (e.g. a different return path).
     #[serde(rename = "route", default)]
     pub routes: Vec<RouteSpec>,
+    /// A constellation as the network (`crate::leo_scenario`): with it, the scenario has
+    /// `[[ground_station]]`s and flows between them instead of nodes and links.
+    #[serde(default)]
+    pub constellation: Option<crate::leo_scenario::ConstellationSpec>,
+    #[serde(rename = "ground_station", default)]
+    pub ground_stations: Vec<crate::leo_scenario::GroundStationSpec>,
 }
 
 /// A static route: at node `at`, packets for `to` leave on link `via` ("at->next").
@@ -344,6 +350,8 @@ pub struct FlowSpec {
     pub bytes: Option<String>,
     /// Start time, e.g. "1s" (default 0).
     pub start: Option<String>,
+    /// How long the sender sends (constellation scenarios only; default: to the end).
+    pub duration: Option<String>,
     /// Link whose forward bytes define efficiency and whose reverse direction defines the
     /// reverse-channel use, as "x->y"; default: the slowest link on the path.
     pub bottleneck: Option<String>,
@@ -406,7 +414,9 @@ impl Scenario {
                 e.span(),
             ))
         })?;
-        s.replication()?;
+        if !s.is_constellation() {
+            s.replication()?;
+        }
         if s.duration_ns()? == 0 {
             return Err(field(
                 "duration",
@@ -416,6 +426,23 @@ impl Scenario {
                 ),
             ));
         }
+        if s.is_constellation() {
+            s.leo_plan()?;
+            return Ok(s);
+        }
+        if !s.ground_stations.is_empty() {
+            return Err(field(
+                "ground_station",
+                "needs a [constellation] table naming the satellites the stations use",
+            ));
+        }
+        if s.nodes.is_empty() {
+            return Err(field(
+                "node",
+                "missing: a scenario needs [[node]] and [[link]] tables (or a [constellation] with [[ground_station]]s)",
+            ));
+        }
+        s.replication()?;
         s.confidence()?;
         // Building once checks names, units, routes and options.
         s.build(s.seed)?;
@@ -931,6 +958,12 @@ impl Scenario {
 
     /// Builds the simulation for one replication.
     pub fn build(&self, seed: u64) -> Result<Built, ScenarioError> {
+        if self.is_constellation() {
+            return Err(field(
+                "constellation",
+                "this scenario runs on the constellation network (Scenario::leo_plan, `satstp sim`), not as nodes and links",
+            ));
+        }
         let mut sim = Sim::new(seed);
         let mut seen = BTreeMap::new();
         for n in &self.nodes {
@@ -1046,6 +1079,12 @@ impl Scenario {
                 sim.metrics.enable_trace(id);
             }
             let (src_port, dst_port) = (10_000 + i as u16 * 2, 10_001 + i as u16 * 2);
+            if f.duration.is_some() {
+                return Err(field(
+                    format!("flow {}.duration", f.name),
+                    "is for a constellation scenario's flows; here give bytes, or let the flow run to the end",
+                ));
+            }
             if f.stripes.is_some() && f.protocol != "tcp" {
                 return Err(field(
                     format!("flow {}.stripes", f.name),
@@ -1254,6 +1293,7 @@ impl Scenario {
                 to: w.client.clone(),
                 bytes: None,
                 start: None,
+                duration: None,
                 bottleneck: None,
                 reverse_channel: None,
                 trace: false,

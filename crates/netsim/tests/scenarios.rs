@@ -111,3 +111,12 @@ fn a_link_replays_a_mahimahi_rate_trace() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A flow's `duration` is a constellation scenario's key: a node scenario refuses it by name.
+#[test]
+fn a_node_scenario_refuses_a_flow_duration_by_name() {
+    let text = format!("{GEO}\nduration = \"5s\"\n");
+    let e = Scenario::from_toml(&text).unwrap_err().to_string();
+    assert!(e.starts_with("flow bulk.duration:"), "{e}");
+    assert!(e.contains("constellation"), "{e}");
+}

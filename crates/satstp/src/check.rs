@@ -33,7 +33,9 @@ fn kind_of(path: &Path, text: &str) -> Result<Kind> {
         match (
             table.contains_key("terminal"),
             table.contains_key("gateway"),
-            table.contains_key("node") || table.contains_key("link"),
+            ["node", "link", "constellation"]
+                .iter()
+                .any(|k| table.contains_key(*k)),
         ) {
             (true, false, _) => Kind::Terminal,
             (false, true, _) => Kind::Gateway,
@@ -44,7 +46,8 @@ fn kind_of(path: &Path, text: &str) -> Result<Kind> {
             ),
             (false, false, false) => anyhow::bail!(
                 "{}: not a terminal configuration ([terminal] table), a gateway configuration \
-                 ([gateway] table) or a scenario ([[node]] and [[link]] tables)",
+                 ([gateway] table) or a scenario ([[node]] and [[link]] tables, or a \
+                 [constellation] table)",
                 path.display()
             ),
         },
@@ -286,7 +289,7 @@ fn scenario(path: &Path, text: &str) -> Result<Lines> {
     let s = netsim::scenario::Scenario::from_toml(text)
         .with_context(|| format!("invalid scenario {}", path.display()))?;
     println!("{}: scenario {:?}, OK", path.display(), s.name);
-    Ok(vec![
+    let mut lines: Lines = vec![
         ("duration".into(), s.duration.clone()),
         (
             "runs".into(),
@@ -300,5 +303,14 @@ fn scenario(path: &Path, text: &str) -> Result<Lines> {
         ("links".into(), s.links.len().to_string()),
         ("flows".into(), s.flows.len().to_string()),
         ("web".into(), s.web.len().to_string()),
-    ])
+    ];
+    if let Some(c) = &s.constellation {
+        let what = c.preset.clone().or(c.tle.clone()).unwrap_or_default();
+        lines.push(("constellation".into(), what));
+        lines.push((
+            "ground stations".into(),
+            s.ground_stations.len().to_string(),
+        ));
+    }
+    Ok(lines)
 }

@@ -37,6 +37,114 @@ pub struct SimArgs {
     /// Directory of the partial results of --shard.
     #[arg(long, value_name = "DIR", default_value = "shards", requires = "shard")]
     shard_out: PathBuf,
+    /// A constellation scenario's per-flow, per-second and ISL tables (CSV) and charts, written
+    /// to DIR as NAME-flows.csv, NAME-rtt.csv, NAME-isl.csv, NAME-isl-links.csv (docs/leo.md).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// A scenario with a `[constellation]`: one run on the constellation as a packet network, the
+/// flows' goodput and RTT printed, the study's tables written with --out.
+fn run_constellation(args: &SimArgs, scenario: &Scenario) -> Result<()> {
+    let file = args.file.display();
+    for (flag, given) in [
+        ("--runs", args.runs.as_deref().is_some_and(|r| r != "1")),
+        ("--max-runs", args.max_runs.is_some()),
+        ("--confidence", args.confidence.is_some()),
+        ("--pcap", args.pcap.is_some()),
+        ("--shard", args.shard.is_some()),
+    ] {
+        if given {
+            bail!(
+                "{flag}: {file} names a constellation, and a constellation scenario runs once per seed (give --seed for another run)"
+            );
+        }
+    }
+    let mut plan = scenario
+        .leo_plan()
+        .with_context(|| format!("invalid scenario {file}"))?;
+    if let Some(seed) = args.seed {
+        plan.config.seed = seed;
+    }
+    crate::outpath::json_start(&args.json)?;
+    if let Some(dir) = &args.out {
+        crate::outpath::dir("--out", dir)?;
+    }
+    let c = &plan.config;
+    crate::progress::show(&format!(
+        "  {}: {} satellites, {} ground stations, {} flows, {:.0} s simulated",
+        c.constellation.name(),
+        c.constellation.count(),
+        c.stations.len(),
+        plan.flows.len(),
+        c.duration as f64 / 1e9
+    ));
+    let r = plan.run().with_context(|| format!("running {file}"))?;
+    crate::progress::clear();
+    let flows = plan.flow_results(&r);
+    outln!(
+        "{}: {} over {} ({} satellites), {:.0} s",
+        scenario.name,
+        plan.stations.join(", "),
+        c.constellation.name(),
+        c.constellation.count(),
+        c.duration as f64 / 1e9
+    );
+    outln!(
+        "  {:<16} {:<24} {:<8} {:>10} {:>11} {:>10} {:>9} {:>10}",
+        "flow",
+        "from -> to",
+        "protocol",
+        "delivered",
+        "goodput",
+        "done at",
+        "RTT mean",
+        "reordered"
+    );
+    let opt = |x: Option<f64>, unit: &str| x.map_or("-".to_string(), |v| format!("{v:.1} {unit}"));
+    for f in &flows {
+        outln!(
+            "  {:<16} {:<24} {:<8} {:>7.2} MB {:>6.2} Mb/s {:>10} {:>9} {:>10}",
+            f.name,
+            format!("{} -> {}", f.from, f.to),
+            f.protocol,
+            f.delivered_bytes as f64 / 1e6,
+            f.goodput_bps / 1e6,
+            opt(f.completion_s, "s"),
+            opt(f.rtt_mean_ms, "ms"),
+            f.reordered_packets
+        );
+    }
+    outln!(
+        "  route entries changed after the first step {}; packets dropped at ISL / GSL queues {} / {}; {} events in {:.2} s wall time",
+        r.route_changes,
+        r.isl_queue_drops,
+        r.gsl_queue_drops,
+        r.events,
+        r.build_s + r.run_s
+    );
+    if let Some(dir) = &args.out {
+        let runs = [(scenario.name.as_str(), &r)];
+        crate::leo::reproduce::modern::write_study_csv(dir, &scenario.name, &runs, &plan.stations)?;
+        crate::leo::reproduce::modern::study_charts(dir, &scenario.name, &runs)?;
+        outln!("  tables and charts in {}", dir.display());
+    }
+    crate::outpath::write_json(
+        &args.json,
+        &serde_json::json!({
+            "scenario": scenario.name,
+            "constellation": c.constellation.name(),
+            "satellites": c.constellation.count(),
+            "duration_s": c.duration as f64 / 1e9,
+            "seed": c.seed,
+            "flows": flows,
+            "route_changes": r.route_changes,
+            "isl_queue_drops": r.isl_queue_drops,
+            "gsl_queue_drops": r.gsl_queue_drops,
+            "events": r.events,
+        }),
+    )?;
+    Ok(())
 }
 
 fn replication(args: &SimArgs, scenario: &Scenario) -> Result<Replication> {
@@ -82,6 +190,12 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         .with_context(|| format!("cannot read scenario {}", args.file.display()))?;
     let scenario = Scenario::from_toml(&text)
         .with_context(|| format!("invalid scenario {}", args.file.display()))?;
+    if scenario.is_constellation() {
+        return run_constellation(args, &scenario);
+    }
+    if args.out.is_some() {
+        bail!("--out: only a scenario with a [constellation] writes tables; this one has nodes and links (use --json)");
+    }
     let rule = replication(args, &scenario)?;
     let level = match args.confidence {
         Some(c) => Confidence::from_level(c)

@@ -478,3 +478,49 @@ fn json_alone_is_one_document_on_stdout() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(v["benchmark"], "engine");
 }
+
+/// `satstp sim` on the example constellation scenario: every flow delivers at a sensible share
+/// of its 10 Mb/s ground link, the sized STP transfer completes, --out writes the study's
+/// tables; a flow naming an unknown station gets one error line naming the key.
+#[test]
+fn sim_runs_a_constellation_scenario_and_names_bad_keys() {
+    let dir = temp_dir("leo-scenario");
+    let file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/leo-starlink-flows.toml");
+    let o = satstp()
+        .arg("sim")
+        .arg(&file)
+        .args(["--json", "-", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let flows = v["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 3);
+    for f in flows {
+        let g = f["goodput_bps"].as_f64().unwrap();
+        assert!((4e6..=10e6).contains(&g), "{f}");
+        assert!(f["rtt_mean_ms"].as_f64().unwrap() > 25.0, "{f}");
+    }
+    assert_eq!(flows[2]["delivered_bytes"], 5_000_000);
+    assert!(flows[2]["completion_s"].as_f64().is_some(), "{}", flows[2]);
+    let csv = std::fs::read_to_string(dir.join("leo-starlink-flows-flows.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(dir.join("leo-starlink-flows-rtt.csv").exists());
+
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("to = \"Los Angeles\"", "to = \"Paris\"");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, text).unwrap();
+    let o = satstp().arg("sim").arg(&bad).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("flow ny-la.to: 'Paris' is not a ground station"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
