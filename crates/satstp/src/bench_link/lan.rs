@@ -50,6 +50,36 @@ impl Lan {
         Ok(lan)
     }
 
+    /// Routes what the terminal does not intercept (QUIC under `quic = "pass"`): the terminal
+    /// forwards the LAN's packets and the gateway side routes the LAN's prefix back through the
+    /// terminal, as a satellite network routes (or NATs) a terminal's LAN.
+    pub fn route(&self, terminal_ns: &str, gateway_ns: &str) -> Result<()> {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                terminal_ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ],
+        )?;
+        let via = linkem::Side::Terminal.ipv4().to_string();
+        run(
+            "ip",
+            &[
+                "-n",
+                gateway_ns,
+                "route",
+                "replace",
+                "192.0.2.0/24",
+                "via",
+                &via,
+            ],
+        )
+    }
+
     fn set_up(&self, terminal_ns: &str) -> Result<()> {
         let ip = |ns: &str, args: &str| {
             let mut v = vec!["-n", ns];

@@ -51,6 +51,10 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         Contender::SplitStpTproxy => {
             let lan = Lan::create(&tns)?;
             tune_namespace(&lan.ns, plan.buffer)?;
+            if plan.http == Protocol::H3 {
+                lan.route(&tns, &gns)
+                    .context("cannot route the LAN's QUIC through the terminal")?;
+            }
             Some(lan)
         }
         _ => None,

@@ -327,6 +327,11 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             plan.site.total_bytes(),
             match plan.http {
                 Protocol::H1 => "plain HTTP/1.1".to_string(),
+                Protocol::H3 => format!(
+                    "HTTP/3 over QUIC on UDP 443, forced for the origin (test CA of this run; \
+                     resumption {})",
+                    if args.tls_resumption { "on" } else { "off" }
+                ),
                 p => format!(
                     "{} over TLS 1.3 (test CA of this run; resumption {}, 0-RTT {})",
                     if p == Protocol::H2 { "HTTP/2" } else { "HTTP/1.1" },
