@@ -251,10 +251,14 @@ fn bad_flags_are_named() {
     fails_naming(&["--profile", "geo", "--objects", "0"], "--objects");
     fails_naming(&["--size", "1MB"], "--profile");
     fails_naming(&["--profile", "geo", "--http", "spdy"], "--http");
-    // HTTP/3 is named, and said not to be built here (issue 25 part B).
+    // HTTP/3 only on the routed paths: Chromium carries no QUIC over SOCKS5.
     fails_naming(
-        &["--profile", "geo", "--http", "h3"],
-        "not built in this binary",
+        &["--profile", "geo", "--http", "h3", "--contenders", "cubic,split-stp"],
+        "--contenders split-stp: Chromium does not carry QUIC through a SOCKS5 proxy",
+    );
+    fails_naming(
+        &["--profile", "geo", "--http", "h3", "--contenders", "cubic", "--tls-early-data"],
+        "--tls-early-data",
     );
     fails_naming(
         &["--profile", "geo", "--http", "h2", "--no-browser"],
