@@ -253,11 +253,26 @@ fn bad_flags_are_named() {
     fails_naming(&["--profile", "geo", "--http", "spdy"], "--http");
     // HTTP/3 only on the routed paths: Chromium carries no QUIC over SOCKS5.
     fails_naming(
-        &["--profile", "geo", "--http", "h3", "--contenders", "cubic,split-stp"],
+        &[
+            "--profile",
+            "geo",
+            "--http",
+            "h3",
+            "--contenders",
+            "cubic,split-stp",
+        ],
         "--contenders split-stp: Chromium does not carry QUIC through a SOCKS5 proxy",
     );
     fails_naming(
-        &["--profile", "geo", "--http", "h3", "--contenders", "cubic", "--tls-early-data"],
+        &[
+            "--profile",
+            "geo",
+            "--http",
+            "h3",
+            "--contenders",
+            "cubic",
+            "--tls-early-data",
+        ],
         "--tls-early-data",
     );
     fails_naming(
