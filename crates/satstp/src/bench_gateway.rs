@@ -199,19 +199,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let result = start_daemons(&exe, &dir, args.idle + args.parallel + 64)
         .and_then(|mut daemons| measure(args, &mut daemons));
-    if result.is_err() {
-        // The daemons' logs say why; show their ends.
-        for side in ["terminal", "gateway"] {
-            let log = std::fs::read_to_string(dir.join(format!("{side}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            for l in tail.iter().rev() {
-                eprintln!("  {side}: {l}");
-            }
-        }
-    }
-    if std::env::var_os("SATSTP_KEEP").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    crate::bench_soak::end_daemon_dir(&dir, result.is_err());
     let f = result?;
     report(args, &f)
 }

@@ -171,19 +171,7 @@ pub fn run(args: &SoakBenchArgs) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("satstp-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = soak(args, &exe, &dir, limit);
-    if result.is_err() {
-        // The daemons' logs say why; show their ends.
-        for side in ["terminal", "gateway"] {
-            let log = std::fs::read_to_string(dir.join(format!("{side}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            for l in tail.iter().rev() {
-                eprintln!("  {side}: {l}");
-            }
-        }
-    }
-    if std::env::var_os("SATSTP_KEEP").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    end_daemon_dir(&dir, result.is_err());
     let f = result?;
     outln!(
         "  {} connections held end to end ({} bytes answered on each), opened in {:.1} s",
@@ -410,4 +398,21 @@ pub fn clients(args: &SoakClientsArgs) -> Result<()> {
     drop(conns);
     drop(rt);
     Ok(())
+}
+
+/// After a run of the daemons as processes in `dir`: on failure, the ends of their logs (they say
+/// why); then the directory is removed unless `SATSTP_KEEP` is set.
+pub(crate) fn end_daemon_dir(dir: &std::path::Path, failed: bool) {
+    if failed {
+        for side in ["terminal", "gateway"] {
+            let log = std::fs::read_to_string(dir.join(format!("{side}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            for l in tail.iter().rev() {
+                eprintln!("  {side}: {l}");
+            }
+        }
+    }
+    if std::env::var_os("SATSTP_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
