@@ -6,28 +6,15 @@
 //! scripts/install-deps.sh installs both; under CI a missing one fails the test, elsewhere the
 //! test runs with what is present and prints what it skipped.
 
+mod common;
+
 use browser::site::PAGE_PATH;
 use browser::{BrowserError, Chromium, LoadRequest, Site};
+use common::browsers;
 use loadgen::origin::{Files, Origin, OriginConfig};
 use loadgen::tls::{Alpn, TestPki, TlsOptions};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The two forms Debian ships, both tried.
-const FORMS: [&str; 2] = ["chromium", "chromium-headless-shell"];
-
-fn browsers(test: &str) -> Vec<Chromium> {
-    FORMS
-        .iter()
-        .filter_map(|name| match Chromium::named(name) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                testenv::cannot_run(&format!("{test} with {name}"), &e.to_string());
-                None
-            }
-        })
-        .collect()
-}
 
 fn serve(site: &Site, leave_out: Option<&str>) -> Origin {
     let mut files = Files::new();

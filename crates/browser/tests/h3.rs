@@ -6,29 +6,17 @@
 //! the site over QUIC exactly once and in full, with the site's own byte counts.
 //! Both Debian forms (`chromium`, `chromium-headless-shell`) are tried, as tests/chromium.rs does.
 
+mod common;
+
 use browser::site::PAGE_PATH;
 use browser::{Chromium, LoadRequest, Site};
+use common::browsers;
 use loadgen::h3::H3Origin;
 use loadgen::origin::Files;
 use loadgen::tls::TestPki;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-const FORMS: [&str; 2] = ["chromium", "chromium-headless-shell"];
-
-fn browsers(test: &str) -> Vec<Chromium> {
-    FORMS
-        .iter()
-        .filter_map(|name| match Chromium::named(name) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                testenv::cannot_run(&format!("{test} with {name}"), &e.to_string());
-                None
-            }
-        })
-        .collect()
-}
 
 fn site_files(site: &Site) -> Arc<Files> {
     let mut files = Files::new();
