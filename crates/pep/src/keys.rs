@@ -13,13 +13,21 @@ use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
+use zeroize::{Zeroize, Zeroizing};
 
 /// Length in bytes of an X25519 key, private or public.
 pub const KEY_LEN: usize = 32;
 
-/// A static private key. Its `Debug` output never shows the key.
+/// A static private key. Its `Debug` output never shows the key; its bytes are zeroized when
+/// it is dropped (and the text it was read from, or written as, when that is dropped).
 #[derive(Clone, PartialEq, Eq)]
 pub struct PrivateKey([u8; KEY_LEN]);
+
+impl Drop for PrivateKey {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
 
 /// A static public key: what a terminal is known by on the gateway's allow-list, and what a
 /// terminal must be configured with to reach its gateway.
@@ -100,13 +108,13 @@ impl PrivateKey {
     }
     /// Parses 64 hex digits; an all-zero key (a placeholder) is refused.
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        let k = from_hex(s)?;
-        if k == [0; KEY_LEN] {
+        let k = Zeroizing::new(from_hex(s)?);
+        if *k == [0; KEY_LEN] {
             return Err(KeyError::Unusable(
                 "all zeros: a placeholder, not a key (make one with `satstp keygen`)".into(),
             ));
         }
-        Ok(PrivateKey(k))
+        Ok(PrivateKey(*k))
     }
 }
 
@@ -196,14 +204,13 @@ impl fmt::Debug for PublicKey {
 /// A fresh key pair from the operating system's random source (through `snow`).
 pub fn generate_keypair() -> Result<(PrivateKey, PublicKey), KeyError> {
     let params = crate::tunnel::noise_params().map_err(|e| KeyError::Generate(e.to_string()))?;
-    let kp = snow::Builder::new(params)
+    let mut kp = snow::Builder::new(params)
         .generate_keypair()
         .map_err(|e| KeyError::Generate(e.to_string()))?;
-    let private: [u8; KEY_LEN] = kp
-        .private
-        .as_slice()
-        .try_into()
-        .map_err(|_| KeyError::Generate("unexpected private key length".into()))?;
+    let private: Result<[u8; KEY_LEN], _> = kp.private.as_slice().try_into();
+    kp.private.zeroize();
+    let private =
+        private.map_err(|_| KeyError::Generate("unexpected private key length".into()))?;
     Ok((PrivateKey(private), PublicKey::from_slice(&kp.public)?))
 }
 
@@ -255,7 +262,7 @@ fn read_key_text(path: &Path) -> Result<String, KeyError> {
 /// Loads a private key file (`PREFIX.key`); errors name the file. A file that group or others
 /// may read is loaded with a warning in the log (`satstp keygen` writes mode 0600).
 pub fn load_private_key(path: &Path) -> Result<PrivateKey, KeyError> {
-    let text = read_key_text(path)?;
+    let text = Zeroizing::new(read_key_text(path)?);
     if let Some(mode) = loose_permissions(path) {
         tracing::warn!(
             file = %path.display(),
@@ -316,7 +323,7 @@ pub fn write_keypair(
             return Err(KeyError::Exists { path: p.clone() });
         }
     }
-    write_new(&private_path, &private.to_hex(), true)?;
+    write_new(&private_path, &Zeroizing::new(private.to_hex()), true)?;
     write_new(&public_path, &public.to_hex(), false)?;
     Ok((private_path, public_path))
 }

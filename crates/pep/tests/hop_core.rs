@@ -14,6 +14,10 @@
 //! - A restarted gateway over GEO: the terminal's probe finds it and the stream the old one
 //!   carried fails within a second and two round trips; a stream opened just after the restart
 //!   is served within three round trips (notice, handshake, BGN).
+//! - A terminal with a connection open and idle keeps its session (no new handshake, no
+//!   erasure); with nothing open it sends nothing (no rekey by age), the gateway erases its
+//!   session after `SESSION_IDLE_EXPIRY`, and its next stream is served within three round
+//!   trips (notice, handshake, BGN).
 //! - On a hop sized for its link, a request on a new stream is answered one round trip later,
 //!   the answer arriving at the link's rate, and bytes written behind the BGN before anything
 //!   came back follow it in order.
@@ -242,7 +246,10 @@ impl Pair {
                 let Some(t) = core.poll_transmit(now, &mut self.buf) else {
                     break;
                 };
-                core.note_sent(now, 1, t.size as u64);
+                // As the daemons' driver: probes and handshakes are not counted sends.
+                if t.counted {
+                    core.note_sent(now, 1, t.size as u64);
+                }
                 let from = if to_gateway { Side::A } else { Side::B };
                 self.wire.offer(self.now, from, self.buf[..t.size].to_vec());
             }
@@ -858,4 +865,92 @@ fn a_terminal_with_two_gateway_keys_moves_to_the_one_the_gateway_holds() {
         "the retired key was never tried"
     );
     assert_eq!(g.tunnel.handshakes, 1);
+}
+
+/// Unknown-session notices the gateway has had cause to send (datagrams for a session it does
+/// not have).
+fn unknown_sessions(p: &mut Pair) -> u64 {
+    p.gateway.status().tunnel.unknown_session
+}
+
+#[test]
+fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_in_three_round_trips(
+) {
+    let rtt = 600 * MS;
+    let expiry = pep::hop::SESSION_IDLE_EXPIRY.as_nanos() as u64;
+    let (up, down) = geo(10_000_000);
+    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 31);
+    let mut first = Transfers::open(&mut p, 2, 10_000);
+    assert!(p.run(30 * S, |p| first.step(p)), "the first exchange");
+    first.assert_complete(&p);
+
+    // A stream left open and quiet for longer than the expiry keeps its session: STP's polls
+    // cross the hop.
+    let held = Reader::default();
+    let info = p
+        .terminal
+        .open(p.instant(), Bytes::from_static(b"hold"), held.clone())
+        .unwrap();
+    // It is not mistaken for a silent gateway either: the terminal's STATs answering the
+    // gateway's polls expect no answer, so no new handshake starts (rekeys by age go on).
+    let handshakes = p.terminal.status().handshakes_started;
+    let until = p.now + expiry + 100 * S;
+    p.run(until, |_| false);
+    assert_eq!(
+        p.terminal.status().handshakes_started,
+        handshakes,
+        "new handshakes while a stream sat idle"
+    );
+    let mut held_seen = Received::default();
+    held_seen.take(&held);
+    assert_eq!(held_seen.failed, None, "the held stream failed");
+    assert_eq!(unknown_sessions(&mut p), 0, "a session with a live stream");
+    let gid = p.accepted.last().expect("the held stream arrived").0.id;
+    p.terminal.shutdown(info.id);
+    p.gateway.shutdown(gid);
+    let until = p.now + 10 * S;
+    p.run(until, |_| false);
+
+    // Now nothing is open and nothing crosses (an idle session is not rekeyed by age: a
+    // rekey is a handshake across the satellite for nothing): the gateway erases the session.
+    let rekeys = p.terminal.status().rekeys;
+    let until = p.now + expiry + 60 * S;
+    p.run(until, |_| false);
+    assert_eq!(
+        p.terminal.status().rekeys,
+        rekeys,
+        "an idle session was rekeyed"
+    );
+    assert_eq!(unknown_sessions(&mut p), 0);
+
+    // A new stream: its BGN gets the notice, the terminal re-handshakes and sends it again.
+    let t0 = p.now;
+    let accepted_before = p.accepted.len();
+    let new = Reader::default();
+    p.terminal
+        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
+        .unwrap();
+    let mut seen = Received::default();
+    let mut answered = false;
+    assert!(p.run(t0 + 20 * S, |p| {
+        if !answered && p.accepted.len() > accepted_before {
+            let id = p.accepted[accepted_before].0.id;
+            p.gateway.write(id, Bytes::from_static(b"served"), None);
+            answered = true;
+        }
+        seen.take(&new);
+        seen.bytes == b"served"
+    }));
+    assert!(
+        unknown_sessions(&mut p) >= 1,
+        "the gateway still had the session of a terminal idle for longer than {} s",
+        expiry / S
+    );
+    let took = p.now - t0;
+    assert!(
+        took <= 3 * rtt + 100 * MS,
+        "served {} ms after the open (3 RTT = {} ms)",
+        took / MS,
+        3 * rtt / MS
+    );
 }

@@ -48,6 +48,14 @@ pub const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// Gateway: a tunnel session that has received nothing for this long (or for twice the hop's
+/// dead timeout, if that is longer) is erased, its keys zeroized. A session with a live
+/// connection is never this quiet (STP polls every `keepalive_interval_ms`), so only sessions
+/// of terminals that went away or fell idle go; an idle terminal that comes back gets the
+/// unknown-session notice on its first datagram and re-handshakes at once (one round trip).
+pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
+/// Gateway: how often idle sessions are looked for (so one is erased at most this late).
+const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Gateway: unknown-session notices sent per second at most (all terminals together).
 pub const NOTICES_PER_SECOND: u32 = 200;
 /// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
@@ -375,6 +383,10 @@ pub struct HopCore<S, P> {
     handshake_log: crate::tunnel::log_limit::LogLimiter<std::net::IpAddr>,
     /// The latest `now` seen (for ages in [`Self::status`]).
     last_now: Instant,
+    /// Gateway: sessions idle this long are erased ([`SESSION_IDLE_EXPIRY`]), looked for at
+    /// `next_session_sweep`.
+    session_idle: Duration,
+    next_session_sweep: Instant,
 }
 
 /// Writes the deadline into a stream header's deadline field (`stream_header`, which needs
@@ -410,6 +422,8 @@ impl<S: EventSink, P> HopCore<S, P> {
         let rng = config
             .rng
             .unwrap_or_else(|| Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed)));
+        let session_idle = SESSION_IDLE_EXPIRY
+            .max(2 * Duration::from_millis(u64::from(config.endpoint.connection.dead_timeout_ms)));
         let endpoint =
             Endpoint::new(config.endpoint, rng).map_err(|e| HopError::Stp(e.to_string()))?;
         if config.send_rate_bps == Some(0) {
@@ -471,6 +485,8 @@ impl<S: EventSink, P> HopCore<S, P> {
             },
             handshake_log: crate::tunnel::log_limit::LogLimiter::new(TUNNEL_LOG_INTERVAL),
             last_now: now,
+            session_idle,
+            next_session_sweep: now + SESSION_SWEEP_EVERY,
         })
     }
 
@@ -811,6 +827,20 @@ impl<S: EventSink, P> HopCore<S, P> {
         self.last_now = now;
         if let Sec::Gateway { responder } = &mut self.security {
             responder.expire_revoked(now);
+            if now >= self.next_session_sweep {
+                self.next_session_sweep = now + SESSION_SWEEP_EVERY;
+                let idle_ms = u64::try_from(self.session_idle.as_millis()).unwrap_or(u64::MAX);
+                let expired = responder.expire_idle(now, idle_ms);
+                if expired > 0 {
+                    tracing::info!(
+                        expired,
+                        left = responder.session_count(),
+                        "erased tunnel sessions that heard nothing for {} s (terminals gone or idle; \
+                         an idle one re-handshakes on its next datagram)",
+                        self.session_idle.as_secs()
+                    );
+                }
+            }
         }
         self.endpoint.handle_timeout(now);
     }
@@ -838,6 +868,11 @@ impl<S: EventSink, P> HopCore<S, P> {
         if let Sec::Gateway { responder } = &self.security {
             if let Some(at) = responder.next_revoked_expiry() {
                 let at = at.max(now);
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            // Only while there are sessions to expire: a gateway without any sleeps.
+            if responder.session_count() > 0 {
+                let at = self.next_session_sweep.max(now);
                 wake = Some(wake.map_or(at, |w| w.min(at)));
             }
         }
@@ -1005,7 +1040,10 @@ impl<S: EventSink, P> HopCore<S, P> {
         if init.rekeying() {
             at(r.next_send);
             at(r.began.map(|b| b + r.config.give_up_after));
-        } else {
+        } else if !self.streams.is_empty() {
+            // Renewed by age only while in use (as WireGuard): an idle terminal sends nothing,
+            // so the gateway can let its session go; the first stream after the idle time
+            // starts the rekey at once.
             at(r.session_began.map(|b| b + r.config.after));
         }
         due
@@ -1016,6 +1054,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// the session down if the rekey stays unanswered.
     fn check_rekey(&mut self, now: Instant) {
         let stamp = self.now_stamp(now);
+        let in_use = !self.streams.is_empty();
         let Sec::Terminal {
             init,
             gateway,
@@ -1053,9 +1092,9 @@ impl<S: EventSink, P> HopCore<S, P> {
             }
             return;
         }
-        let old = r
-            .session_began
-            .is_some_and(|b| now.saturating_duration_since(b) >= r.config.after);
+        let old = in_use
+            && r.session_began
+                .is_some_and(|b| now.saturating_duration_since(b) >= r.config.after);
         if !old && init.session_messages() < r.config.after_messages {
             return;
         }
@@ -1503,6 +1542,20 @@ impl<S: EventSink, P> HopCore<S, P> {
             if let Some(tap) = &mut self.tap {
                 tap(self.local, destination, datagram);
             }
+            // The silence timer runs from the first send the gateway must answer (data, a
+            // poll, an open or a close); a STAT answering the gateway's own poll expects
+            // nothing back, so an idle connection does not look like a gateway gone silent.
+            if matches!(self.security, Sec::Terminal { .. })
+                && self.sent_since_heard.is_none()
+                && stp::wire::peek_types(datagram).is_some_and(|t| {
+                    use stp::wire::Types;
+                    [Types::SD, Types::POLL, Types::BGN, Types::END]
+                        .into_iter()
+                        .any(|a| t.contains(a))
+                })
+            {
+                self.sent_since_heard = Some(now);
+            }
             out.clear();
             let ok = match &mut self.security {
                 Sec::Terminal { init, .. } => init.seal(datagram, out).is_ok(),
@@ -1529,12 +1582,9 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// The driver sent `datagrams` counted datagrams of `bytes` in all.
-    pub fn note_sent(&mut self, now: Instant, datagrams: u64, bytes: u64) {
+    pub fn note_sent(&mut self, _now: Instant, datagrams: u64, bytes: u64) {
         self.counts.datagrams_sent += datagrams;
         self.counts.bytes_sent += bytes;
-        if matches!(self.security, Sec::Terminal { .. }) && self.sent_since_heard.is_none() {
-            self.sent_since_heard = Some(now);
-        }
     }
 
     /// A snapshot of the counters and connections.

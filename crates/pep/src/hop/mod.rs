@@ -28,7 +28,7 @@ pub(crate) mod udp_batch;
 pub use core::{
     HopStatus, RekeyConfig, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
     DOWN_AFTER_HANDSHAKES, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD,
-    PROBE_AFTER, REHANDSHAKE_AFTER,
+    PROBE_AFTER, REHANDSHAKE_AFTER, SESSION_IDLE_EXPIRY,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
