@@ -14,6 +14,9 @@
 //!   EAP (seed 003, refs. [12], [16]): TCP's sending follows the returning ACKs.
 //! - **Window overwriting**: the advertised window of every ACK crossing the link is lowered
 //!   to at most a cap (seed 003's "receiver window modification", in its static form).
+//! - **Drop from front**: a pure ACK arriving at a full queue pushes out the oldest pure ACK
+//!   waiting (seed 003's "drop-from-front strategies" that "push out 'older' ACK packets",
+//!   after Lakshman et al., its ref. [16]); other arrivals at a full queue are dropped as usual.
 //!
 //! The queue is FIFO: filtering removes packets but never reorders, and pacing only delays
 //! the head, so order is preserved. Its bound is the link's queue limit.
@@ -44,6 +47,8 @@ pub struct AckQueueConfig {
     pub pacing: Option<AckPacing>,
     /// Cap on the advertised window of ACKs, bytes.
     pub window_cap: Option<u64>,
+    /// Drop from front: a pure ACK finding the queue full replaces the oldest pure ACK.
+    pub drop_front: bool,
 }
 
 /// Counters of a managed queue.
@@ -55,6 +60,8 @@ pub struct AckQueueStats {
     pub dropped: u64,
     /// ACKs whose window was lowered.
     pub windows_overwritten: u64,
+    /// Older ACKs pushed out by a newer one (drop from front; also counted in `dropped`).
+    pub pushed_out: u64,
     /// Times the head ACK had to wait for the watched queue to drain.
     pub held: u64,
 }
@@ -160,6 +167,22 @@ impl ManagedQueue {
                 .is_some_and(|b| self.bytes + size > b);
         if full {
             self.stats.dropped += 1;
+            if self.config.drop_front && pure_ack(&pkt).is_some() {
+                let oldest = self.queue.iter().position(|q| pure_ack(q).is_some());
+                let fits = |old: u64| {
+                    self.config
+                        .capacity_bytes
+                        .is_none_or(|b| self.bytes - old + size <= b)
+                };
+                if let Some(i) = oldest.filter(|&i| fits(u64::from(self.queue[i].size))) {
+                    if let Some(old) = self.queue.remove(i) {
+                        self.bytes = self.bytes - u64::from(old.size) + size;
+                        self.queue.push_back(pkt);
+                        self.stats.pushed_out += 1;
+                        return Err(old);
+                    }
+                }
+            }
             return Err(pkt);
         }
         self.bytes += size;
@@ -378,6 +401,33 @@ mod tests {
             .collect();
         assert_eq!(w, vec![65_535, 8000]);
         assert_eq!(q.stats.windows_overwritten, 1);
+    }
+
+    #[test]
+    fn drop_from_front_pushes_out_the_oldest_ack_for_a_newer_one() {
+        let mut q = ManagedQueue::new(AckQueueConfig {
+            capacity_packets: 3,
+            drop_front: true,
+            ..Default::default()
+        });
+        q.push(data(1, 1)).unwrap();
+        q.push(ack(2, 1, 10, 1000)).unwrap();
+        q.push(ack(3, 1, 10, 2000)).unwrap();
+        // Full: the newest ACK goes in, the oldest ACK (not the data ahead of it) comes out.
+        let out = q.push(ack(4, 1, 10, 3000)).unwrap_err();
+        assert_eq!(out.id, 2);
+        assert_eq!(acks_of(&q), vec![(1, 2000), (1, 3000)]);
+        assert_eq!(q.len(), 3);
+        // Data finding the queue full is dropped itself.
+        assert_eq!(q.push(data(5, 1)).unwrap_err().id, 5);
+        assert_eq!((q.stats.pushed_out, q.stats.dropped), (1, 2));
+        // Without the option the arrival is the one dropped.
+        let mut tail = ManagedQueue::new(AckQueueConfig {
+            capacity_packets: 1,
+            ..Default::default()
+        });
+        tail.push(ack(1, 1, 10, 1000)).unwrap();
+        assert_eq!(tail.push(ack(2, 1, 10, 2000)).unwrap_err().id, 2);
     }
 
     fn pacing(threshold: usize) -> ManagedQueue {

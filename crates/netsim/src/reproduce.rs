@@ -151,6 +151,11 @@ pub struct CaseResult {
     pub fairness: Option<Stat>,
     /// Utilization in original bits of the reproduction's `link`.
     pub utilization: Option<Stat>,
+    /// Mean deviation of the flows' mean throughputs from the ideal fair share, as a fraction
+    /// of it (seed 003's fig. 8: "average throughput deviation from ideal 15 Mb/s fair share").
+    /// The ideal share is what each would carry with the `link` fully used and shared equally:
+    /// Σ goodput ÷ (n × utilization). Needs `link` and two flows; no interval (NaN).
+    pub fair_share_deviation: Option<Stat>,
 }
 
 /// Jain's index of the mean throughputs of `flows` (web sources excluded; only those named in
@@ -164,6 +169,33 @@ fn jain_of_means(flows: &[FlowSummary], only: Option<&[String]>) -> Option<Stat>
         .collect();
     (means.len() >= 2).then(|| Stat {
         mean: crate::metrics::jain_index(&means),
+        ci95: f64::NAN,
+        ci: f64::NAN,
+        sd: f64::NAN,
+    })
+}
+
+/// [`CaseResult::fair_share_deviation`] of `flows` (selected as [`jain_of_means`] does) at
+/// `utilization` of the link.
+fn fair_share_deviation(
+    flows: &[FlowSummary],
+    only: Option<&[String]>,
+    utilization: Option<Stat>,
+) -> Option<Stat> {
+    let means: Vec<f64> = flows
+        .iter()
+        .filter(|f| f.protocol != "web")
+        .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
+        .map(|f| f.goodput_bps.mean)
+        .collect();
+    let u = utilization?.mean;
+    if means.len() < 2 || u.is_nan() || u <= 0.0 {
+        return None;
+    }
+    let ideal = means.iter().sum::<f64>() / (means.len() as f64 * u);
+    let dev = means.iter().map(|g| (g - ideal).abs()).sum::<f64>() / (means.len() as f64 * ideal);
+    Some(Stat {
+        mean: dev,
         ci95: f64::NAN,
         ci: f64::NAN,
         sd: f64::NAN,
@@ -206,6 +238,7 @@ impl CaseResult {
             runs: summary.runs,
             flow: main,
             fairness: jain_of_means(&summary.flows, fairness_flows),
+            fair_share_deviation: fair_share_deviation(&summary.flows, fairness_flows, utilization),
             flows: summary.flows,
             utilization,
         })
@@ -216,6 +249,7 @@ impl CaseResult {
         match name {
             "fairness" => self.fairness,
             "utilization" => self.utilization,
+            "fair_share_deviation" => self.fair_share_deviation,
             _ => metric(&self.flow, name),
         }
     }
@@ -268,7 +302,11 @@ pub fn format_metric(metric: &str, v: f64) -> String {
         format!("{:.1} kb/s", v / 1e3)
     } else if metric.ends_with("_s") {
         format!("{v:.2} s")
-    } else if metric == "completed" || metric == "model_left_out" || metric.ends_with("_share") {
+    } else if metric == "completed"
+        || metric == "model_left_out"
+        || metric.ends_with("_share")
+        || metric == "fair_share_deviation"
+    {
         format!("{:.0} %", v * 100.0)
     } else if matches!(metric, "fwd_efficiency" | "fairness" | "utilization") {
         format!("{v:.3}")

@@ -207,6 +207,8 @@ pub struct LinkParams {
     pub ack_pacing: Option<AckPacingSpec>,
     /// Window overwriting: ACKs crossing the link advertise at most this window, e.g. "64KB".
     pub window_overwrite: Option<String>,
+    /// Drop from front: a pure ACK finding the queue full pushes out the oldest waiting ACK.
+    pub ack_drop_front: Option<bool>,
 }
 
 /// ACK pacing on a link carrying ACKs back to the senders (`crate::ackmgmt`).
@@ -379,6 +381,10 @@ pub struct FlowSpec {
     /// sharing its byte stream (`crate::striping`; default 1).
     #[serde(default)]
     pub stripes: Option<u32>,
+    /// Striping: the block of the byte stream handed to a connection at a time, e.g. "8KB"
+    /// (default 64 KB).
+    #[serde(default)]
+    pub stripe_block: Option<String>,
 }
 
 /// A scenario error, naming what is wrong.
@@ -898,7 +904,9 @@ impl Scenario {
                 let Some(p) = p else { continue };
                 let f = |k: &str| format!("link {name}.{k}");
                 let filter = p.ack_filter.unwrap_or(false);
-                if !filter && p.ack_pacing.is_none() && p.window_overwrite.is_none() {
+                let drop_front = p.ack_drop_front.unwrap_or(false);
+                if !filter && !drop_front && p.ack_pacing.is_none() && p.window_overwrite.is_none()
+                {
                     continue;
                 }
                 let Some(id) = sim.link_by_name(&name) else {
@@ -908,7 +916,7 @@ impl Scenario {
                 if matches!(model.discipline, linkmodel::Discipline::Red(_)) {
                     return Err(field(
                         f("red"),
-                        "ACK management (ack_filter, ack_pacing, window_overwrite) needs a drop-tail queue",
+                        "ACK management (ack_filter, ack_pacing, window_overwrite, ack_drop_front) needs a drop-tail queue",
                     ));
                 }
                 let (capacity_packets, capacity_bytes) = match model.queue {
@@ -949,6 +957,7 @@ impl Scenario {
                         filter,
                         pacing,
                         window_cap,
+                        drop_front,
                     },
                 );
             }
@@ -1091,6 +1100,12 @@ impl Scenario {
                     "striping is for protocol \"tcp\"",
                 ));
             }
+            if f.stripe_block.is_some() && f.stripes.is_none_or(|n| n == 1) {
+                return Err(field(
+                    format!("flow {}.stripe_block", f.name),
+                    "is for a striped transfer: set stripes to 2 or more",
+                ));
+            }
             match f.protocol.as_str() {
                 "stp" => {
                     let cfg = self.stp_config(f)?;
@@ -1148,9 +1163,16 @@ impl Scenario {
                     let tcp_err = |e: crate::tcp::TcpConfigError| {
                         field(format!("flow {}.tcp.{}", f.name, e.field), e.reason)
                     };
-                    let sender =
+                    let mut sender =
                         crate::striping::StripedSender::new(id, ports, peer, bytes, cfg.clone())
                             .map_err(tcp_err)?;
+                    if let Some(b) = &f.stripe_block {
+                        let b = unit(&fname("stripe_block"), parse_bytes(b))?;
+                        if b == 0 {
+                            return Err(field(fname("stripe_block"), "must be at least 1 byte"));
+                        }
+                        sender = sender.with_block(b);
+                    }
                     let sink =
                         crate::striping::StripedSink::new(dst_port, id, n, cfg).map_err(tcp_err)?;
                     sim.add_agent(from, src_port, start, Box::new(sender))?;
@@ -1304,6 +1326,7 @@ impl Scenario {
                 hop_tcp: None,
                 relay_buffer: None,
                 stripes: None,
+                stripe_block: None,
             };
             let cfg = self.tcp_config(&spec, w.tcp.as_ref(), "tcp")?;
             let port = 30_000 + j as u16;

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Most connections one striped transfer may use.
 pub const MAX_STRIPES: u32 = 64;
-/// Block of the byte stream handed to a connection at a time.
+/// Block of the byte stream handed to a connection at a time, unless the flow sets its own
+/// (`stripe_block`, [`StripedSender::with_block`]).
 pub const BLOCK_BYTES: u64 = 64 * 1024;
 /// Segments one connection may send per event (as the plain agent).
 const MAX_SEGMENTS_PER_EVENT: usize = 4096;
@@ -29,6 +30,8 @@ pub struct StripedSender {
     conns: Vec<TcpConnection>,
     /// Bytes handed to each connection.
     given: Vec<u64>,
+    /// Block handed out at a time.
+    block: u64,
     /// Bytes of the transfer not yet handed out; `None` for a persistent transfer.
     left: Option<u64>,
     started: bool,
@@ -51,6 +54,7 @@ impl StripedSender {
         Ok(StripedSender {
             flow,
             given: vec![0; ports.len()],
+            block: BLOCK_BYTES,
             ports,
             peer,
             config,
@@ -62,6 +66,12 @@ impl StripedSender {
             reported_recoveries: 0,
             wakeups: BTreeSet::new(),
         })
+    }
+
+    /// Hands out blocks of `bytes` (at least 1) instead of [`BLOCK_BYTES`].
+    pub fn with_block(mut self, bytes: u64) -> Self {
+        self.block = bytes.max(1);
+        self
     }
 
     /// Bytes handed to each connection so far.
@@ -85,8 +95,8 @@ impl StripedSender {
                 }
                 Some(left) => {
                     let unsent = self.given[k].saturating_sub(c.highest_data_sent());
-                    if *left > 0 && unsent < BLOCK_BYTES {
-                        let n = c.write(BLOCK_BYTES.min(*left));
+                    if *left > 0 && unsent < self.block {
+                        let n = c.write(self.block.min(*left));
                         self.given[k] += n;
                         *left -= n;
                     }
@@ -332,6 +342,17 @@ mod tests {
 
     /// A transfer of `bytes` over `n` stripes across a 2 Mb/s, 100 ms path with `loss`.
     fn transfer(n: u32, bytes: u64, loss: f64, seed: u64) -> (Sim, crate::sim::AgentId) {
+        transfer_in_blocks(n, bytes, loss, seed, BLOCK_BYTES)
+    }
+
+    /// As [`transfer`], handing out `block` bytes at a time.
+    fn transfer_in_blocks(
+        n: u32,
+        bytes: u64,
+        loss: f64,
+        seed: u64,
+        block: u64,
+    ) -> (Sim, crate::sim::AgentId) {
         let mut sim = Sim::new(seed);
         let a = sim.add_node("a");
         let b = sim.add_node("b");
@@ -347,7 +368,9 @@ mod tests {
         };
         let ports: Vec<u16> = (0..n as u16).map(|k| 100 + k).collect();
         let peer = Addr { node: b, port: 9 };
-        let tx = StripedSender::new(FlowId(1), ports, peer, Some(bytes), tcp.clone()).unwrap();
+        let tx = StripedSender::new(FlowId(1), ports, peer, Some(bytes), tcp.clone())
+            .unwrap()
+            .with_block(block);
         let id = sim.add_agent(a, 100, 0, Box::new(tx)).unwrap();
         let rx = StripedSink::new(9, FlowId(1), n, tcp).unwrap();
         sim.add_agent(b, 9, 0, Box::new(rx)).unwrap();
@@ -371,6 +394,24 @@ mod tests {
                 assert!(tx.shares().iter().all(|&s| s > 0), "{:?}", tx.shares());
             }
         }
+    }
+
+    #[test]
+    fn smaller_blocks_put_a_short_file_on_every_connection() {
+        // 100 KB over 4 connections: 64 KB blocks leave two idle (xftp's "effective initial
+        // cwnd of N segments" needs all four, seed 004); 8 KB blocks use all four, sooner.
+        let run = |block| {
+            let (sim, id) = transfer_in_blocks(4, 100_000, 0.0, 1, block);
+            let tx = sim.agent_as::<StripedSender>(id).unwrap();
+            let used = tx.shares().iter().filter(|&&s| s > 0).count();
+            let m = &sim.metrics.flows[&FlowId(1)];
+            assert_eq!(m.delivered_bytes, 100_000);
+            (used, m.completed_ns.unwrap())
+        };
+        let (big_used, big_t) = run(BLOCK_BYTES);
+        let (small_used, small_t) = run(8 * 1024);
+        assert_eq!((big_used, small_used), (2, 4));
+        assert!(small_t < big_t, "8 KB: {small_t} ns, 64 KB: {big_t} ns");
     }
 
     #[test]

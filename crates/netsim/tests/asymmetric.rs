@@ -184,4 +184,27 @@ fn bad_ack_management_and_striping_settings_are_named() {
             "",
         ));
     assert!(e.contains("stripes"), "{e}");
+    let e = err(THIN
+        .replace("{NAME}", "x")
+        .replace("{RETURN}", "")
+        .replace("{ACCESS}", "")
+        .replace("count = 3", "stripe_block = \"8KB\""));
+    assert!(e.contains("stripe_block") && e.contains("stripes"), "{e}");
+    let e = err(THIN
+        .replace("{NAME}", "x")
+        .replace("{RETURN}", "")
+        .replace("{ACCESS}", "")
+        .replace("count = 3", "stripes = 4\nstripe_block = \"0B\""));
+    assert!(e.contains("stripe_block"), "{e}");
+    let e = err(THIN
+        .replace("{NAME}", "x")
+        .replace(
+            "{RETURN}",
+            "ack_drop_front = true\nred = { min_th = 5.0, max_th = 15.0 }",
+        )
+        .replace("{ACCESS}", ""));
+    assert!(
+        e.contains("ack_drop_front") && e.contains("drop-tail"),
+        "{e}"
+    );
 }

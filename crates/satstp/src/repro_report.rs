@@ -79,7 +79,11 @@ pub(crate) fn write_outputs(
                         .collect();
                     o.insert("goodput_bps_of_flows".into(), all.into());
                 }
-                for (k, st) in [("fairness", c.fairness), ("utilization", c.utilization)] {
+                for (k, st) in [
+                    ("fairness", c.fairness),
+                    ("utilization", c.utilization),
+                    ("fair_share_deviation", c.fair_share_deviation),
+                ] {
                     if let Some(st) = st {
                         o.insert(k.into(), serde_json::to_value(st).unwrap_or_default());
                     }

@@ -155,6 +155,9 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         "fig3-tcp-variants",
         "fig9-split-stp",
         "fig5.7-ber",
+        "acts-traffic-mix",
+        "ghani-ack-every-k",
+        "ghani-window-overwrite",
     ] {
         assert!(
             recorded.contains_key(want),
