@@ -197,6 +197,23 @@ impl Chromium {
         result
     }
 
+    /// [`Chromium::load_with_flags`] in the profile directory `profile`, which the caller keeps:
+    /// what the browser learned on an earlier load there (`Alt-Svc`, whether QUIC worked, round
+    /// trips measured, TLS session tickets) is known to this one, as for a user's repeat visit.
+    /// The HTTP cache stays off (`--disk-cache-size=1`): objects are fetched again.
+    pub fn load_in_profile(
+        &self,
+        req: &LoadRequest,
+        flags: &[String],
+        profile: &Path,
+    ) -> Result<PageLoad, BrowserError> {
+        std::fs::create_dir_all(profile).map_err(|source| BrowserError::Profile {
+            path: profile.display().to_string(),
+            source,
+        })?;
+        self.load_in(req, flags, profile)
+    }
+
     fn load_in(
         &self,
         req: &LoadRequest,
