@@ -279,6 +279,19 @@ fn bad_flags_are_named() {
         &["--profile", "geo", "--http", "h2", "--no-browser"],
         "--http",
     );
+    // The QUIC policy cells need a browser that goes for QUIC.
+    fails_naming(
+        &[
+            "--profile",
+            "geo",
+            "--http",
+            "h2",
+            "--contenders",
+            "split-stp-tproxy-reject",
+        ],
+        "--contenders split-stp-tproxy-reject: the terminal's QUIC policy matters only to a \
+         browser that goes for QUIC; use it with --http h3",
+    );
     fails_naming(
         &["--profile", "geo", "--tls-resumption", "maybe"],
         "--tls-resumption",
