@@ -201,8 +201,9 @@ impl Chromium {
     /// [`Chromium::load_with_flags`] in the profile directory `profile`, which the caller keeps:
     /// what the browser learned on an earlier load there and wrote to the profile (Debian's
     /// `chromium`: the origin's `Alt-Svc`, that QUIC worked, the round trip measured) is known
-    /// to this one, as for a user's repeat visit. The headless shell writes no such state, and
-    /// TLS sessions stay in the browser's memory, so neither carries over. The HTTP cache stays
+    /// to this one, as for a user's repeat visit. The headless shell writes no such state (checked
+    /// in `tests/repeat_visit.rs`); whether TLS sessions carry over is not checked (Chromium's
+    /// session cache is an in-memory one). The HTTP cache stays
     /// off (`--disk-cache-size=1`): objects are fetched again.
     pub fn load_in_profile(
         &self,
