@@ -1,7 +1,8 @@
 //! Page loads in headless Chromium, timed by the browser itself.
 //!
 //! Each load starts a fresh browser process with a fresh, empty profile directory (no cache, no
-//! connection or DNS state from an earlier load) and asks it for the page's DOM once the page has
+//! connection or DNS state from an earlier load; [`Chromium::load_in_profile`] uses a profile
+//! the caller keeps instead, for a repeat visit) and asks it for the page's DOM once the page has
 //! loaded (`--dump-dom`). The test site's page writes its own Navigation Timing figures into the
 //! DOM at its load event (see [`crate::site`]), so the time reported is the browser's: from the
 //! start of the navigation to the load event, with every connection set-up, proxy exchange and
@@ -195,6 +196,26 @@ impl Chromium {
         let result = self.load_in(req, flags, &profile);
         let _ = std::fs::remove_dir_all(&profile);
         result
+    }
+
+    /// [`Chromium::load_with_flags`] in the profile directory `profile`, which the caller keeps:
+    /// what the browser learned on an earlier load there and wrote to the profile (Debian's
+    /// `chromium`: the origin's `Alt-Svc`, that QUIC worked, the round trip measured) is known
+    /// to this one, as for a user's repeat visit. The headless shell writes no such state (checked
+    /// in `tests/repeat_visit.rs`); whether TLS sessions carry over is not checked (Chromium's
+    /// session cache is an in-memory one). The HTTP cache stays
+    /// off (`--disk-cache-size=1`): objects are fetched again.
+    pub fn load_in_profile(
+        &self,
+        req: &LoadRequest,
+        flags: &[String],
+        profile: &Path,
+    ) -> Result<PageLoad, BrowserError> {
+        std::fs::create_dir_all(profile).map_err(|source| BrowserError::Profile {
+            path: profile.display().to_string(),
+            source,
+        })?;
+        self.load_in(req, flags, profile)
     }
 
     fn load_in(

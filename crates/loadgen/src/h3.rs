@@ -40,6 +40,9 @@ pub struct Served {
 
 #[derive(Default)]
 struct Shared {
+    /// The `Alt-Svc` value sent with every `200` answer (this origin itself: a browser that
+    /// reached it over QUIC keeps knowing it for later visits, as real HTTP/3 servers arrange).
+    alt_svc: String,
     connections: AtomicU64,
     served: Mutex<Vec<Served>>,
     not_found: Mutex<NotFound>,
@@ -89,7 +92,10 @@ impl H3Origin {
             socket,
             runtime,
         )?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            alt_svc: alt_svc_for(addr.port()),
+            ..Shared::default()
+        });
         let task = tokio::spawn(accept_loop(endpoint.clone(), files, Arc::clone(&shared)));
         Ok(H3Origin {
             addr,
@@ -127,7 +133,7 @@ impl H3Origin {
 
     /// The `Alt-Svc` value a TCP origin on the same host sends to advertise this one.
     pub fn alt_svc(&self) -> String {
-        format!("h3=\":{}\"; ma=86400", self.addr.port())
+        alt_svc_for(self.addr.port())
     }
 
     /// The Chromium flags that make a browser reach `host` (a name or address the certificate
@@ -258,6 +264,11 @@ fn ended_cleanly(e: &h3::error::ConnectionError, quic: &quinn::Connection) -> bo
         )
 }
 
+/// The `Alt-Svc` value advertising an HTTP/3 origin on `port` of the same host (a day).
+fn alt_svc_for(port: u16) -> String {
+    format!("h3=\":{port}\"; ma=86400")
+}
+
 /// Answers one request on its stream.
 async fn answer<S>(
     req: Request<()>,
@@ -276,6 +287,7 @@ where
             .header("content-type", content_type)
             .header("content-length", len)
             .header("cache-control", "no-store")
+            .header("alt-svc", shared.alt_svc.as_str())
             .body(())
             .map_err(|e| e.to_string())
     };

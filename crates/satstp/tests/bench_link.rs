@@ -279,6 +279,19 @@ fn bad_flags_are_named() {
         &["--profile", "geo", "--http", "h2", "--no-browser"],
         "--http",
     );
+    // The QUIC policy cells need a browser that goes for QUIC.
+    fails_naming(
+        &[
+            "--profile",
+            "geo",
+            "--http",
+            "h2",
+            "--contenders",
+            "split-stp-tproxy-reject",
+        ],
+        "--contenders split-stp-tproxy-reject: the terminal's QUIC policy matters only to a \
+         browser that goes for QUIC; use it with --http h3",
+    );
     fails_naming(
         &["--profile", "geo", "--tls-resumption", "maybe"],
         "--tls-resumption",
@@ -391,4 +404,106 @@ fn https_and_http2_page_loads_through_the_terminal_by_socks5_and_tproxy() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+}
+
+/// `--http h3`'s cells for the terminal's QUIC policies: under `split-stp-tproxy` (quic =
+/// "pass") the page comes over QUIC routed past the hop; under `split-stp-tproxy-block` and
+/// `-reject` the browser, a repeat visitor that reached the origin over QUIC on a load before
+/// (its kept profile holds the origin's Alt-Svc), goes for QUIC first, the terminal's rule
+/// catches those packets, and the page completes over HTTP/2 through TPROXY and the hop. The
+/// headless shell keeps no network state in its profile, so those cells refuse it by name.
+#[test]
+fn quic_block_and_reject_cells_fall_back_to_http2_through_the_terminal() {
+    let test = "quic_block_and_reject_cells_fall_back_to_http2_through_the_terminal";
+    if !supported(test) {
+        return;
+    }
+    let cells = "split-stp-tproxy,split-stp-tproxy-block,split-stp-tproxy-reject";
+    let bench = |form: &str, json: &std::path::Path| {
+        let child = satstp()
+            .args([
+                "bench",
+                "link",
+                "--profile",
+                "leo",
+                "--size",
+                "200KB",
+                "--upload-size",
+                "100KB",
+                "--objects",
+                "2",
+                "--runs",
+                "1",
+                "--contenders",
+                cells,
+                "--browser",
+                form,
+                "--http",
+                "h3",
+                "--json",
+            ])
+            .arg(json)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        (child.wait_with_output().unwrap(), pid)
+    };
+    let dir = tmp("quic-cells");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json_path = dir.join("out.json");
+    match browser::Chromium::named("chromium-headless-shell") {
+        Ok(_) => {
+            let (out, _) = bench("chromium-headless-shell", &json_path);
+            assert!(!out.status.success(), "the headless shell was accepted");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("--contenders split-stp-tproxy-block")
+                    && err.contains("use --browser chromium"),
+                "{err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        Err(e) => testenv::cannot_run(
+            &format!("{test} with chromium-headless-shell"),
+            &e.to_string(),
+        ),
+    }
+    if let Err(e) = browser::Chromium::named("chromium") {
+        testenv::cannot_run(&format!("{test} with chromium"), &e.to_string());
+        return;
+    }
+    let (out, pid) = bench("chromium", &json_path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench link failed: {stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(v["settings"]["browser_http"], "h3");
+    let mut loads = std::collections::BTreeMap::new();
+    for r in v["results"].as_array().unwrap() {
+        let name = r["contender"].as_str().unwrap().to_string();
+        assert_eq!(r["failed"], false, "{name}: {r}");
+        let b = &r["samples"][0]["browser"];
+        let load = number(b, "load_s");
+        assert!(load > 0.04 && load < 30.0, "{name}: {load}");
+        if name == "split-stp-tproxy" {
+            assert_eq!(b["protocol"], "h3", "{name}: {b}");
+            assert!(b["quic_packets_caught"].is_null(), "{name}: {b}");
+        } else {
+            assert_eq!(b["protocol"], "h2", "{name}: the fallback is HTTP/2: {b}");
+            let caught = number(b, "quic_packets_caught");
+            assert!(caught >= 1.0, "{name}: the rule caught no QUIC: {b}");
+            // Over TCP through the hop: the TLS handshake is on the critical path.
+            let tls = number(r, "browser_tls_s");
+            assert!(tls > 0.01 && tls < load, "{name}: TLS {tls}");
+        }
+        loads.insert(name, load);
+    }
+    assert_eq!(loads.len(), 3, "{loads:?}");
+    eprintln!("{test}: loads {loads:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // No namespace, daemon directory or kept browser profile left behind.
+    assert!(leftovers(pid).is_empty(), "{:?}", leftovers(pid));
 }

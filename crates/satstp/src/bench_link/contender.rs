@@ -1,5 +1,6 @@
 //! The contenders of `satstp bench link`: the ways of carrying the traffic across the link.
 
+use pep::quic_policy::QuicPolicy;
 use std::fmt;
 use std::str::FromStr;
 
@@ -19,18 +20,31 @@ pub enum Contender {
     /// As `SplitStp`, with the terminal's SOCKS5 fast open (`socks_fast_open = true`).
     SplitStpFastOpen,
     /// As `SplitStp`, the client's connections intercepted transparently (TPROXY) instead of
-    /// reaching the terminal through SOCKS5.
-    SplitStpTproxy,
+    /// reaching the terminal through SOCKS5, with the terminal's QUIC policy (`quic`): `pass`
+    /// (`split-stp-tproxy`), `block` (`split-stp-tproxy-block`), `reject`
+    /// (`split-stp-tproxy-reject`).
+    SplitStpTproxy(QuicPolicy),
 }
 
 pub const KERNEL_CCS: [&str; 3] = ["cubic", "bbr", "reno"];
 
-const SPLIT: [(&str, Contender); 5] = [
+const SPLIT: [(&str, Contender); 7] = [
     ("split-tcp", Contender::SplitTcp),
     ("split-tcp-bbr", Contender::SplitTcpBbr),
     ("split-stp", Contender::SplitStp),
     ("split-stp-fo", Contender::SplitStpFastOpen),
-    ("split-stp-tproxy", Contender::SplitStpTproxy),
+    (
+        "split-stp-tproxy",
+        Contender::SplitStpTproxy(QuicPolicy::Pass),
+    ),
+    (
+        "split-stp-tproxy-block",
+        Contender::SplitStpTproxy(QuicPolicy::Block),
+    ),
+    (
+        "split-stp-tproxy-reject",
+        Contender::SplitStpTproxy(QuicPolicy::Reject),
+    ),
 ];
 
 impl FromStr for Contender {
@@ -44,7 +58,8 @@ impl FromStr for Contender {
             Some((_, c)) => Ok(*c),
             None => Err(format!(
                 "unknown contender '{s}' (valid: cubic, bbr, reno, split-tcp, split-tcp-bbr, \
-                 split-stp, split-stp-fo, split-stp-tproxy)"
+                 split-stp, split-stp-fo, split-stp-tproxy, split-stp-tproxy-block, \
+                 split-stp-tproxy-reject)"
             )),
         }
     }
@@ -72,10 +87,25 @@ impl Contender {
             Contender::SplitStpFastOpen => {
                 "satstp terminal + gateway, STP on the hop, SOCKS5 fast open".into()
             }
-            Contender::SplitStpTproxy => {
-                "satstp terminal + gateway, STP on the hop, a LAN client intercepted by TPROXY"
-                    .into()
-            }
+            Contender::SplitStpTproxy(quic) => format!(
+                "satstp terminal + gateway, STP on the hop, a LAN client intercepted by TPROXY, \
+                 quic = \"{}\"",
+                quic.as_str()
+            ),
+        }
+    }
+
+    /// Whether the client is on a LAN behind a transparent terminal.
+    pub fn transparent(self) -> bool {
+        matches!(self, Contender::SplitStpTproxy(_))
+    }
+
+    /// The terminal's QUIC policy when it is not `pass` (the cells where the browser, a repeat
+    /// visitor that knows the origin's HTTP/3, goes for QUIC and must fall back to TCP).
+    pub fn quic_fallback(self) -> Option<QuicPolicy> {
+        match self {
+            Contender::SplitStpTproxy(q) if q != QuicPolicy::Pass => Some(q),
+            _ => None,
         }
     }
 
@@ -195,10 +225,25 @@ mod tests {
             "split-stp",
             "split-stp-fo",
             "split-stp-tproxy",
+            "split-stp-tproxy-block",
+            "split-stp-tproxy-reject",
         ] {
             let c: Contender = name.parse().unwrap();
             assert_eq!(c.to_string(), name);
         }
+        use pep::quic_policy::QuicPolicy;
+        let cell = |name: &str| name.parse::<Contender>().unwrap();
+        assert_eq!(cell("split-stp-tproxy").quic_fallback(), None);
+        assert!(cell("split-stp-tproxy").transparent());
+        assert_eq!(
+            cell("split-stp-tproxy-block").quic_fallback(),
+            Some(QuicPolicy::Block)
+        );
+        assert_eq!(
+            cell("split-stp-tproxy-reject").quic_fallback(),
+            Some(QuicPolicy::Reject)
+        );
+        assert!(!cell("split-stp").transparent());
         let e = "vegas".parse::<Contender>().unwrap_err();
         assert!(e.contains("unknown contender 'vegas'"), "{e}");
     }

@@ -45,7 +45,10 @@ impl Daemons {
         let stp = contender.stp_hop();
         let fast_open = contender == Contender::SplitStpFastOpen;
         let tproxy = match contender {
-            Contender::SplitStpTproxy => format!("tproxy_listen = \"0.0.0.0:{TPROXY_PORT}\"\n"),
+            Contender::SplitStpTproxy(quic) => format!(
+                "tproxy_listen = \"0.0.0.0:{TPROXY_PORT}\"\nquic = \"{}\"\n",
+                quic.as_str()
+            ),
             _ => String::new(),
         };
         let dir = TempDir::new()?;

@@ -48,7 +48,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         tune_tcp_hop_host(&gns, Side::Terminal.ipv4(), gateway)?;
     }
     let lan = match contender {
-        Contender::SplitStpTproxy => {
+        Contender::SplitStpTproxy(_) => {
             let lan = Lan::create(&tns)?;
             tune_namespace(&lan.ns, plan.buffer)?;
             if plan.http == Protocol::H3 {
@@ -64,21 +64,9 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         Contender::Kernel(cc) => Some(cc),
         _ => None,
     };
-    let origin = start_origin(plan, &gns, origin_addr, cc, None)?;
-    // The browser workload over TLS: the same site from an HTTPS origin beside it.
+    let origin = start_origin(plan, &gns, origin_addr, cc, None, None)?;
     let https_addr = SocketAddrV4::new(Side::Gateway.ipv4(), HTTPS_PORT);
-    let https = match &plan.tls {
-        Some(_) if plan.http == Protocol::H3 => None,
-        Some(tls) => Some(start_origin(
-            plan,
-            &gns,
-            https_addr,
-            cc,
-            Some(Arc::clone(&tls.config)),
-        )?),
-        None => None,
-    };
-    // Over HTTP/3 the same site from a QUIC origin on UDP 443 instead.
+    // Over HTTP/3 the same site from a QUIC origin on UDP 443.
     let h3 = match &plan.tls {
         Some(tls) if plan.http == Protocol::H3 => {
             let socket =
@@ -89,6 +77,38 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 loadgen::h3::H3Origin::start(socket, &tls.pki, Some(Arc::new(site_files(plan))))
                     .context("cannot start the HTTP/3 origin")?,
             )
+        }
+        _ => None,
+    };
+    // The browser workload over TLS: the same site from an HTTPS origin on TCP 443; over HTTP/3
+    // too where the terminal blocks or rejects QUIC (HTTP/2, advertising the QUIC origin with
+    // Alt-Svc, as a real HTTP/3 site does: what the browser falls back to).
+    let https = match (&plan.tls, &h3) {
+        (Some(tls), None) => Some(start_origin(
+            plan,
+            &gns,
+            https_addr,
+            cc,
+            Some(Arc::clone(&tls.config)),
+            None,
+        )?),
+        (Some(tls), Some(h3)) if contender.quic_fallback().is_some() => Some(start_origin(
+            plan,
+            &gns,
+            https_addr,
+            cc,
+            Some(Arc::clone(&tls.fallback)),
+            Some(h3.alt_svc()),
+        )?),
+        _ => None,
+    };
+    // Under block or reject the browser is a repeat visitor that reached the origin over QUIC
+    // before: a first load in a profile kept for the measured one, QUIC forced and passing
+    // (before the terminal and its QUIC rule start), leaves the origin's Alt-Svc and "QUIC
+    // worked here" in the profile, so the measured load goes for QUIC first.
+    let kept_profile = match (contender.quic_fallback(), &h3, &plan.browser, &lan) {
+        (Some(_), Some(h3), Some(b), Some(lan)) => {
+            Some(learn_quic(plan, b, h3, &lan.ns, https_addr).context("the visit before")?)
         }
         _ => None,
     };
@@ -170,6 +190,11 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         Some(b) => {
             origin.set_phase("browser page load");
             let (url, trust_spki, flags) = match (&plan.tls, &https, &h3) {
+                (Some(tls), Some(_), Some(_)) => (
+                    format!("https://{}{}", https_addr.ip(), browser::site::PAGE_PATH),
+                    vec![tls.pki.spki_sha256().to_string()],
+                    Vec::new(),
+                ),
                 (_, _, Some(h3)) => (
                     format!("https://{}{}", https_addr.ip(), browser::site::PAGE_PATH),
                     Vec::new(),
@@ -202,17 +227,42 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 expect_subresources: plan.site.subresources(),
                 expect_scripts: plan.site.scripts(),
             };
-            let load = b
-                .load_with_flags(&req, &flags)
-                .context("browser page load")?;
-            if load.protocol != plan.http.next_hop() {
+            let load = match &kept_profile {
+                Some(p) => b.load_in_profile(&req, &flags, &p.0),
+                None => b.load_with_flags(&req, &flags),
+            }
+            .context("browser page load")?;
+            // Under block or reject the browser falls back to HTTP/2 over TCP (normal: the
+            // fallback is what the cell measures), and the terminal's rule must have caught the
+            // QUIC it tried first.
+            let expected = match contender.quic_fallback() {
+                Some(_) => Protocol::H2.next_hop(),
+                None => plan.http.next_hop(),
+            };
+            if load.protocol != expected {
                 bail!(
-                    "browser page load: --http {} asked for {}, the browser used '{}'",
+                    "browser page load: --http {} {contender} expects {expected}, the browser \
+                     used '{}'",
                     plan.http,
-                    plan.http.next_hop(),
                     load.protocol
                 );
             }
+            let quic_caught = match contender.quic_fallback() {
+                Some(policy) => {
+                    let n = linkem::net::in_namespace(&tns, pep::quic_policy::read_counter)?
+                        .context("reading the terminal's QUIC rule counter")?;
+                    if n == 0 {
+                        bail!(
+                            "browser page load: quic = \"{}\" caught no QUIC packet: the \
+                             browser did not go for QUIC first, so this is not the repeat visit \
+                             the cell measures",
+                            policy.as_str()
+                        );
+                    }
+                    Some(n)
+                }
+                None => None,
+            };
             let load_ms = load.load.as_secs_f64() * 1e3;
             let critical_path = browser::waterfall::critical_path(&load.fetches, load_ms, |p| {
                 plan.site.referrer(p).map(String::from)
@@ -221,6 +271,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
                 load,
                 critical_path,
                 loadavg: loadavg(),
+                quic_caught,
             })
         }
         None => None,
@@ -263,6 +314,7 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
     if let Some(e) = errors.first() {
         bail!("origin: {e}");
     }
+    drop(kept_profile);
     drop(lan);
     emu.stop().context("cannot stop the emulator")?;
     Ok(Sample {
@@ -283,6 +335,68 @@ pub fn measure(plan: &Plan, contender: Contender, run: u64, seed: u64) -> Result
         browser,
         not_found,
     })
+}
+
+/// A browser profile directory kept across two loads; removed on drop.
+struct KeptProfile(std::path::PathBuf);
+
+impl Drop for KeptProfile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The visit before the measured one under block or reject: the browser in the LAN loads the
+/// site over QUIC (forced, the terminal not started yet, so QUIC is routed as under `pass`) in a
+/// profile kept for the measured load, and must have written down what a repeat visit goes on:
+/// the origin's `Alt-Svc` (its HTTP/3) and that QUIC worked on this network.
+fn learn_quic(
+    plan: &Plan,
+    b: &browser::Chromium,
+    h3: &loadgen::h3::H3Origin,
+    lan_ns: &str,
+    addr: SocketAddrV4,
+) -> Result<KeptProfile> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let profile = KeptProfile(std::env::temp_dir().join(format!(
+        "satstp-bench-link-{}-profile-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )));
+    let _ = std::fs::remove_dir_all(&profile.0);
+    let (down_bps, _, _) = plan.profile.parameters();
+    let req = browser::LoadRequest {
+        url: format!("https://{}{}", addr.ip(), browser::site::PAGE_PATH),
+        trust_spki: Vec::new(),
+        socks5: None,
+        netns: Some(lan_ns.to_string()),
+        timeout: plan
+            .limit(plan.site.total_bytes() as u64, down_bps)
+            .min(Duration::from_secs(300)),
+        expect_subresources: plan.site.subresources(),
+        expect_scripts: plan.site.scripts(),
+    };
+    let load = b.load_in_profile(&req, &h3.chromium_flags(&addr.ip().to_string()), &profile.0)?;
+    if load.protocol != Protocol::H3.next_hop() {
+        bail!("the browser used '{}', not h3", load.protocol);
+    }
+    let state = profile.0.join("Default").join("Network Persistent State");
+    let text = std::fs::read_to_string(&state).unwrap_or_default();
+    if !text.contains("alternative_service") {
+        bail!(
+            "{} kept no Alt-Svc in its profile ({} {}): a repeat visit cannot be staged with \
+             this browser (chromium-headless-shell keeps no network state; use --browser \
+             chromium)",
+            b.path().display(),
+            state.display(),
+            if text.is_empty() {
+                "missing"
+            } else {
+                "without it"
+            }
+        );
+    }
+    Ok(profile)
 }
 
 /// The one-minute load average (NaN where /proc/loadavg cannot be read).
@@ -325,6 +439,7 @@ fn start_origin(
     addr: SocketAddrV4,
     cc: Option<&'static str>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    alt_svc: Option<String>,
 ) -> Result<Origin> {
     let listener = linkem::net::in_namespace(gns, move || std::net::TcpListener::bind(addr))?
         .with_context(|| format!("the origin cannot listen on {addr}"))?;
@@ -337,7 +452,7 @@ fn start_origin(
         OriginConfig {
             on_accept,
             files: Some(Arc::new(files)),
-            alt_svc: None,
+            alt_svc,
             tls,
         },
     ))

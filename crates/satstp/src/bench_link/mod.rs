@@ -20,7 +20,11 @@
 //!   saves a satellite round trip per new connection but reports failed connects as resets;
 //! - `split-stp-tproxy`: `split-stp` with the client in a LAN namespace behind the terminal,
 //!   connecting straight to the origin's address and intercepted by the terminal's transparent
-//!   listener (`deploy/nftables-tproxy.nft` loaded in the terminal namespace).
+//!   listener (`deploy/nftables-tproxy.nft` loaded in the terminal namespace);
+//! - `split-stp-tproxy-block` and `-reject` (`--http h3` only): `split-stp-tproxy` with the
+//!   terminal's `quic = "block"` or `"reject"`, the browser a repeat visitor whose profile, kept
+//!   from a load over QUIC just before, makes it go for QUIC first and fall back to HTTP/2 over
+//!   TCP through the terminal.
 //!
 //! Each contender moves a bulk download, a bulk upload and a web page twice: HTTP/1.1 (the page,
 //! then its objects over six persistent connections) and HTTP/1.0 style (a new connection per
@@ -59,7 +63,10 @@ pub struct LinkBenchArgs {
     /// Contenders, comma-separated: cubic, bbr, reno (kernel TCP end to end), split-tcp,
     /// split-tcp-bbr (the split-TCP hop with cubic or bbr, its hosts tuned as docs/gateway.md
     /// describes), split-stp, split-stp-fo (split STP with the terminal's SOCKS5 fast open),
-    /// split-stp-tproxy (split STP, the client intercepted transparently).
+    /// split-stp-tproxy (split STP, the client intercepted transparently; the terminal's
+    /// quic = "pass"), split-stp-tproxy-block and split-stp-tproxy-reject (the same with
+    /// quic = "block" or "reject"; --http h3 only: the browser, a repeat visitor that reached the
+    /// origin over QUIC before, falls back to HTTP/2 over TCP through the terminal).
     #[arg(
         long,
         value_delimiter = ',',
@@ -169,17 +176,27 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
         if let Some(c) = args
             .contenders
             .iter()
-            .find(|c| c.is_split() && **c != Contender::SplitStpTproxy)
+            .find(|c| c.is_split() && !c.transparent())
         {
             bail!(
                 "--http h3 --contenders {c}: Chromium does not carry QUIC through a SOCKS5 proxy; \
                  with h3 use direct contenders (cubic, bbr: the kernel's congestion control does \
                  not apply to QUIC, so both are QUIC as the origin's stack runs it) or \
-                 split-stp-tproxy (the terminal's quic = \"pass\" routes QUIC as it is)"
+                 split-stp-tproxy (the terminal's quic = \"pass\" routes QUIC as it is), \
+                 split-stp-tproxy-block, split-stp-tproxy-reject"
             );
         }
         if args.tls_early_data {
             bail!("--tls-early-data: not offered over QUIC here (use it with https1 or h2)");
+        }
+    }
+    if let Some(c) = args.contenders.iter().find(|c| c.quic_fallback().is_some()) {
+        if args.http != Protocol::H3 {
+            bail!(
+                "--contenders {c}: the terminal's QUIC policy matters only to a browser that goes \
+                 for QUIC; use it with --http h3 (with --http {} it is split-stp-tproxy)",
+                args.http
+            );
         }
     }
     if args.http != Protocol::H1 && args.no_browser {
@@ -277,10 +294,35 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
             let config = pki
                 .server_config(options)
                 .context("cannot configure the HTTPS origin")?;
-            Some(Tls { pki, config })
+            // The TCP origin beside the QUIC one (what a browser falls back to under block or
+            // reject) speaks HTTP/2.
+            let fallback = pki
+                .server_config(loadgen::tls::TlsOptions {
+                    alpn: loadgen::tls::Alpn::Http2,
+                    ..options
+                })
+                .context("cannot configure the HTTPS origin")?;
+            Some(Tls {
+                pki,
+                config,
+                fallback,
+            })
         }
         None => None,
     };
+    if let (Some(c), Some(b)) = (
+        args.contenders.iter().find(|c| c.quic_fallback().is_some()),
+        &browser,
+    ) {
+        if b.is_headless_shell() {
+            bail!(
+                "--contenders {c}: the cell is a repeat visit, which needs a browser that keeps \
+                 what it learned (the origin's Alt-Svc, that QUIC worked) in its profile between \
+                 two loads; {} keeps no network state: use --browser chromium",
+                b.path().display()
+            );
+        }
+    }
     if tls.is_some() && browser.is_none() {
         bail!(
             "--http {}: the browser workload is needed (no Chromium found; set --browser)",
@@ -369,8 +411,14 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
                             let p = b.critical_path.as_ref().map_or(String::new(), |p| {
                                 format!(" ({} requests on the critical path)", p.requests())
                             });
+                            let caught = b.quic_caught.map_or(String::new(), |n| {
+                                format!(
+                                    " ({} over TCP after {n} QUIC packet(s) caught by the terminal's rule; a repeat visit)",
+                                    b.load.protocol
+                                )
+                            });
                             waterfalls.push_str(&format!(
-                                "{contender} run {}: load event {:.0} ms, DOMContentLoaded {:.0} ms, first byte {:.0} ms; load average {:.2}\n{}\n",
+                                "{contender} run {}: load event {:.0} ms{caught}, DOMContentLoaded {:.0} ms, first byte {:.0} ms; load average {:.2}\n{}\n",
                                 run + 1,
                                 b.load.load.as_secs_f64() * 1e3,
                                 b.load.dom_content_loaded.as_secs_f64() * 1e3,
@@ -456,6 +504,8 @@ pub fn run(args: &LinkBenchArgs) -> Result<()> {
 struct Tls {
     pki: loadgen::tls::TestPki,
     config: Arc<rustls::ServerConfig>,
+    /// HTTP/2 over TLS for the TCP origin of `--http h3`'s block and reject cells.
+    fallback: Arc<rustls::ServerConfig>,
 }
 
 /// What every contender is asked to do.
@@ -516,6 +566,9 @@ struct BrowserSample {
     critical_path: Option<browser::CriticalPath>,
     /// One-minute load average when the load ended (the machine may be busy with other work).
     loadavg: f64,
+    /// Under the terminal's `block` or `reject`: the QUIC packets its rule caught (the browser
+    /// went for QUIC first).
+    quic_caught: Option<u64>,
 }
 
 const METRICS: [(&str, &str); 12] = [

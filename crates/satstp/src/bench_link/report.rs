@@ -300,6 +300,7 @@ fn browser_json(b: &BrowserSample) -> Value {
         "first_byte_s": b.load.first_byte.as_secs_f64(),
         "protocol": b.load.protocol,
         "loadavg": b.loadavg,
+        "quic_packets_caught": b.quic_caught,
         "critical_path": path,
     })
 }
