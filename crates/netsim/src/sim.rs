@@ -153,8 +153,9 @@ pub struct Node {
     routes: HashMap<NodeId, LinkId, BuildNodeHasher>,
 }
 
-/// Hashes node ids (small integers, not attacker-chosen) with one multiplication instead of
-/// SipHash: a route is looked up at every hop of every packet.
+/// Hashes node ids and addresses (small integers, not attacker-chosen) with a multiplication
+/// per field instead of SipHash: a route is looked up at every hop of every packet, a port at
+/// every delivery.
 #[derive(Default, Clone, Copy)]
 struct NodeHasher(u64);
 
@@ -168,6 +169,9 @@ impl std::hash::Hasher for NodeHasher {
         }
     }
     fn write_u32(&mut self, x: u32) {
+        self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u16(&mut self, x: u16) {
         self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
@@ -213,7 +217,7 @@ pub struct Sim {
     agents: Vec<Option<Box<dyn Agent>>>,
     agent_rng: Vec<ChaCha8Rng>,
     agent_node: Vec<NodeId>,
-    ports: HashMap<Addr, AgentId>,
+    ports: HashMap<Addr, AgentId, BuildNodeHasher>,
     next_packet_id: u64,
     pub metrics: Metrics,
     /// Packets that reached a node with no agent on their port.
@@ -224,6 +228,16 @@ pub struct Sim {
     tracers: BTreeMap<LinkId, Box<Tracer>>,
     /// Links whose waiting packets are held here for ACK management.
     managed: BTreeMap<LinkId, crate::ackmgmt::ManagedQueue>,
+    /// What the agent handling the current event sent, asked and bound: kept between events so
+    /// that handling one allocates nothing.
+    scratch: Scratch,
+}
+
+#[derive(Default)]
+struct Scratch {
+    out: Vec<Packet>,
+    timers: Vec<(Time, u64)>,
+    binds: Vec<u16>,
 }
 
 /// Derives an independent random stream for component `index` of kind `kind`.
@@ -248,13 +262,14 @@ impl Sim {
             agents: Vec::new(),
             agent_rng: Vec::new(),
             agent_node: Vec::new(),
-            ports: HashMap::new(),
+            ports: HashMap::default(),
             next_packet_id: 0,
             metrics: Metrics::default(),
             undeliverable: 0,
             events_processed: 0,
             tracers: BTreeMap::new(),
             managed: BTreeMap::new(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -556,9 +571,12 @@ impl Sim {
             return;
         };
         let node = self.agent_node[i];
-        let mut out = Vec::new();
-        let mut timers = Vec::new();
-        let mut binds = Vec::new();
+        // Taken (not borrowed) so that forwarding below may use `self`; given back empty.
+        let Scratch {
+            mut out,
+            mut timers,
+            mut binds,
+        } = std::mem::take(&mut self.scratch);
         {
             let mut ctx = Ctx {
                 now: self.now,
@@ -573,15 +591,16 @@ impl Sim {
             f(agent.as_mut(), &mut ctx);
         }
         self.agents[i] = Some(agent);
-        for port in binds {
+        for port in binds.drain(..) {
             self.ports.entry(Addr { node, port }).or_insert(id);
         }
-        for (at, token) in timers {
+        for (at, token) in timers.drain(..) {
             self.schedule(at, EventKind::Timer { agent: id, token });
         }
-        for pkt in out {
+        for pkt in out.drain(..) {
             self.forward(node, pkt);
         }
+        self.scratch = Scratch { out, timers, binds };
     }
 
     /// A packet is at `node`: deliver it, or put it on the next link.

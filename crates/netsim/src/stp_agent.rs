@@ -55,8 +55,12 @@ pub struct StpAgent {
     written: u64,
     shut: bool,
     armed: Option<Time>,
+    /// The connection's retransmitted-packet count after the last datagram sent.
+    retx_seen: Option<(ConnectionHandle, u64)>,
     buf: Vec<u8>,
-    zeros: Vec<u8>,
+    /// What the sender writes: slices of one allocation, which the connection keeps without
+    /// copying (`write_bytes`).
+    zeros: bytes::Bytes,
     /// Statistics of the last connection, kept when it is released.
     pub stats: Option<ConnectionStats>,
     /// Failures seen, as text.
@@ -107,8 +111,9 @@ impl StpAgent {
             written: 0,
             shut: false,
             armed: None,
+            retx_seen: None,
             buf: Vec::with_capacity(2048),
-            zeros: vec![0u8; WRITE_CHUNK],
+            zeros: bytes::Bytes::from(vec![0u8; WRITE_CHUNK]),
             stats: None,
             failures: Vec::new(),
             received: 0,
@@ -163,7 +168,7 @@ impl StpAgent {
                     }
                     break;
                 }
-                match c.write(&self.zeros[..want]) {
+                match c.write_bytes(&self.zeros.slice(..want)) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => self.written += n as u64,
                 }
@@ -207,7 +212,13 @@ impl StpAgent {
             h.and_then(|h| ep.connection(h))
                 .map_or(0, |c| c.stats().retransmitted_packets)
         };
-        let mut before = retx(&mut self.ep, self.conn);
+        // The count only grows when `poll_transmit` emits a retransmission, so the one read
+        // after the last datagram of the previous pump is still current (one connection lookup
+        // and statistics copy fewer per event).
+        let mut before = match self.retx_seen {
+            Some((h, n)) if Some(h) == self.conn => n,
+            _ => retx(&mut self.ep, self.conn),
+        };
         while let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
             let size = t.size as u32 + self.framing;
             ctx.metrics.started(self.flow, ctx.now);
@@ -225,6 +236,7 @@ impl StpAgent {
                 ctx.mark_retransmission();
             }
         }
+        self.retx_seen = self.conn.map(|h| (h, before));
         if let Some(deadline) = self.ep.poll_timeout(now) {
             let at = deadline.as_nanos().max(ctx.now);
             if self.armed.is_none_or(|a| at < a || a < ctx.now) {
@@ -299,6 +311,53 @@ mod tests {
             };
             assert_eq!(addr_of(socket_of(a)), a);
         }
+    }
+
+    /// Every datagram the engine retransmits, and only those, is marked as a retransmission on
+    /// the link: with random loss (a lost packet still counts as transmitted) and a queue that
+    /// never overflows, the forward link's packets beyond its original ones are exactly the
+    /// sender's retransmitted packets, whichever event sent them.
+    #[test]
+    fn retransmissions_are_marked_on_the_link_one_for_one() {
+        let mut sim = Sim::new(3);
+        let a = sim.add_node("a");
+        let b = sim.add_node("b");
+        let mut fwd = LinkConfig::simple(2_000_000, 100 * MS, 100_000);
+        fwd.loss = linkmodel::Loss::Random { p: 0.03 };
+        let ab = sim.add_link("a->b", a, b, fwd).unwrap();
+        sim.add_link(
+            "b->a",
+            b,
+            a,
+            LinkConfig::simple(2_000_000, 100 * MS, 100_000),
+        )
+        .unwrap();
+        sim.compute_routes();
+        let flow = FlowId(1);
+        let peer = Addr {
+            node: b,
+            port: 2000,
+        };
+        let cfg = EndpointConfig::default();
+        let role = StpRole::Sender {
+            peer,
+            bytes: Some(3_000_000),
+        };
+        let sender = StpAgent::new(1000, flow, role, cfg.clone(), 1).unwrap();
+        let sink = StpAgent::new(2000, flow, StpRole::Sink, cfg, 2).unwrap();
+        let sender_id = sim.add_agent(a, 1000, 0, Box::new(sender)).unwrap();
+        sim.add_agent(b, 2000, 0, Box::new(sink)).unwrap();
+        sim.run_until(120 * SEC);
+        sim.finish();
+        assert_eq!(sim.metrics.flows[&flow].delivered_bytes, 3_000_000);
+        let stats = sim
+            .agent_as::<StpAgent>(sender_id)
+            .and_then(|s| s.stats.clone())
+            .unwrap();
+        let link = &sim.metrics.links[&ab];
+        let marked = link.transmitted.packets - link.original.packets;
+        assert!(stats.retransmitted_packets > 20, "{stats:?}");
+        assert_eq!(marked, stats.retransmitted_packets);
     }
 
     #[test]

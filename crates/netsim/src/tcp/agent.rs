@@ -149,6 +149,8 @@ impl TcpAgent {
                 conn.read(u64::MAX);
                 let mut sent = 0;
                 let mut retx = conn.retransmissions();
+                // Looked up once, not per segment (the flow's entry exists once it started).
+                let tracing = ctx.metrics.tracing(s.flow);
                 while let Some(seg) = conn.poll_segment(now) {
                     if !s.started {
                         s.started = true;
@@ -167,8 +169,10 @@ impl TcpAgent {
                         retx = conn.retransmissions();
                         ctx.mark_retransmission();
                     }
-                    ctx.metrics
-                        .sample(s.flow, now, conn.cwnd(), conn.highest_data_sent());
+                    if tracing {
+                        ctx.metrics
+                            .sample(s.flow, now, conn.cwnd(), conn.highest_data_sent());
+                    }
                     sent += 1;
                     if sent >= MAX_SEGMENTS_PER_EVENT {
                         more = true;
