@@ -3,7 +3,7 @@
 //! memory of closed connections so that late packets of an old instance are never taken by a
 //! new one.
 
-use crate::config::{ConfigError, EndpointConfig};
+use crate::config::{Config, ConfigError, EndpointConfig};
 use crate::connection::{Connection, Event, Role};
 use crate::stats::EndpointStats;
 use crate::time::Instant;
@@ -15,6 +15,7 @@ use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -88,6 +89,8 @@ const MAX_STATELESS_QUEUE: usize = 1024;
 /// A set of STP connections sharing one datagram socket.
 pub struct Endpoint {
     config: EndpointConfig,
+    /// `config.connection`, shared by every connection (one copy, not one per connection).
+    conn_config: Arc<Config>,
     rng: Box<dyn RngCore + Send>,
     /// By handle; a hash map, because a lookup per datagram must not grow with the number of
     /// connections (nothing iterates it but `handles`, which sorts). Slots are boxed: the table
@@ -96,6 +99,10 @@ pub struct Endpoint {
     /// connection, and growing it moves no connection.
     conns: HandleMap<Box<Slot>>,
     by_key: HashMap<Key, ConnectionHandle>,
+    /// The last `by_key` hit: consecutive datagrams mostly belong to the same connection, and
+    /// comparing keys is cheaper than hashing one with the seeded hasher. Cleared whenever
+    /// `by_key` changes.
+    recent: Option<(Key, ConnectionHandle)>,
     /// Connections that may have something to send: touched by a datagram, a timer or the
     /// application since they last had nothing to send. Only these are polled.
     active: BTreeSet<ConnectionHandle>,
@@ -133,10 +140,12 @@ impl Endpoint {
         config.validate()?;
         Ok(Endpoint {
             reset_tokens: f64::from(config.stateless_resets_per_s),
+            conn_config: Arc::new(config.connection.clone()),
             config,
             rng,
             conns: HandleMap::default(),
             by_key: HashMap::new(),
+            recent: None,
             active: BTreeSet::new(),
             eventful: BTreeSet::new(),
             cursor: 0,
@@ -202,7 +211,7 @@ impl Endpoint {
         let isn = self.rng.next_u32();
         let conn = Connection::new_initiator(
             now,
-            self.config.connection.clone(),
+            Arc::clone(&self.conn_config),
             key.conn_id,
             instance,
             isn,
@@ -213,6 +222,7 @@ impl Endpoint {
     fn insert(&mut self, key: Key, conn: Connection) -> ConnectionHandle {
         let h = ConnectionHandle(self.next_handle);
         self.next_handle += 1;
+        self.recent = None;
         self.by_key.insert(key, h);
         self.conns.insert(h, Box::new(Slot { conn, key }));
         self.touch(h);
@@ -292,7 +302,7 @@ impl Endpoint {
             conn_id: header.conn_id,
             local_is_initiator: !header.from_initiator,
         };
-        if let Some(&h) = self.by_key.get(&key) {
+        if let Some(h) = self.lookup(&key) {
             if let Some(slot) = self.conns.get_mut(&h) {
                 if slot.conn.instance() == header.instance {
                     slot.conn.handle_packet(now, &packet, data.len());
@@ -302,6 +312,7 @@ impl Endpoint {
                 if header.from_initiator && packet.bgn.is_some() {
                     // The initiator started a new instance: it has forgotten the old one.
                     slot.conn.supersede();
+                    self.recent = None;
                     self.by_key.remove(&key);
                     self.touch(h);
                 } else {
@@ -341,7 +352,7 @@ impl Endpoint {
                 let isn = self.rng.next_u32();
                 let mut conn = Connection::new_responder(
                     now,
-                    self.config.connection.clone(),
+                    Arc::clone(&self.conn_config),
                     header.conn_id,
                     header.instance,
                     isn,
@@ -359,6 +370,18 @@ impl Endpoint {
                 }
             }
         }
+    }
+
+    /// The connection `key` names, if any.
+    fn lookup(&mut self, key: &Key) -> Option<ConnectionHandle> {
+        if let Some((k, h)) = &self.recent {
+            if k == key {
+                return Some(*h);
+            }
+        }
+        let h = *self.by_key.get(key)?;
+        self.recent = Some((*key, h));
+        Some(h)
     }
 
     /// A BGN in a version we do not speak gets RST(UnsupportedVersion) listing ours. Bytes 4..9 of
@@ -529,6 +552,7 @@ impl Endpoint {
             return;
         };
         if self.by_key.get(&slot.key) == Some(&h) {
+            self.recent = None;
             self.by_key.remove(&slot.key);
         }
         self.active.remove(&h);

@@ -79,7 +79,9 @@ impl Connection {
         }
         let n = self.emit(&p, buf);
         if b.sd.is_none() && (p.stat.is_some() || p.ustat.is_some()) {
-            self.feedback_pacer.on_sent(n);
+            if let Some(fp) = self.feedback_pacer.as_mut() {
+                fp.on_sent(n);
+            }
         }
         self.check_closed();
         self.check_invariants(None);
@@ -141,7 +143,11 @@ impl Connection {
             Some((_, len)) => self.pacer.can_send(now, len + HEADER_LEN),
             None => false,
         };
-        let feedback_ok = sd_ready || self.feedback_pacer.can_send(now, FEEDBACK_ESTIMATE);
+        let feedback_ok = sd_ready
+            || self
+                .feedback_pacer
+                .as_mut()
+                .is_none_or(|fp| fp.can_send(now, FEEDBACK_ESTIMATE));
         let stat_due = if feedback_ok {
             self.pending.stat.take()
         } else {

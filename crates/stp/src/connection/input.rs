@@ -120,6 +120,7 @@ impl Connection {
         self.apply_peer_params(ack.rwnd, ack.max_datagram);
         if let Some(sample) = wire_elapsed(now.wire_timestamp(), ack.echo_timestamp) {
             self.rtt.update(sample);
+            self.refresh_regular_poll();
         }
         let rb = self.new_recv(u64::from(ack.isn));
         self.recv = Some(rb);
@@ -149,6 +150,7 @@ impl Connection {
     fn on_stat(&mut self, now: Instant, stat: &Stat<'_>) {
         if let Some(sample) = wire_elapsed(self.peek_stamp(now), stat.echo_timestamp) {
             self.rtt.update(sample);
+            self.refresh_regular_poll();
             if let Some(min) = self.rtt.min() {
                 let next = self.peek_stamp(now);
                 self.controller

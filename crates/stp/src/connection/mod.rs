@@ -33,12 +33,13 @@ use crate::recv::RecvBuffer;
 use crate::rtt::RttEstimator;
 use crate::send::SendBuffer;
 use crate::seq::to_wire;
-use crate::stats::ConnectionStats;
+use crate::stats::{ConnectionStats, Counters};
 use crate::time::{wire_at_or_before, Instant};
 use crate::wire::{Bgn, Header, Packet, Rst, RstReason, Types, HEADER_LEN, SD_RESERVE, VERSION};
 use bytes::Bytes;
 use pending::PendingControl;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use timers::{Timer, TimerTable};
@@ -140,7 +141,8 @@ enum SendEnd {
 /// A single STP connection.
 #[derive(Debug)]
 pub struct Connection {
-    config: Config,
+    /// Shared by every connection of the endpoint.
+    config: Arc<Config>,
     role: Role,
     conn_id: u32,
     instance: u8,
@@ -148,7 +150,8 @@ pub struct Connection {
     /// Initiator: BGNAK seen. Responder: a datagram without BGN seen.
     confirmed: bool,
     events: VecDeque<Event>,
-    stats: ConnectionStats,
+    /// Counters; `stats()` adds what it reads from the connection's state.
+    stats: Counters,
 
     // ----- sending half -----
     local_isn: u64,
@@ -157,6 +160,8 @@ pub struct Connection {
     controller: Box<dyn Controller>,
     pacer: Pacer,
     rtt: RttEstimator,
+    /// srtt / polls_per_rtt within the POLL interval bounds (see `regular_poll_interval`).
+    regular_poll: Duration,
     peer_rwnd: u64,
     peer_max_datagram: usize,
     /// Largest SD payload, fixed at setup (room is kept for POLL and END, and for BGN/BGNAK).
@@ -179,8 +184,8 @@ pub struct Connection {
 
     // ----- receiving half -----
     recv: Option<RecvBuffer>,
-    /// Paces feedback sent without data when `reverse_rate_bps` is set.
-    feedback_pacer: Pacer,
+    /// Paces feedback sent without data when `reverse_rate_bps` is set (`None`: no limit).
+    feedback_pacer: Option<Box<Pacer>>,
     endak_sent: bool,
     last_advertised_window: u64,
     read_closed: bool,
@@ -201,7 +206,7 @@ impl Connection {
     /// A new initiator-side connection. The first `poll_transmit` sends the BGN.
     pub(crate) fn new_initiator(
         now: Instant,
-        config: Config,
+        config: Arc<Config>,
         conn_id: u32,
         instance: u8,
         isn: u32,
@@ -219,7 +224,7 @@ impl Connection {
     /// A new responder-side connection for a received BGN.
     pub(crate) fn new_responder(
         now: Instant,
-        config: Config,
+        config: Arc<Config>,
         conn_id: u32,
         instance: u8,
         isn: u32,
@@ -238,7 +243,7 @@ impl Connection {
 
     fn new(
         now: Instant,
-        config: Config,
+        config: Arc<Config>,
         role: Role,
         conn_id: u32,
         instance: u8,
@@ -272,11 +277,12 @@ impl Connection {
             phase: Phase::Established,
             confirmed: false,
             events: VecDeque::new(),
-            stats: ConnectionStats::default(),
+            stats: Counters::default(),
             send_end: SendEnd::Open,
             controller,
             pacer,
             rtt,
+            regular_poll: Duration::ZERO,
             peer_rwnd: iw + iw / mss64 * 64,
             peer_max_datagram: usize::from(config.max_datagram_bytes),
             mss,
@@ -293,14 +299,12 @@ impl Connection {
             write_blocked: false,
             was_cwnd_limited: false,
             recv: None,
-            feedback_pacer: {
+            feedback_pacer: config.reverse_rate_bps.map(|r| {
                 let dg = u64::from(config.max_datagram_bytes);
                 let mut p = Pacer::new(now, granularity, 2 * dg, 2 * dg);
-                if let Some(r) = config.reverse_rate_bps {
-                    p.set_rate(now, r as f64 / 8.0);
-                }
-                p
-            },
+                p.set_rate(now, r as f64 / 8.0);
+                Box::new(p)
+            }),
             endak_sent: false,
             last_advertised_window: u64::from(config.recv_buffer_bytes),
             read_closed: false,
@@ -313,6 +317,7 @@ impl Connection {
             timers: TimerTable::default(),
             config,
         };
+        c.refresh_regular_poll();
         c.heard(now);
         c.update_pacing(now);
         c
@@ -512,7 +517,7 @@ impl Connection {
 
     /// Statistics so far.
     pub fn stats(&self) -> ConnectionStats {
-        let mut s = self.stats.clone();
+        let mut s = self.stats.to_stats();
         s.srtt = self.rtt.srtt();
         s.min_rtt = self.rtt.min();
         s.cwnd_bytes = self.controller.window();

@@ -38,12 +38,18 @@ impl Connection {
     }
 
     /// The POLL interval outside small-window mode and before any backoff: srtt / polls_per_rtt,
-    /// clamped to the configured bounds.
+    /// clamped to the configured bounds. Kept in `regular_poll` (the engine asks for it several
+    /// times per datagram; it changes only with srtt).
     pub(super) fn regular_poll_interval(&self) -> Duration {
-        (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
+        self.regular_poll
+    }
+
+    /// Recomputes `regular_poll`; called whenever srtt changes.
+    pub(super) fn refresh_regular_poll(&mut self) {
+        self.regular_poll = (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
             Config::ms(self.config.min_poll_interval_ms),
             Config::ms(self.config.max_poll_interval_ms),
-        )
+        );
     }
 
     /// How long a STAT may take to answer a POLL: srtt + 4·rttvar (at least the minimum POLL
@@ -54,6 +60,9 @@ impl Connection {
 
     /// POLLs sent more than an answer time ago with no STAT since.
     pub(super) fn missed_polls(&self, now: Instant) -> u32 {
+        if self.unanswered_polls.is_empty() {
+            return 0;
+        }
         let answer_time = self.answer_time();
         self.unanswered_polls
             .iter()

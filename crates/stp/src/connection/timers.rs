@@ -101,7 +101,10 @@ impl Connection {
         self.timers.set_opt(Timer::Pacing, sd);
         let feedback = self
             .feedback_pending()
-            .then(|| self.feedback_pacer.next_send_time(now, FEEDBACK_ESTIMATE));
+            .then(|| match self.feedback_pacer.as_mut() {
+                Some(fp) => fp.next_send_time(now, FEEDBACK_ESTIMATE),
+                None => now,
+            });
         self.timers.set_opt(Timer::Feedback, feedback);
         self.timers.next()
     }
