@@ -120,3 +120,45 @@ fn a_node_scenario_refuses_a_flow_duration_by_name() {
     assert!(e.starts_with("flow bulk.duration:"), "{e}");
     assert!(e.contains("constellation"), "{e}");
 }
+
+/// `scenarios/fig4.14-time-sequence.toml` shows what the thesis' figs. 4.14–4.18 show (§4.2.3):
+/// Reno falls into a coarse timeout after the slow-start overshoot; NewReno recovers without a
+/// timeout and with one window reduction, but one hole per round trip, so for tens of seconds;
+/// SACK-Reno halves its window more than once; SACK-NewReno recovers the same burst quickly with
+/// one reduction and carries the most.
+#[test]
+fn fig4_14_time_sequence_shows_the_thesis_variant_behaviours() {
+    let s = Scenario::from_toml(include_str!(
+        "../../../scenarios/fig4.14-time-sequence.toml"
+    ))
+    .unwrap();
+    let sum = run(&s, 1, s.seed, 1, &quiet).unwrap();
+    let flow = |n: &str| sum.flows.iter().find(|f| f.name == n).unwrap();
+    let (reno, newreno, sack_reno, sack_newreno) = (
+        flow("reno"),
+        flow("newreno"),
+        flow("sack-reno"),
+        flow("sack-newreno"),
+    );
+    assert!(reno.timeouts.mean >= 1.0, "Reno: no timeout");
+    assert_eq!(newreno.timeouts.mean, 0.0);
+    assert_eq!(newreno.fast_recoveries.mean, 1.0);
+    assert!(sack_reno.fast_recoveries.mean >= 2.0);
+    assert_eq!(sack_newreno.timeouts.mean, 0.0);
+    assert_eq!(sack_newreno.fast_recoveries.mean, 1.0);
+    // Highest sequence sent at time t, from the flow's trace.
+    let seq_at = |n: &str, t: f64| {
+        sum.series[n]
+            .iter()
+            .take_while(|p| p[0] <= t)
+            .last()
+            .map_or(0.0, |p| p[2])
+    };
+    // Between 12 s and 35 s NewReno is still repairing the overshoot's burst; SACK-NewReno is
+    // long past it.
+    assert!(seq_at("newreno", 35.0) < 1.5 * seq_at("newreno", 12.0));
+    assert!(seq_at("sack-newreno", 35.0) > 3.0 * seq_at("sack-newreno", 12.0));
+    let g = |f: &netsim::scenario::FlowSummary| f.goodput_bps.mean;
+    assert!(g(sack_newreno) > g(sack_reno) && g(sack_reno) > g(reno));
+    assert!(g(sack_newreno) > g(newreno));
+}

@@ -38,7 +38,10 @@ pub struct SimArgs {
     #[arg(long, value_name = "DIR", default_value = "shards", requires = "shard")]
     shard_out: PathBuf,
     /// A constellation scenario's per-flow, per-second and ISL tables (CSV) and charts, written
-    /// to DIR as NAME-flows.csv, NAME-rtt.csv, NAME-isl.csv, NAME-isl-links.csv (docs/leo.md).
+    /// to DIR as NAME-flows.csv, NAME-rtt.csv, NAME-isl.csv, NAME-isl-links.csv (docs/leo.md);
+    /// for a scenario of nodes and links, the traced flows' (trace = true) time-sequence plots
+    /// NAME-FLOW-seq.svg/.png and their congestion windows NAME-cwnd.svg/.png (first
+    /// replication).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -193,8 +196,15 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
     if scenario.is_constellation() {
         return run_constellation(args, &scenario);
     }
-    if args.out.is_some() {
-        bail!("--out: only a scenario with a [constellation] writes tables; this one has nodes and links (use --json)");
+    if let Some(dir) = &args.out {
+        if !scenario.flows.iter().any(|f| f.trace) {
+            bail!(
+                "--out: {} traces no flow; set trace = true on a [[flow]] to write its \
+                 time-sequence and cwnd plots (a scenario with a [constellation] writes its tables)",
+                args.file.display()
+            );
+        }
+        crate::outpath::dir("--out", dir)?;
     }
     let rule = replication(args, &scenario)?;
     let level = match args.confidence {
@@ -274,5 +284,88 @@ pub fn run_sim(args: &SimArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     crate::outpath::write_json(&args.json, &summary)?;
+    if let Some(dir) = &args.out {
+        write_traces(dir, &scenario.name, &summary.series)?;
+    }
     Ok(())
+}
+
+/// Most points drawn per trace: longer series are thinned to every k-th sample (the last kept).
+const TRACE_POINTS: usize = 4000;
+
+/// Every k-th of `v` (k chosen so that at most `TRACE_POINTS` remain), the last one included.
+fn thin(v: &[[f64; 3]], col: usize, scale: f64) -> Vec<(f64, f64, f64)> {
+    let k = v.len().div_ceil(TRACE_POINTS).max(1);
+    let mut pts: Vec<(f64, f64, f64)> = v
+        .iter()
+        .step_by(k)
+        .map(|p| (p[0], p[col] / scale, 0.0))
+        .collect();
+    if let Some(last) = v.last() {
+        if !(v.len() - 1).is_multiple_of(k) {
+            pts.push((last[0], last[col] / scale, 0.0));
+        }
+    }
+    pts
+}
+
+/// The first replication's traces as plots in `dir`: per traced flow a time-sequence plot
+/// (`NAME-FLOW-seq`: highest sequence sent, KB, vs time) and one plot of every traced flow's
+/// congestion window (`NAME-cwnd`).
+fn write_traces(
+    dir: &std::path::Path,
+    name: &str,
+    series: &std::collections::BTreeMap<String, Vec<[f64; 3]>>,
+) -> Result<()> {
+    use crate::plot::{Chart, Series};
+    for (flow, v) in series {
+        let chart = Chart {
+            title: format!("{name}: time-sequence plot of {flow} (first replication)"),
+            x_label: "time (s)".into(),
+            y_label: "highest sequence sent (KB)".into(),
+            series: vec![Series {
+                name: flow.clone(),
+                points: thin(v, 2, 1e3),
+            }],
+            ..Chart::default()
+        };
+        chart.write(dir, &format!("{name}-{flow}-seq"))?;
+    }
+    let chart = Chart {
+        title: format!("{name}: congestion window (first replication)"),
+        x_label: "time (s)".into(),
+        y_label: "congestion window (KB)".into(),
+        series: series
+            .iter()
+            .map(|(flow, v)| Series {
+                name: flow.clone(),
+                points: thin(v, 1, 1e3),
+            })
+            .collect(),
+        ..Chart::default()
+    };
+    chart.write(dir, &format!("{name}-cwnd"))?;
+    outln!(
+        "  time-sequence and cwnd plots of {} traced flow(s) in {}",
+        series.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_at_most_the_bound_and_the_last_sample() {
+        let v: Vec<[f64; 3]> = (0..10_001).map(|i| [f64::from(i), 2.0, 3000.0]).collect();
+        let p = thin(&v, 2, 1e3);
+        assert!(p.len() <= TRACE_POINTS + 1, "{}", p.len());
+        assert_eq!(p.first(), Some(&(0.0, 3.0, 0.0)));
+        assert_eq!(p.last(), Some(&(10_000.0, 3.0, 0.0)));
+        let short: Vec<[f64; 3]> = v[..10].to_vec();
+        assert_eq!(thin(&short, 1, 1.0).len(), 10);
+        assert!(thin(&[], 1, 1.0).is_empty());
+    }
 }

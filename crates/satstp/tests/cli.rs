@@ -260,6 +260,61 @@ fn engine_demo_is_deterministic() {
     assert!(String::from_utf8_lossy(&a.stdout).contains("every byte verified"));
 }
 
+/// `sim --out DIR` on a scenario of nodes and links: a time-sequence plot per traced flow and
+/// one cwnd plot (the thesis' figs. 4.14-4.18 are made this way); nothing for an untraced flow;
+/// a scenario that traces nothing is refused, naming the key to set.
+#[test]
+fn sim_out_plots_the_traced_flows_time_sequence_and_cwnd() {
+    let dir = temp_dir("traces");
+    let scenario = |trace: bool| {
+        format!(
+            "name = \"tr\"\nduration = \"20s\"\n[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+             [[link]]\na = \"a\"\nb = \"b\"\nrate = \"1Mbps\"\ndelay = \"100ms\"\nqueue_packets = 10\n\
+             [[flow]]\nname = \"seen\"\nprotocol = \"tcp\"\nfrom = \"a\"\nto = \"b\"\ntrace = {trace}\n\
+             [[flow]]\nname = \"unseen\"\nprotocol = \"tcp\"\nfrom = \"a\"\nto = \"b\"\n"
+        )
+    };
+    let f = dir.join("tr.toml");
+    std::fs::write(&f, scenario(true)).unwrap();
+    let out = dir.join("plots");
+    let o = satstp()
+        .arg("sim")
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for name in ["tr-seen-seq", "tr-cwnd"] {
+        for ext in ["svg", "png"] {
+            let p = out.join(format!("{name}.{ext}"));
+            assert!(
+                std::fs::metadata(&p).is_ok_and(|m| m.len() > 1000),
+                "{} missing or empty",
+                p.display()
+            );
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("tr-seen-seq.svg")).unwrap();
+    assert!(svg.contains("highest sequence sent (KB)") && svg.contains("time (s)"));
+    assert!(!out.join("tr-unseen-seq.svg").exists());
+    std::fs::write(&f, scenario(false)).unwrap();
+    let o = satstp()
+        .arg("sim")
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--out") && err.contains("trace = true"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sim_replicates_until_the_rule_and_reports_99_percent_intervals() {
     let dir = temp_dir("until");
