@@ -99,6 +99,8 @@ struct Figures {
     idle: u64,
     /// The gateway hop (the sender of the downloads) during the single flow.
     single_hop: HopDelta,
+    /// Tunnel handshakes the gateway completed by the end (one per terminal session).
+    gateway_handshakes: u64,
 }
 
 impl Figures {
@@ -266,6 +268,7 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
             "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
             "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
             "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+            "gateway_tunnel_handshakes": f.gateway_handshakes,
         });
         crate::outpath::write_json(&args.json, &v)?;
     }
@@ -306,6 +309,10 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
         f.single_hop.datagrams_sent,
         f.single_hop.datagrams_received,
         f.single_hop.retransmitted_packets
+    );
+    outln!(
+        "  tunnel sessions     the gateway completed {} handshakes",
+        f.gateway_handshakes
     );
     outln!(
         "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",
@@ -539,6 +546,11 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
     let parallel_secs = t0.elapsed().as_secs_f64();
     let parallel_cpu = cpu_since(cpu0, d)?;
     let parallel_bytes = each * n;
+    let gateway_handshakes = scrape(d.metrics)?
+        .iter()
+        .filter(|(k, _)| k.starts_with("satstp_tunnel_handshakes_total{"))
+        .map(|(_, v)| *v as u64)
+        .sum();
 
     Ok(Figures {
         single_secs,
@@ -552,6 +564,7 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
         rss_after_kib,
         idle: idle as u64,
         single_hop,
+        gateway_handshakes,
     })
 }
 
