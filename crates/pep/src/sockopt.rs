@@ -410,31 +410,49 @@ fn steer_by_source_port(socket: &std::net::UdpSocket, n: usize) -> io::Result<()
     }
 }
 
-/// Binds `n` UDP sockets for a terminal's hop workers: the first on `addr`, the others on the
-/// ports after its own where free (so a gateway steering by source port puts them on different
-/// workers, [`bind_udp_workers`]), else on ports the system chooses. Non-blocking sockets.
+/// Binds `n` UDP sockets for a terminal's hop workers on consecutive ports, the first on
+/// `addr` (port 0: a run the system's first choice starts), so a gateway steering by source
+/// port puts them on different workers ([`bind_udp_workers`]). With port 0 a run that is not
+/// free is given up for another, up to [`CONSECUTIVE_TRIES`] times; then (or with a fixed
+/// port) the ports after the first that are taken are replaced by ports the system chooses.
+/// Non-blocking sockets.
 pub fn bind_udp_consecutive(
     addr: std::net::SocketAddr,
     n: usize,
 ) -> io::Result<Vec<std::net::UdpSocket>> {
-    let first = std::net::UdpSocket::bind(addr)?;
-    let base = first.local_addr()?.port();
-    let mut out = vec![first];
-    for i in 1..n.max(1) {
-        let next = u16::try_from(usize::from(base) + i)
-            .ok()
-            .and_then(|p| std::net::UdpSocket::bind(std::net::SocketAddr::new(addr.ip(), p)).ok());
-        let s = match next {
-            Some(s) => s,
-            None => std::net::UdpSocket::bind(std::net::SocketAddr::new(addr.ip(), 0))?,
-        };
-        out.push(s);
+    let n = n.max(1);
+    let at = |p: u16| std::net::SocketAddr::new(addr.ip(), p);
+    let mut tries = if addr.port() == 0 {
+        CONSECUTIVE_TRIES
+    } else {
+        1
+    };
+    loop {
+        tries -= 1;
+        let first = std::net::UdpSocket::bind(addr)?;
+        let base = first.local_addr()?.port();
+        let mut out = vec![first];
+        for i in 1..n {
+            let next = u16::try_from(usize::from(base) + i)
+                .ok()
+                .and_then(|p| std::net::UdpSocket::bind(at(p)).ok());
+            match next {
+                Some(s) => out.push(s),
+                None if tries > 0 => break,
+                None => out.push(std::net::UdpSocket::bind(at(0))?),
+            }
+        }
+        if out.len() == n {
+            for s in &out {
+                s.set_nonblocking(true)?;
+            }
+            return Ok(out);
+        }
     }
-    for s in &out {
-        s.set_nonblocking(true)?;
-    }
-    Ok(out)
 }
+
+/// Runs of consecutive ports [`bind_udp_consecutive`] tries.
+const CONSECUTIVE_TRIES: usize = 64;
 
 #[cfg(test)]
 mod tests {
@@ -453,6 +471,11 @@ mod tests {
             w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         }
         let senders = bind_udp_consecutive("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+        let ports: Vec<u16> = senders
+            .iter()
+            .map(|s| s.local_addr().unwrap().port())
+            .collect();
+        assert!(ports.windows(2).all(|w| w[1] == w[0] + 1), "{ports:?}");
         let mut buf = [0u8; 16];
         for (i, s) in senders.iter().enumerate() {
             s.set_nonblocking(false).unwrap();
