@@ -238,6 +238,13 @@ macro_rules! side_config {
             /// `rtt_ms` are set).
             #[serde(default)]
             pub hop_tcp: TcpOptions,
+            /// STP hop: workers, each a task with its own UDP socket and hop core that the
+            /// runtime runs on its own core (1 to 1024; default: at a gateway the cores
+            /// available, at a terminal 1). A gateway's share its `listen` address
+            /// (`SO_REUSEPORT`); a terminal's each hold a tunnel session (one handshake each)
+            /// and its connections go to them in turn (`docs/scaling.md`, "Workers").
+            #[serde(default)]
+            pub workers: Option<u32>,
         }
 
         impl $name {
@@ -252,6 +259,14 @@ macro_rules! side_config {
                     self.connect_timeout_s,
                 )?;
                 check_shutdown_timeout(self.shutdown_timeout_s)?;
+                if let Some(n) = self.workers {
+                    if !(1..=MAX_WORKERS).contains(&n) {
+                        return Err(bad(
+                            "workers",
+                            format!("{n}: 1 to {MAX_WORKERS} (default: the cores available)"),
+                        ));
+                    }
+                }
                 self.limits.validate().map_err(|e| e.prefixed("limits"))?;
                 apply_stp(&self.stp, stp::Config::default())?;
                 self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
@@ -283,6 +298,18 @@ macro_rules! side_config {
                 apply_stp(&self.stp, base).map_err(|e| e.prefixed($side))
             }
 
+            /// The STP hop's workers: `workers`, else at a gateway the cores available and at
+            /// a terminal 1.
+            pub fn hop_workers(&self) -> usize {
+                match self.workers {
+                    Some(n) => n as usize,
+                    None if $side == "gateway" => {
+                        std::thread::available_parallelism().map_or(1, |n| n.get())
+                    }
+                    None => 1,
+                }
+            }
+
             /// Per-connection relay buffer for this hop, sized on the faster of its two
             /// directions (see [`Limits::relay_buffer`]).
             pub fn relay_buffer_bytes(&self) -> u64 {
@@ -292,6 +319,9 @@ macro_rules! side_config {
         }
     };
 }
+
+/// Most hop workers a side may have (`workers`).
+pub const MAX_WORKERS: u32 = 1024;
 
 side_config! {
     "terminal",
@@ -1285,6 +1315,27 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.field(), Some("gateway.next_private_key_file"), "{e}");
+    }
+
+    #[test]
+    fn workers_default_per_side_and_are_checked() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(
+            parse_gateway(&gateway_text("")).unwrap().hop_workers(),
+            cores
+        );
+        assert_eq!(parse_terminal(&terminal_text("")).unwrap().hop_workers(), 1);
+        let g = parse_gateway(&gateway_text("workers = 3\n")).unwrap();
+        assert_eq!(g.hop_workers(), 3);
+        let t = parse_terminal(&terminal_text("workers = 2\n")).unwrap();
+        assert_eq!(t.hop_workers(), 2);
+        for bad in ["workers = 0\n", "workers = 1025\n"] {
+            let e = parse_gateway(&gateway_text(bad)).unwrap_err();
+            assert_eq!(e.field(), Some("gateway.workers"), "{e}");
+            assert!(e.to_string().contains("1 to 1024"), "{e}");
+            let e = parse_terminal(&terminal_text(bad)).unwrap_err();
+            assert_eq!(e.field(), Some("terminal.workers"), "{e}");
+        }
     }
 
     fn gateway_text(extra: &str) -> String {

@@ -300,9 +300,196 @@ pub fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) {
     let _ = sref.set_send_buffer_size(bytes);
 }
 
+/// Binds the UDP sockets of a gateway's `n` hop workers to `addr` (port 0: one the system
+/// chooses), all with `SO_REUSEPORT`, so the kernel spreads the datagrams arriving there across
+/// them by their source. Where it can (Linux), a steering program makes the choice the source
+/// port modulo `n`, so a terminal's workers, which hold consecutive ports
+/// ([`bind_udp_consecutive`]), land on different workers; elsewhere, or when refused, the
+/// kernel's hash of the address pair decides. Either way one source always reaches the same
+/// socket, so a tunnel session stays on its worker. An address already in use fails as with one
+/// socket (another daemon sharing the port through `SO_REUSEPORT` would take its traffic).
+/// With `n` = 1, one plain socket. Non-blocking sockets.
+pub fn bind_udp_workers(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> io::Result<Vec<std::net::UdpSocket>> {
+    let n = n.max(1);
+    let domain = Domain::for_address(addr);
+    let plain = |a: std::net::SocketAddr| -> io::Result<Socket> {
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        s.bind(&a.into())?;
+        Ok(s)
+    };
+    if n == 1 {
+        let s = plain(addr)?;
+        s.set_nonblocking(true)?;
+        return Ok(vec![s.into()]);
+    }
+    if addr.port() != 0 {
+        // In use by anyone (even through SO_REUSEPORT): refuse, as one socket would.
+        drop(plain(addr)?);
+    }
+    let mut at = addr;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        #[cfg(unix)]
+        s.set_reuse_port(true)?;
+        s.bind(&at.into())?;
+        if at.port() == 0 {
+            if let Some(bound) = s.local_addr()?.as_socket() {
+                at.set_port(bound.port());
+            }
+        }
+        s.set_nonblocking(true)?;
+        out.push(std::net::UdpSocket::from(s));
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(first) = out.first() {
+        if let Err(e) = steer_by_source_port(first, n) {
+            tracing::warn!(
+                error = %e,
+                "the hop's workers: cannot steer datagrams by source port; the kernel's hash \
+                 spreads terminals across workers instead (a terminal's workers may share one)"
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (`asm-generic/socket.h`).
+#[cfg(target_os = "linux")]
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Attaches to the reuseport group of `socket` a classic BPF program choosing socket
+/// (UDP source port mod `n`): the IP header's length from its first byte (IPv4) or 40 (IPv6),
+/// then the 16 bits there.
+#[cfg(target_os = "linux")]
+fn steer_by_source_port(socket: &std::net::UdpSocket, n: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let net = libc::SKF_NET_OFF as u32;
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let prog = [
+        // A = version << 4 | ihl
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, net),
+        op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 4),
+        // IPv6: to 5
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 2, 0, 6),
+        // X = 4 * ihl
+        op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, net),
+        op(libc::BPF_JMP | libc::BPF_JA, 0, 0, 1),
+        op(libc::BPF_LDX | libc::BPF_W | libc::BPF_IMM, 0, 0, 40),
+        // A = source port
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, net),
+        op(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, 0, 0, n as u32),
+        op(libc::BPF_RET | libc::BPF_A, 0, 0, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points at `prog`, both alive for the call; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::addr_of!(fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Binds `n` UDP sockets for a terminal's hop workers on consecutive ports, the first on
+/// `addr` (port 0: a run the system's first choice starts), so a gateway steering by source
+/// port puts them on different workers ([`bind_udp_workers`]). With port 0 a run that is not
+/// free is given up for another, up to [`CONSECUTIVE_TRIES`] times; then (or with a fixed
+/// port) the ports after the first that are taken are replaced by ports the system chooses.
+/// Non-blocking sockets.
+pub fn bind_udp_consecutive(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> io::Result<Vec<std::net::UdpSocket>> {
+    let n = n.max(1);
+    let at = |p: u16| std::net::SocketAddr::new(addr.ip(), p);
+    let mut tries = if addr.port() == 0 {
+        CONSECUTIVE_TRIES
+    } else {
+        1
+    };
+    loop {
+        tries -= 1;
+        let first = std::net::UdpSocket::bind(addr)?;
+        let base = first.local_addr()?.port();
+        let mut out = vec![first];
+        for i in 1..n {
+            let next = u16::try_from(usize::from(base) + i)
+                .ok()
+                .and_then(|p| std::net::UdpSocket::bind(at(p)).ok());
+            match next {
+                Some(s) => out.push(s),
+                None if tries > 0 => break,
+                None => out.push(std::net::UdpSocket::bind(at(0))?),
+            }
+        }
+        if out.len() == n {
+            for s in &out {
+                s.set_nonblocking(true)?;
+            }
+            return Ok(out);
+        }
+    }
+}
+
+/// Runs of consecutive ports [`bind_udp_consecutive`] tries.
+const CONSECUTIVE_TRIES: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Datagrams from source port p reach worker p mod n: from a run of consecutive ports,
+    /// every worker gets its own.
+    #[test]
+    fn workers_share_an_address_and_consecutive_ports_reach_each_worker() {
+        let n = 2;
+        let workers = bind_udp_workers("127.0.0.1:0".parse().unwrap(), n).unwrap();
+        let at = workers[0].local_addr().unwrap();
+        assert_eq!(workers[1].local_addr().unwrap(), at, "one address for all");
+        for w in &workers {
+            w.set_nonblocking(false).unwrap();
+            w.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        }
+        let senders = bind_udp_consecutive("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+        let ports: Vec<u16> = senders
+            .iter()
+            .map(|s| s.local_addr().unwrap().port())
+            .collect();
+        assert!(ports.windows(2).all(|w| w[1] == w[0] + 1), "{ports:?}");
+        let mut buf = [0u8; 16];
+        for (i, s) in senders.iter().enumerate() {
+            s.set_nonblocking(false).unwrap();
+            let port = s.local_addr().unwrap().port();
+            s.send_to(&[i as u8], at).unwrap();
+            let expect = usize::from(port) % n;
+            let (len, from) = workers[expect].recv_from(&mut buf).unwrap_or_else(|e| {
+                panic!("port {port}: nothing at worker {expect} ({e}): not steered by source port")
+            });
+            assert_eq!((len, buf[0], from.port()), (1, i as u8, port));
+        }
+        // A second bind of the address fails as with one socket.
+        assert!(bind_udp_workers(at, n).is_err());
+    }
 
     #[test]
     fn unknown_congestion_control_is_named() {

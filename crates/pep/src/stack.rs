@@ -75,6 +75,9 @@ pub struct StpHop {
     pub capture: Option<Capture>,
     /// Terminal: when the tunnel session is rekeyed.
     pub rekey: crate::hop::RekeyConfig,
+    /// Hop workers ([`Hop::start_workers`]; `docs/scaling.md`, "Workers"): a gateway's share
+    /// its `listen` address, a terminal's hold a tunnel session each. At least 1.
+    pub workers: usize,
 }
 
 impl StpHop {
@@ -87,6 +90,7 @@ impl StpHop {
             bind: None,
             capture: None,
             rekey: crate::hop::RekeyConfig::default(),
+            workers: 1,
         }
     }
 
@@ -116,6 +120,7 @@ impl StpHop {
             bind: None,
             capture: None,
             rekey: crate::hop::RekeyConfig::default(),
+            workers: 1,
         }
     }
 }
@@ -256,25 +261,30 @@ impl Terminal {
                 } else {
                     SocketAddr::from(([0u8; 4], 0))
                 });
-                let sock = UdpSocket::bind(bind)
-                    .await
-                    .map_err(|source| StackError::Listen {
-                        field: "hop",
-                        addr: bind,
-                        source,
-                    })?;
-                let security = if o.gateways.len() > 1 {
-                    Security::TerminalFailover {
-                        local: o.key,
-                        gateways: o.gateways,
-                    }
-                } else {
-                    Security::Terminal {
-                        local: o.key,
-                        gateway_key,
-                        gateway,
-                    }
+                let listen_err = |source| StackError::Listen {
+                    field: "hop",
+                    addr: bind,
+                    source,
                 };
+                let socks =
+                    crate::sockopt::bind_udp_consecutive(bind, stp.workers).map_err(listen_err)?;
+                let mut workers = Vec::with_capacity(socks.len());
+                for sock in socks {
+                    let sock = UdpSocket::from_std(sock).map_err(listen_err)?;
+                    let security = if o.gateways.len() > 1 {
+                        Security::TerminalFailover {
+                            local: o.key.clone(),
+                            gateways: o.gateways.clone(),
+                        }
+                    } else {
+                        Security::Terminal {
+                            local: o.key.clone(),
+                            gateway_key,
+                            gateway,
+                        }
+                    };
+                    workers.push((sock, security));
+                }
                 let config = HopConfig {
                     endpoint: stp.endpoint,
                     relay_buffer_bytes: o.relay_buffer_bytes,
@@ -282,7 +292,7 @@ impl Terminal {
                     send_rate_bps: stp.send_rate_bps,
                     rekey: stp.rekey,
                 };
-                Hop::start_with_capture(sock, security, config, stp.capture).map_err(hop_err)?
+                Hop::start_workers(workers, config, stp.capture).map_err(hop_err)?
             }
         };
         let hop = Arc::new(hop);
@@ -452,25 +462,36 @@ impl Gateway {
         let mut listen = o.listen;
         if let Some(stp) = o.hops.stp {
             stp.warn_without_allocation("gateway");
-            let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(o.responder_seed));
-            let mut responder = Responder::new(
-                o.key.clone(),
-                o.allowed.iter().copied(),
-                ResponderConfig::default(),
-                rng,
-            )
-            .map_err(|e| StackError::Hop {
-                field: "private_key_file",
-                source: HopError::Tunnel(e.to_string()),
-            })?;
-            responder.set_next_key(o.next_key.clone());
-            let sock = UdpSocket::bind(listen)
-                .await
-                .map_err(|source| StackError::Listen {
-                    field: "listen",
-                    addr: listen,
-                    source,
+            let listen_err = |source| StackError::Listen {
+                field: "listen",
+                addr: listen,
+                source,
+            };
+            let socks =
+                crate::sockopt::bind_udp_workers(listen, stp.workers).map_err(listen_err)?;
+            let mut workers = Vec::with_capacity(socks.len());
+            for (i, sock) in socks.into_iter().enumerate() {
+                // Each worker answers its own terminals' handshakes: a responder each, seeded
+                // apart (their session indices must differ), one allow-list and key for all.
+                let seed = o.responder_seed.wrapping_add(i as u64);
+                let rng = Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed));
+                let mut responder = Responder::new(
+                    o.key.clone(),
+                    o.allowed.iter().copied(),
+                    ResponderConfig::default(),
+                    rng,
+                )
+                .map_err(|e| StackError::Hop {
+                    field: "private_key_file",
+                    source: HopError::Tunnel(e.to_string()),
                 })?;
+                responder.set_next_key(o.next_key.clone());
+                let sock = UdpSocket::from_std(sock).map_err(listen_err)?;
+                let security = Security::Gateway {
+                    responder: Box::new(responder),
+                };
+                workers.push((sock, security));
+            }
             let config = HopConfig {
                 endpoint: stp.endpoint,
                 relay_buffer_bytes: o.relay_buffer_bytes,
@@ -478,16 +499,12 @@ impl Gateway {
                 send_rate_bps: stp.send_rate_bps,
                 rekey: stp.rekey,
             };
-            let security = Security::Gateway {
-                responder: Box::new(responder),
-            };
-            let hop =
-                Hop::start_with_capture(sock, security, config, stp.capture).map_err(|source| {
-                    StackError::Hop {
-                        field: "listen",
-                        source,
-                    }
-                })?;
+            let hop = Hop::start_workers(workers, config, stp.capture).map_err(|source| {
+                StackError::Hop {
+                    field: "listen",
+                    source,
+                }
+            })?;
             // The TCP hop takes the same port when the UDP one was chosen by the system.
             listen = hop.local_addr();
             hops.push(hop);

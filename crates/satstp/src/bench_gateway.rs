@@ -44,6 +44,14 @@ pub struct GatewayBenchArgs {
     /// Idle connections held open for the memory measurement.
     #[arg(long, default_value_t = 1000)]
     idle: u32,
+    /// Hop workers of each daemon (`workers` in their configuration files, 1 to 64; default:
+    /// the daemons' own default, at the gateway the cores available, at a terminal 1).
+    #[arg(long)]
+    workers: Option<u32>,
+    /// Terminal daemons (1 to 200), each with its own key and tunnel session; the parallel
+    /// downloads are spread evenly over them.
+    #[arg(long, default_value_t = 1)]
+    terminals: u32,
     /// Results as JSON: --json (or --json -) prints them on standard output instead of the
     /// text; --json FILE writes them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -91,6 +99,8 @@ struct Figures {
     idle: u64,
     /// The gateway hop (the sender of the downloads) during the single flow.
     single_hop: HopDelta,
+    /// Tunnel handshakes the gateway completed by the end (one per terminal session).
+    gateway_handshakes: u64,
 }
 
 impl Figures {
@@ -147,28 +157,35 @@ impl HopCounters {
     }
 }
 
-/// The daemons of one bench: the processes and their addresses.
+/// The daemons of one bench: the processes and their addresses (a SOCKS5 listener per
+/// terminal).
 struct Daemons {
-    terminal: Proc,
+    terminals: Vec<Proc>,
     gateway: Proc,
-    socks: SocketAddr,
+    socks: Vec<SocketAddr>,
     metrics: SocketAddr,
 }
 
 impl Daemons {
+    /// CPU seconds of the terminals together and of the gateway.
     fn cpu(&self) -> Result<(f64, f64)> {
-        Ok((
-            proc_cpu_seconds(&self.terminal)?,
-            proc_cpu_seconds(&self.gateway)?,
-        ))
+        let mut t = 0.0;
+        for p in &self.terminals {
+            t += proc_cpu_seconds(p)?;
+        }
+        Ok((t, proc_cpu_seconds(&self.gateway)?))
     }
 
+    /// VmRSS of the first terminal (the one holding the idle connections) and the gateway.
     fn rss(&self) -> Result<(u64, u64)> {
-        Ok((self.terminal.rss_kib()?, self.gateway.rss_kib()?))
+        let t = self.terminals.first().context("no terminal")?;
+        Ok((t.rss_kib()?, self.gateway.rss_kib()?))
     }
 
     fn check_running(&mut self) -> Result<()> {
-        self.terminal.check_running()?;
+        for t in &mut self.terminals {
+            t.check_running()?;
+        }
         self.gateway.check_running()
     }
 }
@@ -193,11 +210,22 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     if !(1..=5000).contains(&args.idle) {
         bail!("--idle must be between 1 and 5000, got {}", args.idle);
     }
+    if let Some(w) = args.workers {
+        if !(1..=64).contains(&w) {
+            bail!("--workers must be between 1 and 64, got {w}");
+        }
+    }
+    if !(1..=200).contains(&args.terminals) {
+        bail!(
+            "--terminals must be between 1 and 200, got {}",
+            args.terminals
+        );
+    }
     let _ = pep::fdlimit::raise_nofile_limit();
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
     let dir = std::env::temp_dir().join(format!("satstp-bench-gateway-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let result = start_daemons(&exe, &dir, args.idle + args.parallel + 64)
+    let result = start_daemons(&exe, &dir, args, args.idle + args.parallel + 64)
         .and_then(|mut daemons| measure(args, &mut daemons));
     crate::bench_soak::end_daemon_dir(&dir, result.is_err());
     let f = result?;
@@ -214,6 +242,8 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
             "benchmark": "gateway",
             "encryption": "noise-ik chacha20-poly1305",
             "processes": "terminal and gateway daemons each in its own process; client and origin (the load generator) in the bench's",
+            "workers": args.workers,
+            "terminals": args.terminals,
             "stp_buffer_bytes": STP_BUFFER,
             "relay_buffer_bytes": RELAY_BUFFER,
             "max_datagram_bytes": MAX_DATAGRAM,
@@ -238,10 +268,17 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
             "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
             "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
             "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+            "gateway_tunnel_handshakes": f.gateway_handshakes,
         });
         crate::outpath::write_json(&args.json, &v)?;
     }
     outln!("satstp bench gateway: SOCKS client → terminal daemon → encrypted STP hop → gateway daemon → origin, all on loopback, no impairment");
+    outln!(
+        "  daemons             {} terminal(s) (the parallel run spread over them), 1 gateway; hop workers each: {}",
+        args.terminals,
+        args.workers
+            .map_or("the daemons' default".to_string(), |w| w.to_string())
+    );
     outln!(
         "  STP config          recv/send buffers {mib} MiB, max datagram {MAX_DATAGRAM} bytes, min POLL interval 1 ms; relay buffer {} MiB",
         RELAY_BUFFER >> 20
@@ -261,7 +298,7 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
     );
     for (name, c) in [("single flow", single), ("parallel", parallel)] {
         outln!(
-            "  CPU s/GB, {name:<11} terminal {:.2}, gateway {:.2} (daemons, each its own process); load generator {:.2} (client and origin)",
+            "  CPU s/GB, {name:<11} terminal {:.2}, gateway {:.2} (daemons, each its own process; terminals together); load generator {:.2} (client and origin)",
             c.terminal,
             c.gateway,
             c.loadgen
@@ -274,6 +311,10 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
         f.single_hop.retransmitted_packets
     );
     outln!(
+        "  tunnel sessions     the gateway completed {} handshakes",
+        f.gateway_handshakes
+    );
+    outln!(
         "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",
         args.idle,
         f.rss_before_kib.0,
@@ -284,67 +325,98 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
     Ok(())
 }
 
-/// Writes keys and configuration files into `dir` and starts both daemons; returns once the
-/// terminal's SOCKS5 listener and the gateway's metrics endpoint accept connections.
-fn start_daemons(exe: &Path, dir: &Path, max_connections: u32) -> Result<Daemons> {
-    let (tk, tp) = pep::keys::generate_keypair()?;
+/// Writes keys and configuration files into `dir` and starts the gateway and the terminal
+/// daemons; returns once every terminal's SOCKS5 listener and the gateway's metrics endpoint
+/// accept connections.
+fn start_daemons(
+    exe: &Path,
+    dir: &Path,
+    args: &GatewayBenchArgs,
+    max_connections: u32,
+) -> Result<Daemons> {
     let (gk, gp) = pep::keys::generate_keypair()?;
-    let (tkey, _) = pep::keys::write_keypair(&dir.join("terminal"), &tk, &tp)?;
     let (gkey, _) = pep::keys::write_keypair(&dir.join("gateway"), &gk, &gp)?;
-    let (hop, socks, metrics) = (free_port()?, free_port()?, free_port()?);
+    let mut terminals = Vec::new();
+    for i in 0..args.terminals {
+        let (tk, tp) = pep::keys::generate_keypair()?;
+        let (tkey, _) = pep::keys::write_keypair(&dir.join(format!("terminal{i}")), &tk, &tp)?;
+        terminals.push((tkey, tp, free_port()?));
+    }
+    let (hop, metrics) = (free_port()?, free_port()?);
+    let workers = args
+        .workers
+        .map_or(String::new(), |w| format!("workers = {w}\n"));
     let common = format!(
-        "idle_timeout_s = 3600\n\
+        "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
          max_connections_per_terminal = {max_connections}\n\
          [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n\
          min_poll_interval_ms = 1\n"
     );
+    let allowed: Vec<String> = terminals
+        .iter()
+        .map(|(_, tp, _)| format!("\"{}\"", tp.to_hex()))
+        .collect();
     let gateway = format!(
         "[gateway]\nlisten = \"127.0.0.1:{hop}\"\nprivate_key_file = {gkey:?}\n\
-         allowed_terminals = [\"{tp}\"]\nmetrics_listen = \"127.0.0.1:{metrics}\"\n{}\
+         allowed_terminals = [{allowed}]\nmetrics_listen = \"127.0.0.1:{metrics}\"\n{}\
          [gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
         common.replace("{side}", "gateway"),
         gkey = gkey.display().to_string(),
-        tp = tp.to_hex()
+        allowed = allowed.join(", ")
     );
-    let terminal = format!(
-        "[terminal]\nsocks_listen = \"127.0.0.1:{socks}\"\ngateway = \"127.0.0.1:{hop}\"\n\
-         gateway_public_key = \"{gp}\"\nprivate_key_file = {tkey:?}\nsocks_fast_open = false\n{}",
-        common.replace("{side}", "terminal"),
-        tkey = tkey.display().to_string(),
-        gp = gp.to_hex()
-    );
+    let mut configs = vec![("gateway".to_string(), gateway)];
+    for (i, (tkey, _, socks)) in terminals.iter().enumerate() {
+        let text = format!(
+            "[terminal]\nsocks_listen = \"127.0.0.1:{socks}\"\ngateway = \"127.0.0.1:{hop}\"\n\
+             gateway_public_key = \"{gp}\"\nprivate_key_file = {tkey:?}\nsocks_fast_open = false\n{}",
+            common.replace("{side}", "terminal"),
+            tkey = tkey.display().to_string(),
+            gp = gp.to_hex()
+        );
+        configs.push((format!("terminal{i}"), text));
+    }
     let mut procs = Vec::new();
-    for (name, text) in [("gateway", gateway), ("terminal", terminal)] {
+    for (name, text) in &configs {
         let conf = dir.join(format!("{name}.toml"));
         std::fs::write(&conf, text).with_context(|| format!("cannot write {}", conf.display()))?;
+        let role = if name == "gateway" {
+            "gateway"
+        } else {
+            "terminal"
+        };
         procs.push(spawn(
             exe,
             &[
-                name,
+                role,
                 "--config",
                 &conf.to_string_lossy(),
                 "--log-level",
                 "warn",
             ],
-            name,
+            role,
             Some(&dir.join(format!("{name}.log"))),
         )?);
     }
-    let terminal = procs.pop().context("the terminal process")?;
-    let gateway = procs.pop().context("the gateway process")?;
+    let mut procs = procs.into_iter();
+    let gateway = procs.next().context("the gateway process")?;
     let mut d = Daemons {
-        terminal,
+        terminals: procs.collect(),
         gateway,
-        socks: SocketAddr::from(([127, 0, 0, 1], socks)),
+        socks: terminals
+            .iter()
+            .map(|(_, _, p)| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect(),
         metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for addr in [d.metrics, d.socks] {
+    let deadline = Instant::now() + Duration::from_secs(20 + u64::from(args.terminals) / 5);
+    let mut addrs = vec![d.metrics];
+    addrs.extend(d.socks.iter().copied());
+    for addr in addrs {
         while std::net::TcpStream::connect(addr).is_err() {
             d.check_running()?;
             if Instant::now() > deadline {
-                bail!("the daemons do not listen on {addr} after 20 s");
+                bail!("the daemons do not listen on {addr} in time");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -395,7 +467,7 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
     let origin = Origin::bind("127.0.0.1:0".parse()?)
         .await
         .context("cannot start the origin")?;
-    let socks = d.socks;
+    let socks = *d.socks.first().context("no terminal")?;
 
     // Idle connections first, before bulk transfers leave freed memory in the heap: established
     // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
@@ -453,12 +525,19 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
     // Parallel flows: the same total split evenly.
     let n = u64::from(args.parallel);
     let each = args.bytes / n;
+    // Warm every terminal's tunnel session first, so the run measures transfers only.
+    for &proxy in d.socks.iter().skip(1) {
+        download(proxy, origin.addr(), 1000)
+            .await
+            .context("warm-up download")?;
+    }
     let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..n {
+    for i in 0..n {
         let addr = origin.addr();
-        set.spawn(async move { download(socks, addr, each).await });
+        let proxy = d.socks[i as usize % d.socks.len()];
+        set.spawn(async move { download(proxy, addr, each).await });
     }
     while let Some(r) = set.join_next().await {
         r.context("parallel download task")?
@@ -467,6 +546,11 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
     let parallel_secs = t0.elapsed().as_secs_f64();
     let parallel_cpu = cpu_since(cpu0, d)?;
     let parallel_bytes = each * n;
+    let gateway_handshakes = scrape(d.metrics)?
+        .iter()
+        .filter(|(k, _)| k.starts_with("satstp_tunnel_handshakes_total{"))
+        .map(|(_, v)| *v as u64)
+        .sum();
 
     Ok(Figures {
         single_secs,
@@ -480,6 +564,7 @@ async fn bench(args: &GatewayBenchArgs, d: &Daemons) -> Result<Figures> {
         rss_after_kib,
         idle: idle as u64,
         single_hop,
+        gateway_handshakes,
     })
 }
 

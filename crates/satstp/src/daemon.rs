@@ -628,6 +628,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 bind: None,
                 capture,
                 rekey: cfg.rekey(),
+                workers: cfg.hop_workers(),
             }))
         };
         let mut o = TerminalOptions::new(key, gateway, gateway_key, hop, relay);
@@ -771,6 +772,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                 bind: None,
                 capture,
                 rekey: Default::default(),
+                workers: cfg.hop_workers(),
             }),
             tcp: cfg.hop_transport.tcp().then(|| cfg.hop_tcp_tuning()),
         },

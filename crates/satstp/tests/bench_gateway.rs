@@ -60,3 +60,47 @@ fn bench_gateway_json_has_positive_figures() {
         "the gateway sent {sent} datagrams for 20 MB"
     );
 }
+
+/// `--workers 2 --terminals 3`: three terminal daemons (three keys, three sessions) and a
+/// gateway of two workers carry the parallel run; the gateway counted the three sessions.
+#[test]
+fn bench_gateway_with_workers_and_several_terminals() {
+    let out = Command::new(env!("CARGO_BIN_EXE_satstp"))
+        .args([
+            "bench",
+            "gateway",
+            "--json",
+            "--bytes",
+            "6MB",
+            "--parallel",
+            "6",
+            "--idle",
+            "10",
+            "--workers",
+            "2",
+            "--terminals",
+            "3",
+        ])
+        .output()
+        .expect("run satstp");
+    assert!(
+        out.status.success(),
+        "satstp bench gateway failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["workers"].as_u64(), Some(2));
+    assert_eq!(v["terminals"].as_u64(), Some(3));
+    assert!(v["parallel_gbps"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+    let hs = v["gateway_tunnel_handshakes"].as_u64().unwrap_or(0);
+    assert!(hs >= 3, "one session per terminal: {hs} handshakes");
+    for bad in [["--workers", "0"], ["--terminals", "201"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_satstp"))
+            .args(["bench", "gateway"])
+            .args(bad)
+            .output()
+            .expect("run satstp");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(bad[0]), "{err}");
+    }
+}

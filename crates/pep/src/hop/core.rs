@@ -490,6 +490,14 @@ impl<S: EventSink, P> HopCore<S, P> {
         })
     }
 
+    /// Makes this core send under `other`'s allocation (one token bucket for the workers of
+    /// one hop, whose clocks must be one clock), so N workers together keep to it.
+    pub fn share_allocation_of(&mut self, other: &Self) {
+        if let Some(s) = &other.shaper {
+            self.shaper = Some(s.clone());
+        }
+    }
+
     /// Terminal: when to rekey (default [`RekeyConfig::default`]).
     pub fn set_rekey(&mut self, config: RekeyConfig) {
         self.rekey.config = config;

@@ -68,18 +68,29 @@ pub struct HopStream {
 /// See [`Hop::monitor`].
 #[derive(Clone)]
 pub struct HopMonitor {
-    tx: mpsc::WeakSender<Command>,
+    workers: Vec<mpsc::WeakSender<Command>>,
 }
 
 impl HopMonitor {
-    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    /// A snapshot of the hop's counters and connections, its workers' merged (`None` once the
+    /// hop is gone).
     pub async fn status(&self) -> Option<HopStatus> {
-        let tx = self.tx.upgrade()?;
-        let (reply, rx) = oneshot::channel();
-        tx.send(Command::Status(reply)).await.ok()?;
-        drop(tx);
-        rx.await.ok()
+        let mut all = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            let Some(tx) = w.upgrade() else { continue };
+            if let Some(s) = worker_status(&tx).await {
+                all.push(s);
+            }
+        }
+        HopStatus::merge(all)
     }
+}
+
+/// One worker's status (`None` once it is gone).
+async fn worker_status(tx: &mpsc::Sender<Command>) -> Option<HopStatus> {
+    let (reply, rx) = oneshot::channel();
+    tx.send(Command::Status(reply)).await.ok()?;
+    rx.await.ok()
 }
 
 impl HopStream {
@@ -257,9 +268,15 @@ pub struct HopConfig {
     pub rekey: super::RekeyConfig,
 }
 
-/// A running hop.
+/// A running hop: one worker (a task with its own socket and hop core) or several
+/// ([`Hop::start_workers`]), behind one handle. Opens go to the workers in turn; status,
+/// key changes and the stop reach every worker; streams every worker accepts arrive on one
+/// `incoming`.
 pub struct Hop {
-    pub(super) tx: mpsc::Sender<Command>,
+    /// The workers' command channels (at least one).
+    pub(super) workers: Vec<mpsc::Sender<Command>>,
+    /// The worker the next open goes to (modulo their number).
+    pub(super) next: std::sync::atomic::AtomicUsize,
     /// Gateway side: streams opened by terminals.
     pub incoming: mpsc::Receiver<HopStream>,
     pub(super) local: SocketAddr,
@@ -267,23 +284,47 @@ pub struct Hop {
 
 impl Drop for Hop {
     /// Dropping the handle stops the hop: its connections are reset (their streams fail) and
-    /// its socket closes. Keep the `Hop` for as long as its streams should live.
+    /// its sockets close. Keep the `Hop` for as long as its streams should live.
     fn drop(&mut self) {
-        let _ = self.tx.try_send(Command::Close);
+        for tx in &self.workers {
+            let _ = tx.try_send(Command::Close);
+        }
     }
 }
 
 impl Hop {
-    /// The hop's UDP address.
+    /// The hop's UDP address (every worker's: they share it at a gateway; a terminal's
+    /// workers have their own ports, this is the first's).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
-    /// A snapshot of the hop's counters and connections (`None` once the hop is gone).
+    /// How many workers carry the hop's connections.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// A snapshot of the hop's counters and connections, its workers' merged ([`HopStatus::merge`];
+    /// `None` once the hop is gone).
     pub async fn status(&self) -> Option<HopStatus> {
-        let (reply, rx) = oneshot::channel();
-        self.tx.send(Command::Status(reply)).await.ok()?;
-        rx.await.ok()
+        HopStatus::merge(self.worker_statuses().await)
+    }
+
+    /// Each live worker's own status, in worker order.
+    pub async fn worker_statuses(&self) -> Vec<HopStatus> {
+        let mut all = Vec::with_capacity(self.workers.len());
+        for tx in &self.workers {
+            if let Some(s) = worker_status(tx).await {
+                all.push(s);
+            }
+        }
+        all
+    }
+
+    /// The worker the next open goes to: each in turn.
+    fn pick(&self) -> &mpsc::Sender<Command> {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.workers[n % self.workers.len()]
     }
 
     /// Waits until the hop carries no stream any more — every stream's bytes and end were
@@ -307,8 +348,12 @@ impl Hop {
     /// Stops the hop now and waits for its task to end: the connections left are reset (their
     /// RSTs leave before this returns) and the socket closes.
     pub async fn close(&self) {
-        let _ = self.tx.send(Command::Close).await;
-        self.tx.closed().await;
+        for tx in &self.workers {
+            let _ = tx.send(Command::Close).await;
+        }
+        for tx in &self.workers {
+            tx.closed().await;
+        }
     }
 
     /// Charges the chunks this hop hands to its streams' readers to `memory` (a side's
@@ -316,24 +361,32 @@ impl Hop {
     /// drops it; when the budget has no room, the hop holds the stream's bytes in STP (its
     /// receive window closes; on the TCP hop, that connection is not read) until it has. Call it
     /// before streams are opened or accepted.
+    /// One budget serves every worker: a side's memory cap is not multiplied by them.
     pub async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
-        let _ = self.tx.send(Command::ChargeTo(memory)).await;
+        for tx in &self.workers {
+            let _ = tx.send(Command::ChargeTo(Arc::clone(&memory))).await;
+        }
     }
 
     /// Gateway: serves the terminal keys in `allowed` from now on (a reloaded allow-list):
     /// sessions of kept keys carry on; those of removed keys end, and their connections fail.
     /// Returns the keys added and removed (none on a terminal's hop).
     pub async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
-        let (reply, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Command::SetAllowed(allowed, reply))
-            .await
-            .is_err()
-        {
-            return AllowedChange::default();
+        // Every worker holds the same list, so the first one's change is every one's.
+        let mut change = None;
+        for tx in &self.workers {
+            let (reply, rx) = oneshot::channel();
+            if tx
+                .send(Command::SetAllowed(allowed.clone(), reply))
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            let c = rx.await.unwrap_or_default();
+            change.get_or_insert(c);
         }
-        rx.await.unwrap_or_default()
+        change.unwrap_or_default()
     }
 
     /// Gateway: answers tunnel handshakes with `key` from now on, and with `next` too during a
@@ -345,19 +398,23 @@ impl Hop {
         key: PrivateKey,
         next: Option<PrivateKey>,
     ) -> Option<Vec<PublicKey>> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Command::SetKeys(key, next, reply))
-            .await
-            .ok()?;
-        rx.await.ok().flatten()
+        let mut accepted = None;
+        for tx in &self.workers {
+            let (reply, rx) = oneshot::channel();
+            tx.send(Command::SetKeys(key.clone(), next.clone(), reply))
+                .await
+                .ok()?;
+            let keys = rx.await.ok().flatten()?;
+            accepted.get_or_insert(keys);
+        }
+        accepted
     }
 
     /// A handle that asks this hop for its status after the `Hop` itself was handed on (to
     /// `gateway::serve::serve_gateway`, say). It does not keep the hop alive.
     pub fn monitor(&self) -> HopMonitor {
         HopMonitor {
-            tx: self.tx.downgrade(),
+            workers: self.workers.iter().map(|tx| tx.downgrade()).collect(),
         }
     }
 
@@ -375,7 +432,7 @@ impl Hop {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<HopStream, HopError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
+        self.pick()
             .send(Command::Open {
                 first,
                 deadline,
@@ -444,7 +501,8 @@ impl Hop {
         local: SocketAddr,
     ) -> Hop {
         Hop {
-            tx,
+            workers: vec![tx],
+            next: Default::default(),
             incoming,
             local,
         }
@@ -502,4 +560,102 @@ impl HopStatus {
             streams,
         }
     }
+}
+
+impl HopStatus {
+    /// The status of a hop of several workers from theirs (`None` for none): counters summed,
+    /// streams of all, the tunnel as its least ready worker's (a terminal's tunnel is up when
+    /// every worker's session is), its last handshake and last error the most recent of any.
+    /// The first worker's address and allocation stand for the hop's.
+    pub fn merge(all: Vec<HopStatus>) -> Option<HopStatus> {
+        let mut it = all.into_iter();
+        let mut m = it.next()?;
+        for s in it {
+            m.established &= s.established;
+            m.handshakes_started += s.handshakes_started;
+            m.rekeys += s.rekeys;
+            m.rekey_failures += s.rekey_failures;
+            m.datagrams_sent += s.datagrams_sent;
+            m.bytes_sent += s.bytes_sent;
+            m.datagrams_received += s.datagrams_received;
+            m.bytes_received += s.bytes_received;
+            m.shaped += s.shaped;
+            m.opens_rate_limited += s.opens_rate_limited;
+            add_tunnel_counters(&mut m.tunnel, &s.tunnel);
+            merge_report(&mut m.tunnel_report, s.tunnel_report);
+            add_endpoint_stats(&mut m.endpoint, &s.endpoint);
+            add_totals(&mut m.totals, &s.totals);
+            m.streams.extend(s.streams);
+        }
+        Some(m)
+    }
+}
+
+fn add_tunnel_counters(a: &mut crate::tunnel::Counters, b: &crate::tunnel::Counters) {
+    a.auth_failures += b.auth_failures;
+    a.replays += b.replays;
+    a.unknown_session += b.unknown_session;
+    a.malformed += b.malformed;
+    a.unknown_key += b.unknown_key;
+    a.rate_limited += b.rate_limited;
+    a.session_limit += b.session_limit;
+    a.handshakes += b.handshakes;
+    a.duplicate_initiations += b.duplicate_initiations;
+    a.data_sealed += b.data_sealed;
+    a.data_opened += b.data_opened;
+    a.rekeys += b.rekeys;
+}
+
+fn merge_report(a: &mut super::TunnelReport, b: super::TunnelReport) {
+    use super::TunnelState::{Down, Handshaking, Up};
+    a.state = match (a.state, b.state) {
+        (Down, _) | (_, Down) => Down,
+        (Handshaking, _) | (_, Handshaking) => Handshaking,
+        (Up, Up) => Up,
+    };
+    a.last_handshake_ago = match (a.last_handshake_ago, b.last_handshake_ago) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    };
+    let b_newer = match (a.last_error_ago, b.last_error_ago) {
+        (Some(x), Some(y)) => y < x,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if b_newer {
+        a.last_error = b.last_error;
+        a.last_error_ago = b.last_error_ago;
+    }
+}
+
+fn add_endpoint_stats(a: &mut stp::EndpointStats, b: &stp::EndpointStats) {
+    a.datagrams_received += b.datagrams_received;
+    a.malformed += b.malformed;
+    a.unknown_connection += b.unknown_connection;
+    a.late += b.late;
+    a.wrong_instance += b.wrong_instance;
+    a.accepted += b.accepted;
+    a.refused += b.refused;
+    a.stateless_sent += b.stateless_sent;
+    a.stateless_suppressed += b.stateless_suppressed;
+    add_totals(&mut a.closed, &b.closed);
+}
+
+fn add_totals(a: &mut StpTotals, b: &StpTotals) {
+    a.connections += b.connections;
+    a.datagrams_sent += b.datagrams_sent;
+    a.datagrams_received += b.datagrams_received;
+    a.bytes_sent += b.bytes_sent;
+    a.bytes_received += b.bytes_received;
+    a.payload_bytes_sent += b.payload_bytes_sent;
+    a.payload_bytes_received += b.payload_bytes_received;
+    for (x, y) in a.packets_sent.0.iter_mut().zip(b.packets_sent.0) {
+        *x += y;
+    }
+    for (x, y) in a.packets_received.0.iter_mut().zip(b.packets_received.0) {
+        *x += y;
+    }
+    a.retransmitted_packets += b.retransmitted_packets;
+    a.retransmitted_bytes += b.retransmitted_bytes;
+    a.losses_detected += b.losses_detected;
 }

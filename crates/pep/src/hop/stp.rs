@@ -90,68 +90,123 @@ impl Hop {
         config: HopConfig,
         capture: Option<crate::capture::Capture>,
     ) -> Result<Hop, HopError> {
-        let local = socket.local_addr().map_err(|source| HopError::Io {
-            what: "the hop's UDP socket".into(),
-            source,
-        })?;
-        // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
-        crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
-        let security = match security {
-            Security::Terminal {
-                local,
-                gateway_key,
-                gateway,
-            } => CoreSecurity::Terminal {
-                local,
-                gateways: vec![(gateway, gateway_key)],
-            },
-            Security::TerminalFailover { local, gateways } => {
-                CoreSecurity::Terminal { local, gateways }
-            }
-            Security::Gateway { responder } => CoreSecurity::Gateway { responder },
-        };
+        Self::start_workers(vec![(socket, security)], config, capture)
+    }
+
+    /// A hop of several workers, one per `(socket, security)`: each a task with its own socket
+    /// and hop core (its own STP endpoint and tunnel), which the runtime's threads run in
+    /// parallel. The first worker keeps `config.seed`, the others derive theirs from it; they
+    /// share the send allocation (one token bucket), the memory budget ([`Hop::charge_to`]),
+    /// the capture and one `incoming`. A gateway's workers listen on one address
+    /// (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a terminal's each hold a tunnel
+    /// session of their own. `docs/scaling.md`, "Workers".
+    pub fn start_workers(
+        workers: Vec<(UdpSocket, Security)>,
+        config: HopConfig,
+        capture: Option<crate::capture::Capture>,
+    ) -> Result<Hop, HopError> {
         let start = tokio::time::Instant::now();
         let wall_clock_at_zero_ns = super::clock::unix_ns_at(start.into_std());
-        let mut core: Core = HopCore::new(
-            CoreConfig {
-                endpoint: config.endpoint,
-                seed: config.seed,
-                rng: None,
-                send_rate_bps: config.send_rate_bps,
-                local,
-                wall_clock_at_zero_ns,
-            },
-            security,
-            Instant::ZERO,
-        )?;
-        core.set_rekey(config.rekey);
-        if let Some(mut c) = capture {
-            core.set_tap(Box::new(move |src, dst, d| c.record(src, dst, d)));
-        }
-        let (tx, rx) = mpsc::channel(1024);
         let (in_tx, in_rx) = mpsc::channel(256);
-        let task = HopTask {
-            udp: UdpBatch::new(&socket),
-            socket,
-            core,
-            commands: rx,
-            incoming: in_tx,
-            self_tx: tx.clone(),
-            relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
-            start,
-            room: Arc::new(Notify::new()),
-            memory: None,
-            batch: Batch::default(),
-            sealed: Vec::with_capacity(2048),
-            shutting_down: false,
-        };
-        tokio::spawn(task.run());
+        let capture = capture.map(|c| Arc::new(std::sync::Mutex::new(c)));
+        let mut tasks: Vec<HopTask> = Vec::with_capacity(workers.len());
+        let mut txs = Vec::with_capacity(workers.len());
+        let mut first_local = None;
+        let n = workers.len() as u64;
+        for (i, (socket, security)) in workers.into_iter().enumerate() {
+            let local = socket.local_addr().map_err(|source| HopError::Io {
+                what: "the hop's UDP socket".into(),
+                source,
+            })?;
+            first_local.get_or_insert(local);
+            // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
+            crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+            let security = match security {
+                Security::Terminal {
+                    local,
+                    gateway_key,
+                    gateway,
+                } => CoreSecurity::Terminal {
+                    local,
+                    gateways: vec![(gateway, gateway_key)],
+                },
+                Security::TerminalFailover { local, gateways } => {
+                    CoreSecurity::Terminal { local, gateways }
+                }
+                Security::Gateway { responder } => CoreSecurity::Gateway { responder },
+            };
+            let mut core: Core = HopCore::new(
+                CoreConfig {
+                    endpoint: config.endpoint.clone(),
+                    seed: worker_seed(config.seed, i),
+                    rng: None,
+                    send_rate_bps: config.send_rate_bps,
+                    local,
+                    wall_clock_at_zero_ns,
+                },
+                security,
+                Instant::ZERO,
+            )?;
+            core.set_rekey(config.rekey);
+            if let Some(first) = tasks.first() {
+                core.share_allocation_of(&first.core);
+            }
+            if let Some(c) = &capture {
+                let c = Arc::clone(c);
+                core.set_tap(Box::new(move |src, dst, d| {
+                    c.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .record(src, dst, d)
+                }));
+            }
+            let (tx, rx) = mpsc::channel(1024);
+            tasks.push(HopTask {
+                udp: UdpBatch::new(&socket),
+                socket,
+                core,
+                commands: rx,
+                incoming: in_tx.clone(),
+                self_tx: tx.clone(),
+                relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
+                start,
+                room: Arc::new(Notify::new()),
+                memory: None,
+                batch: Batch::default(),
+                sealed: Vec::with_capacity(2048),
+                shutting_down: false,
+                ids: Ids {
+                    worker: i as u64,
+                    workers: n,
+                },
+            });
+            txs.push(tx);
+        }
+        let local = first_local.ok_or_else(|| HopError::Io {
+            what: "the hop's UDP sockets".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no socket given"),
+        })?;
+        for task in tasks {
+            tokio::spawn(task.run());
+        }
         Ok(Hop {
-            tx,
+            workers: txs,
+            next: Default::default(),
             incoming: in_rx,
             local,
         })
     }
+}
+
+/// Worker `i`'s seed: the hop's own for the first, distinct ones for the others (their
+/// connection ids, sequence numbers and session indices must differ).
+fn worker_seed(seed: u64, i: usize) -> u64 {
+    if i == 0 {
+        return seed;
+    }
+    let mut z = seed.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 struct HopTask {
@@ -173,6 +228,24 @@ struct HopTask {
     /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
     batch: Batch,
     sealed: Vec<u8>,
+    ids: Ids,
+}
+
+/// Stream ids unique across a hop's workers: worker `w` of `n` hands out its core's id `i` as
+/// `i × n + w`.
+#[derive(Clone, Copy)]
+struct Ids {
+    worker: u64,
+    workers: u64,
+}
+
+impl Ids {
+    fn outer(self, id: u64) -> u64 {
+        id.wrapping_mul(self.workers).wrapping_add(self.worker)
+    }
+    fn inner(self, id: u64) -> u64 {
+        id / self.workers.max(1)
+    }
 }
 
 impl HopTask {
@@ -184,7 +257,7 @@ impl HopTask {
     fn stream_handle(&self, info: StreamInfo, events: mpsc::Receiver<StreamEvent>) -> HopStream {
         HopStream {
             writer: HopWriter {
-                id: info.id,
+                id: self.ids.outer(info.id),
                 budget: Arc::new(Semaphore::new(self.relay_buffer as usize)),
                 budget_bytes: self.relay_buffer,
                 tx: self.self_tx.clone(),
@@ -304,12 +377,18 @@ impl HopTask {
                 let _ = reply.send(r);
             }
             Command::Stream(StreamCmd::Data(id, bytes, permit)) => {
-                self.core.write(id, bytes, Some(permit));
+                self.core.write(self.ids.inner(id), bytes, Some(permit));
             }
-            Command::Stream(StreamCmd::Shutdown(id)) => self.core.shutdown(id),
-            Command::Stream(StreamCmd::Abort(id, code)) => self.core.abort(id, code),
+            Command::Stream(StreamCmd::Shutdown(id)) => self.core.shutdown(self.ids.inner(id)),
+            Command::Stream(StreamCmd::Abort(id, code)) => {
+                self.core.abort(self.ids.inner(id), code)
+            }
             Command::Status(reply) => {
-                let _ = reply.send(self.core.status());
+                let mut status = self.core.status();
+                for s in &mut status.streams {
+                    s.id = self.ids.outer(s.id);
+                }
+                let _ = reply.send(status);
             }
             Command::ChargeTo(memory) => self.memory = Some(memory),
             Command::SetAllowed(keys, reply) => {

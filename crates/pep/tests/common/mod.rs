@@ -285,7 +285,17 @@ pub fn loopback_stp(config: &HopConfig) -> StpHop {
         bind: Some("127.0.0.1:0".parse().unwrap()),
         capture: None,
         rekey: config.rekey,
+        workers: test_workers(),
     }
+}
+
+/// Hop workers per side in the tests built on [`loopback_stp`]: `SATSTP_TEST_WORKERS`
+/// (default 1), so the suites run again with several (`docs/scaling.md`, "Workers").
+pub fn test_workers() -> usize {
+    std::env::var("SATSTP_TEST_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 /// A gateway on loopback over the STP hop of `config` (its responder seeded with 3) serving
