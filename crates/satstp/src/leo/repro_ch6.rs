@@ -248,7 +248,7 @@ pub(super) fn statements(_quick: bool, out: &Path) -> Result<Section> {
         y_bounds: (0.0, 1.0),
         ..Chart::default()
     }
-    .write(out, "leo-ch6-states")?;
+    .write(out, "leo-ch6-statements")?;
     let curve = |sep: f64| {
         (0..=20)
             .map(|k| {
@@ -281,7 +281,7 @@ pub(super) fn statements(_quick: bool, out: &Path) -> Result<Section> {
         ..Chart::default()
     }
     .write(out, "leo-ch6-seam")?;
-    s.plots = vec!["leo-ch6-states".into(), "leo-ch6-seam".into()];
+    s.plots = vec!["leo-ch6-statements".into(), "leo-ch6-seam".into()];
     s.notes.push(format!(
         "Seam: tan φ = tan i · sin(δ/2), δ the seam separation (the thesis' formula is garbled in our copy of the text; this one reproduces its 54° and equals the intersection of our first and last orbital planes). \
          Polar regions: POLAR satellites have an inter-plane ISL off (either end above {:.0}°), POLAR BORDER their in-plane neighbours (fig. 6.18's definition), mean over one orbit in {steps} snapshots. \
