@@ -31,6 +31,8 @@ pub struct StateTable {
     pub nonlocal_cells: usize,
     /// Entries after greedy 2-D aggregation, when computed.
     pub aggregated_entries: Option<usize>,
+    /// ISLs the studied satellite has in this state (Fig 6.24's dips follow their shutdown).
+    pub isls: usize,
 }
 
 /// Seconds for a satellite's nadir to cross one cell (thesis: 26.5 s for Teledesic).
@@ -129,6 +131,7 @@ pub fn study(shell: &Shell, states: u32, aggregate: bool) -> Vec<StateTable> {
             geographic_consistency: geo_match as f64 / nonlocal.max(1) as f64,
             nonlocal_cells: nonlocal,
             aggregated_entries,
+            isls: neighbours.len(),
         });
     }
     out

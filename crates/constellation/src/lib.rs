@@ -15,6 +15,7 @@ pub mod fstate;
 pub mod geo;
 pub mod geographic;
 pub mod ground;
+pub mod polar;
 pub mod routing;
 pub mod tle;
 pub mod topology;

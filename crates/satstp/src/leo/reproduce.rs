@@ -3,6 +3,8 @@
 //! seeds' qualitative claims checked. Names start with `leo-`; `--quick` uses fewer pings and
 //! coarser time steps (seconds in all).
 
+#[path = "repro_ch6.rs"]
+mod ch6;
 #[path = "repro_day.rs"]
 mod day;
 #[path = "repro_figs.rs"]
@@ -18,7 +20,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// (name, title, source) of each LEO reproduction.
-pub const LIST: [(&str, &str, &str); 9] = [
+pub const LIST: [(&str, &str, &str); 10] = [
     ("leo-pings", "One-way delay of random pings: Teledesic min-delay and min-hop, Iridium with cross-seam ISLs", "thesis §6.3.1, figs. 6.2-6.7"),
     ("leo-nysf-day", "New York - San Francisco over a day: Teledesic, and Iridium without cross-seam ISLs", "thesis §6.3.1, figs. 6.8-6.10"),
     ("leo-hop-penalty", "Delay penalty of min-hop over min-delay routing by distance", "thesis §6.3.2, figs. 6.11, 6.12"),
@@ -28,6 +30,7 @@ pub const LIST: [(&str, &str, &str); 9] = [
     ("leo-joint-attachment", "Joint attachment against the highest-elevation rule on modern shells", "issue 26 and its independent reference"),
     ("leo-network", "starlink-550 as a packet network: TCP and STP flows between ground stations", "issue 26; thesis ch. 5 for STP against TCP"),
     ("leo-table5.2", "STP vs TCP SACK vs TCP Reno one-way, on the Iridium and Teledesic constellations themselves", "thesis Table 5.2 (ns, a fixed 4-hop LEO path)"),
+    ("leo-ch6-statements", "Ch. 6 statements: seam-crossing latitude, polar-region sizes, the 64 states and dips of fig. 6.24, Iridium's geographic consistency, update bandwidth", "thesis §6.5.3 (figs. 6.18-6.20) and §6.6.3 (fig. 6.24)"),
 ];
 
 /// A report section being built.
@@ -127,6 +130,7 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             "leo-joint-attachment" => modern::joint(quick, out)?,
             "leo-network" => modern::network(quick, out)?,
             "leo-table5.2" => modern::table52(quick, out)?,
+            "leo-ch6-statements" => ch6::statements(quick, out)?,
             _ => day::central(quick, out)?,
         };
         let wall = t0.elapsed().as_secs_f64();
