@@ -146,6 +146,7 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
         gsl_rate_bps: 10_000_000,
         queue_packets: 100,
         seed: 1,
+        attach: constellation::ground::AttachPolicy::Joint,
     };
     // Which stations saw a satellite at every step (their flows must deliver).
     let pos: Vec<_> = t.iter().map(Place::position).collect();
@@ -338,6 +339,7 @@ pub(super) fn table52(quick: bool, out: &Path) -> Result<Section> {
             gsl_rate_bps: 2_000_000,
             queue_packets: 100,
             seed: 1,
+            attach: constellation::ground::AttachPolicy::Joint,
         };
         let mut got = Vec::new();
         for (proto, tr, seed) in runs {
