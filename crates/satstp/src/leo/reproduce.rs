@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// (name, title, source) of each LEO reproduction.
-pub const LIST: [(&str, &str, &str); 9] = [
+pub const LIST: [(&str, &str, &str); 10] = [
     ("leo-pings", "One-way delay of random pings: Teledesic min-delay and min-hop, Iridium with cross-seam ISLs", "thesis §6.3.1, figs. 6.2-6.7"),
     ("leo-nysf-day", "New York - San Francisco over a day: Teledesic, and Iridium without cross-seam ISLs", "thesis §6.3.1, figs. 6.8-6.10"),
     ("leo-hop-penalty", "Delay penalty of min-hop over min-delay routing by distance", "thesis §6.3.2, figs. 6.11, 6.12"),
@@ -28,6 +28,7 @@ pub const LIST: [(&str, &str, &str); 9] = [
     ("leo-joint-attachment", "Joint attachment against the highest-elevation rule on modern shells", "issue 26 and its independent reference"),
     ("leo-network", "starlink-550 as a packet network: TCP and STP flows between ground stations", "issue 26; thesis ch. 5 for STP against TCP"),
     ("leo-table5.2", "STP vs TCP SACK vs TCP Reno one-way, on the Iridium and Teledesic constellations themselves", "thesis Table 5.2 (ns, a fixed 4-hop LEO path)"),
+    ("leo-split", "Split STP at the gateway ground station against end-to-end NewReno and CUBIC over starlink-550", "journal §VI.A and fig. 9, thesis §4.3 and ch. 5; issue 26"),
 ];
 
 /// A report section being built.
@@ -127,11 +128,19 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             "leo-joint-attachment" => modern::joint(quick, out)?,
             "leo-network" => modern::network(quick, out)?,
             "leo-table5.2" => modern::table52(quick, out)?,
+            "leo-split" => modern::split(out)?,
             _ => day::central(quick, out)?,
         };
         let wall = t0.elapsed().as_secs_f64();
         let holds = sec.claims.iter().all(|c| c.1);
         write_section(out, &sec, title, source, wall, quick)?;
+        // Beside the other reproductions' verdicts (the file a quick run is compared with).
+        crate::repro_report::record_web_verdict(
+            &out.join("verdicts.json"),
+            name,
+            holds,
+            sec.claims.iter().map(|c| c.1).collect(),
+        )?;
         crate::progress::note(&format!(
             "  done in {wall:.1} s: seeds' conclusion {}",
             if holds { "holds" } else { "does NOT hold" }
