@@ -5,7 +5,8 @@
 //! than those on the equator (256 around): about 156 km squares, 21,362 cells in all with our
 //! rounding (the thesis reports 21,352; its exact rounding rule is not in the text). The cells
 //! are mapped onto a 128 × 256 rectilinear grid (a band with fewer than 256 cells spreads its
-//! redundant grid points evenly), and each grid coordinate is Gray-coded (7 + 8 bits), so
+//! redundant grid points evenly), and each grid coordinate is Gray-coded (7 + 8 bits; the
+//! thesis numbers each dimension with 8 bits, 002:4622, and our 128 rows need only 7), so
 //! neighbouring cells have addresses one bit apart and contiguous blocks of 2^m cells can be
 //! one (address, mask) forwarding entry.
 

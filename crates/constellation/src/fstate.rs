@@ -9,7 +9,7 @@
 //! the first), the compact form `satstp leo fstate` documents (docs/leo.md).
 
 use crate::geo::Vec3;
-use crate::ground::visible;
+use crate::ground::{choose, visible, AttachPolicy};
 use crate::routing::{Router, Weight};
 use crate::topology::{Constellation, Snapshot};
 use std::io::Write;
@@ -105,16 +105,42 @@ impl FstateComputer {
         stations: &[Vec3],
         out: &mut ForwardingState,
     ) {
-        self.snap.rebuild(c, t_s);
-        self.compute(c.elevation_mask_deg(), stations, out);
+        self.step_attached(c, t_s, stations, AttachPolicy::Joint, out);
     }
 
-    /// The forwarding state on the current snapshot (see [`FstateComputer::step`]).
-    fn compute(&mut self, mask_deg: f64, stations: &[Vec3], out: &mut ForwardingState) {
+    /// As [`FstateComputer::step`] with each station's satellites chosen by `attach`: joint
+    /// (any satellite the station sees, chosen with the route), or one satellite per station
+    /// and step, its highest (`HighestElevation`) or the first found above the mask
+    /// (`FirstFound`), re-chosen at every step. A station sends up and receives down through
+    /// its one satellite only.
+    pub fn step_attached(
+        &mut self,
+        c: &Constellation,
+        t_s: f64,
+        stations: &[Vec3],
+        attach: AttachPolicy,
+        out: &mut ForwardingState,
+    ) {
+        self.snap.rebuild(c, t_s);
+        self.compute(c.elevation_mask_deg(), stations, attach, out);
+    }
+
+    /// The forwarding state on the current snapshot (see [`FstateComputer::step_attached`]).
+    fn compute(
+        &mut self,
+        mask_deg: f64,
+        stations: &[Vec3],
+        attach: AttachPolicy,
+        out: &mut ForwardingState,
+    ) {
         let (n, g) = (self.snap.len(), stations.len());
         self.seen.resize_with(g, Vec::new);
         for (h, &p) in stations.iter().enumerate() {
             visible(&self.snap.positions, p, mask_deg, &mut self.seen[h]);
+            if attach != AttachPolicy::Joint {
+                let one = choose(&self.snap.positions, p, mask_deg, attach);
+                self.seen[h].retain(|&(s, _)| Some(s) == one);
+            }
         }
         out.t_s = self.snap.t_s;
         out.satellites = n;
@@ -223,11 +249,16 @@ mod tests {
     /// total delay to each station over every satellite the station sees; every next hop of
     /// the forwarding state must lie on such a best path (ties may pick any), and every node
     /// without one must have no path.
-    fn check_against_floyd_warshall(c: &Constellation, t_s: f64, names: &[&str]) {
+    fn check_against_floyd_warshall(
+        c: &Constellation,
+        t_s: f64,
+        names: &[&str],
+        attach: AttachPolicy,
+    ) {
         let stations: Vec<Vec3> = names.iter().map(|n| place(n).unwrap().position()).collect();
         let mut fc = FstateComputer::new();
         let mut fs = ForwardingState::default();
-        fc.step(c, t_s, &stations, &mut fs);
+        fc.step_attached(c, t_s, &stations, attach, &mut fs);
         let snap = c.snapshot(t_s);
         let n = snap.len();
         const INF: u64 = u64::MAX / 4;
@@ -256,13 +287,29 @@ mod tests {
             }
         }
         let mask = c.elevation_mask_deg();
+        // The satellites station h may use: all it sees above the mask (joint), or the one of
+        // highest elevation, or the first in satellite order.
         let sees = |h: usize| -> Vec<(usize, u64)> {
             let up = stations[h].scale(1.0 / stations[h].norm());
-            (0..n)
-                .filter(|&s| {
+            let above: Vec<(usize, f64)> = (0..n)
+                .map(|s| {
                     let v = snap.positions[s].minus(stations[h]);
-                    (v.dot(up) / v.norm()).asin().to_degrees() >= mask
+                    (s, (v.dot(up) / v.norm()).asin().to_degrees())
                 })
+                .filter(|&(_, e)| e >= mask)
+                .collect();
+            let chosen: Vec<usize> = match attach {
+                AttachPolicy::Joint => above.iter().map(|x| x.0).collect(),
+                AttachPolicy::FirstFound => above.first().map(|x| x.0).into_iter().collect(),
+                AttachPolicy::HighestElevation => above
+                    .iter()
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|x| x.0)
+                    .into_iter()
+                    .collect(),
+            };
+            chosen
+                .into_iter()
                 .map(|s| (s, gsl_ns(stations[h], snap.positions[s])))
                 .collect()
         };
@@ -337,10 +384,35 @@ mod tests {
         ];
         let iridium = Constellation::preset("iridium").unwrap();
         for t in [0.0, 1234.0, 3000.0] {
-            check_against_floyd_warshall(&iridium, t, &names);
+            check_against_floyd_warshall(&iridium, t, &names, AttachPolicy::Joint);
         }
         let teledesic = Constellation::preset("teledesic").unwrap();
-        check_against_floyd_warshall(&teledesic, 500.0, &names);
+        check_against_floyd_warshall(&teledesic, 500.0, &names, AttachPolicy::Joint);
+    }
+
+    /// With one satellite per station (highest or first), every next hop still lies on a best
+    /// path, now through that satellite only: checked against the same brute force.
+    #[test]
+    fn single_satellite_attachment_matches_the_brute_force() {
+        let names = ["New York", "London", "Tokyo", "Sydney", "Nairobi"];
+        let iridium = Constellation::preset("iridium").unwrap();
+        for attach in [AttachPolicy::HighestElevation, AttachPolicy::FirstFound] {
+            for t in [0.0, 2000.0] {
+                check_against_floyd_warshall(&iridium, t, &names, attach);
+            }
+        }
+        // And it differs from joint: a station uses one satellite where joint may use another.
+        let stations: Vec<Vec3> = names.iter().map(|n| place(n).unwrap().position()).collect();
+        let c = Constellation::preset("starlink-550").unwrap();
+        let mut fc = FstateComputer::new();
+        let (mut j, mut h) = (ForwardingState::default(), ForwardingState::default());
+        fc.step_attached(&c, 0.0, &stations, AttachPolicy::Joint, &mut j);
+        fc.step_attached(&c, 0.0, &stations, AttachPolicy::HighestElevation, &mut h);
+        let (dj, dh): (u64, u64) = (
+            j.gs_delay_ns.iter().filter(|&&d| d != u64::MAX).sum(),
+            h.gs_delay_ns.iter().filter(|&&d| d != u64::MAX).sum(),
+        );
+        assert!(dj < dh, "joint {dj} ns, highest {dh} ns summed over pairs");
     }
 
     #[test]

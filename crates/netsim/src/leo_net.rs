@@ -16,7 +16,7 @@ use crate::packet::{LinkId, NodeId};
 use crate::sim::{Sim, SimError, Time};
 use constellation::fstate::{ForwardingState, FstateComputer, NO_HOP};
 use constellation::geo::Vec3;
-use constellation::ground::visible;
+use constellation::ground::{visible, AttachPolicy};
 use constellation::{Constellation, Place, Snapshot};
 use linkmodel::{Delay, LinkConfig};
 use std::collections::BTreeMap;
@@ -35,6 +35,9 @@ pub struct LeoNetConfig {
     /// Drop-tail queue of every link, packets.
     pub queue_packets: u32,
     pub seed: u64,
+    /// Which satellites a station sends up to and receives down from: joint (any it sees,
+    /// chosen with the route) or one per step (highest, first).
+    pub attach: AttachPolicy,
 }
 
 /// Why a constellation network could not be built.
@@ -79,6 +82,9 @@ pub struct LeoNet {
     isl_seen: Vec<(LinkId, u64, u64)>,
     isl_rate_bps: u64,
     last_sample: Time,
+    attach: AttachPolicy,
+    /// Hosts behind stations ([`LeoNet::add_host`]): (host node, its station).
+    hosts: Vec<(NodeId, usize)>,
 }
 
 /// The ISLs over one step: traffic since the previous step, and the queues at the step.
@@ -223,7 +229,53 @@ impl LeoNet {
             steps,
             next_k: 0,
             routes: RouteStats::default(),
+            attach: cfg.attach,
+            hosts: Vec::new(),
         })
+    }
+
+    /// Adds a host behind ground station `g`, joined to it by a terrestrial duplex link of
+    /// `rate_bps` and one-way `delay` (queue as the network's links), before the run starts.
+    /// The host sends everything through its station; every node reaches the host by its route
+    /// to the station. Returns the host's node and its uplink (host → station).
+    pub fn add_host(
+        &mut self,
+        g: usize,
+        name: &str,
+        rate_bps: u64,
+        delay: Time,
+        queue_packets: u32,
+    ) -> Result<(NodeId, LinkId), LeoNetError> {
+        if g >= self.stations.len() {
+            return Err(LeoNetError::Config(format!(
+                "a host behind station {g}, but there are {} stations",
+                self.stations.len()
+            )));
+        }
+        if self.routes.steps > 0 {
+            return Err(LeoNetError::Config(
+                "hosts are added before the run starts".into(),
+            ));
+        }
+        let station = self.station(g);
+        let host = self.sim.add_node(name);
+        let cfg = LinkConfig::simple(rate_bps, delay, queue_packets);
+        let sname = self.sim.node_name(station).to_string();
+        let up = self
+            .sim
+            .add_link(&format!("{name}->{sname}"), host, station, cfg.clone())?;
+        let down = self
+            .sim
+            .add_link(&format!("{sname}->{name}"), station, host, cfg)?;
+        self.sim.set_route(station, host, down);
+        for h in 0..self.stations.len() {
+            self.sim.set_route(host, self.station(h), up);
+        }
+        for &(other, _) in &self.hosts {
+            self.sim.set_route(host, other, up);
+        }
+        self.hosts.push((host, g));
+        Ok((host, up))
     }
 
     /// The node of ground station `g`.
@@ -362,10 +414,11 @@ impl LeoNet {
     }
 
     fn apply(&mut self, t: Time) {
-        self.fc.step(
+        self.fc.step_attached(
             &self.constellation,
             t as f64 / 1e9,
             &self.stations,
+            self.attach,
             &mut self.cur,
         );
         let (n, g) = (self.satellites, self.stations.len());
@@ -386,6 +439,10 @@ impl LeoNet {
                     self.sim
                         .set_route(NodeId(node as u32), self.station(dest), l);
                     self.routes.changes += 1;
+                    // The hosts behind the destination are reached the same way.
+                    for &(host, _) in self.hosts.iter().filter(|h| h.1 == dest) {
+                        self.sim.set_route(NodeId(node as u32), host, l);
+                    }
                 }
             }
         }
@@ -497,6 +554,9 @@ struct Observe {
     /// From then on the agent gets no packets or timers (a sender stops sending).
     stop: Option<Time>,
     log: std::rc::Rc<std::cell::RefCell<StudyLog>>,
+    /// The flow's data receiver: its data-direction packets are counted (a split flow's
+    /// gateway also gets data, from the origin, which is not the flow's delivery).
+    receiver: bool,
 }
 
 impl crate::sim::Agent for Observe {
@@ -521,7 +581,7 @@ impl crate::sim::Agent for Observe {
                     }
                 }
             }
-            if fwd {
+            if fwd && self.receiver {
                 if let (Some(n), Some(late), Some(h)) = (
                     log.received.get_mut(self.flow),
                     log.reordered.get_mut(self.flow),
@@ -564,6 +624,30 @@ pub struct StudyFlow {
     /// When the sender stops (it gets no more ACKs or timers, so sends nothing; what is in
     /// flight still arrives). None: it sends until its bytes are done or the run ends.
     pub stop: Option<Time>,
+    /// The sender runs on a host behind station `src` (a terrestrial link), not on the
+    /// station itself.
+    pub origin: Option<Origin>,
+    /// Split at station `src`: a gateway there ends the origin's TCP (`transport`, a TCP
+    /// variant or CUBIC) and relays the bytes into `hop` across the constellation to the
+    /// receiver at `dst`. Needs `origin`.
+    pub split: Option<Split>,
+}
+
+/// A flow's origin host: its terrestrial link to the flow's sending station.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub rate_bps: u64,
+    /// One-way delay.
+    pub delay: Time,
+}
+
+/// A split flow's gateway at its sending station ([`crate::gateway::SplitGateway`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// The transport across the constellation.
+    pub hop: StudyTransport,
+    /// Bytes the gateway holds (written into the hop, not yet acknowledged).
+    pub relay_buffer: u64,
 }
 
 /// Runs a [`BulkStudy`]: `flows` persistent flows of `transport`, flow `f` from station
@@ -583,6 +667,8 @@ pub fn bulk_study(
             start: crate::sim::SEC * f as u64 / flows.max(1) as u64,
             bytes: None,
             stop: None,
+            origin: None,
+            split: None,
         })
         .collect();
     flow_study(cfg, &list)
@@ -603,6 +689,7 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
             cfg.stations.len()
         )));
     }
+    use crate::gateway::{GatewaySpec, Hop, SplitGateway};
     use crate::packet::{Addr, FlowId};
     use crate::sim::Agent;
     use crate::stp_agent::{Framing, StpAgent, StpRole};
@@ -627,22 +714,46 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
         reordered: vec![0; flows],
         highest: vec![None; flows],
     }));
-    let observed = |flow: usize, stop: Option<Time>, a: Box<dyn Agent>| -> Box<dyn Agent> {
-        Box::new(Observe {
-            inner: a,
-            flow,
-            stop,
-            log: std::rc::Rc::clone(&log),
-        })
-    };
+    let observed =
+        |flow: usize, stop: Option<Time>, receiver: bool, a: Box<dyn Agent>| -> Box<dyn Agent> {
+            Box::new(Observe {
+                inner: a,
+                flow,
+                stop,
+                log: std::rc::Rc::clone(&log),
+                receiver,
+            })
+        };
     // Send times: as packets enter their station's uplink (stations only send their own).
     let n = leo.satellites as u32;
-    let uplinks: Vec<LinkId> = leo
+    let mut uplinks: Vec<LinkId> = leo
         .links
         .iter()
         .filter(|((a, _), _)| *a >= n)
         .map(|(_, &l)| l)
         .collect();
+    // Origin hosts (added in flow order): an end-to-end flow's delays count from its host's
+    // uplink, a split flow's from its station's (the hop's packets; the gateway is observed).
+    let mut origins = Vec::with_capacity(flows);
+    for (f, spec) in list.iter().enumerate() {
+        if spec.split.is_some() && spec.origin.is_none() {
+            return Err(LeoNetError::Config(format!(
+                "flow {f} is split but has no origin host"
+            )));
+        }
+        origins.push(match spec.origin {
+            Some(o) => {
+                let name = format!("origin-{f}");
+                let (host, up) =
+                    leo.add_host(spec.src, &name, o.rate_bps, o.delay, cfg.queue_packets)?;
+                if spec.split.is_none() {
+                    uplinks.push(up);
+                }
+                Some(host)
+            }
+            None => None,
+        });
+    }
     for l in uplinks {
         let log = std::rc::Rc::clone(&log);
         leo.sim.trace_link(
@@ -663,6 +774,66 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
             port: port + 1,
         };
         let flow = FlowId(f as u32 + 1);
+        let at = spec.start;
+        let from = origins[f].unwrap_or(leo.station(src));
+        if let Some(split) = spec.split {
+            if transport == StudyTransport::Stp {
+                return Err(LeoNetError::Config(format!(
+                    "flow {f}: a split flow's origin speaks TCP, not STP"
+                )));
+            }
+            let (gw_in, gw_out) = (
+                20_000u16.wrapping_add((2 * f) as u16),
+                20_001u16.wrapping_add((2 * f) as u16),
+            );
+            let seed = cfg.seed ^ ((f as u64) << 8) ^ 0xa5a5;
+            let (hop, sink): (Hop, Box<dyn Agent>) = match split.hop {
+                StudyTransport::Stp => {
+                    let conf = stp::EndpointConfig::default();
+                    let sink = StpAgent::new(port + 1, flow, StpRole::Sink, conf.clone(), seed ^ 2)
+                        .map_err(stp_err)?
+                        .with_framing(Framing::Ip);
+                    (Hop::Stp(conf), Box::new(sink))
+                }
+                t => {
+                    let c = tcp_of(t);
+                    let sink = TcpAgent::sink(port + 1, c.clone()).map_err(err)?;
+                    (Hop::Tcp(c), Box::new(sink))
+                }
+            };
+            let gw = SplitGateway::new(GatewaySpec {
+                flow,
+                in_port: gw_in,
+                out_port: gw_out,
+                sink: peer,
+                in_config: tcp.clone(),
+                hop,
+                relay_buffer: split.relay_buffer,
+                seed,
+                framing: Framing::Ip,
+            });
+            let to_gw = Addr {
+                node: leo.station(src),
+                port: gw_in,
+            };
+            let s = TcpAgent::bulk_sender(flow, port, to_gw, spec.bytes, tcp).map_err(err)?;
+            leo.sim
+                .add_agent(from, port, at, observed(f, spec.stop, false, Box::new(s)))?;
+            leo.sim.add_agent(
+                leo.station(src),
+                gw_in,
+                at,
+                observed(f, None, false, Box::new(gw)),
+            )?;
+            leo.sim.add_agent(
+                leo.station(dst),
+                port + 1,
+                at,
+                observed(f, None, true, sink),
+            )?;
+            endpoints.push((src, dst));
+            continue;
+        }
         let (s, k): (Box<dyn Agent>, Box<dyn Agent>) = match transport {
             StudyTransport::Tcp(_) | StudyTransport::Cubic => (
                 Box::new(
@@ -692,11 +863,10 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
                 )
             }
         };
-        let at = spec.start;
         leo.sim
-            .add_agent(leo.station(src), port, at, observed(f, spec.stop, s))?;
+            .add_agent(from, port, at, observed(f, spec.stop, false, s))?;
         leo.sim
-            .add_agent(leo.station(dst), port + 1, at, observed(f, None, k))?;
+            .add_agent(leo.station(dst), port + 1, at, observed(f, None, true, k))?;
         endpoints.push((src, dst));
     }
     leo.run_until(cfg.duration);
@@ -820,6 +990,7 @@ mod tests {
             gsl_rate_bps: 20_000_000,
             queue_packets: 100,
             seed: 1,
+            attach: AttachPolicy::Joint,
         })
         .unwrap()
     }
@@ -908,6 +1079,7 @@ mod tests {
             gsl_rate_bps: 5_000_000,
             queue_packets: 100,
             seed: 1,
+            attach: AttachPolicy::Joint,
         };
         for t in [
             StudyTransport::Tcp(Variant::NewReno),
@@ -976,6 +1148,7 @@ mod tests {
             gsl_rate_bps: 10_000_000,
             queue_packets: 100,
             seed: 1,
+            attach: AttachPolicy::Joint,
         };
         let transport = match std::env::var("LEO_STUDY_TRANSPORT").as_deref() {
             Ok("stp") => StudyTransport::Stp,

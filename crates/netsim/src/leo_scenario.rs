@@ -3,11 +3,14 @@
 //! constellation as a packet network ([`crate::leo_net`]) by the same code as the network
 //! study ([`flow_study`]). `docs/scenarios.md` documents the form.
 
-use crate::leo_net::{flow_study, BulkStudy, LeoNetConfig, StudyFlow, StudyTransport};
+use crate::leo_net::{
+    flow_study, BulkStudy, LeoNetConfig, Origin, Split, StudyFlow, StudyTransport,
+};
 use crate::scenario::{FlowSpec, Scenario, ScenarioError};
 use crate::sim::{Time, SEC};
 use crate::tcp::Variant;
 use crate::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
+use constellation::ground::AttachPolicy;
 use constellation::tle::TleSet;
 use constellation::{Constellation, Place};
 use serde::Deserialize;
@@ -34,6 +37,14 @@ pub struct ConstellationSpec {
     pub queue_packets: Option<u32>,
     /// Forwarding state and link delays recomputed every `step` (default "1s").
     pub step: Option<String>,
+    /// Which satellites a station uses (as `satstp leo trace --attach`): "joint", "highest" or
+    /// "first" (default: the constellation's, joint for the modern shells and TLE files,
+    /// highest for iridium and teledesic).
+    pub attach: Option<String>,
+    /// Cross-seam ISLs of a star preset (as `--cross-seam`; default: the preset's).
+    pub cross_seam: Option<bool>,
+    /// Latitude above which inter-plane ISLs are off, degrees (as `--isl-latitude`; default 70).
+    pub isl_latitude_deg: Option<f64>,
 }
 
 /// A `[[ground_station]]`: a name and where it is, as a built-in city (`city`), as `lat` and
@@ -54,7 +65,8 @@ pub struct LeoPlan {
     pub flows: Vec<StudyFlow>,
     /// Flow names (after `count` expansion), in flow order.
     pub flow_names: Vec<String>,
-    /// The protocol each flow names, as written.
+    /// The protocol each flow names, as written (a split flow's as `ORIGIN+HOP`, e.g.
+    /// `cubic+stp`).
     pub protocols: Vec<String>,
     /// Station names, in station order.
     pub stations: Vec<String>,
@@ -90,7 +102,7 @@ fn field(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
 /// The transports a constellation scenario's flow may name.
 pub const PROTOCOLS: &str = "newreno, reno, sack, cubic or stp";
 
-fn transport(p: &str) -> Option<StudyTransport> {
+fn transport_named(p: &str) -> Option<StudyTransport> {
     Some(match p.to_ascii_lowercase().as_str() {
         "newreno" => StudyTransport::Tcp(Variant::NewReno),
         "reno" => StudyTransport::Tcp(Variant::Reno),
@@ -112,6 +124,53 @@ impl ConstellationSpec {
                 ));
             }
         }
+        if let Some(l) = self.isl_latitude_deg {
+            if !(0.0..=90.0).contains(&l) {
+                return Err(field(
+                    "constellation.isl_latitude_deg",
+                    format!("{l}: must be from 0 to 90 degrees"),
+                ));
+            }
+        }
+        let mut c = self.build_shell()?;
+        match &mut c {
+            Constellation::Walker(s) => {
+                if let Some(x) = self.cross_seam {
+                    s.cross_seam = x;
+                }
+                if let Some(l) = self.isl_latitude_deg {
+                    s.isl_latitude_threshold_deg = l;
+                }
+            }
+            Constellation::Tle(t) => {
+                if self.cross_seam.is_some() {
+                    return Err(field(
+                        "constellation.cross_seam",
+                        "applies to a preset's star shell; a TLE file's ISLs are its satellites' nearest neighbours",
+                    ));
+                }
+                if let Some(l) = self.isl_latitude_deg {
+                    t.isl_latitude_threshold_deg = l;
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// The attachment the table names, or the constellation's default.
+    pub fn attachment(&self, c: &Constellation) -> Result<AttachPolicy, ScenarioError> {
+        match &self.attach {
+            None => Ok(c.default_attachment().0),
+            Some(a) => a.parse().map_err(|_| {
+                field(
+                    "constellation.attach",
+                    format!("'{a}' is not joint, highest or first"),
+                )
+            }),
+        }
+    }
+
+    fn build_shell(&self) -> Result<Constellation, ScenarioError> {
         match (&self.preset, &self.tle) {
             (Some(_), Some(_)) => Err(field(
                 "constellation.tle",
@@ -236,6 +295,7 @@ impl Scenario {
         }
         let duration = self.duration_ns()?;
         let constellation = cs.build()?;
+        let attach = cs.attachment(&constellation)?;
         let rate = |k: &str, v: &Option<String>, d: u64| -> Result<u64, ScenarioError> {
             match v {
                 None => Ok(d),
@@ -290,9 +350,18 @@ impl Scenario {
         let mut flow_names = Vec::new();
         let mut protocols = Vec::new();
         for f in &expanded {
-            flows.push(study_flow(f, &names, duration)?);
+            let flow = study_flow(f, &names, duration)?;
+            flows.push(flow);
             flow_names.push(f.name.clone());
-            protocols.push(f.protocol.to_ascii_lowercase());
+            let proto = f.protocol.to_ascii_lowercase();
+            protocols.push(match (flow.split, &f.hop) {
+                // A split flow: the origin's TCP, then the hop's transport.
+                (Some(_), hop) => format!(
+                    "{proto}+{}",
+                    hop.as_deref().unwrap_or("stp").to_ascii_lowercase()
+                ),
+                (None, _) => proto,
+            });
         }
         Ok(LeoPlan {
             config: LeoNetConfig {
@@ -304,6 +373,7 @@ impl Scenario {
                 gsl_rate_bps,
                 queue_packets,
                 seed: self.seed,
+                attach,
             },
             flows,
             flow_names,
@@ -321,22 +391,24 @@ fn study_flow(f: &FlowSpec, names: &[String], duration: Time) -> Result<StudyFlo
         ("trace", f.trace),
         ("stp", f.stp.is_some()),
         ("tcp", f.tcp.is_some()),
-        ("split_at", f.split_at.is_some()),
-        ("hop", f.hop.is_some()),
         ("hop_tcp", f.hop_tcp.is_some()),
-        ("relay_buffer", f.relay_buffer.is_some()),
         ("stripes", f.stripes.is_some()),
     ];
     if let Some((k, _)) = unsupported.iter().find(|(_, given)| *given) {
         return Err(field(
             key(k),
-            "not available on a constellation scenario (a flow there has protocol, from, to, start, bytes, duration and count)",
+            "not available on a constellation scenario (a flow there has protocol, from, to, start, bytes, duration, count, origin_delay, origin_rate, split_at, hop and relay_buffer)",
         ));
     }
-    let transport = transport(&f.protocol).ok_or_else(|| {
+    let transport = transport_named(&f.protocol).ok_or_else(|| {
+        let hint = if f.protocol.eq_ignore_ascii_case("split") {
+            " (a constellation flow is split with split_at = \"STATION\", its protocol naming the origin's TCP)"
+        } else {
+            ""
+        };
         field(
             key("protocol"),
-            format!("'{}' is not one of {PROTOCOLS}", f.protocol),
+            format!("'{}' is not one of {PROTOCOLS}{hint}", f.protocol),
         )
     })?;
     let station = |k: &str, n: &str| -> Result<usize, ScenarioError> {
@@ -381,6 +453,70 @@ fn study_flow(f: &FlowSpec, names: &[String], duration: Time) -> Result<StudyFlo
             Err(e) => return Err(field(key("duration"), e.to_string())),
         },
     };
+    let split = match &f.split_at {
+        None => {
+            for (k, given) in [
+                ("hop", f.hop.is_some()),
+                ("relay_buffer", f.relay_buffer.is_some()),
+            ] {
+                if given {
+                    return Err(field(key(k), "applies to a split flow (give split_at)"));
+                }
+            }
+            None
+        }
+        Some(at) => {
+            station("split_at", at)?;
+            if *at != f.from {
+                return Err(field(
+                    key("split_at"),
+                    format!(
+                        "'{at}' is not the flow's from station '{}': the gateway sits at the station the origin's TCP reaches, and the hop crosses the constellation from there",
+                        f.from
+                    ),
+                ));
+            }
+            if transport == StudyTransport::Stp {
+                return Err(field(
+                    key("protocol"),
+                    "a split flow's origin speaks TCP: newreno, reno, sack or cubic (the hop's transport is hop)",
+                ));
+            }
+            let hop = match &f.hop {
+                None => StudyTransport::Stp,
+                Some(h) => transport_named(h)
+                    .ok_or_else(|| field(key("hop"), format!("'{h}' is not one of {PROTOCOLS}")))?,
+            };
+            let relay_buffer = match &f.relay_buffer {
+                None => 256 * 1024,
+                Some(x) => match parse_bytes(x) {
+                    Ok(b) if b >= 4096 => b,
+                    Ok(_) => return Err(field(key("relay_buffer"), "must be at least 4KB")),
+                    Err(e) => return Err(field(key("relay_buffer"), e.to_string())),
+                },
+            };
+            Some(Split { hop, relay_buffer })
+        }
+    };
+    let origin = if f.origin_delay.is_some() || f.origin_rate.is_some() || split.is_some() {
+        let delay = match &f.origin_delay {
+            None => 5 * crate::sim::MS,
+            Some(x) => {
+                parse_duration_ns(x).map_err(|e| field(key("origin_delay"), e.to_string()))?
+            }
+        };
+        let rate_bps = match &f.origin_rate {
+            None => 1_000_000_000,
+            Some(x) => match parse_rate_bps(x) {
+                Ok(0) => return Err(field(key("origin_rate"), "must be above 0")),
+                Ok(r) => r,
+                Err(e) => return Err(field(key("origin_rate"), e.to_string())),
+            },
+        };
+        Some(Origin { rate_bps, delay })
+    } else {
+        None
+    };
     Ok(StudyFlow {
         src,
         dst,
@@ -388,6 +524,8 @@ fn study_flow(f: &FlowSpec, names: &[String], duration: Time) -> Result<StudyFlo
         start,
         bytes,
         stop,
+        origin,
+        split,
     })
 }
 
@@ -580,6 +718,202 @@ bytes = "2MB"
         );
     }
 
+    const SPLIT: &str = r#"
+name = "split"
+duration = "8s"
+[constellation]
+preset = "starlink-550"
+gsl_rate = "10Mbps"
+[[ground_station]]
+name = "New York"
+[[ground_station]]
+name = "Los Angeles"
+[[ground_station]]
+name = "London"
+[[flow]]
+name = "s"
+protocol = "newreno"
+from = "London"
+to = "New York"
+split_at = "London"
+origin_delay = "10ms"
+bytes = "1MB"
+[[flow]]
+name = "t"
+protocol = "cubic"
+from = "New York"
+to = "Los Angeles"
+split_at = "New York"
+hop = "newreno"
+relay_buffer = "128KB"
+bytes = "700KB"
+start = "1s"
+[[flow]]
+name = "e"
+protocol = "sack"
+from = "London"
+to = "Los Angeles"
+origin_delay = "10ms"
+origin_rate = "100Mbps"
+bytes = "500KB"
+"#;
+
+    /// Split flows at ground stations: an origin's TCP ends at the gateway of its station and
+    /// STP (or a TCP hop) carries the bytes across the constellation; every byte arrives,
+    /// exactly, and so does the end-to-end flow from an origin host.
+    #[test]
+    fn split_flows_at_ground_stations_deliver_every_byte() {
+        let s = Scenario::from_toml(SPLIT).unwrap();
+        let plan = s.leo_plan().unwrap();
+        let split = plan.flows[0].split.expect("flow s is split");
+        assert_eq!(split.hop, StudyTransport::Stp);
+        assert_eq!(split.relay_buffer, 256 * 1024);
+        assert_eq!(
+            plan.flows[0].origin,
+            Some(Origin {
+                rate_bps: 1_000_000_000,
+                delay: 10 * crate::sim::MS
+            })
+        );
+        let t = plan.flows[1].split.expect("flow t is split");
+        assert_eq!(t.hop, StudyTransport::Tcp(Variant::NewReno));
+        assert_eq!(t.relay_buffer, 128_000);
+        assert_eq!(plan.flows[1].transport, StudyTransport::Cubic);
+        assert!(plan.flows[2].split.is_none());
+        assert_eq!(plan.flows[2].origin.map(|o| o.rate_bps), Some(100_000_000));
+        let r = plan.run().unwrap();
+        let f = plan.flow_results(&r);
+        assert_eq!(r.undeliverable, 0);
+        let protocols: Vec<&str> = f.iter().map(|x| x.protocol.as_str()).collect();
+        assert_eq!(protocols, ["newreno+stp", "cubic+newreno", "sack"]);
+        for (x, bytes) in f.iter().zip([1_000_000, 700_000, 500_000]) {
+            assert_eq!(x.delivered_bytes, bytes, "{}", x.name);
+            let done = x
+                .completion_s
+                .unwrap_or_else(|| panic!("{} completes", x.name));
+            assert!(done > 0.1 && done < 7.0, "{}: {done} s", x.name);
+            // The hop's (or the path's) RTT is measured: the split flows' through their
+            // gateway, the end-to-end flow's from its origin (two 10 ms terrestrial legs more).
+            let rtt = x
+                .rtt_mean_ms
+                .unwrap_or_else(|| panic!("{}: an RTT", x.name));
+            assert!(rtt > 25.0 && rtt < 400.0, "{}: {rtt} ms", x.name);
+            assert!(
+                x.received_packets > 300,
+                "{}: {}",
+                x.name,
+                x.received_packets
+            );
+        }
+        // London -> LA from an origin 10 ms away: its RTT includes both terrestrial legs.
+        let light = 2.0
+            * constellation::geo::place("London")
+                .unwrap()
+                .distance_km(&constellation::geo::place("Los Angeles").unwrap())
+            / constellation::geo::C_KM_S
+            * 1e3;
+        let rtt = f[2].rtt_mean_ms.unwrap_or_default();
+        assert!(rtt > light + 20.0, "{rtt} ms, light {light} ms");
+    }
+
+    /// The split keys' errors, one line each naming the key.
+    #[test]
+    fn bad_split_and_attachment_keys_name_the_key() {
+        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"New York\""));
+        assert!(
+            e.contains("flow s.split_at") && e.contains("not the flow's from station"),
+            "{e}"
+        );
+        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"Paris\""));
+        assert!(
+            e.contains("flow s.split_at") && e.contains("not a ground station"),
+            "{e}"
+        );
+        let e = error_of(&SPLIT.replace("hop = \"newreno\"", "hop = \"quic\""));
+        assert!(e.contains("flow t.hop") && e.contains("'quic'"), "{e}");
+        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"stp\""));
+        assert!(
+            e.contains("flow t.protocol") && e.contains("origin speaks TCP"),
+            "{e}"
+        );
+        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"split\""));
+        assert!(
+            e.contains("flow t.protocol") && e.contains("split_at"),
+            "{e}"
+        );
+        let e = error_of(&SPLIT.replace("relay_buffer = \"128KB\"", "relay_buffer = \"1KB\""));
+        assert!(e.contains("flow t.relay_buffer"), "{e}");
+        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "origin_rate = \"fast\""));
+        assert!(e.contains("flow e.origin_rate"), "{e}");
+        let e = error_of(&SPLIT.replace(
+            "origin_delay = \"10ms\"\norigin_rate",
+            "origin_delay = \"soon\"\norigin_rate",
+        ));
+        assert!(e.contains("flow e.origin_delay"), "{e}");
+        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "hop = \"stp\""));
+        assert!(e.contains("flow e.hop") && e.contains("split_at"), "{e}");
+        let c = |k: &str| SPLIT.replace("gsl_rate = \"10Mbps\"", k);
+        let e = error_of(&c("attach = \"nearest\""));
+        assert!(
+            e.contains("constellation.attach") && e.contains("joint, highest or first"),
+            "{e}"
+        );
+        let e = error_of(&c("isl_latitude_deg = 95.0"));
+        assert!(e.contains("constellation.isl_latitude_deg"), "{e}");
+        let e = Scenario::from_toml(&c("cross_seam = \"yes\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cross_seam") && e.contains("bool"), "{e}");
+        // Outside a constellation scenario, the origin keys are refused by name.
+        let geo = "name = \"g\"\nduration = \"1s\"\n[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\
+                   [[link]]\na = \"a\"\nb = \"b\"\nrate = \"1Mbps\"\ndelay = \"10ms\"\n\
+                   [[flow]]\nname = \"f\"\nprotocol = \"tcp\"\nfrom = \"a\"\nto = \"b\"\norigin_delay = \"5ms\"\n";
+        let e = Scenario::from_toml(geo)
+            .and_then(|s| s.build(1).map(|_| ()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("flow f.origin_delay"), "{e}");
+    }
+
+    /// The attachment and shell keys reach the network: iridium defaults to highest (as
+    /// `satstp leo`), the modern shells to joint; highest-elevation attachment lengthens
+    /// NY-LA over starlink-550 (the issue's detour through the +Grid), joint does not.
+    #[test]
+    fn attachment_and_isl_keys_reach_the_network() {
+        let base = SMALL.replace("duration = \"10s\"", "duration = \"3s\"");
+        let plan = |extra: &str| {
+            Scenario::from_toml(&base.replace("gsl_rate = \"10Mbps\"", extra))
+                .unwrap()
+                .leo_plan()
+                .unwrap()
+        };
+        assert_eq!(plan("").config.attach, AttachPolicy::Joint);
+        let iridium = Scenario::from_toml(&base.replace("starlink-550", "iridium"))
+            .unwrap()
+            .leo_plan()
+            .unwrap();
+        assert_eq!(iridium.config.attach, AttachPolicy::HighestElevation);
+        let first = plan("attach = \"first\"");
+        assert_eq!(first.config.attach, AttachPolicy::FirstFound);
+        let p = plan("isl_latitude_deg = 50.0\ncross_seam = true");
+        let Constellation::Walker(w) = &p.config.constellation else {
+            unreachable!("a preset")
+        };
+        assert_eq!(w.isl_latitude_threshold_deg, 50.0);
+        assert!(w.cross_seam);
+        let rtt = |p: &LeoPlan| {
+            let r = p.run().unwrap();
+            p.flow_results(&r)[0].rtt_mean_ms.unwrap()
+        };
+        let joint = rtt(&plan(""));
+        let highest = rtt(&plan("attach = \"highest\""));
+        eprintln!("NY-LA RTT joint {joint:.1} ms, highest {highest:.1} ms");
+        assert!(
+            highest > joint + 5.0,
+            "highest {highest} ms, joint {joint} ms"
+        );
+    }
+
     /// A TLE file as the constellation (the TLEs `satstp leo tle` writes for kuiper-630): the
     /// scenario runs on the SGP4 satellites and the flow delivers.
     #[test]
@@ -624,6 +958,7 @@ bytes = "2MB"
             gsl_rate_bps: 10_000_000,
             queue_packets: 100,
             seed: 3,
+            attach: AttachPolicy::Joint,
         };
         let t = StudyTransport::Tcp(Variant::NewReno);
         let a = crate::leo_net::bulk_study(&cfg, 3, t).unwrap();
@@ -635,6 +970,8 @@ bytes = "2MB"
                 start: SEC * f as u64 / 3,
                 bytes: None,
                 stop: None,
+                origin: None,
+                split: None,
             })
             .collect();
         let b = flow_study(&cfg, &list).unwrap();

@@ -354,6 +354,11 @@ pub struct FlowSpec {
     pub start: Option<String>,
     /// How long the sender sends (constellation scenarios only; default: to the end).
     pub duration: Option<String>,
+    /// Constellation scenarios only: the sender runs on an origin host behind its `from`
+    /// station, over a terrestrial link of this one-way delay and rate (defaults "5ms",
+    /// "1Gbps" when either is given or the flow is split).
+    pub origin_delay: Option<String>,
+    pub origin_rate: Option<String>,
     /// Link whose forward bytes define efficiency and whose reverse direction defines the
     /// reverse-channel use, as "x->y"; default: the slowest link on the path.
     pub bottleneck: Option<String>,
@@ -1094,6 +1099,17 @@ impl Scenario {
                     "is for a constellation scenario's flows; here give bytes, or let the flow run to the end",
                 ));
             }
+            for (k, given) in [
+                ("origin_delay", f.origin_delay.is_some()),
+                ("origin_rate", f.origin_rate.is_some()),
+            ] {
+                if given {
+                    return Err(field(
+                        format!("flow {}.{k}", f.name),
+                        "is for a constellation scenario's flows; here the flow's from node is its host",
+                    ));
+                }
+            }
             if f.stripes.is_some() && f.protocol != "tcp" {
                 return Err(field(
                     format!("flow {}.stripes", f.name),
@@ -1316,6 +1332,8 @@ impl Scenario {
                 bytes: None,
                 start: None,
                 duration: None,
+                origin_delay: None,
+                origin_rate: None,
                 bottleneck: None,
                 reverse_channel: None,
                 trace: false,

@@ -203,6 +203,7 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         gsl_rate_bps: rate("--gsl-rate", &a.gsl_rate)?,
         queue_packets: 100,
         seed: 1,
+        attach: constellation::ground::AttachPolicy::Joint,
     };
     let r = bulk_study(&cfg, a.flows, variant)?;
     if let Some(dir) = &a.out {

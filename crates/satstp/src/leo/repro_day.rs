@@ -294,7 +294,7 @@ pub(super) fn central(quick: bool, out: &Path) -> Result<Section> {
     }
     .write(out, "leo-central-aggregation")?;
     s.plots = vec!["leo-central".into(), "leo-central-aggregation".into()];
-    s.notes.push("Table of satellite 0 of plane 6 from its ascending node northwards; each cell's entry is the first hop of the min-delay path to the satellite nearest the cell's centre. Aggregation: per next hop, greedy largest-first rectangles of the Gray-coded 128 x 256 grid (first-fit within a size, not the thesis' brute-force maximisation). Our cell count differs from the thesis' by 10 because its exact rounding rule is not in the text.".into());
+    s.notes.push("Table of satellite 0 of plane 6 from its ascending node northwards; each cell's entry is the first hop of the min-delay path to the satellite nearest the cell's centre. Aggregation: per next hop, greedy largest-first rectangles of the Gray-coded 128 x 256 grid (7 + 8 bits; the thesis numbers each dimension with 8 bits, 002:4622) (first-fit within a size, not the thesis' brute-force maximisation). Our cell count differs from the thesis' by 10 because its exact rounding rule is not in the text.".into());
     s.json = json!({"persistence": pers, "geographic_consistency": geo, "aggregated": agg, "states": states});
     Ok(s)
 }

@@ -31,6 +31,7 @@ pub const LIST: [(&str, &str, &str); 10] = [
     ("leo-network", "starlink-550 as a packet network: TCP and STP flows between ground stations", "issue 26; thesis ch. 5 for STP against TCP"),
     ("leo-table5.2", "STP vs TCP SACK vs TCP Reno one-way, on the Iridium and Teledesic constellations themselves", "thesis Table 5.2 (ns, a fixed 4-hop LEO path)"),
     ("leo-ch6-statements", "Ch. 6 statements: seam-crossing latitude, polar-region sizes, the 64 states and dips of fig. 6.24, Iridium's geographic consistency, update bandwidth", "thesis §6.5.3 (figs. 6.18-6.20) and §6.6.3 (fig. 6.24)"),
+    ("leo-split", "Split STP at the gateway ground station against end-to-end NewReno and CUBIC over starlink-550", "journal §VI.A and fig. 9, thesis §4.3 and ch. 5; issue 26"),
 ];
 
 /// A report section being built.
@@ -131,11 +132,19 @@ pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
             "leo-network" => modern::network(quick, out)?,
             "leo-table5.2" => modern::table52(quick, out)?,
             "leo-ch6-statements" => ch6::statements(quick, out)?,
+            "leo-split" => modern::split(out)?,
             _ => day::central(quick, out)?,
         };
         let wall = t0.elapsed().as_secs_f64();
         let holds = sec.claims.iter().all(|c| c.1);
         write_section(out, &sec, title, source, wall, quick)?;
+        // Beside the other reproductions' verdicts (the file a quick run is compared with).
+        crate::repro_report::record_web_verdict(
+            &out.join("verdicts.json"),
+            name,
+            holds,
+            sec.claims.iter().map(|c| c.1).collect(),
+        )?;
         crate::progress::note(&format!(
             "  done in {wall:.1} s: seeds' conclusion {}",
             if holds { "holds" } else { "does NOT hold" }
