@@ -127,7 +127,7 @@ async fn splice_inner(
         Ok(Err(SpliceError::Hop(e))) => (CloseReason::HopReset, e),
         Ok(Err(SpliceError::Refused(code))) => {
             if let Some(c) = conn.as_deref_mut() {
-                c.refuse(code.map_or(RefusalReason::Timeout, Verdict::refusal));
+                c.refuse(code.map_or(RefusalReason::Timeout, RefusalReason::for_verdict));
             }
             // The gateway has ended its side after the code; ending ours closes the stream at
             // both hops (bytes the client sent meanwhile are discarded there). Without a code

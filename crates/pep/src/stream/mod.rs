@@ -21,7 +21,6 @@ pub use header::{
 };
 pub use target::{validate_domain, Target, TargetError, MAX_DOMAIN_LEN};
 
-use crate::metrics::RefusalReason;
 use std::fmt;
 use std::io;
 
@@ -95,14 +94,6 @@ impl Verdict {
     /// Whether the gateway connected.
     pub fn is_connected(self) -> bool {
         self == Verdict::Connected
-    }
-
-    /// The reason a terminal counts a connection refused under, for a failure verdict.
-    pub fn refusal(self) -> RefusalReason {
-        match self {
-            Verdict::PolicyDenied => RefusalReason::Policy,
-            _ => RefusalReason::ConnectFailed,
-        }
     }
 }
 

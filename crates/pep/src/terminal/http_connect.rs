@@ -87,7 +87,7 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
             return;
         }
         Some(Err(code)) => {
-            conn.refuse(code.refusal());
+            conn.refuse(RefusalReason::for_verdict(code));
             match code {
                 Verdict::PolicyDenied => (403, "Forbidden"),
                 Verdict::HostUnreachable => (504, "Gateway Timeout"),

@@ -110,7 +110,7 @@ async fn socks_one(
             }
         }
         Some(Err(code)) => {
-            conn.refuse(code.refusal());
+            conn.refuse(RefusalReason::for_verdict(code));
             let _ = tcp.write_all(&socks::reply(code.into(), None)).await;
             let _ = tcp.shutdown().await;
         }
@@ -160,7 +160,7 @@ async fn socks_fast_open(
             let _ = splice_before_verdict(tcp, stream, &mut conn, limit).await;
         }
         Err(code) => {
-            conn.refuse(code.refusal());
+            conn.refuse(RefusalReason::for_verdict(code));
             crate::sockopt::reset(tcp);
         }
     }

@@ -152,7 +152,7 @@ async fn relay_one(
         // failure verdict resets the client's connection.
         Ok(stream) => splice::splice_before_verdict(tcp, stream, &mut conn, limit).await,
         Err(code) => {
-            conn.refuse(code.refusal());
+            conn.refuse(RefusalReason::for_verdict(code));
             crate::sockopt::reset(tcp);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
