@@ -9,7 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use pep::http_connect::{head_end, parse_authority, parse_head, Request, MAX_HEAD_LEN};
-use pep::socks::{parse_greeting, parse_request, parse_user_pass, SocksError, Target};
+use pep::socks::{parse_greeting, parse_request, parse_user_pass, SocksError};
+use pep::stream::Target;
 
 fn roundtrip(t: &Target) {
     let mut enc = Vec::new();

@@ -2,7 +2,7 @@
 //! duration and replications (`docs/scenarios.md` documents the format), turned into a `Sim`,
 //! run (replications in parallel, each deterministic per seed) and summarised per flow.
 
-use crate::gateway::{GatewaySpec, Hop, SplitGateway};
+use crate::gateway::{GatewayEnd, GatewayEndSpec, GatewaySpec, Hop, SplitGateway};
 use crate::metrics::{mean_ci, sample_sd, Confidence, Metrics};
 use crate::packet::{Addr, Direction, FlowId, LinkId, NodeId};
 use crate::sim::{Sim, SimError, Time, SEC};
@@ -1235,15 +1235,21 @@ impl Scenario {
                     let hop = match f.hop.as_deref() {
                         Some("stp") => {
                             let cfg = self.stp_config(f)?;
-                            let sink = StpAgent::new(
-                                dst_port,
-                                id,
-                                StpRole::Sink,
-                                cfg.clone(),
-                                seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
-                            )
-                            .map_err(|e| field(name("stp"), e.to_string()))?;
-                            let sink = sink.with_framing(self.stp_framing(f)?);
+                            // Checked as the sink's endpoint would be.
+                            cfg.validate()
+                                .map_err(|e| field(name("stp"), e.to_string()))?;
+                            // The gateway side of the hop: header, verdict, the origin's
+                            // reader (at once, as the seeds' sinks read).
+                            let sink = GatewayEnd::new(GatewayEndSpec {
+                                flow: id,
+                                port: dst_port,
+                                origin: sink_addr,
+                                config: cfg.clone(),
+                                seed: seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
+                                framing: self.stp_framing(f)?,
+                                read_rate_bps: None,
+                                reader_buffer: u64::MAX,
+                            });
                             sim.add_agent(to, dst_port, start, Box::new(sink))?;
                             Hop::Stp(cfg)
                         }

@@ -2,7 +2,9 @@
 //!
 //! - [`hop`]: the satellite hop (the handle API, the STP and split-TCP transports, shaping);
 //! - [`tunnel`], [`keys`]: the hop's security (Noise IK, sans-IO);
-//! - [`stream_header`]: the bytes that open every stream (destination, client, verdict);
+//! - [`stream`]: the stream protocol, sans-IO: the header that opens every stream (target,
+//!   client, deadline) and the gateway's [`stream::Verdict`]; [`socks`] and [`http_connect`] map
+//!   their clients' protocols to and from it;
 //! - [`terminal`]: accepting clients (SOCKS5, HTTP CONNECT, TPROXY) and opening streams;
 //! - [`gateway`]: serving streams (policy, connect);
 //! - [`splice`]: one TCP connection and one stream relayed both ways;
@@ -37,13 +39,11 @@ pub mod socks;
 pub mod splice;
 #[cfg(feature = "runtime")]
 pub mod stack;
-#[cfg(feature = "runtime")]
-pub mod stream_header;
+pub mod stream;
 #[cfg(feature = "runtime")]
 pub mod terminal;
 pub mod tunnel;
 
 #[cfg(feature = "runtime")]
-pub use socks::Target;
-#[cfg(feature = "runtime")]
 pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};
+pub use stream::{Target, Verdict};

@@ -127,6 +127,17 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// The reason a terminal counts a connection refused under, for the gateway's failure
+    /// verdict.
+    pub fn for_verdict(v: crate::stream::Verdict) -> RefusalReason {
+        match v {
+            crate::stream::Verdict::PolicyDenied => RefusalReason::Policy,
+            _ => RefusalReason::ConnectFailed,
+        }
+    }
+}
+
+impl RefusalReason {
     pub const ALL: [RefusalReason; 9] = [
         RefusalReason::ConnectionLimit,
         RefusalReason::TerminalLimit,

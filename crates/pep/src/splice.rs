@@ -4,8 +4,7 @@
 use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent};
 use crate::metrics::{CloseReason, ConnTrack, ConnectionState, RefusalReason};
 use crate::ops::Conn;
-use crate::socks::Reply;
-use crate::stream_header::verdict_from_byte;
+use crate::stream::{split_verdict, Verdict};
 use std::io;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -26,7 +25,7 @@ enum SpliceError {
     Hop(io::Error),
     /// The gateway's verdict was a failure (its status byte), or did not come in time (`None`):
     /// the TCP connection is reset and the connection counted as refused.
-    Refused(Option<Reply>),
+    Refused(Option<Verdict>),
 }
 
 /// Relays bytes between a TCP connection and a hop stream until both directions have ended.
@@ -128,7 +127,7 @@ async fn splice_inner(
         Ok(Err(SpliceError::Hop(e))) => (CloseReason::HopReset, e),
         Ok(Err(SpliceError::Refused(code))) => {
             if let Some(c) = conn.as_deref_mut() {
-                c.refuse(code.map_or(RefusalReason::Timeout, crate::terminal::refusal_for));
+                c.refuse(code.map_or(RefusalReason::Timeout, RefusalReason::for_verdict));
             }
             // The gateway has ended its side after the code; ending ours closes the stream at
             // both hops (bytes the client sent meanwhile are discarded there). Without a code
@@ -142,7 +141,7 @@ async fn splice_inner(
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 match code {
-                    Some(code) => format!("the gateway answered {code:?}"),
+                    Some(code) => format!("the gateway answered: {code}"),
                     None => "no answer from the gateway in time".to_string(),
                 },
             ));
@@ -254,16 +253,14 @@ async fn tcp_to_hop(
 async fn await_verdict(hr: &mut HopReader) -> Result<Vec<u8>, SpliceError> {
     loop {
         match hr.recv().await {
-            Some(StreamEvent::Data(b)) if b.is_empty() => continue,
-            Some(StreamEvent::Data(b)) => {
-                return match b[0] {
-                    0 => Ok(b[1..].to_vec()),
-                    code => Err(SpliceError::Refused(Some(verdict_from_byte(code)))),
-                };
-            }
+            Some(StreamEvent::Data(b)) => match split_verdict(&b) {
+                None => continue,
+                Some((Verdict::Connected, rest)) => return Ok(rest.to_vec()),
+                Some((code, _)) => return Err(SpliceError::Refused(Some(code))),
+            },
             // Ended or failed without a verdict: what `terminal::open` reports as a general
             // failure.
-            _ => return Err(SpliceError::Refused(Some(Reply::GeneralFailure))),
+            _ => return Err(SpliceError::Refused(Some(Verdict::Failed))),
         }
     }
 }

@@ -313,7 +313,7 @@ async fn server(seen: Arc<Mutex<Vec<SocketAddr>>>) -> Result<(), String> {
         .map_err(|e| format!("server bind: {e}"))?;
     let on_accept = move |peer| {
         if let Ok(mut v) = seen.lock() {
-            v.push(pep::stream_header::canonical_addr(peer));
+            v.push(pep::stream::canonical_addr(peer));
         }
     };
     spawn_origin(l, on_accept, download_or_upload);

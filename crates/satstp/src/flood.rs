@@ -168,7 +168,7 @@ pub async fn attack_opens(
     opens: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) {
-    let target = pep::socks::Target::Ip(origin);
+    let target = pep::stream::Target::Ip(origin);
     let mut kept = Vec::new();
     let mut set = tokio::task::JoinSet::new();
     while !stop.load(Ordering::Relaxed) {

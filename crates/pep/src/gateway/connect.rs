@@ -1,23 +1,11 @@
 //! The gateway's connect to a destination: outbound socket options, source-address
-//! transparency, and the SOCKS5 reply code a failed connect is reported with.
+//! transparency.
 
 use crate::config::TcpOptions;
-use crate::socks::Reply;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
-
-/// The outcome the gateway reports for a connect.
-pub fn reply_for(e: &io::Error) -> Reply {
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => Reply::ConnectionRefused,
-        io::ErrorKind::TimedOut => Reply::HostUnreachable,
-        io::ErrorKind::HostUnreachable => Reply::HostUnreachable,
-        io::ErrorKind::NetworkUnreachable => Reply::NetworkUnreachable,
-        _ => Reply::GeneralFailure,
-    }
-}
 
 /// How the gateway connects to destinations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

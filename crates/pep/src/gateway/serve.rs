@@ -1,15 +1,14 @@
 //! The gateway's streams: admission, the stream header, the policy, the connect, the verdict
 //! back to the terminal, then the relay.
 
-use super::connect::{connect_from, reply_for, routable_source, ConnectOptions};
+use super::connect::{connect_from, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::{Policy, PolicyCell};
 use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::socks::{Reply, Target};
 use crate::splice::splice_tracked;
-use crate::stream_header::{verdict_byte, StreamHeader, DEADLINE_MARGIN_MS, MAX_HEADER};
+use crate::stream::{StreamHeader, Target, Verdict, DEADLINE_MARGIN_MS, MAX_HEADER};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -102,7 +101,7 @@ pub async fn serve_stream_tracked(
     };
     if let Some(Err(denied)) = name.map(|n| policy.check_name(n)) {
         refuse(&mut conn, RefusalReason::Policy);
-        report(&stream, Reply::NotAllowed).await;
+        report(&stream, Verdict::PolicyDenied).await;
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, denied));
     }
     let addrs: Vec<SocketAddr> = match &target {
@@ -117,10 +116,10 @@ pub async fn serve_stream_tracked(
 
     if addrs.is_empty() {
         refuse(&mut conn, RefusalReason::ConnectFailed);
-        let c = report(&stream, Reply::HostUnreachable).await;
+        let c = report(&stream, Verdict::HostUnreachable).await;
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!("{target}: no address ({c:?})"),
+            format!("{target}: no address ({c})"),
         ));
     }
     let allowed: Vec<SocketAddr> = addrs
@@ -130,7 +129,7 @@ pub async fn serve_stream_tracked(
         .collect();
     if allowed.is_empty() {
         refuse(&mut conn, RefusalReason::Policy);
-        report(&stream, Reply::NotAllowed).await;
+        report(&stream, Verdict::PolicyDenied).await;
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{target}: denied by policy"),
@@ -169,7 +168,7 @@ pub async fn serve_stream_tracked(
             RefusalReason::ConnectFailed
         };
         refuse(&mut conn, reason);
-        report(&stream, reply_for(&last_err)).await;
+        report(&stream, Verdict::for_connect_error(&last_err)).await;
         return Err(last_err);
     };
     if time_left().is_some_and(|t| t.is_zero()) {
@@ -177,7 +176,7 @@ pub async fn serve_stream_tracked(
         crate::sockopt::reset(tcp);
         return expired(&stream, &mut conn, &target, deadline).await;
     }
-    if let Err(e) = stream.write(&[verdict_byte(Reply::Succeeded)]).await {
+    if let Err(e) = stream.write(&[Verdict::Connected.to_byte()]).await {
         // The hop is gone: the server must not take the connection for a finished exchange.
         crate::sockopt::reset(tcp);
         return Err(io::Error::new(io::ErrorKind::ConnectionAborted, e));
@@ -227,8 +226,8 @@ fn refuse(conn: &mut Option<&mut Conn>, reason: RefusalReason) {
 }
 
 /// Tells the terminal why the connect failed, and ends the stream.
-async fn report(stream: &HopStream, code: Reply) -> Reply {
-    let _ = stream.write(&[verdict_byte(code)]).await;
+async fn report(stream: &HopStream, code: Verdict) -> Verdict {
+    let _ = stream.write(&[code.to_byte()]).await;
     stream.shutdown().await;
     code
 }
@@ -278,7 +277,7 @@ pub async fn serve_gateway(
             }
             Err(_) => {
                 tokio::spawn(async move {
-                    report(&stream, Reply::GeneralFailure).await;
+                    report(&stream, Verdict::Failed).await;
                 });
             }
         }

@@ -389,18 +389,6 @@ pub struct HopCore<S, P> {
     next_session_sweep: Instant,
 }
 
-/// Writes the deadline into a stream header's deadline field (`stream_header`, which needs
-/// the `runtime` feature; without it the core opens no streams with headers).
-#[cfg(feature = "runtime")]
-fn stamp_deadline(first: &mut [u8], deadline_ms: u64) -> bool {
-    crate::stream_header::stamp_deadline(first, deadline_ms)
-}
-
-#[cfg(not(feature = "runtime"))]
-fn stamp_deadline(_first: &mut [u8], _deadline_ms: u64) -> bool {
-    false
-}
-
 /// A tunnel initiator stamped with `stamp_ns`.
 fn new_initiator(
     local: &PrivateKey,
@@ -1433,7 +1421,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             if let Some(ms) = stamp {
                 if let Some((first, _)) = s.pending.front_mut() {
                     let mut b = first.to_vec();
-                    if stamp_deadline(&mut b, ms) {
+                    if crate::stream::stamp_deadline(&mut b, ms) {
                         *first = Bytes::from(b);
                     }
                 }

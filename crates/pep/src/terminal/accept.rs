@@ -3,7 +3,7 @@
 
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::stream_header::canonical_addr;
+use crate::stream::canonical_addr;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,14 +5,14 @@
 //! (a failure to reach it answered as for a CONNECT).
 
 use super::accept::next_client;
-use super::{deadline_in, open_by, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT};
+use super::{deadline_in, open_by, within, REFUSED_HANDSHAKE_TIMEOUT};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::http_connect::{self, Request};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::socks::Reply;
 use crate::splice::splice_tracked;
+use crate::stream::Verdict;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -87,10 +87,10 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
             return;
         }
         Some(Err(code)) => {
-            conn.refuse(refusal_for(code));
+            conn.refuse(RefusalReason::for_verdict(code));
             match code {
-                Reply::NotAllowed => (403, "Forbidden"),
-                Reply::HostUnreachable => (504, "Gateway Timeout"),
+                Verdict::PolicyDenied => (403, "Forbidden"),
+                Verdict::HostUnreachable => (504, "Gateway Timeout"),
                 _ => (502, "Bad Gateway"),
             }
         }

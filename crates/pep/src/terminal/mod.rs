@@ -8,9 +8,7 @@ pub mod socks5;
 pub mod tproxy;
 
 use crate::hop::{AbortCode, Hop, HopError, HopStream, StreamError, StreamEvent};
-use crate::metrics::RefusalReason;
-use crate::socks::{Reply, Target};
-use crate::stream_header::{verdict_from_byte, StreamHeader, MAX_HEADER};
+use crate::stream::{split_verdict, StreamHeader, Target, Verdict, MAX_HEADER};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -23,7 +21,7 @@ pub async fn open(
     target: &Target,
     early: &[u8],
     client: Option<SocketAddr>,
-) -> Result<(HopStream, Vec<u8>), Reply> {
+) -> Result<(HopStream, Vec<u8>), Verdict> {
     open_by(hop, target, early, client, None).await
 }
 
@@ -35,27 +33,26 @@ pub async fn open_by(
     early: &[u8],
     client: Option<SocketAddr>,
     deadline: Option<tokio::time::Instant>,
-) -> Result<(HopStream, Vec<u8>), Reply> {
+) -> Result<(HopStream, Vec<u8>), Verdict> {
     let mut stream = open_unverified_by(hop, target, early, client, deadline).await?;
     loop {
         match stream.recv().await {
-            Some(StreamEvent::Data(b)) if !b.is_empty() => {
-                let code = b[0];
-                if code != 0 {
+            Some(StreamEvent::Data(b)) => match split_verdict(&b) {
+                None => continue,
+                Some((Verdict::Connected, rest)) => return Ok((stream, rest.to_vec())),
+                Some((code, _)) => {
                     // The gateway ended its side after the code; end ours so the connection
                     // closes at both hops instead of lingering.
                     stream.shutdown().await;
-                    return Err(verdict_from_byte(code));
+                    return Err(code);
                 }
-                return Ok((stream, b[1..].to_vec()));
-            }
-            Some(StreamEvent::Data(_)) => continue,
+            },
             Some(StreamEvent::Failed(StreamError::TunnelDown)) => {
-                return Err(Reply::NetworkUnreachable)
+                return Err(Verdict::NetworkUnreachable)
             }
             _ => {
                 stream.abort(AbortCode::TcpFailed).await;
-                return Err(Reply::GeneralFailure);
+                return Err(Verdict::Failed);
             }
         }
     }
@@ -69,7 +66,7 @@ pub async fn open_unverified(
     target: &Target,
     early: &[u8],
     client: Option<SocketAddr>,
-) -> Result<HopStream, Reply> {
+) -> Result<HopStream, Verdict> {
     open_unverified_by(hop, target, early, client, None).await
 }
 
@@ -82,7 +79,7 @@ pub async fn open_unverified_by(
     early: &[u8],
     client: Option<SocketAddr>,
     deadline: Option<tokio::time::Instant>,
-) -> Result<HopStream, Reply> {
+) -> Result<HopStream, Verdict> {
     let mut first = Vec::with_capacity(MAX_HEADER + early.len());
     StreamHeader {
         target: target.clone(),
@@ -92,8 +89,8 @@ pub async fn open_unverified_by(
     .emit(&mut first);
     first.extend_from_slice(early);
     hop.open_by(first, deadline).await.map_err(|e| match e {
-        HopError::TunnelDown => Reply::NetworkUnreachable,
-        _ => Reply::GeneralFailure,
+        HopError::TunnelDown => Verdict::NetworkUnreachable,
+        _ => Verdict::Failed,
     })
 }
 
@@ -113,13 +110,5 @@ async fn within<T>(
     match limit {
         Some(d) => tokio::time::timeout(d, fut).await.ok(),
         None => Some(fut.await),
-    }
-}
-
-/// The refusal reason for a gateway's verdict.
-pub(crate) fn refusal_for(code: Reply) -> RefusalReason {
-    match code {
-        Reply::NotAllowed => RefusalReason::Policy,
-        _ => RefusalReason::ConnectFailed,
     }
 }

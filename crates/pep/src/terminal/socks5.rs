@@ -2,15 +2,14 @@
 //! the client's first bytes on the BGN), then the relay.
 
 use super::accept::next_client;
-use super::{
-    deadline_in, open_by, open_unverified_by, refusal_for, within, REFUSED_HANDSHAKE_TIMEOUT,
-};
+use super::{deadline_in, open_by, open_unverified_by, within, REFUSED_HANDSHAKE_TIMEOUT};
 use crate::hop::AbortCode;
 use crate::hop::Hop;
 use crate::metrics::{AuthFailure, RefusalReason};
 use crate::ops::{Conn, Ops};
-use crate::socks::{self, Reply, SocksAuth, Target};
+use crate::socks::{self, Reply, SocksAuth};
 use crate::splice::{splice_before_verdict, splice_tracked};
+use crate::stream::Target;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,8 +110,8 @@ async fn socks_one(
             }
         }
         Some(Err(code)) => {
-            conn.refuse(refusal_for(code));
-            let _ = tcp.write_all(&socks::reply(code, None)).await;
+            conn.refuse(RefusalReason::for_verdict(code));
+            let _ = tcp.write_all(&socks::reply(code.into(), None)).await;
             let _ = tcp.shutdown().await;
         }
         None => {
@@ -161,7 +160,7 @@ async fn socks_fast_open(
             let _ = splice_before_verdict(tcp, stream, &mut conn, limit).await;
         }
         Err(code) => {
-            conn.refuse(refusal_for(code));
+            conn.refuse(RefusalReason::for_verdict(code));
             crate::sockopt::reset(tcp);
         }
     }

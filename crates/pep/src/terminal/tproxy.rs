@@ -20,8 +20,7 @@
 use crate::hop::Hop;
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::socks::Target;
-use crate::stream_header::canonical_addr;
+use crate::stream::{canonical_addr, Target};
 use crate::{splice, terminal};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::io;
@@ -153,11 +152,11 @@ async fn relay_one(
         // failure verdict resets the client's connection.
         Ok(stream) => splice::splice_before_verdict(tcp, stream, &mut conn, limit).await,
         Err(code) => {
-            conn.refuse(terminal::refusal_for(code));
+            conn.refuse(RefusalReason::for_verdict(code));
             crate::sockopt::reset(tcp);
             Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
-                format!("{peer} → {dest}: gateway answered {code:?}"),
+                format!("{peer} → {dest}: the gateway answered: {code}"),
             ))
         }
     }

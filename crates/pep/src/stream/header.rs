@@ -10,14 +10,15 @@
 //!   (ms since the Unix epoch in the gateway's clock, 0 for none) then a version 1 or 2 header;
 //!   the gateway refuses a stream whose deadline has passed (at-most-once opens). Then the
 //!   client's data.
-//! - gateway → terminal, first byte: the outcome of the gateway's connect, as a SOCKS5 reply code
-//!   (0 = connected, 2 = not allowed by policy, 3 = network unreachable, 4 = host unreachable or
-//!   timed out, 5 = refused, 1 = other failure); then the server's data if connected.
+//! - gateway → terminal, first byte: the outcome of the gateway's connect, the [`Verdict`](super::Verdict)
+//!   byte (0 = connected, 2 = denied by policy, 3 = network unreachable, 4 = host unreachable or
+//!   timed out, 5 = refused, 1 = other failure; the values of the SOCKS5 reply codes, so a
+//!   SOCKS5 terminal maps them one to one); then the server's data if connected.
 //!
 //! A new connection therefore costs exactly one satellite round trip before the client's first
 //! byte reaches the server: the gateway connects while the BGN's answer is on its way back.
 
-use crate::socks::{Reply, Target, TargetError};
+use super::target::{Target, TargetError};
 use std::net::SocketAddr;
 use thiserror::Error;
 
@@ -29,7 +30,7 @@ pub const RELAY_VERSION_CLIENT: u8 = 2;
 pub const RELAY_VERSION_DEADLINE: u8 = 3;
 /// Most header bytes a gateway waits for before giving up on a stream (the longest header is
 /// 9 + 1 + 258 + 19 = 287 bytes: a deadline, a 255-byte name and an IPv6 client address).
-pub(crate) const MAX_HEADER: usize = 300;
+pub const MAX_HEADER: usize = 300;
 /// A gateway refuses a stream whose deadline is less than this far ahead: its connect and its
 /// verdict's way back to the terminal must fit before the terminal gives up.
 pub const DEADLINE_MARGIN_MS: u64 = 500;
@@ -122,23 +123,6 @@ impl<'a> HeaderView<'a> {
             // `new_checked` parsed these very bytes.
             _ => unreachable!("a checked header view parses"),
         }
-    }
-}
-
-/// The verdict byte the gateway answers a stream with: its SOCKS5 reply code.
-pub fn verdict_byte(reply: Reply) -> u8 {
-    reply as u8
-}
-
-/// The outcome a verdict byte names (unknown codes are a general failure).
-pub fn verdict_from_byte(c: u8) -> Reply {
-    match c {
-        0 => Reply::Succeeded,
-        2 => Reply::NotAllowed,
-        3 => Reply::NetworkUnreachable,
-        4 => Reply::HostUnreachable,
-        5 => Reply::ConnectionRefused,
-        _ => Reply::GeneralFailure,
     }
 }
 
@@ -324,21 +308,6 @@ mod tests {
             StreamHeader::parse(&nested),
             Err(HeaderError::NestedDeadline)
         );
-    }
-
-    #[test]
-    fn verdicts_round_trip() {
-        for r in [
-            Reply::Succeeded,
-            Reply::GeneralFailure,
-            Reply::NotAllowed,
-            Reply::NetworkUnreachable,
-            Reply::HostUnreachable,
-            Reply::ConnectionRefused,
-        ] {
-            assert_eq!(verdict_from_byte(verdict_byte(r)), r);
-        }
-        assert_eq!(verdict_from_byte(200), Reply::GeneralFailure);
     }
 
     #[test]
