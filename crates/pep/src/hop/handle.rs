@@ -424,7 +424,7 @@ impl Hop {
     }
 
     /// [`Hop::open`] for an opener that gives up on the gateway's verdict at `deadline`: a
-    /// stream header with a deadline field (`stream_header`, version `0x03`) at the start of
+    /// stream header with a deadline field (`pep::stream`, version `0x03`) at the start of
     /// `first` gets it in the gateway's clock, so the gateway never runs the stream after it.
     pub async fn open_by(
         &self,

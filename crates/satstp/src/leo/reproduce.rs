@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// (name, title, source) of each LEO reproduction.
-pub const LIST: [(&str, &str, &str); 10] = [
+pub const LIST: [(&str, &str, &str); 11] = [
     ("leo-pings", "One-way delay of random pings: Teledesic min-delay and min-hop, Iridium with cross-seam ISLs", "thesis §6.3.1, figs. 6.2-6.7"),
     ("leo-nysf-day", "New York - San Francisco over a day: Teledesic, and Iridium without cross-seam ISLs", "thesis §6.3.1, figs. 6.8-6.10"),
     ("leo-hop-penalty", "Delay penalty of min-hop over min-delay routing by distance", "thesis §6.3.2, figs. 6.11, 6.12"),
