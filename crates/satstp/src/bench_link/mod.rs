@@ -112,9 +112,10 @@ pub struct LinkBenchArgs {
     #[arg(long, value_name = "PATH")]
     browser_waterfall: Option<PathBuf>,
     /// The browser workload's protocol: h1 (plain HTTP/1.1, port 8080), https1 (HTTP/1.1 over
-    /// TLS 1.3, port 443), h2 (HTTP/2 over TLS 1.3, port 443), h3 (HTTP/3 over QUIC: not built
-    /// in this binary yet). The TLS certificate comes from a test CA made for the run; the
-    /// browser trusts it by its key's hash for that process only.
+    /// TLS 1.3, port 443), h2 (HTTP/2 over TLS 1.3, port 443), h3 (HTTP/3 over QUIC on UDP 443,
+    /// the browser forced to QUIC for the origin; only the routed contenders). The TLS
+    /// certificate comes from a test CA made for the run; the browser trusts it by its key's
+    /// hash for that process only.
     #[arg(long, value_name = "h1|https1|h2|h3", default_value = "h1")]
     http: Protocol,
     /// TLS session resumption (tickets) at the HTTPS origin: on or off.
