@@ -689,7 +689,7 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
             cfg.stations.len()
         )));
     }
-    use crate::gateway::{GatewaySpec, Hop, SplitGateway};
+    use crate::gateway::{GatewayEnd, GatewayEndSpec, GatewaySpec, Hop, SplitGateway};
     use crate::packet::{Addr, FlowId};
     use crate::sim::Agent;
     use crate::stp_agent::{Framing, StpAgent, StpRole};
@@ -790,9 +790,18 @@ pub fn flow_study(cfg: &LeoNetConfig, list: &[StudyFlow]) -> Result<BulkStudy, L
             let (hop, sink): (Hop, Box<dyn Agent>) = match split.hop {
                 StudyTransport::Stp => {
                     let conf = stp::EndpointConfig::default();
-                    let sink = StpAgent::new(port + 1, flow, StpRole::Sink, conf.clone(), seed ^ 2)
-                        .map_err(stp_err)?
-                        .with_framing(Framing::Ip);
+                    // The gateway side of the hop, as the daemons' (pep::stream's header and
+                    // verdict); the origin reads at once.
+                    let sink = GatewayEnd::new(GatewayEndSpec {
+                        flow,
+                        port: port + 1,
+                        origin: peer,
+                        config: conf.clone(),
+                        seed: seed ^ 2,
+                        framing: Framing::Ip,
+                        read_rate_bps: None,
+                        reader_buffer: u64::MAX,
+                    });
                     (Hop::Stp(conf), Box::new(sink))
                 }
                 t => {
