@@ -930,12 +930,7 @@ mod tests {
             let relayed = sim.agent_as::<SplitGateway>(terminal).unwrap().relayed();
             let read = sim.agent_as::<GatewayEnd>(gateway).unwrap().delivered();
             max_in_between = max_in_between.max(relayed - read);
-            if sim
-                .metrics
-                .flows
-                .get(&flow)
-                .is_some_and(|m| m.completed_ns.is_some())
-            {
+            if sim.metrics.is_completed(flow) {
                 break;
             }
         }

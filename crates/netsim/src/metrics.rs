@@ -70,6 +70,11 @@ impl Metrics {
         self.flows.entry(f).or_default()
     }
 
+    /// Whether flow `f` has completed (its last byte delivered).
+    pub fn is_completed(&self, f: FlowId) -> bool {
+        self.flows.get(&f).is_some_and(|m| m.completed_ns.is_some())
+    }
+
     /// Records a packet offered to a link and its fate (drops; a packet lost to bit errors was
     /// transmitted, so it is counted here; delivered packets are counted on arrival).
     pub fn on_link(&mut self, link: LinkId, pkt: &Packet, fate: &Fate, _now: Time) {

@@ -158,15 +158,20 @@ pub struct CaseResult {
     pub fair_share_deviation: Option<Stat>,
 }
 
-/// Jain's index of the mean throughputs of `flows` (web sources excluded; only those named in
-/// `only`, if given); None with fewer than two.
-fn jain_of_means(flows: &[FlowSummary], only: Option<&[String]>) -> Option<Stat> {
-    let means: Vec<f64> = flows
+/// The mean goodputs of `flows`, web sources excluded (only those named in `only`, if given).
+fn mean_goodputs(flows: &[FlowSummary], only: Option<&[String]>) -> Vec<f64> {
+    flows
         .iter()
         .filter(|f| f.protocol != "web")
         .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
         .map(|f| f.goodput_bps.mean)
-        .collect();
+        .collect()
+}
+
+/// Jain's index of the mean throughputs of `flows` (web sources excluded; only those named in
+/// `only`, if given); None with fewer than two.
+fn jain_of_means(flows: &[FlowSummary], only: Option<&[String]>) -> Option<Stat> {
+    let means = mean_goodputs(flows, only);
     (means.len() >= 2).then(|| Stat {
         mean: crate::metrics::jain_index(&means),
         ci95: f64::NAN,
@@ -182,12 +187,7 @@ fn fair_share_deviation(
     only: Option<&[String]>,
     utilization: Option<Stat>,
 ) -> Option<Stat> {
-    let means: Vec<f64> = flows
-        .iter()
-        .filter(|f| f.protocol != "web")
-        .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
-        .map(|f| f.goodput_bps.mean)
-        .collect();
+    let means = mean_goodputs(flows, only);
     let u = utilization?.mean;
     if means.len() < 2 || u.is_nan() || u <= 0.0 {
         return None;

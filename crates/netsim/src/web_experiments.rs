@@ -442,12 +442,7 @@ pub fn run_bulk(
     while t < limit {
         t += SEC;
         events += sim.run_until(t);
-        if sim
-            .metrics
-            .flows
-            .get(&flow)
-            .is_some_and(|m| m.completed_ns.is_some())
-        {
+        if sim.metrics.is_completed(flow) {
             break;
         }
     }
