@@ -118,7 +118,18 @@ fn repeat_visit(chromium: &Chromium, drop_quic: bool) {
     drop(h3);
     let sent = Arc::new(AtomicU64::new(0));
     let sink = if drop_quic {
-        let s = std::net::UdpSocket::bind(("127.0.0.1", port)).expect("rebind UDP");
+        // The origin's runtime lets its socket go in the background: wait for the port.
+        let mut tries = 0;
+        let s = loop {
+            match std::net::UdpSocket::bind(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("{name}: rebind UDP {port}: {e}"),
+            }
+        };
         s.set_read_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
         Some(s)
