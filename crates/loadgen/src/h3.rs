@@ -153,29 +153,17 @@ impl H3Origin {
 
     /// The objects answered in full so far, in the order they finished.
     pub fn served(&self) -> Vec<Served> {
-        self.shared
-            .served
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default()
+        crate::snapshot(&self.shared.served)
     }
 
     /// Requests answered `404 Not Found` (paths the origin does not serve): counted, not errors.
     pub fn not_found(&self) -> NotFound {
-        self.shared
-            .not_found
-            .lock()
-            .map(|n| n.clone())
-            .unwrap_or_default()
+        crate::snapshot(&self.shared.not_found)
     }
 
     /// Failed handshakes, connections and requests so far.
     pub fn errors(&self) -> Vec<String> {
-        self.shared
-            .errors
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default()
+        crate::snapshot(&self.shared.errors)
     }
 }
 

@@ -27,4 +27,10 @@ pub mod socks5;
 pub mod tls;
 
 mod error;
+
+/// A copy of what `m` holds (the default if a holder panicked): the origins' counters as read
+/// by their accessors.
+pub(crate) fn snapshot<T: Clone + Default>(m: &std::sync::Mutex<T>) -> T {
+    m.lock().map(|v| v.clone()).unwrap_or_default()
+}
 pub use error::Error;

@@ -214,21 +214,13 @@ impl Origin {
     /// The requests answered `404 Not Found` so far (paths the origin does not serve, such as a
     /// browser's `/favicon.ico`): counted, not errors.
     pub fn not_found(&self) -> NotFound {
-        self.shared
-            .not_found
-            .lock()
-            .map(|n| n.clone())
-            .unwrap_or_default()
+        crate::snapshot(&self.shared.not_found)
     }
 
     /// The connection errors so far (a peer's reset, a wrong upload, a malformed request), each
     /// naming the connection and the phases it was opened and failed in.
     pub fn errors(&self) -> Vec<String> {
-        self.shared
-            .errors
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default()
+        crate::snapshot(&self.shared.errors)
     }
 }
 
