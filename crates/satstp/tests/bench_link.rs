@@ -10,6 +10,40 @@ fn satstp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_satstp"))
 }
 
+/// A short browser cell of `bench link` on `leo` (200 KB down, 100 KB up, a 2-object page, one
+/// run) for `contenders` in `browser` over `http`, its JSON to `json`.
+fn small_browser_bench(
+    contenders: &str,
+    browser: &str,
+    http: &str,
+    json: &std::path::Path,
+) -> Command {
+    let mut c = satstp();
+    c.args([
+        "bench",
+        "link",
+        "--profile",
+        "leo",
+        "--size",
+        "200KB",
+        "--upload-size",
+        "100KB",
+        "--objects",
+        "2",
+        "--runs",
+        "1",
+        "--contenders",
+        contenders,
+        "--browser",
+        browser,
+        "--http",
+        http,
+        "--json",
+    ])
+    .arg(json);
+    c
+}
+
 fn supported(test: &str) -> bool {
     match linkem::net::check_support() {
         Ok(()) => true,
@@ -354,29 +388,7 @@ fn https_and_http2_page_loads_through_the_terminal_by_socks5_and_tproxy() {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             let json_path = dir.join("out.json");
-            let out = satstp()
-                .args([
-                    "bench",
-                    "link",
-                    "--profile",
-                    "leo",
-                    "--size",
-                    "200KB",
-                    "--upload-size",
-                    "100KB",
-                    "--objects",
-                    "2",
-                    "--runs",
-                    "1",
-                    "--contenders",
-                    "split-stp,split-stp-tproxy",
-                    "--browser",
-                    form,
-                    "--http",
-                    http,
-                    "--json",
-                ])
-                .arg(&json_path)
+            let out = small_browser_bench("split-stp,split-stp-tproxy", form, http, &json_path)
                 .output()
                 .unwrap();
             assert!(
@@ -427,29 +439,7 @@ fn quic_block_and_reject_cells_fall_back_to_http2_through_the_terminal() {
     }
     let cells = "split-stp-tproxy,split-stp-tproxy-block,split-stp-tproxy-reject";
     let bench = |form: &str, json: &std::path::Path| {
-        let child = satstp()
-            .args([
-                "bench",
-                "link",
-                "--profile",
-                "leo",
-                "--size",
-                "200KB",
-                "--upload-size",
-                "100KB",
-                "--objects",
-                "2",
-                "--runs",
-                "1",
-                "--contenders",
-                cells,
-                "--browser",
-                form,
-                "--http",
-                "h3",
-                "--json",
-            ])
-            .arg(json)
+        let child = small_browser_bench(cells, form, "h3", json)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
