@@ -470,6 +470,9 @@ impl Gateway {
             let socks =
                 crate::sockopt::bind_udp_workers(listen, stp.workers).map_err(listen_err)?;
             let mut workers = Vec::with_capacity(socks.len());
+            // Replay protection and the per-key session limit hold for the daemon, not per
+            // worker: terminals sharing a key usually reach different workers.
+            let key_table = crate::tunnel::KeyTable::new();
             for (i, sock) in socks.into_iter().enumerate() {
                 // Each worker answers its own terminals' handshakes: a responder each, seeded
                 // apart (their session indices must differ), one allow-list and key for all.
@@ -486,6 +489,7 @@ impl Gateway {
                     source: HopError::Tunnel(e.to_string()),
                 })?;
                 responder.set_next_key(o.next_key.clone());
+                responder.join(&key_table);
                 let sock = UdpSocket::from_std(sock).map_err(listen_err)?;
                 let security = Security::Gateway {
                     responder: Box::new(responder),

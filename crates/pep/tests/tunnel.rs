@@ -2,7 +2,9 @@
 //! tampering, unknown keys, wrong gateway keys, many terminals, limits, and hostile bytes.
 
 use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::tunnel::{Counters, Error, Initiator, Opened, Responder, ResponderConfig, DATA_OVERHEAD};
+use pep::tunnel::{
+    Counters, Error, Initiator, KeyTable, Opened, Responder, ResponderConfig, DATA_OVERHEAD,
+};
 use proptest::prelude::*;
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
@@ -770,4 +772,109 @@ fn a_revoked_terminal_opens_nothing_at_once_and_its_session_is_erased_after_the_
             session: kept_session
         })
     );
+}
+
+/// Handshake of `key` from `from` with `gw`; the established initiator and the session index.
+fn handshake_at(
+    gw: &mut Responder,
+    gw_pub: &PublicKey,
+    key: &PrivateKey,
+    from: SocketAddr,
+    ts: u64,
+    now: Instant,
+) -> (Initiator, u32) {
+    let mut ini = Initiator::new(key, gw_pub, 7, ts).unwrap();
+    let mut out = Vec::new();
+    let session = match gw.open(now, ini.initiation(), from, &mut out) {
+        Ok(Opened::Reply { session }) => session,
+        other => panic!("initiation not answered: {other:?}"),
+    };
+    assert_eq!(ini.open(&out, &mut Vec::new()), Ok(Opened::Established));
+    (ini, session)
+}
+
+/// What `gw` makes of a data datagram `ini` seals, sent from `from` at `now`.
+fn send_data(gw: &mut Responder, ini: &mut Initiator, from: SocketAddr, now: Instant) -> Opened {
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    ini.seal(b"data", &mut wire).unwrap();
+    match gw.open(now, &wire, from, &mut plain) {
+        Ok(o) => o,
+        Err(e) => panic!("data from {from} refused: {e}"),
+    }
+}
+
+#[test]
+fn workers_sharing_a_key_table_hold_the_per_key_limit_and_replay_protection_together() {
+    // A gateway of two workers: one key, one allow-list, one table. Three terminals share a key
+    // (a cloned configuration) and the source-port steering spreads them over both workers.
+    let (gw_priv, gw_pub) = generate_keypair().unwrap();
+    let (t_priv, t_pub) = generate_keypair().unwrap();
+    let table = KeyTable::new();
+    let mut workers: Vec<Responder> = (0..2u64)
+        .map(|i| {
+            let rng = Box::new(rand_chacha::ChaCha8Rng::seed_from_u64(i));
+            let mut r =
+                Responder::new(gw_priv.clone(), [t_pub], ResponderConfig::default(), rng).unwrap();
+            r.join(&table);
+            r
+        })
+        .collect();
+    let now = Instant::ZERO;
+    let (mut a, _) = handshake_at(&mut workers[0], &gw_pub, &t_priv, addr(1), 1, now);
+    let (mut b, _) = handshake_at(&mut workers[1], &gw_pub, &t_priv, addr(2), 2, now);
+    assert!(matches!(
+        send_data(&mut workers[0], &mut a, addr(1), now),
+        Opened::Data { .. }
+    ));
+    // The third session of the key (max_sessions_per_key = 2) evicts the oldest, held by the
+    // other worker: its next datagram finds no session.
+    let (mut c, _) = handshake_at(&mut workers[1], &gw_pub, &t_priv, addr(3), 3, now);
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    a.seal(b"data", &mut wire).unwrap();
+    assert!(matches!(
+        workers[0].open(now, &wire, addr(1), &mut plain),
+        Err(Error::UnknownSession(_))
+    ));
+    assert_eq!(workers[0].session_count(), 0);
+    for (ini, from) in [(&mut b, addr(2)), (&mut c, addr(3))] {
+        assert!(matches!(
+            send_data(&mut workers[1], ini, from, now),
+            Opened::Data { .. }
+        ));
+    }
+    // An initiation accepted by one worker is a replay at the other (another source port).
+    let replayed = Initiator::new(&t_priv, &gw_pub, 9, 3).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(
+        workers[0].open(now, replayed.initiation(), addr(9), &mut out),
+        Err(Error::Replay(3))
+    );
+}
+
+#[test]
+fn sessions_of_one_key_from_two_addresses_are_two_tunnels_not_a_rekey() {
+    // A terminal with two workers (or two terminals sharing a key) holds a session from each
+    // address: the newer one's traffic does not retire the older one.
+    let mut s = setup(1, ResponderConfig::default());
+    let key = s.terminals[0].0.clone();
+    let t0 = Instant::ZERO;
+    let (mut first, one) = handshake_at(&mut s.gw, &s.gw_pub, &key, addr(1), 1, t0);
+    let (mut second, two) = handshake_at(&mut s.gw, &s.gw_pub, &key, addr(2), 2, t0);
+    assert_eq!(
+        send_data(&mut s.gw, &mut second, addr(2), t0),
+        Opened::Data { session: two }
+    );
+    // Well past the rekey overlap (10 s) both still carry data.
+    for secs in [5u64, 20, 40] {
+        let now = Instant::from_nanos(secs * 1_000_000_000);
+        assert_eq!(
+            send_data(&mut s.gw, &mut first, addr(1), now),
+            Opened::Data { session: one }
+        );
+        assert_eq!(
+            send_data(&mut s.gw, &mut second, addr(2), now),
+            Opened::Data { session: two }
+        );
+    }
+    assert_eq!(s.gw.session_count(), 2);
 }

@@ -556,7 +556,14 @@ fn connections_open_at_a_gateway_kill_are_reset_within_2_s_of_its_return() {
 fn terminals_sharing_a_key_evict_each_other_and_the_gateway_says_so() {
     let _serial = serial();
     let p = Pair::new("tunnel-shared-key");
-    let _gw = daemon("gateway", &p.gateway_config(""), Some(&p.log("gw.log")));
+    // Two workers, reached by source port: the terminals spread over them, and the per-key
+    // limit must hold for the daemon (it once held per worker, and this test then passed only
+    // when three terminals happened to meet on one worker).
+    let _gw = daemon(
+        "gateway",
+        &p.gateway_config("workers = 2\n"),
+        Some(&p.log("gw.log")),
+    );
     wait_listening(&[p.gw_metrics]);
     // Three terminals with one key (a cloned configuration): max_sessions_per_key = 2.
     let mut terms = Vec::new();

@@ -68,6 +68,7 @@
 //! hiding of the fact that this is satstp traffic, and no protection of traffic volume and timing.
 
 mod initiator;
+mod key_table;
 pub(crate) mod log_limit;
 pub mod replay;
 mod responder;
@@ -75,6 +76,7 @@ mod session;
 pub mod wire;
 
 pub use initiator::{GatewayInfo, Initiator};
+pub use key_table::KeyTable;
 pub use responder::{Responder, ResponderConfig, REVOKED_LINGER};
 pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
 

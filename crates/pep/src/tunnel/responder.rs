@@ -1,6 +1,7 @@
 //! The gateway's side of the tunnel: answers initiations from allowed terminal keys and holds
 //! the sessions of many terminals behind one socket, found by index.
 
+use super::key_table::{KeyTable, Worker};
 use super::log_limit::LogLimiter;
 use super::session::Session;
 use super::wire::{emit_header, Packet, RESPONSE_LEN, TYPE_RESPONSE};
@@ -9,6 +10,7 @@ use crate::keys::{PrivateKey, PublicKey};
 use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use stp::Instant;
 
 /// The responder's limits. Defaults in the field docs.
@@ -60,11 +62,10 @@ impl ResponderConfig {
 /// What the responder remembers about an allowed terminal key.
 #[derive(Default)]
 struct Peer {
-    /// Largest initiation timestamp accepted from this key.
-    last_timestamp: Option<u64>,
     /// The last accepted initiation, its response and session: answers retransmissions.
     last_initiation: Option<(Vec<u8>, Vec<u8>, u32)>,
-    /// This key's sessions by local index, oldest first.
+    /// This key's sessions on this responder by local index, oldest first (all of its
+    /// workers': [`KeyTable`]).
     sessions: VecDeque<u32>,
 }
 
@@ -117,6 +118,10 @@ pub struct Responder {
     rejected_key: Option<PublicKey>,
     /// Evictions of a key's session for `max_sessions_per_key`: logged once a minute per key.
     eviction_log: LogLimiter<PublicKey>,
+    /// Keys with sessions from several addresses: logged once in ten minutes per key.
+    addresses_log: LogLimiter<PublicKey>,
+    /// The replay state and session list of every key, shared with the gateway's other workers.
+    keys: Worker,
     /// The next session's `seq`.
     next_seq: u64,
 }
@@ -139,6 +144,8 @@ impl Responder {
             wall_clock_at_zero_ns: 0,
             rejected_key: None,
             eviction_log: LogLimiter::new(std::time::Duration::from_secs(60)),
+            addresses_log: LogLimiter::new(std::time::Duration::from_secs(600)),
+            keys: KeyTable::new().join(),
             local,
             next: None,
             peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
@@ -154,6 +161,13 @@ impl Responder {
             counters: Counters::default(),
             next_seq: 0,
         })
+    }
+
+    /// Makes this responder one of a gateway's workers sharing `table`: replay protection and
+    /// `max_sessions_per_key` then hold across all responders that joined it. Call before the
+    /// first datagram (sessions made earlier stay outside the table).
+    pub fn join(&mut self, table: &Arc<KeyTable>) {
+        self.keys = table.join();
     }
 
     pub fn counters(&self) -> &Counters {
@@ -309,6 +323,7 @@ impl Responder {
     /// Removes a session (and its address mapping).
     pub fn remove_session(&mut self, session: u32) {
         if let Some(e) = self.sessions.remove(&session) {
+            self.keys.forget(&e.peer, session);
             if self.by_addr.get(&e.addr) == Some(&session) {
                 self.by_addr.remove(&e.addr);
             }
@@ -362,8 +377,19 @@ impl Responder {
         done.len()
     }
 
+    /// Drops the sessions the gateway's other workers evicted from this one
+    /// ([`KeyTable`]: their key went over `max_sessions_per_key` there).
+    fn drop_evicted(&mut self) {
+        if self.keys.has_evictions() {
+            for i in self.keys.take_evictions() {
+                self.remove_session(i);
+            }
+        }
+    }
+
     /// Removes sessions that have received nothing for `idle_ms`; returns how many.
     pub fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
+        self.drop_evicted();
         let idle = std::time::Duration::from_millis(idle_ms);
         let stale: Vec<u32> = self
             .sessions
@@ -388,6 +414,7 @@ impl Responder {
         out: &mut Vec<u8>,
     ) -> Result<Opened, Error> {
         out.clear();
+        self.drop_evicted();
         let r = match Packet::parse(udp_payload) {
             None | Some(Packet::Response { .. }) | Some(Packet::UnknownSession { .. }) => {
                 Err(Error::Malformed)
@@ -444,14 +471,22 @@ impl Responder {
             self.by_addr.insert(from, receiver);
         }
         self.counters.data_opened += 1;
-        self.retire_superseded(now, &peer, seq, first);
+        self.retire_superseded(now, &peer, seq, first, from);
         Ok(Opened::Data { session: receiver })
     }
 
-    /// After a datagram on `key`'s session `seq`: on its first, the key's earlier sessions are
-    /// superseded (the terminal has rekeyed); superseded sessions older than the overlap are
-    /// erased.
-    fn retire_superseded(&mut self, now: Instant, key: &PublicKey, seq: u64, first: bool) {
+    /// After a datagram on `key`'s session `seq` from `from`: on its first, the key's earlier
+    /// sessions last heard from `from` are superseded (that terminal has rekeyed; sessions of the
+    /// key at other addresses are other tunnels — a terminal's other workers — and stay);
+    /// superseded sessions older than the overlap are erased.
+    fn retire_superseded(
+        &mut self,
+        now: Instant,
+        key: &PublicKey,
+        seq: u64,
+        first: bool,
+        from: SocketAddr,
+    ) {
         let Some(p) = self.peers.get(key) else {
             return;
         };
@@ -461,7 +496,7 @@ impl Responder {
             let Some(e) = self.sessions.get_mut(&i) else {
                 continue;
             };
-            if first && e.seq < seq && e.superseded_at.is_none() {
+            if first && e.seq < seq && e.addr == from && e.superseded_at.is_none() {
                 e.superseded_at = Some(now);
             }
             if e.superseded_at
@@ -553,7 +588,7 @@ impl Responder {
             self.rejected_key = Some(key);
             return Err(Error::UnknownKey);
         };
-        if peer.last_timestamp.is_some_and(|t| timestamp <= t) {
+        if self.keys.is_replay(&key, timestamp) {
             return Err(Error::Replay(timestamp));
         }
         let replaces_own = peer.sessions.len() >= self.config.max_sessions_per_key;
@@ -586,32 +621,54 @@ impl Responder {
         let session = Session::from_handshake(&mut hs, false, sender)?;
         drop(hs);
 
-        // Everything checked: now create state.
-        if replaces_own {
-            let oldest = self
-                .peers
-                .get(&key)
-                .and_then(|p| p.sessions.front().copied());
-            if let Some(oldest) = oldest {
-                let evicted = self.sessions.get(&oldest).map(|e| (e.addr, e.last_rx));
-                if let Some((addr, last_rx)) = evicted {
-                    // A terminal replacing its own session (a re-handshake from where it was)
-                    // is routine; another address may be a second terminal with the same key.
-                    if addr != from && self.eviction_log.allow(key, now) {
-                        tracing::info!(
-                            terminal = %key,
-                            evicted = %addr,
-                            new = %from,
-                            last_heard_s = now.saturating_duration_since(last_rx).as_secs(),
-                            "tunnel session evicted: more than max_sessions_per_key = {} \
-                             handshakes from this terminal key (several terminals sharing one \
-                             key, e.g. a cloned configuration or VM image, evict each other)",
-                            self.config.max_sessions_per_key
-                        );
-                    }
-                }
-                self.remove_session(oldest);
+        // Everything checked: now create state, first in the table the workers share (a
+        // concurrent handshake of the key on another worker may have taken a newer timestamp).
+        let admitted = self
+            .keys
+            .admit(
+                key,
+                timestamp,
+                index,
+                from,
+                self.config.max_sessions_per_key,
+            )
+            .map_err(|()| Error::Replay(timestamp))?;
+        for held in &admitted.evicted {
+            // A terminal replacing its own session (a re-handshake from where it was) is
+            // routine; another address may be a second terminal with the same key.
+            if held.addr != from && self.eviction_log.allow(key, now) {
+                let last_heard_s = self
+                    .sessions
+                    .get(&held.index)
+                    .filter(|_| held.worker == self.keys.id())
+                    .map(|e| now.saturating_duration_since(e.last_rx).as_secs());
+                tracing::info!(
+                    terminal = %key,
+                    evicted = %held.addr,
+                    new = %from,
+                    last_heard_s,
+                    "tunnel session evicted: more than max_sessions_per_key = {} \
+                     handshakes from this terminal key (several terminals sharing one \
+                     key, e.g. a cloned configuration or VM image, evict each other)",
+                    self.config.max_sessions_per_key
+                );
             }
+            if held.worker == self.keys.id() {
+                self.remove_session(held.index);
+            }
+        }
+        if admitted.evicted.is_empty()
+            && !admitted.other_addrs.is_empty()
+            && self.addresses_log.allow(key, now)
+        {
+            tracing::info!(
+                terminal = %key,
+                new = %from,
+                others = ?admitted.other_addrs,
+                "tunnel sessions of one terminal key from several addresses: a terminal with \
+                 workers > 1, or several terminals sharing one key (a cloned configuration or \
+                 VM image; give each its own key)"
+            );
         }
         // A rekey: the key has a live session. Replies stay on it until the terminal uses the
         // new one (it may not have the response yet); then it is superseded.
@@ -643,7 +700,6 @@ impl Responder {
             self.counters.rekeys += 1;
         }
         let peer = self.peers.get_mut(&key).ok_or(Error::Internal)?;
-        peer.last_timestamp = Some(timestamp);
         peer.sessions.push_back(index);
         if let Some((old, _, _)) = peer.last_initiation.take() {
             if let Some(e) = ephemeral_of(&old) {

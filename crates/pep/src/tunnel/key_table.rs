@@ -1,0 +1,255 @@
+//! What a gateway's workers share about each terminal key: the replay state of its initiations
+//! and the key's sessions on every worker, so `max_sessions_per_key` and replay protection hold
+//! for the daemon, not per worker. A gateway of N workers steers each datagram to a worker by its
+//! source port (`docs/scaling.md`, "Workers"), so two terminals sharing a key — or one initiation
+//! replayed from another port — usually reach different workers, each with its own [`Responder`].
+//!
+//! The table is touched only on handshakes and when a session ends (both rare, and handshakes are
+//! rate-limited); the data path reads one atomic flag per datagram ([`Worker::has_evictions`]).
+//! A session another worker must drop (its key went over the limit there) is queued for that
+//! worker and flagged; the worker drops it before it opens its next datagram.
+//!
+//! [`Responder`]: super::Responder
+
+use crate::keys::PublicKey;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One session of a key: the worker that holds it, its index there, the address of its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub worker: usize,
+    pub index: u32,
+    pub addr: SocketAddr,
+}
+
+#[derive(Default)]
+struct KeyState {
+    /// Largest initiation timestamp accepted from this key by any worker.
+    last_timestamp: Option<u64>,
+    /// The key's sessions on all workers, oldest first.
+    sessions: VecDeque<Held>,
+}
+
+#[derive(Default)]
+struct Inner {
+    keys: HashMap<PublicKey, KeyState>,
+    /// Per worker: sessions other workers evicted, to be dropped by it.
+    evicted: Vec<Vec<u32>>,
+    flags: Vec<Arc<AtomicBool>>,
+}
+
+/// The table shared by the responders of one gateway ([`super::Responder::join`]).
+#[derive(Default)]
+pub struct KeyTable {
+    inner: Mutex<Inner>,
+}
+
+impl KeyTable {
+    pub fn new() -> Arc<Self> {
+        Arc::new(KeyTable::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A worker that panicked holding the lock left the table consistent (every change is
+        // one push or retain), so its poison is ignored.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new worker's handle on the table.
+    pub(crate) fn join(self: &Arc<Self>) -> Worker {
+        let mut inner = self.lock();
+        let flag = Arc::new(AtomicBool::new(false));
+        inner.flags.push(Arc::clone(&flag));
+        inner.evicted.push(Vec::new());
+        Worker {
+            table: Arc::clone(self),
+            id: inner.flags.len() - 1,
+            flag,
+        }
+    }
+}
+
+/// What a new session of a key did to the key's other sessions.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// Sessions dropped for `max_sessions_per_key`, oldest first, with where they were.
+    pub evicted: Vec<Held>,
+    /// Addresses of the key's other sessions that remain, from addresses other than the new one's.
+    pub other_addrs: Vec<SocketAddr>,
+}
+
+/// One worker's handle on the [`KeyTable`].
+pub(crate) struct Worker {
+    table: Arc<KeyTable>,
+    id: usize,
+    flag: Arc<AtomicBool>,
+}
+
+impl Worker {
+    pub(crate) fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Whether `timestamp` is older than or equal to one already accepted from `key`.
+    pub(crate) fn is_replay(&self, key: &PublicKey, timestamp: u64) -> bool {
+        self.table
+            .lock()
+            .keys
+            .get(key)
+            .and_then(|k| k.last_timestamp)
+            .is_some_and(|t| timestamp <= t)
+    }
+
+    /// Records a new session of `key` on this worker. Over `limit` sessions for the key, the
+    /// oldest go: first the key's earlier sessions from `addr` (a terminal replacing its own),
+    /// then the oldest of any address (another terminal with the same key). Evicted sessions of
+    /// other workers are queued for them; this worker's are returned for the caller to remove.
+    /// `Err` (nothing recorded) when a concurrent handshake of the key on another worker has
+    /// meanwhile accepted a newer timestamp.
+    pub(crate) fn admit(
+        &self,
+        key: PublicKey,
+        timestamp: u64,
+        index: u32,
+        addr: SocketAddr,
+        limit: usize,
+    ) -> Result<Admitted, ()> {
+        let mut inner = self.table.lock();
+        let state = inner.keys.entry(key).or_default();
+        if state.last_timestamp.is_some_and(|t| timestamp <= t) {
+            return Err(());
+        }
+        state.last_timestamp = Some(timestamp);
+        let mut evicted = Vec::new();
+        while state.sessions.len() >= limit.max(1) {
+            let pos = state
+                .sessions
+                .iter()
+                .position(|h| h.addr == addr)
+                .unwrap_or(0);
+            match state.sessions.remove(pos) {
+                Some(h) => evicted.push(h),
+                None => break,
+            }
+        }
+        let other_addrs = state
+            .sessions
+            .iter()
+            .map(|h| h.addr)
+            .filter(|a| *a != addr)
+            .collect();
+        state.sessions.push_back(Held {
+            worker: self.id,
+            index,
+            addr,
+        });
+        for h in &evicted {
+            if h.worker != self.id {
+                if let Some(q) = inner.evicted.get_mut(h.worker) {
+                    q.push(h.index);
+                }
+                if let Some(f) = inner.flags.get(h.worker) {
+                    f.store(true, Ordering::Release);
+                }
+            }
+        }
+        Ok(Admitted {
+            evicted,
+            other_addrs,
+        })
+    }
+
+    /// Forgets a session of this worker (it ended here: expired, superseded, revoked, evicted).
+    pub(crate) fn forget(&self, key: &PublicKey, index: u32) {
+        let mut inner = self.table.lock();
+        if let Some(state) = inner.keys.get_mut(key) {
+            state
+                .sessions
+                .retain(|h| !(h.worker == self.id && h.index == index));
+        }
+    }
+
+    /// Whether other workers evicted sessions of this one (one atomic load: the data path's cost).
+    pub(crate) fn has_evictions(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Takes the sessions other workers evicted from this one.
+    pub(crate) fn take_evictions(&self) -> Vec<u32> {
+        let mut inner = self.table.lock();
+        self.flag.store(false, Ordering::Release);
+        inner
+            .evicted
+            .get_mut(self.id)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> PublicKey {
+        PublicKey::from_slice(&[b; 32]).unwrap()
+    }
+    fn at(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn a_key_over_its_limit_loses_its_oldest_session_on_whichever_worker_holds_it() {
+        let table = KeyTable::new();
+        let (w0, w1) = (table.join(), table.join());
+        let k = key(1);
+        assert!(w0.admit(k, 1, 10, at(1), 2).unwrap().evicted.is_empty());
+        let second = w1.admit(k, 2, 20, at(2), 2).unwrap();
+        assert_eq!(second.other_addrs, vec![at(1)]);
+        assert!(!w0.has_evictions());
+        let third = w1.admit(k, 3, 21, at(3), 2).unwrap();
+        assert_eq!(
+            third.evicted,
+            vec![Held {
+                worker: 0,
+                index: 10,
+                addr: at(1)
+            }]
+        );
+        assert!(w0.has_evictions() && !w1.has_evictions());
+        assert_eq!(w0.take_evictions(), vec![10]);
+        assert!(!w0.has_evictions());
+        assert!(w0.take_evictions().is_empty());
+    }
+
+    #[test]
+    fn a_rekey_replaces_the_terminals_own_session_before_another_terminals() {
+        let table = KeyTable::new();
+        let (w0, w1) = (table.join(), table.join());
+        let k = key(2);
+        w0.admit(k, 1, 10, at(1), 2).unwrap();
+        w1.admit(k, 2, 20, at(2), 2).unwrap();
+        // The terminal at port 2 rekeys: its own session goes, not the older one at port 1.
+        let rekey = w1.admit(k, 3, 22, at(2), 2).unwrap();
+        assert_eq!(rekey.evicted.len(), 1);
+        assert_eq!(rekey.evicted[0].index, 20);
+        assert!(!w0.has_evictions());
+    }
+
+    #[test]
+    fn replays_are_refused_across_workers_and_forgotten_sessions_free_their_place() {
+        let table = KeyTable::new();
+        let (w0, w1) = (table.join(), table.join());
+        let k = key(3);
+        w0.admit(k, 5, 10, at(1), 2).unwrap();
+        assert!(w1.is_replay(&k, 5) && w1.is_replay(&k, 4) && !w1.is_replay(&k, 6));
+        assert!(w1.admit(k, 5, 20, at(2), 2).is_err());
+        w0.forget(&k, 10);
+        let next = w1.admit(k, 6, 20, at(2), 1).unwrap();
+        assert!(next.evicted.is_empty() && next.other_addrs.is_empty());
+        // Another key is independent.
+        assert!(!w0.is_replay(&key(4), 1));
+    }
+}
