@@ -11,6 +11,7 @@
 //!   run, for browsers.
 //! - [`tls`]: the origin's TLS 1.3 (a test CA made per run; HTTP/2 or HTTP/1.1 by ALPN).
 //! - [`client`]: how a client reaches the origin (directly, through SOCKS5 or HTTP CONNECT).
+//! - [`ports`]: loopback ports for the daemons a run starts, outside the ephemeral range.
 //! - [`page`]: the web-page fetcher (HTTP/1.1 persistent connections, or HTTP/1.0-style one
 //!   connection per object).
 //!
@@ -23,6 +24,7 @@ pub mod http_connect;
 pub mod origin;
 pub mod page;
 pub mod pattern;
+pub mod ports;
 pub mod socks5;
 pub mod tls;
 

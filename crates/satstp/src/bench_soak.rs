@@ -14,7 +14,7 @@ use clap::Args;
 use loadgen::client::{Client, Route};
 use netsim::units::parse_bytes;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
@@ -94,7 +94,7 @@ impl Proc {
 }
 
 pub(crate) fn free_port() -> Result<u16> {
-    Ok(StdTcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(loadgen::ports::free_port()?)
 }
 
 pub(crate) fn spawn(
@@ -404,11 +404,21 @@ pub fn clients(args: &SoakClientsArgs) -> Result<()> {
 /// why); then the directory is removed unless `SATSTP_KEEP` is set.
 pub(crate) fn end_daemon_dir(dir: &std::path::Path, failed: bool) {
     if failed {
-        for side in ["terminal", "gateway"] {
-            let log = std::fs::read_to_string(dir.join(format!("{side}.log"))).unwrap_or_default();
+        // `terminal.log`, or `terminal0.log`… with several terminals: the last lines of each.
+        let mut logs: Vec<_> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        for path in logs {
+            let side = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(5).collect();
             for l in tail.iter().rev() {
-                eprintln!("  {side}: {l}");
+                eprintln!("  {}: {l}", side.as_deref().unwrap_or("daemon"));
             }
         }
     }

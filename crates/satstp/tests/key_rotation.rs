@@ -22,15 +22,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A UDP port free at the time of asking (the STP hop listens on UDP).
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `satstp gateway --config config` with its log (info) in `log`.
 fn gateway(config: &Path, log: &Path) -> Kill {
     Kill(
@@ -225,7 +216,7 @@ fn rotating_the_gateway_key_by_sighup_under_load_fails_no_connection() {
     );
     let origin = loadgen::origin::Origin::loopback_in_thread().unwrap();
     let o = origin.addr();
-    let hop = free_udp_port();
+    let hop = common::free_port();
     let conf = dir.join("gateway.toml");
     let log = dir.join("gateway.log");
     let terminals = [a.as_str(), b.as_str(), probe.as_str()];
@@ -397,7 +388,7 @@ fn revoking_a_terminal_by_sighup_ends_its_streams_at_once_and_spares_the_other()
     let (kept, revoked) = (keygen(&dir.join("kept")), keygen(&dir.join("revoked")));
     let origin = loadgen::origin::Origin::loopback_in_thread().unwrap();
     let o = origin.addr();
-    let hop = free_udp_port();
+    let hop = common::free_port();
     let allow = dir.join("terminals.allow");
     allow_file(&allow, &[&kept, &revoked]);
     let conf = dir.join("gateway.toml");

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,13 +35,10 @@ impl Drop for Kill {
     }
 }
 
-/// A loopback TCP port free at the time of asking.
+/// A loopback port free at the time of asking, outside the ephemeral range
+/// ([`loadgen::ports::free_port`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    loadgen::ports::free_port().unwrap()
 }
 
 /// An empty directory `satstp-{name}-{pid}` under the temporary directory.
