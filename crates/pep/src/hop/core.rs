@@ -48,6 +48,10 @@ pub const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
 pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+
+/// After a rekey, the least time between probes asking the gateway to use the new session
+/// while its datagrams still arrive on the old one.
+const SWITCH_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// Gateway: a tunnel session that has received nothing for this long (or for twice the hop's
 /// dead timeout, if that is longer) is erased, its keys zeroized. A session with a live
 /// connection is never this quiet (STP polls every `keepalive_interval_ms`), so only sessions
@@ -280,6 +284,8 @@ struct RekeyState {
     next_send: Option<Instant>,
     /// When the replaced session is erased.
     previous_until: Option<Instant>,
+    /// When the last probe asking the gateway to move to the new session left.
+    switch_probe: Option<Instant>,
 }
 
 enum Sec {
@@ -764,12 +770,18 @@ impl<S: EventSink, P> HopCore<S, P> {
                     self.sent_since_heard = None;
                     self.watch.last_heard = Some(now);
                 }
+                // The gateway still seals on the session a rekey replaced.
+                let on_previous =
+                    matches!(opened, Ok(Opened::Data { session }) if session != init.index());
                 match opened {
                     Ok(Opened::Data { .. }) => {
                         if let Some(t) = &mut self.tap {
                             t(from, self.local, plain);
                         }
                         self.endpoint.handle_datagram(now, endpoint_from, plain);
+                        if on_previous {
+                            self.probe_new_session(now);
+                        }
                     }
                     Ok(Opened::Established) => self.on_established(now),
                     Ok(Opened::Rekeyed) => self.on_rekeyed(now),
@@ -1082,6 +1094,12 @@ impl<S: EventSink, P> HopCore<S, P> {
                 return;
             }
             if r.next_send.is_none_or(|t| now >= t) {
+                // A resend is a new initiation with a newer timestamp (see
+                // `fail_over_if_unanswered`).
+                if r.next_send.is_some() {
+                    let index = init.index().wrapping_add(2) | 1;
+                    let _ = init.rekey(local_key, gateway_key, index, stamp);
+                }
                 self.control
                     .push_back((*gateway, init.initiation().to_vec(), false));
                 r.next_send = Some(now + HANDSHAKE_RETRY);
@@ -1110,6 +1128,14 @@ impl<S: EventSink, P> HopCore<S, P> {
             return;
         };
         let instance = init.gateway_info().map(|i| i.instance);
+        // The gateway seals on the old session until a datagram arrives on the new one; a
+        // terminal that only receives (a download: STP acknowledges when polled) might send
+        // none before the overlap erases the old session here. A probe moves it at once.
+        self.rekey.switch_probe = None;
+        self.probe_new_session(now);
+        let Sec::Terminal { init, .. } = &mut self.security else {
+            return;
+        };
         self.counts.rekeys += 1;
         let r = &mut self.rekey;
         r.began = None;
@@ -1123,6 +1149,27 @@ impl<S: EventSink, P> HopCore<S, P> {
             self.on_established(now);
         } else {
             self.watch.last_handshake = Some(now);
+        }
+    }
+
+    /// Terminal, after a rekey: an empty datagram (a probe) on the new session, so the gateway
+    /// seals on it from now on; again while the gateway's datagrams still come on the old one,
+    /// at most every [`SWITCH_PROBE_INTERVAL`] (the first may be lost).
+    fn probe_new_session(&mut self, now: Instant) {
+        let Sec::Terminal { init, gateway, .. } = &mut self.security else {
+            return;
+        };
+        if self
+            .rekey
+            .switch_probe
+            .is_some_and(|t| now.saturating_duration_since(t) < SWITCH_PROBE_INTERVAL)
+        {
+            return;
+        }
+        let mut d = Vec::new();
+        if init.seal(&[], &mut d).is_ok() {
+            self.control.push_back((*gateway, d, false));
+            self.rekey.switch_probe = Some(now);
         }
     }
 
@@ -1310,6 +1357,18 @@ impl<S: EventSink, P> HopCore<S, P> {
         *unanswered += 1;
         *unanswered_total += 1;
         if gateways.len() < 2 || *unanswered <= FAILOVER_AFTER_HANDSHAKES {
+            // A resend is a new initiation with a newer timestamp, not the same bytes: the
+            // gateway refuses an initiation older than the last it accepted from this key, and
+            // a terminal's workers hold one key each with their own handshakes — one whose
+            // initiation reached the gateway after a sibling's newer one would be refused for
+            // ever if it repeated itself. (A lost answer leaves the gateway an unconfirmed
+            // session, which the next handshake from this address replaces.)
+            if *unanswered > 1 {
+                let index = init.index().wrapping_add(2) | 1;
+                if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp) {
+                    **init = fresh;
+                }
+            }
             return;
         }
         let next = (*current + 1) % gateways.len();

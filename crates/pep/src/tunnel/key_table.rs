@@ -17,12 +17,18 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Sessions one address of a key may hold: the current one and the one before it (datagrams in
+/// flight across a rekey still open).
+pub(crate) const SESSIONS_PER_ADDRESS: usize = 2;
+
 /// One session of a key: the worker that holds it, its index there, the address of its handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Held {
     pub worker: usize,
     pub index: u32,
     pub addr: SocketAddr,
+    /// A data datagram arrived on it (the terminal has it: its handshake's answer arrived).
+    pub confirmed: bool,
 }
 
 #[derive(Default)]
@@ -103,12 +109,15 @@ impl Worker {
             .is_some_and(|t| timestamp <= t)
     }
 
-    /// Records a new session of `key` on this worker. Over `limit` sessions for the key, the
-    /// oldest go: first the key's earlier sessions from `addr` (a terminal replacing its own),
-    /// then the oldest of any address (another terminal with the same key). Evicted sessions of
-    /// other workers are queued for them; this worker's are returned for the caller to remove.
-    /// `Err` (nothing recorded) when a concurrent handshake of the key on another worker has
-    /// meanwhile accepted a newer timestamp.
+    /// Records a new session of `key` from `addr` on this worker. A key's sessions from one
+    /// address are one tunnel (a terminal, or one of its workers) and keep at most
+    /// [`SESSIONS_PER_ADDRESS`]: beyond that its own sessions go, unconfirmed ones first (a
+    /// handshake whose answer was lost), then the oldest. A key holds sessions from at most
+    /// `limit` addresses: beyond that every session of the address heard from longest ago goes
+    /// (several terminals sharing one key evict each other). Evicted sessions of other workers
+    /// are queued for them; this worker's are returned for the caller to remove. `Err` (nothing
+    /// recorded) when a concurrent handshake of the key on another worker has meanwhile accepted
+    /// a newer timestamp.
     pub(crate) fn admit(
         &self,
         key: PublicKey,
@@ -124,27 +133,48 @@ impl Worker {
         }
         state.last_timestamp = Some(timestamp);
         let mut evicted = Vec::new();
-        while state.sessions.len() >= limit.max(1) {
+        // The tunnel's own sessions: keep room for the new one.
+        while state.sessions.iter().filter(|h| h.addr == addr).count() >= SESSIONS_PER_ADDRESS {
+            let own = |h: &&Held| h.addr == addr;
             let pos = state
                 .sessions
                 .iter()
-                .position(|h| h.addr == addr)
-                .unwrap_or(0);
-            match state.sessions.remove(pos) {
+                .position(|h| own(&h) && !h.confirmed)
+                .or_else(|| state.sessions.iter().position(|h| own(&h)));
+            match pos.and_then(|p| state.sessions.remove(p)) {
                 Some(h) => evicted.push(h),
                 None => break,
             }
         }
-        let other_addrs = state
-            .sessions
-            .iter()
-            .map(|h| h.addr)
-            .filter(|a| *a != addr)
-            .collect();
+        // Other tunnels of the key: at most `limit` addresses with this one.
+        loop {
+            let mut others: Vec<SocketAddr> = Vec::new();
+            for h in &state.sessions {
+                if h.addr != addr && !others.contains(&h.addr) {
+                    others.push(h.addr);
+                }
+            }
+            if others.len() < limit.max(1) {
+                break;
+            }
+            // The oldest session's address first (sessions are kept oldest first).
+            let gone = others[0];
+            let (out, kept): (VecDeque<Held>, VecDeque<Held>) =
+                state.sessions.drain(..).partition(|h| h.addr == gone);
+            state.sessions = kept;
+            evicted.extend(out);
+        }
+        let mut other_addrs: Vec<SocketAddr> = Vec::new();
+        for h in &state.sessions {
+            if h.addr != addr && !other_addrs.contains(&h.addr) {
+                other_addrs.push(h.addr);
+            }
+        }
         state.sessions.push_back(Held {
             worker: self.id,
             index,
             addr,
+            confirmed: false,
         });
         for h in &evicted {
             if h.worker != self.id {
@@ -160,6 +190,19 @@ impl Worker {
             evicted,
             other_addrs,
         })
+    }
+
+    /// Marks a session of this worker confirmed (its first data datagram arrived).
+    pub(crate) fn confirm(&self, key: &PublicKey, index: u32) {
+        let mut inner = self.table.lock();
+        if let Some(h) = inner.keys.get_mut(key).and_then(|state| {
+            state
+                .sessions
+                .iter_mut()
+                .find(|h| h.worker == self.id && h.index == index)
+        }) {
+            h.confirmed = true;
+        }
     }
 
     /// Forgets a session of this worker (it ended here: expired, superseded, revoked, evicted).
@@ -209,13 +252,15 @@ mod tests {
         let second = w1.admit(k, 2, 20, at(2), 2).unwrap();
         assert_eq!(second.other_addrs, vec![at(1)]);
         assert!(!w0.has_evictions());
+        // A third address: the oldest address's sessions go, wherever they are.
         let third = w1.admit(k, 3, 21, at(3), 2).unwrap();
         assert_eq!(
             third.evicted,
             vec![Held {
                 worker: 0,
                 index: 10,
-                addr: at(1)
+                addr: at(1),
+                confirmed: false,
             }]
         );
         assert!(w0.has_evictions() && !w1.has_evictions());
@@ -225,16 +270,25 @@ mod tests {
     }
 
     #[test]
-    fn a_rekey_replaces_the_terminals_own_session_before_another_terminals() {
+    fn a_tunnel_keeps_two_sessions_losing_unconfirmed_ones_first_and_other_tunnels_stay() {
         let table = KeyTable::new();
         let (w0, w1) = (table.join(), table.join());
         let k = key(2);
+        // Two tunnels of one key (a terminal's two workers).
         w0.admit(k, 1, 10, at(1), 2).unwrap();
         w1.admit(k, 2, 20, at(2), 2).unwrap();
-        // The terminal at port 2 rekeys: its own session goes, not the older one at port 1.
-        let rekey = w1.admit(k, 3, 22, at(2), 2).unwrap();
-        assert_eq!(rekey.evicted.len(), 1);
-        assert_eq!(rekey.evicted[0].index, 20);
+        w1.confirm(&k, 20);
+        // The tunnel at port 2 rekeys: nothing goes (the current and the next session).
+        assert!(w1.admit(k, 3, 21, at(2), 2).unwrap().evicted.is_empty());
+        // Its answer was lost and it tries again: the unconfirmed 21 goes, the live 20 stays.
+        let again = w1.admit(k, 4, 22, at(2), 2).unwrap();
+        assert_eq!(again.evicted.len(), 1);
+        assert_eq!(again.evicted[0].index, 21);
+        // With both confirmed, the oldest of the tunnel goes; the tunnel at port 1 never does.
+        w1.confirm(&k, 22);
+        let next = w1.admit(k, 5, 23, at(2), 2).unwrap();
+        assert_eq!(next.evicted.len(), 1);
+        assert_eq!(next.evicted[0].index, 20);
         assert!(!w0.has_evictions());
     }
 

@@ -48,8 +48,9 @@
 //!
 //! # Limits (all state is bounded)
 //!
-//! [`ResponderConfig`]: at most `max_sessions` sessions in total and `max_sessions_per_key` per
-//! terminal key (the newest replace the oldest of that key, so re-handshakes cannot pile up);
+//! [`ResponderConfig`]: at most `max_sessions` sessions in total; a terminal key holds sessions
+//! from at most `max_sessions_per_key` addresses, two per address (the newest replace the
+//! oldest, so re-handshakes cannot pile up; [`KeyTable`] counts them over a gateway's workers);
 //! handshakes that need Diffie–Hellman work are rate-limited by a token bucket
 //! (`handshakes_per_second`, `handshake_burst`) driven by the `now` the driver passes in. The
 //! allow-list bounds the per-key records. Idle sessions are removed by

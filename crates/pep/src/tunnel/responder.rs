@@ -18,9 +18,11 @@ use stp::Instant;
 pub struct ResponderConfig {
     /// Sessions in total (default 4096). Initiations beyond it are rejected and counted.
     pub max_sessions: usize,
-    /// Sessions per terminal key (default 2: the current one and the one before, so datagrams
-    /// in flight across a re-handshake still open). A new handshake beyond it drops that key's
-    /// oldest session.
+    /// Source addresses (tunnels) a terminal key may hold sessions from at once, over all of a
+    /// gateway's workers (default 2: a terminal and its NAT rebinding, or a terminal's two
+    /// workers). A handshake from one more address drops every session of the address heard
+    /// from longest ago, logged as a likely cloned key. Each address keeps at most two sessions
+    /// (the current one and the one before, so datagrams in flight across a rekey still open).
     pub max_sessions_per_key: usize,
     /// Sustained rate of handshakes given Diffie–Hellman work, per second (default 200).
     pub handshakes_per_second: u32,
@@ -453,6 +455,9 @@ impl Responder {
         entry.last_rx = now;
         let (peer, seq) = (entry.peer, entry.seq);
         let first = !std::mem::replace(&mut entry.confirmed, true);
+        if first {
+            self.keys.confirm(&peer, receiver);
+        }
         if entry.addr != from {
             let old = entry.addr;
             entry.addr = from;
@@ -648,8 +653,8 @@ impl Responder {
                     new = %from,
                     last_heard_s,
                     "tunnel session evicted: more than max_sessions_per_key = {} \
-                     handshakes from this terminal key (several terminals sharing one \
-                     key, e.g. a cloned configuration or VM image, evict each other)",
+                     addresses hold sessions of this terminal key (several terminals sharing \
+                     one key, e.g. a cloned configuration or VM image, evict each other)",
                     self.config.max_sessions_per_key
                 );
             }
