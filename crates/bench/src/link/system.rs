@@ -2,7 +2,7 @@
 //! per-namespace TCP settings, congestion controls, and the counters it reads (`RetransSegs`,
 //! a daemon's `/metrics`).
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{Context, Result};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -37,7 +37,7 @@ impl HostSysctls {
         let mut first_error = None;
         for (path, old, _) in self.saved.drain(..) {
             if let Err(e) = std::fs::write(&path, &old) {
-                first_error.get_or_insert(anyhow!("cannot restore {path} to {old}: {e}"));
+                first_error.get_or_insert(err!("cannot restore {path} to {old}: {e}"));
             }
         }
         first_error.map_or(Ok(()), Err)
