@@ -13,7 +13,7 @@ use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The link flags both emulators share.
+/// The link flags both emulators share, trace files read.
 pub struct LinkFlags {
     pub profile: Option<Profile>,
     pub down_rate: Option<u64>,
@@ -37,18 +37,83 @@ pub fn nominal_delay_ns(delay: &Delay) -> u64 {
     }
 }
 
+/// A LEO path as the emulators use it (`--leo`): its one-way delay over time, its outages and
+/// the preset's ground-to-satellite rate (the default rate of both directions).
+#[derive(Debug, Clone)]
+pub struct LeoPath {
+    pub delay: Delay,
+    pub outages: Vec<Outage>,
+    pub gsl_rate_bps: u64,
+}
+
+/// The link flags of both emulators as given: files not read yet.
+#[derive(Debug, Clone, Default)]
+pub struct LinkArgs<'a> {
+    pub profile: Option<Profile>,
+    pub down_rate: Option<u64>,
+    pub up_rate: Option<u64>,
+    pub delay: Option<u64>,
+    pub delay_trace: Option<&'a std::path::Path>,
+    pub down_rate_trace: Option<&'a std::path::Path>,
+    pub up_rate_trace: Option<&'a std::path::Path>,
+    pub queue: Option<u64>,
+    pub loss: Option<f64>,
+    pub ber: Option<f64>,
+}
+
+/// The `(up, down)` links of the flags and a LEO path: the trace files read (a rate trace
+/// stands in for the rate, its mean sizing the default queue; a LEO path gives the delay, the
+/// outages and, without a rate flag, the rate). Not validated yet: [`validate`] once every
+/// flag is applied.
+pub fn links(
+    args: &LinkArgs,
+    leo: Option<LeoPath>,
+    ip_level: bool,
+) -> Result<(LinkConfig, LinkConfig)> {
+    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
+    let delay_trace = match &leo {
+        Some(l) => Some(l.delay.clone()),
+        None => read_delay_trace(args.delay_trace)?,
+    };
+    let down_trace = read_rate_trace(args.down_rate_trace, "--down-rate-trace")?;
+    let up_trace = read_rate_trace(args.up_rate_trace, "--up-rate-trace")?;
+    let (mut up, mut down) = link_configs(
+        &LinkFlags {
+            profile: args.profile,
+            down_rate: args
+                .down_rate
+                .or(down_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
+                .or(gsl),
+            up_rate: args
+                .up_rate
+                .or(up_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
+                .or(gsl),
+            delay: args.delay,
+            delay_trace,
+            queue: args.queue,
+            loss: args.loss,
+            ber: args.ber,
+        },
+        ip_level,
+    )?;
+    if let Some(l) = leo {
+        up.outages = l.outages.clone();
+        down.outages = l.outages;
+    }
+    up.rate_trace = up_trace;
+    down.rate_trace = down_trace;
+    Ok((up, down))
+}
+
 /// Reads a `--up-rate-trace` / `--down-rate-trace` file.
-pub fn read_rate_trace(
-    path: Option<&std::path::Path>,
-    flag: &str,
-) -> Result<Option<DeliveryTrace>> {
+fn read_rate_trace(path: Option<&std::path::Path>, flag: &str) -> Result<Option<DeliveryTrace>> {
     path.map(linkmodel::DeliveryTrace::read)
         .transpose()
         .with_context(|| flag.to_string())
 }
 
 /// Reads a `--delay-trace` file.
-pub fn read_delay_trace(path: Option<&std::path::Path>) -> Result<Option<Delay>> {
+fn read_delay_trace(path: Option<&std::path::Path>) -> Result<Option<Delay>> {
     path.map(linkmodel::trace::read_delay_trace)
         .transpose()
         .context("--delay-trace")
@@ -404,6 +469,54 @@ pub fn direction_net_json(s: &NetDirectionStats, link: &LinkConfig) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_take_a_rate_from_its_trace_and_the_path_from_leo() {
+        let dir = std::env::temp_dir().join(format!("bench-emulate-links-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("down.trace");
+        std::fs::write(&trace, "1\n2\n3\n4\n").unwrap();
+        let args = LinkArgs {
+            up_rate: Some(1_000_000),
+            down_rate_trace: Some(&trace),
+            delay: Some(10_000_000),
+            ..LinkArgs::default()
+        };
+        let (up, down) = links(&args, None, true).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(up.rate_bps, 1_000_000);
+        let mean = down.rate_trace.as_ref().map(DeliveryTrace::mean_rate_bps);
+        assert_eq!(Some(down.rate_bps), mean);
+        assert_eq!(up.delay, Delay::Fixed(10_000_000));
+        validate(&up, &down).unwrap();
+
+        let leo = LeoPath {
+            delay: Delay::Fixed(5_000_000),
+            outages: vec![Outage {
+                start_ns: 1_000,
+                duration_ns: 2_000,
+            }],
+            gsl_rate_bps: 7_000_000,
+        };
+        let (up, down) = links(&LinkArgs::default(), Some(leo), false).unwrap();
+        assert_eq!((up.rate_bps, down.rate_bps), (7_000_000, 7_000_000));
+        assert_eq!((up.outages.len(), down.outages.len()), (1, 1));
+        assert_eq!(down.delay, Delay::Fixed(5_000_000));
+
+        let e = links(&LinkArgs::default(), None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--down-rate, --up-rate, --delay must be given"),
+            "{e}"
+        );
+        let missing = LinkArgs {
+            down_rate_trace: Some(std::path::Path::new("/nonexistent/down.trace")),
+            ..LinkArgs::default()
+        };
+        let e = links(&missing, None, false).unwrap_err().to_string();
+        assert_eq!(e, "--down-rate-trace");
+    }
 
     #[test]
     fn gilbert_elliott_and_outage_flags() {

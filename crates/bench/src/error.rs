@@ -32,6 +32,8 @@ pub enum Error {
     #[error(transparent)]
     QuicPolicy(#[from] pep::quic_policy::QuicPolicyError),
     #[error(transparent)]
+    Scenario(#[from] netsim::scenario::ScenarioError),
+    #[error(transparent)]
     StpConfig(#[from] stp::ConfigError),
     #[error(transparent)]
     StpConnect(#[from] stp::ConnectError),

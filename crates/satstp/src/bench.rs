@@ -4,7 +4,7 @@
 //! payloads) on one thread, with the real clock as the driver's `now`, and reports payload
 //! throughput and packets per second: the cost of the protocol engine itself.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use netsim::units::parse_bytes;
 use std::path::PathBuf;
@@ -149,43 +149,21 @@ fn sim_bench(args: &SimBenchArgs) -> Result<()> {
     let Some((repro, template)) = all.iter().find(|(r, _)| r.name == "table5.1-geo") else {
         bail!("the table5.1-geo reproduction is missing from this build");
     };
-    let point = repro
-        .points
-        .iter()
-        .find(|p| p.label == "one-way")
-        .context("no one-way point")?;
-    let mut cases = Vec::new();
-    let (mut events, mut wall) = (0u64, 0f64);
-    for series in &repro.series {
-        let mut sc = repro.scenario(template, series, point, false)?;
-        sc.duration = format!("{}s", args.seconds);
-        let built = sc.build(sc.seed)?;
-        let mut sim = built.sim;
-        let t0 = std::time::Instant::now();
-        let n = sim.run_until(sc.duration_ns()?);
-        let dt = t0.elapsed().as_secs_f64();
-        events += n;
-        wall += dt;
-        cases.push((series.name.clone(), n, dt));
-    }
+    let cases = bench::sim::run(repro, template, "one-way", args.seconds)?;
+    let (events, wall) = bench::sim::totals(&cases);
     let rate = events as f64 / wall;
     if args.json.is_some() {
-        let v = serde_json::json!({
-            "benchmark": "sim",
-            "simulated_seconds_per_case": args.seconds,
-            "events": events,
-            "wall_seconds": wall,
-            "events_per_second": rate,
-            "cases": cases.iter().map(|(n, e, t)| serde_json::json!({"case": n, "events": e, "wall_seconds": t})).collect::<Vec<_>>(),
-        });
-        crate::outpath::write_json(&args.json, &v)?;
+        crate::outpath::write_json(&args.json, &bench::sim::json(&cases, args.seconds))?;
     }
     {
         outln!("satstp bench sim: table5.1-geo one-way (with web background), {} s simulated per case, one thread", args.seconds);
-        for (n, e, t) in &cases {
+        for c in &cases {
             outln!(
-                "  {n:<10} {e:>10} events in {t:>6.3} s = {:>10.0} events/s",
-                *e as f64 / t
+                "  {:<10} {:>10} events in {:>6.3} s = {:>10.0} events/s",
+                c.case,
+                c.events,
+                c.wall_seconds,
+                c.events as f64 / c.wall_seconds
             );
         }
         outln!("  total      {events:>10} events in {wall:>6.3} s = {rate:>10.0} events/s");

@@ -7,7 +7,7 @@
 //! the printing.
 
 use anyhow::{bail, Context, Result};
-use bench::emulate::{direction_json, link_configs, read_delay_trace, read_rate_trace, LinkFlags};
+use bench::emulate::{direction_json, LeoPath, LinkArgs};
 use clap::{Args, Subcommand};
 use linkem::{EmulatorConfig, EmulatorStats, Profile, UdpEmulator};
 use linkmodel::{Delay, LinkConfig, QueueLimit};
@@ -111,53 +111,35 @@ pub fn run(cmd: &EmulateCommand) -> Result<()> {
 
 fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
     let leo = leo_path(args.leo.as_deref(), args.duration)?;
-    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
-    let down_trace = read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
-    let up_trace = read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
-    let (mut up, mut down) = link_configs(
-        &LinkFlags {
-            profile: args.profile,
-            // A rate trace stands in for the rate (its mean sizes the default queue).
-            down_rate: args
-                .down_rate
-                .or(down_trace.as_ref().map(|t| t.mean_rate_bps()))
-                .or(gsl),
-            up_rate: args
-                .up_rate
-                .or(up_trace.as_ref().map(|t| t.mean_rate_bps()))
-                .or(gsl),
-            delay: args.delay,
-            delay_trace: match &leo {
-                Some(l) => Some(l.delay.clone()),
-                None => read_delay_trace(args.delay_trace.as_deref())?,
-            },
-            queue: args.queue,
-            loss: args.loss,
-            ber: args.ber,
-        },
-        false,
-    )?;
-    if let Some(l) = leo {
-        up.outages = l.outages.clone();
-        down.outages = l.outages;
-    }
-    up.rate_trace = up_trace;
-    down.rate_trace = down_trace;
+    let flags = LinkArgs {
+        profile: args.profile,
+        down_rate: args.down_rate,
+        up_rate: args.up_rate,
+        delay: args.delay,
+        delay_trace: args.delay_trace.as_deref(),
+        down_rate_trace: args.down_rate_trace.as_deref(),
+        up_rate_trace: args.up_rate_trace.as_deref(),
+        queue: args.queue,
+        loss: args.loss,
+        ber: args.ber,
+    };
+    let (up, down) = bench::emulate::links(&flags, leo, false)?;
     bench::emulate::validate(&up, &down)?;
     Ok((up, down))
 }
 
 /// The LEO path of a `--leo` flag, traced over `duration_ns` (an hour if absent).
-pub fn leo_path(
-    spec: Option<&str>,
-    duration_ns: Option<u64>,
-) -> Result<Option<crate::leo::LeoLink>> {
+pub fn leo_path(spec: Option<&str>, duration_ns: Option<u64>) -> Result<Option<LeoPath>> {
     let Some(spec) = spec else {
         return Ok(None);
     };
     let l = crate::leo::leo_link(spec, duration_ns.map(|d| d as f64 / 1e9))?;
     outln!("LEO path {}", l.summary);
-    Ok(Some(l))
+    Ok(Some(LeoPath {
+        delay: l.delay,
+        outages: l.outages,
+        gsl_rate_bps: l.gsl_rate_bps,
+    }))
 }
 
 fn udp(args: &UdpArgs) -> Result<()> {

@@ -6,13 +6,13 @@
 
 use anyhow::{bail, Context, Result};
 use bench::emulate::{
-    describe, direction_net_json, exit_code, link_configs, parse_gilbert_elliott, parse_outage,
-    read_delay_trace, read_rate_trace, supervise, Commands, LinkFlags,
+    describe, direction_net_json, exit_code, parse_gilbert_elliott, parse_outage, supervise,
+    Commands, LinkArgs,
 };
 use clap::Args;
 use linkem::net;
 use linkem::{NetConfig, NetEmulator, NetStats, Profile, Side};
-use linkmodel::{DeliveryTrace, QueueLimit};
+use linkmodel::QueueLimit;
 use netsim::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
 use serde_json::json;
 use std::path::PathBuf;
@@ -95,34 +95,22 @@ pub struct NetArgs {
 /// anything is created.
 pub fn config(args: &NetArgs) -> Result<NetConfig> {
     let leo = super::leo_path(args.leo.as_deref(), args.duration)?;
-    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
-    let delay_trace = match &leo {
-        Some(l) => Some(l.delay.clone()),
-        None => read_delay_trace(args.delay_trace.as_deref())?,
-    };
-    let down_trace = read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
-    let up_trace = read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
     if args.queue_packets == Some(0) {
         bail!("--queue-packets must be at least 1");
     }
-    let flags = LinkFlags {
+    let flags = LinkArgs {
         profile: args.profile,
-        // A rate trace stands in for the rate (its mean sizes the default queue).
-        down_rate: args
-            .down_rate
-            .or(down_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
-            .or(gsl),
-        up_rate: args
-            .up_rate
-            .or(up_trace.as_ref().map(DeliveryTrace::mean_rate_bps))
-            .or(gsl),
+        down_rate: args.down_rate,
+        up_rate: args.up_rate,
         delay: args.delay,
-        delay_trace,
+        delay_trace: args.delay_trace.as_deref(),
+        down_rate_trace: args.down_rate_trace.as_deref(),
+        up_rate_trace: args.up_rate_trace.as_deref(),
         queue: args.queue,
         loss: args.loss,
         ber: args.ber,
     };
-    let (mut up, mut down) = link_configs(&flags, true)?;
+    let (mut up, mut down) = bench::emulate::links(&flags, leo, true)?;
     if let Some(n) = args.queue_packets {
         up.queue = QueueLimit::Packets(n);
         down.queue = QueueLimit::Packets(n);
@@ -132,18 +120,15 @@ pub fn config(args: &NetArgs) -> Result<NetConfig> {
         up.loss = ge;
         down.loss = ge;
     }
+    // The flags' outages, then the LEO path's.
     let mut outages = args
         .outage
         .iter()
         .map(|o| parse_outage(o))
         .collect::<bench::Result<Vec<_>>>()?;
-    if let Some(l) = leo {
-        outages.extend(l.outages);
-    }
-    up.outages = outages.clone();
-    down.outages = outages;
-    up.rate_trace = up_trace;
-    down.rate_trace = down_trace;
+    outages.append(&mut up.outages);
+    down.outages = outages.clone();
+    up.outages = outages;
     bench::emulate::validate(&up, &down)?;
     Ok(NetConfig {
         up,
