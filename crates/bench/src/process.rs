@@ -155,25 +155,33 @@ pub fn end_daemon_dir(dir: &Path, failed: bool) -> Vec<String> {
 /// Reads a daemon's `/metrics` (plain HTTP on loopback): each sample line's name with its
 /// labels and its value.
 pub fn scrape(addr: SocketAddr) -> Result<BTreeMap<String, f64>> {
+    let text = fetch_metrics(addr)
+        .with_context(|| format!("cannot read the gateway's /metrics at {addr}"))?;
+    Ok(parse_metrics(&text))
+}
+
+/// The whole HTTP answer of `GET /metrics` at `addr` (five seconds to connect, five per read).
+pub fn fetch_metrics(addr: SocketAddr) -> std::io::Result<String> {
     use std::io::{Read, Write};
-    let text = (|| -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text)
-    })()
-    .with_context(|| format!("cannot read the gateway's /metrics at {addr}"))?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Ok(body
-        .lines()
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The samples of a `/metrics` answer (headers, then the Prometheus text format): each sample
+/// line's name with its labels, and its value; comments and unparsable lines left out.
+pub fn parse_metrics(answer: &str) -> BTreeMap<String, f64> {
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    body.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
             Some((name.to_string(), value.trim().parse().ok()?))
         })
-        .collect())
+        .collect()
 }
 
 /// User plus system CPU time of this process so far, in seconds.
@@ -197,4 +205,22 @@ pub fn rss_kib() -> Result<u64> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .context("no VmRSS line in /proc/self/status")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn metrics_samples_are_read_with_their_labels() {
+        let answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n\
+            # HELP satstp_hop_datagrams_total Datagrams.\n\
+            # TYPE satstp_hop_datagrams_total counter\n\
+            satstp_hop_datagrams_total{direction=\"down\"} 42\n\
+            satstp_tunnel_handshakes_total{result=\"ok\"} 3.5\n\
+            broken_line_without_value\n";
+        let m = super::parse_metrics(answer);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m["satstp_hop_datagrams_total{direction=\"down\"}"], 42.0);
+        assert_eq!(m["satstp_tunnel_handshakes_total{result=\"ok\"}"], 3.5);
+        assert!(super::parse_metrics("no headers end").is_empty());
+    }
 }
