@@ -4,14 +4,10 @@
 //! payloads) on one thread, with the real clock as the driver's `now`, and reports payload
 //! throughput and packets per second: the cost of the protocol engine itself.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use netsim::units::parse_bytes;
-use rand_chacha::ChaCha8Rng;
-use rand_core::SeedableRng;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use stp::{Config, Endpoint, EndpointConfig, Instant};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -88,30 +84,10 @@ pub fn run(cmd: &BenchCommand) -> Result<()> {
     }
 }
 
-struct EngineResult {
-    bytes: u64,
-    seconds: f64,
-    datagrams: u64,
-    control_datagrams: u64,
-    /// Resident memory added by the idle connections (both endpoints' halves), KiB.
-    idle_rss_kib: u64,
-}
-
 fn engine(args: &EngineArgs) -> Result<()> {
     crate::outpath::json_start(&args.json)?;
-    if !(256..=9000).contains(&args.payload) {
-        bail!(
-            "--payload must be between 256 and 9000 bytes, got {}",
-            args.payload
-        );
-    }
-    if args.bytes == 0 {
-        bail!("--bytes must be positive");
-    }
-    if args.idle > 100_000 {
-        bail!("--idle must be at most 100000, got {}", args.idle);
-    }
-    let r = run_engine(args.bytes, args.payload, args.idle)?;
+    bench::engine::check(args.payload, args.bytes, args.idle)?;
+    let r = bench::engine::run(args.bytes, args.payload, args.idle)?;
     let gbps = r.bytes as f64 * 8.0 / r.seconds / 1e9;
     let pps = r.datagrams as f64 / r.seconds;
     if args.json.is_some() {
@@ -126,7 +102,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
             "datagrams": r.datagrams,
             "control_datagrams": r.control_datagrams,
             "idle_rss_kib": r.idle_rss_kib,
-            "idle_bytes_per_connection": idle_per_conn(&r, args.idle),
+            "idle_bytes_per_connection": r.idle_per_conn(args.idle),
         });
         crate::outpath::write_json(&args.json, &v)?;
     }
@@ -149,7 +125,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
             r.control_datagrams,
             r.datagrams
         );
-        if let Some(b) = idle_per_conn(&r, args.idle) {
+        if let Some(b) = r.idle_per_conn(args.idle) {
             outln!(
                 "  idle connections' memory {} KiB resident: {b:.0} bytes per connection (its two ends, initiator and responder)",
                 r.idle_rss_kib
@@ -157,134 +133,6 @@ fn engine(args: &EngineArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resident bytes per idle connection (both ends), when there are idle connections.
-fn idle_per_conn(r: &EngineResult, idle: u32) -> Option<f64> {
-    (idle > 0).then(|| r.idle_rss_kib as f64 * 1024.0 / f64::from(idle))
-}
-
-fn run_engine(total: u64, payload: u16, idle: u32) -> Result<EngineResult> {
-    let conn = Config {
-        // Header (12) + room kept for POLL (8), END (4) and BGN/BGNAK (16).
-        max_datagram_bytes: payload + 40,
-        recv_buffer_bytes: 16 << 20,
-        send_buffer_bytes: 16 << 20,
-        min_poll_interval_ms: 1,
-        ..Config::default()
-    };
-    let cfg = EndpointConfig {
-        connection: conn,
-        max_connections: idle + 10,
-        max_accept_queue: idle + 10,
-        ..EndpointConfig::default()
-    };
-    let mut a = Endpoint::new(cfg.clone(), Box::new(ChaCha8Rng::seed_from_u64(1)))?;
-    let mut b = Endpoint::new(cfg, Box::new(ChaCha8Rng::seed_from_u64(2)))?;
-    let addr_a: SocketAddr = "192.0.2.1:1".parse()?;
-    let addr_b: SocketAddr = "192.0.2.2:1".parse()?;
-    let mut buf = Vec::with_capacity(usize::from(payload) + 64);
-    // Open the idle connections first and let their handshakes finish.
-    let rss_before = crate::bench_gateway::rss_kib()?;
-    for _ in 0..idle {
-        a.connect(Instant::ZERO, addr_b)?;
-    }
-    exchange(&mut a, &mut b, addr_a, addr_b, Instant::ZERO, &mut buf);
-    while b.accept().is_some() {}
-    while a.poll_event().is_some() {}
-    while b.poll_event().is_some() {}
-    // Taking their events marks the connections for polling: let every endpoint find them
-    // quiet (nothing to send, deadlines computed) before the clock starts, as in a daemon that
-    // has held them for a while.
-    exchange(&mut a, &mut b, addr_a, addr_b, Instant::ZERO, &mut buf);
-    for ep in [&mut a, &mut b] {
-        ep.poll_timeout(Instant::ZERO);
-    }
-    let idle_rss_kib = crate::bench_gateway::rss_kib()?.saturating_sub(rss_before);
-    let start = std::time::Instant::now();
-    let clock = || Instant::from_nanos(start.elapsed().as_nanos() as u64);
-    let ha = a.connect(clock(), addr_b)?;
-    let source = vec![0x5au8; 1 << 20];
-    let mut sink = vec![0u8; 1 << 20];
-    let (mut written, mut read) = (0u64, 0u64);
-    let (mut datagrams, mut control) = (0u64, 0u64);
-    let mut hb = None;
-    while read < total {
-        let now = clock();
-        if written < total {
-            let c = a
-                .connection(ha)
-                .ok_or_else(|| anyhow::anyhow!("sender connection vanished"))?;
-            let n = (total - written).min(source.len() as u64) as usize;
-            written += c
-                .write(&source[..n])
-                .map_err(|e| anyhow::anyhow!("write failed: {e}"))? as u64;
-        }
-        while let Some(t) = a.poll_transmit(now, &mut buf) {
-            b.handle_datagram(now, addr_a, &buf[..t.size]);
-            datagrams += 1;
-        }
-        while let Some(t) = b.poll_transmit(now, &mut buf) {
-            a.handle_datagram(now, addr_b, &buf[..t.size]);
-            datagrams += 1;
-            control += 1;
-        }
-        if hb.is_none() {
-            hb = b.accept();
-        }
-        if let Some(h) = hb {
-            if let Some(c) = b.connection(h) {
-                while let Ok(n) = c.read(&mut sink) {
-                    if n == 0 {
-                        break;
-                    }
-                    read += n as u64;
-                }
-            }
-        }
-        while a.poll_event().is_some() {}
-        while b.poll_event().is_some() {}
-        for ep in [&mut a, &mut b] {
-            if ep.poll_timeout(now).is_some_and(|t| t <= now) {
-                ep.handle_timeout(now);
-            }
-        }
-        if start.elapsed().as_secs() > 600 {
-            bail!("engine benchmark did not finish within 600 s ({read} of {total} bytes)");
-        }
-    }
-    Ok(EngineResult {
-        bytes: read,
-        seconds: start.elapsed().as_secs_f64(),
-        datagrams,
-        control_datagrams: control,
-        idle_rss_kib,
-    })
-}
-
-/// Delivers datagrams between the two endpoints until neither has anything to send.
-fn exchange(
-    a: &mut Endpoint,
-    b: &mut Endpoint,
-    addr_a: SocketAddr,
-    addr_b: SocketAddr,
-    now: Instant,
-    buf: &mut Vec<u8>,
-) {
-    loop {
-        let mut moved = false;
-        while let Some(t) = a.poll_transmit(now, buf) {
-            b.handle_datagram(now, addr_a, &buf[..t.size]);
-            moved = true;
-        }
-        while let Some(t) = b.poll_transmit(now, buf) {
-            a.handle_datagram(now, addr_b, &buf[..t.size]);
-            moved = true;
-        }
-        if !moved {
-            return;
-        }
-    }
 }
 
 /// Runs the GEO experiment of table5.1 (one-way, with web background) for each protocol on one
@@ -301,43 +149,21 @@ fn sim_bench(args: &SimBenchArgs) -> Result<()> {
     let Some((repro, template)) = all.iter().find(|(r, _)| r.name == "table5.1-geo") else {
         bail!("the table5.1-geo reproduction is missing from this build");
     };
-    let point = repro
-        .points
-        .iter()
-        .find(|p| p.label == "one-way")
-        .context("no one-way point")?;
-    let mut cases = Vec::new();
-    let (mut events, mut wall) = (0u64, 0f64);
-    for series in &repro.series {
-        let mut sc = repro.scenario(template, series, point, false)?;
-        sc.duration = format!("{}s", args.seconds);
-        let built = sc.build(sc.seed)?;
-        let mut sim = built.sim;
-        let t0 = std::time::Instant::now();
-        let n = sim.run_until(sc.duration_ns()?);
-        let dt = t0.elapsed().as_secs_f64();
-        events += n;
-        wall += dt;
-        cases.push((series.name.clone(), n, dt));
-    }
+    let cases = bench::sim::run(repro, template, "one-way", args.seconds)?;
+    let (events, wall) = bench::sim::totals(&cases);
     let rate = events as f64 / wall;
     if args.json.is_some() {
-        let v = serde_json::json!({
-            "benchmark": "sim",
-            "simulated_seconds_per_case": args.seconds,
-            "events": events,
-            "wall_seconds": wall,
-            "events_per_second": rate,
-            "cases": cases.iter().map(|(n, e, t)| serde_json::json!({"case": n, "events": e, "wall_seconds": t})).collect::<Vec<_>>(),
-        });
-        crate::outpath::write_json(&args.json, &v)?;
+        crate::outpath::write_json(&args.json, &bench::sim::json(&cases, args.seconds))?;
     }
     {
         outln!("satstp bench sim: table5.1-geo one-way (with web background), {} s simulated per case, one thread", args.seconds);
-        for (n, e, t) in &cases {
+        for c in &cases {
             outln!(
-                "  {n:<10} {e:>10} events in {t:>6.3} s = {:>10.0} events/s",
-                *e as f64 / t
+                "  {:<10} {:>10} events in {:>6.3} s = {:>10.0} events/s",
+                c.case,
+                c.events,
+                c.wall_seconds,
+                c.events as f64 / c.wall_seconds
             );
         }
         outln!("  total      {events:>10} events in {wall:>6.3} s = {rate:>10.0} events/s");

@@ -3,15 +3,16 @@
 //! Ctrl-C or `--duration`, then prints (and with `--json` writes) per-direction counters.
 //! `emulate net` (root, Linux) joins two network namespaces through the same model at the IP
 //! level and runs a command on the terminal side, or stays up until Ctrl-C (see `net_emulate`).
+//! The links the flags describe and the JSON reports are `bench::emulate`'s; here the flags and
+//! the printing.
 
 use anyhow::{bail, Context, Result};
+use bench::emulate::{direction_json, LeoPath, LinkArgs};
 use clap::{Args, Subcommand};
-use linkem::{
-    queue_bytes_for, DirectionStats, EmulatorConfig, EmulatorStats, Profile, UdpEmulator,
-};
-use linkmodel::{Delay, LinkConfig, Loss, QueueLimit};
+use linkem::{EmulatorConfig, EmulatorStats, Profile, UdpEmulator};
+use linkmodel::{Delay, LinkConfig, QueueLimit};
 use netsim::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -108,175 +109,37 @@ pub fn run(cmd: &EmulateCommand) -> Result<()> {
     }
 }
 
-/// The link flags both emulators share.
-pub struct LinkFlags {
-    pub profile: Option<Profile>,
-    pub down_rate: Option<u64>,
-    pub up_rate: Option<u64>,
-    pub delay: Option<u64>,
-    /// A delay trace for both directions (instead of `delay`).
-    pub delay_trace: Option<Delay>,
-    pub queue: Option<u64>,
-    pub loss: Option<f64>,
-    pub ber: Option<f64>,
-}
-
-/// A delay's typical value for queue sizing: the fixed delay, or the mean of a trace's entries.
-fn nominal_delay_ns(delay: &Delay) -> u64 {
-    match delay {
-        Delay::Fixed(d) => *d,
-        Delay::Trace { points, .. } => {
-            let n = points.len().max(1) as u64;
-            points.iter().map(|&(_, d)| d / n).sum()
-        }
-    }
-}
-
-/// Reads a `--up-rate-trace` / `--down-rate-trace` file.
-pub fn read_rate_trace(
-    path: Option<&std::path::Path>,
-    flag: &str,
-) -> Result<Option<linkmodel::DeliveryTrace>> {
-    path.map(linkmodel::DeliveryTrace::read)
-        .transpose()
-        .with_context(|| flag.to_string())
-}
-
 fn links(args: &UdpArgs) -> Result<(LinkConfig, LinkConfig)> {
     let leo = leo_path(args.leo.as_deref(), args.duration)?;
-    let gsl = leo.as_ref().map(|l| l.gsl_rate_bps);
-    let down_trace = read_rate_trace(args.down_rate_trace.as_deref(), "--down-rate-trace")?;
-    let up_trace = read_rate_trace(args.up_rate_trace.as_deref(), "--up-rate-trace")?;
-    let (mut up, mut down) = link_configs(
-        &LinkFlags {
-            profile: args.profile,
-            // A rate trace stands in for the rate (its mean sizes the default queue).
-            down_rate: args
-                .down_rate
-                .or(down_trace.as_ref().map(|t| t.mean_rate_bps()))
-                .or(gsl),
-            up_rate: args
-                .up_rate
-                .or(up_trace.as_ref().map(|t| t.mean_rate_bps()))
-                .or(gsl),
-            delay: args.delay,
-            delay_trace: match &leo {
-                Some(l) => Some(l.delay.clone()),
-                None => args
-                    .delay_trace
-                    .as_deref()
-                    .map(linkmodel::trace::read_delay_trace)
-                    .transpose()
-                    .context("--delay-trace")?,
-            },
-            queue: args.queue,
-            loss: args.loss,
-            ber: args.ber,
-        },
-        false,
-    )?;
-    if let Some(l) = leo {
-        up.outages = l.outages.clone();
-        down.outages = l.outages;
-    }
-    up.rate_trace = up_trace;
-    down.rate_trace = down_trace;
-    for (name, l) in [("up", &up), ("down", &down)] {
-        l.validate()
-            .with_context(|| format!("the {name} link's configuration"))?;
-    }
+    let flags = LinkArgs {
+        profile: args.profile,
+        down_rate: args.down_rate,
+        up_rate: args.up_rate,
+        delay: args.delay,
+        delay_trace: args.delay_trace.as_deref(),
+        down_rate_trace: args.down_rate_trace.as_deref(),
+        up_rate_trace: args.up_rate_trace.as_deref(),
+        queue: args.queue,
+        loss: args.loss,
+        ber: args.ber,
+    };
+    let (up, down) = bench::emulate::links(&flags, leo, false)?;
+    bench::emulate::validate(&up, &down)?;
     Ok((up, down))
 }
 
 /// The LEO path of a `--leo` flag, traced over `duration_ns` (an hour if absent).
-pub fn leo_path(
-    spec: Option<&str>,
-    duration_ns: Option<u64>,
-) -> Result<Option<crate::leo::LeoLink>> {
+pub fn leo_path(spec: Option<&str>, duration_ns: Option<u64>) -> Result<Option<LeoPath>> {
     let Some(spec) = spec else {
         return Ok(None);
     };
     let l = crate::leo::leo_link(spec, duration_ns.map(|d| d as f64 / 1e9))?;
     outln!("LEO path {}", l.summary);
-    Ok(Some(l))
-}
-
-/// The `(up, down)` links the flags describe: the profile's, with explicit flags overriding.
-/// `ip_level` picks the profiles' IP-packet links ([`Profile::ip_links`], no added overhead).
-pub fn link_configs(args: &LinkFlags, ip_level: bool) -> Result<(LinkConfig, LinkConfig)> {
-    let (mut up, mut down) = match args.profile {
-        Some(p) if ip_level => p.ip_links(),
-        Some(p) => p.links(),
-        None => {
-            let missing: Vec<&str> = [
-                ("--down-rate", args.down_rate.is_none()),
-                ("--up-rate", args.up_rate.is_none()),
-                (
-                    "--delay",
-                    args.delay.is_none() && args.delay_trace.is_none(),
-                ),
-            ]
-            .into_iter()
-            .filter_map(|(flag, absent)| absent.then_some(flag))
-            .collect();
-            let delay = args.delay.or(args.delay_trace.as_ref().map(|_| 0));
-            match (args.up_rate, args.down_rate, delay) {
-                (Some(u), Some(d), Some(delay)) => {
-                    let mut pair = (linkem::direction(u, delay), linkem::direction(d, delay));
-                    if ip_level {
-                        pair.0.overhead_bytes = 0;
-                        pair.1.overhead_bytes = 0;
-                    }
-                    pair
-                }
-                _ => bail!(
-                    "without --profile, {} must be given (profiles: geo, geo-1998, direcpc, leo)",
-                    missing.join(", ")
-                ),
-            }
-        }
-    };
-    if let Some(r) = args.up_rate {
-        up.rate_bps = r;
-    }
-    if let Some(r) = args.down_rate {
-        down.rate_bps = r;
-    }
-    if let Some(d) = args.delay {
-        up.delay = Delay::Fixed(d);
-        down.delay = Delay::Fixed(d);
-    }
-    if let Some(trace) = &args.delay_trace {
-        up.delay = trace.clone();
-        down.delay = trace.clone();
-    }
-    let rtt_ns = nominal_delay_ns(&up.delay).saturating_add(nominal_delay_ns(&down.delay));
-    match args.queue {
-        Some(0) => bail!("--queue must be at least 1 byte"),
-        Some(q) => {
-            up.queue = QueueLimit::Bytes(q);
-            down.queue = QueueLimit::Bytes(q);
-        }
-        None => {
-            up.queue = QueueLimit::Bytes(queue_bytes_for(up.rate_bps, rtt_ns));
-            down.queue = QueueLimit::Bytes(queue_bytes_for(down.rate_bps, rtt_ns));
-        }
-    }
-    if let Some(p) = args.loss {
-        if !(0.0..=1.0).contains(&p) {
-            bail!("--loss must be between 0 and 1, got {p}");
-        }
-        up.loss = Loss::Random { p };
-        down.loss = Loss::Random { p };
-    }
-    if let Some(ber) = args.ber {
-        if !(0.0..=1.0).contains(&ber) {
-            bail!("--ber must be between 0 and 1, got {ber}");
-        }
-        up.loss = Loss::Ber { ber };
-        down.loss = Loss::Ber { ber };
-    }
-    Ok((up, down))
+    Ok(Some(LeoPath {
+        delay: l.delay,
+        outages: l.outages,
+        gsl_rate_bps: l.gsl_rate_bps,
+    }))
 }
 
 fn udp(args: &UdpArgs) -> Result<()> {
@@ -375,57 +238,4 @@ fn print_stats(stats: &EmulatorStats, seconds: f64) {
             s.in_flight,
         );
     }
-}
-
-/// What both emulators report of one direction's link model: its configuration and the
-/// model's own counters.
-pub(crate) fn link_json(link: &LinkConfig, l: &linkmodel::LinkStats) -> Value {
-    let delay_ns = match link.delay {
-        Delay::Fixed(d) => Some(d),
-        Delay::Trace { .. } => None,
-    };
-    json!({
-        "rate_bps": link.rate_bps,
-        "delay_ns": delay_ns,
-        "offered_packets": l.offered_packets,
-        "offered_bytes": l.offered_bytes,
-        "delivered_packets": l.delivered_packets,
-        "delivered_bytes": l.delivered_bytes,
-        "dropped_queue": l.dropped_queue,
-        "dropped_red": l.dropped_red,
-        "dropped_error": l.dropped_error,
-        "dropped_outage": l.dropped_outage,
-        "duplicated": l.duplicated,
-        "corrupted": l.corrupted,
-    })
-}
-
-/// `base` with the fields of `more` added (both JSON objects).
-pub(crate) fn with_fields(mut base: Value, more: Value) -> Value {
-    if let (Value::Object(b), Value::Object(m)) = (&mut base, more) {
-        b.extend(m);
-    }
-    base
-}
-
-fn direction_json(s: &DirectionStats, link: &LinkConfig) -> Value {
-    let queue_bytes = match link.queue {
-        QueueLimit::Bytes(b) => Some(b),
-        QueueLimit::Packets(_) => None,
-    };
-    let own = json!({
-        "queue_bytes": queue_bytes,
-        "received_packets": s.received_packets,
-        "received_bytes": s.received_bytes,
-        "sent_packets": s.sent_packets,
-        "sent_bytes": s.sent_bytes,
-        "dropped_packets": s.dropped(),
-        "dropped_schedule": s.dropped_schedule,
-        "dropped_no_terminal": s.dropped_no_peer,
-        "ignored_foreign": s.ignored_foreign,
-        "send_errors": s.send_errors,
-        "recv_errors": s.recv_errors,
-        "in_flight": s.in_flight,
-    });
-    with_fields(link_json(link, &s.link), own)
 }

@@ -15,7 +15,6 @@ mod demo;
 mod demo_engine;
 mod emulate;
 mod failover;
-mod flood;
 mod keygen;
 mod leo;
 mod outpath;

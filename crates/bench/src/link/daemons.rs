@@ -6,7 +6,7 @@ use super::{
     Contender, Plan, DRAIN_S, GATEWAY_METRICS_PORT, HOP_PORT, SOCKS_PORT, TERMINAL_METRICS_PORT,
     TPROXY_PORT,
 };
-use anyhow::{bail, Context, Result};
+use crate::error::{Context, Result};
 use linkem::{NetEmulator, Side};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::path::PathBuf;

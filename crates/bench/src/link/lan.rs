@@ -5,7 +5,7 @@
 //! listener. Removed on drop.
 
 use super::TPROXY_PORT;
-use anyhow::{bail, Context, Result};
+use crate::error::{Context, Result};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -105,7 +105,7 @@ impl Lan {
 
         // The shipped rules with LAN_IF set; the routing commands their comments give.
         let p = pep::nft_rules::prepare("deploy/nftables-tproxy.nft", RULES, Some(LAN_IF))
-            .map_err(anyhow::Error::msg)?;
+            .map_err(crate::error::Error::Failed)?;
         if let Some(port) = p.tproxy_port.filter(|&p| p != TPROXY_PORT) {
             bail!("deploy/nftables-tproxy.nft sets TPROXY_PORT {port}, the bench expects {TPROXY_PORT}");
         }

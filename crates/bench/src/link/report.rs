@@ -1,17 +1,17 @@
-//! What `satstp bench link` prints and writes: the settings, the table, the JSON results and
-//! the charts.
+//! What `satstp bench link` reports: the settings, the table's lines, the JSON results and the
+//! browser waterfalls (the binary prints them and draws the charts).
 
 use super::system::{namespace_sysctls, HostSysctls};
 use super::{
-    spread, BrowserSample, Contender, LinkBenchArgs, Plan, Sample, BROWSER_CONNECTIONS, METRICS,
-    MTU, TCP_MSS,
+    spread, BrowserSample, Contender, LinkOptions, Outcome, Plan, Sample, BROWSER_CONNECTIONS,
+    METRICS, MTU, TCP_MSS,
 };
-use anyhow::Result;
+use linkem::Profile;
 use serde_json::{json, Value};
-use std::path::Path;
 
-pub fn settings_json(
-    args: &LinkBenchArgs,
+/// The run's settings as the JSON report gives them.
+pub(super) fn settings_json(
+    args: &LinkOptions,
     plan: &Plan,
     host: &HostSysctls,
     bbr: Option<&Result<(), String>>,
@@ -78,6 +78,7 @@ pub fn payload_capacity(down_bps: u64) -> f64 {
     down_bps as f64 * TCP_MSS as f64 / MTU as f64
 }
 
+/// One contender's results: median, min and max of every metric, and every sample.
 pub fn result_json(c: Contender, samples: &[Sample], errors: &[String], plan: &Plan) -> Value {
     let mut m = serde_json::Map::new();
     m.insert("contender".into(), json!(c.to_string()));
@@ -147,7 +148,9 @@ fn cell(samples: &[Sample], key: &str) -> String {
     }
 }
 
-pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>)]) {
+/// The table of the contenders' medians as printed, a line each (the first one empty), with
+/// its legend and the runs' errors.
+pub fn table_lines(plan: &Plan, outcomes: &[Outcome]) -> Vec<String> {
     let (down_bps, _, _) = plan.profile.parameters();
     let mut rows = vec![{
         let mut h = vec!["contender".to_string()];
@@ -186,7 +189,7 @@ pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>
                 .unwrap_or(0)
         })
         .collect();
-    outln!();
+    let mut lines = vec![String::new()];
     for r in &rows {
         let line: Vec<String> = r
             .iter()
@@ -200,83 +203,53 @@ pub fn print_table(plan: &Plan, outcomes: &[(Contender, Vec<Sample>, Vec<String>
                 }
             })
             .collect();
-        outln!("  {}", line.join("  ").trim_end());
+        lines.push(format!("  {}", line.join("  ").trim_end()));
     }
-    outln!(
+    lines.push(format!(
         "\n  median (min–max) over runs; uplink B/MB and pkt/MB: IP bytes and packets on the emulated uplink during the download per MB downloaded;\n  retrans B: bytes retransmitted by the download's sender; br. TLS / rounds / queue s: the browser load's critical path's TLS handshakes,\n  request round trips (request → first byte) and queueing for a connection; br. up B: IP bytes on the uplink during the browser load; payload capacity {:.2} Mb/s (downlink × {TCP_MSS}/{MTU})",
         payload_capacity(down_bps) / 1e6
-    );
+    ));
     for (c, _, errors) in outcomes {
         for e in errors {
-            outln!("  {c}: {e}");
+            lines.push(format!("  {c}: {e}"));
         }
     }
+    lines
 }
 
-pub fn write_charts(
-    dir: &Path,
-    plan: &Plan,
-    outcomes: &[(Contender, Vec<Sample>, Vec<String>)],
-) -> Result<()> {
-    use crate::plot::{Chart, Series, XAxis};
-    let names: Vec<String> = outcomes.iter().map(|(c, _, _)| c.to_string()).collect();
-    let charts = [
-        (
-            "link-download",
-            "download_bps",
-            "download goodput",
-            "Mb/s",
-            1e-6,
-        ),
-        ("link-upload", "upload_bps", "upload goodput", "Mb/s", 1e-6),
-        ("link-page-load", "page_load_s", "page load time", "s", 1.0),
-        (
-            "link-page-load-per-object",
-            "page_per_object_s",
-            "page load time, a connection per object (HTTP/1.0 style)",
-            "s",
-            1.0,
-        ),
-        (
-            "link-browser-load",
-            "browser_load_s",
-            "test site's load event in headless Chromium",
-            "s",
-            1.0,
-        ),
-        (
-            "link-uplink",
-            "uplink_bytes_per_mb",
-            "uplink bytes per MB downloaded",
-            "bytes",
-            1.0,
-        ),
-    ];
-    for (file, key, what, unit, scale) in charts {
-        let points: Vec<(f64, f64, f64)> = outcomes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, samples, _))| {
-                let v: Vec<f64> = samples.iter().map(|s| s.get(key) * scale).collect();
-                // The error bar reaches the farther end of the min–max spread.
-                spread(&v).map(|(m, lo, hi)| (i as f64, m, (m - lo).max(hi - m)))
-            })
-            .collect();
-        let chart = Chart {
-            title: format!("{what}, profile {} (median, min–max)", plan.profile),
-            x_label: "contender".into(),
-            y_label: unit.into(),
-            x_axis: XAxis::Categories(names.clone()),
-            series: vec![Series {
-                name: "median".into(),
-                points,
-            }],
-            error_bars: Some("the farther of the runs' minimum and maximum".into()),
-            ..Chart::default()
-        };
-        chart.write(dir, file)?;
-    }
-    Ok(())
+/// The head of the `--browser-waterfall` file.
+pub fn waterfall_head(profile: Profile) -> String {
+    let (_, _, rtt_ns) = profile.parameters();
+    format!(
+        "satstp bench link: browser waterfalls, profile {} (RTT {} ms); times in ms since the navigation started; * on the critical path\n\n",
+        profile,
+        rtt_ns / 1_000_000
+    )
+}
+
+/// One browser load in the `--browser-waterfall` file: its figures, then the waterfall.
+pub fn waterfall(contender: Contender, run: u32, b: &BrowserSample, profile: Profile) -> String {
+    let (_, _, rtt_ns) = profile.parameters();
+    let caught = b.quic_caught.map_or(String::new(), |n| {
+        format!(
+            " ({} over TCP after {n} QUIC packet(s) caught by the terminal's rule; a repeat visit)",
+            b.load.protocol
+        )
+    });
+    format!(
+        "{contender} run {}: load event {:.0} ms{caught}, DOMContentLoaded {:.0} ms, first byte {:.0} ms; load average {:.2}\n{}\n",
+        run + 1,
+        b.load.load.as_secs_f64() * 1e3,
+        b.load.dom_content_loaded.as_secs_f64() * 1e3,
+        b.load.first_byte.as_secs_f64() * 1e3,
+        b.loadavg,
+        browser::waterfall::render(
+            &b.load.fetches,
+            b.critical_path.as_ref(),
+            b.load.load.as_secs_f64() * 1e3,
+            rtt_ns as f64 / 1e6
+        )
+    )
 }
 
 /// One browser load: its figures, the critical path's parts (seconds) and the load average.

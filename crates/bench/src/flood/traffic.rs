@@ -3,7 +3,7 @@
 //! captures the terminal's datagrams for replay, an authenticated terminal opening streams
 //! beyond its limit, and the kernel's receive-buffer drop counter.
 
-use anyhow::{anyhow, Result};
+use crate::error::Result;
 use pep::hop::Hop;
 use pep::keys::{generate_keypair, PublicKey};
 use pep::tunnel::Initiator;
@@ -102,9 +102,9 @@ pub fn flood(to: SocketAddr, rate: u64, ammo: Ammunition, sent: Arc<Sent>, stop:
 pub fn forged_initiations(gateway: &PublicKey) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(FORGED_INITIATIONS);
     for i in 0..FORGED_INITIATIONS {
-        let (k, _) = generate_keypair().map_err(|e| anyhow!("generating a key pair: {e}"))?;
+        let (k, _) = generate_keypair().map_err(|e| err!("generating a key pair: {e}"))?;
         let init = Initiator::new(&k, gateway, i as u32 * 2 + 1, 1)
-            .map_err(|e| anyhow!("forging an initiation: {e}"))?;
+            .map_err(|e| err!("forging an initiation: {e}"))?;
         out.push(init.initiation().to_vec());
     }
     Ok(out)

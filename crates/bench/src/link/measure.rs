@@ -11,7 +11,7 @@ use super::{
     BrowserSample, Contender, Plan, Protocol, Sample, BROWSER_CONNECTIONS, GATEWAY_METRICS_PORT,
     HTTPS_PORT, ORIGIN_PORT, SOCKS_PORT, TCP_MSS, WARM_UP_BYTES,
 };
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{Context, Result};
 use linkem::{NetConfig, NetEmulator, NetStats, Side};
 use loadgen::client::{Client, Dialer, Route};
 use loadgen::origin::{Files, Origin, OriginConfig, SocketHook};
@@ -424,9 +424,9 @@ fn step<T>(
         tokio::select! {
             r = tokio::time::timeout(limit, work) => match r {
                 Ok(r) => Ok(r?),
-                Err(_) => Err(anyhow!("timed out after {} s", limit.as_secs())),
+                Err(_) => Err(err!("timed out after {} s", limit.as_secs())),
             },
-            () = stopped => Err(anyhow!("stopped")),
+            () = stopped => Err(err!("stopped")),
         }
     })
 }

@@ -2,13 +2,11 @@
 //! per-namespace TCP settings, congestion controls, and the counters it reads (`RetransSegs`,
 //! a daemon's `/metrics`).
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{Context, Result};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Host-wide sysctls raised for the benchmark, put back on restore or drop.
 #[derive(Default)]
@@ -37,7 +35,7 @@ impl HostSysctls {
         let mut first_error = None;
         for (path, old, _) in self.saved.drain(..) {
             if let Err(e) = std::fs::write(&path, &old) {
-                first_error.get_or_insert(anyhow!("cannot restore {path} to {old}: {e}"));
+                first_error.get_or_insert(err!("cannot restore {path} to {old}: {e}"));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -176,23 +174,7 @@ pub fn retrans_segs(ns: &str) -> Result<u64> {
 /// `GET /metrics` from a daemon's metrics port in a namespace, as `name{labels}` → value.
 pub fn scrape_metrics(ns: &str, port: u16) -> Result<BTreeMap<String, f64>> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let body = linkem::net::in_namespace(ns, move || -> std::io::Result<String> {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        Ok(text)
-    })?
-    .with_context(|| format!("cannot read /metrics on port {port}"))?;
-    let mut out = BTreeMap::new();
-    let body = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((name, value)) = line.rsplit_once(' ') {
-            if let Ok(v) = value.trim().parse::<f64>() {
-                out.insert(name.to_string(), v);
-            }
-        }
-    }
-    Ok(out)
+    let answer = linkem::net::in_namespace(ns, move || crate::process::fetch_metrics(addr))?
+        .with_context(|| format!("cannot read /metrics on port {port}"))?;
+    Ok(crate::process::parse_metrics(&answer))
 }

@@ -1,0 +1,615 @@
+//! `satstp bench gateway`: the split-connection gateway on real sockets, on loopback.
+//!
+//! Three processes: the gateway and terminal daemons (`satstp gateway` and `satstp terminal`
+//! with generated keys and configuration files: the terminal's SOCKS5 listener and its STP hop,
+//! the gateway's STP hop and relay with a destination policy allowing 127.0.0.0/8), and this
+//! one, the load generator: a SOCKS5 client and an origin TCP server (the load-generation kit's;
+//! every byte is checked). The satellite hop is encrypted (Noise IK) and has no emulated
+//! impairment. Measured: throughput of one bulk download and of N parallel downloads; the CPU
+//! seconds per GB of each daemon (`utime + stime` of `/proc/PID/stat` around each run) and of
+//! the load generator apart (getrusage of this process); the resident memory each daemon spends
+//! per idle connection (its VmRSS growth while N idle connections are held open, divided by N).
+
+use crate::error::{Context, Result};
+use crate::process::{cpu_seconds, free_port, scrape, spawn, Proc};
+use loadgen::client::{Client, Route};
+use loadgen::origin::Origin;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Whole benchmark must finish within this.
+const OVERALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// STP receive and send buffers per connection (allocated as data arrives, not up front).
+pub const STP_BUFFER: u32 = 32 << 20;
+/// Bytes a relay stream may hand to the hop before STP accepts them.
+pub const RELAY_BUFFER: u32 = 8 << 20;
+/// STP datagram size of the hop (the daemons' default on an IPv4 hop: a 1500-byte path).
+pub const MAX_DATAGRAM: u16 = 1443;
+/// Idle connections opened concurrently at most.
+const OPEN_CONCURRENCY: usize = 32;
+
+/// What `satstp bench gateway` was asked for (its flags, parsed).
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// Bytes of the single-flow download; the parallel run moves the same total split evenly.
+    pub bytes: u64,
+    /// Parallel connections in the second run.
+    pub parallel: u32,
+    /// Idle connections held open for the memory measurement.
+    pub idle: u32,
+    /// Hop workers of each daemon (`None`: the daemons' default).
+    pub workers: Option<u32>,
+    /// Terminal daemons.
+    pub terminals: u32,
+}
+
+/// CPU seconds spent during one run, by process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu {
+    pub terminal: f64,
+    pub gateway: f64,
+    pub loadgen: f64,
+}
+
+impl Cpu {
+    /// Per GB of `bytes` moved.
+    pub fn per_gb(&self, bytes: u64) -> Cpu {
+        let gb = bytes as f64 / 1e9;
+        Cpu {
+            terminal: self.terminal / gb,
+            gateway: self.gateway / gb,
+            loadgen: self.loadgen / gb,
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "terminal": self.terminal,
+            "gateway": self.gateway,
+            "loadgen": self.loadgen,
+        })
+    }
+}
+
+/// What the benchmark measured.
+pub struct Figures {
+    pub single_secs: f64,
+    pub single_gbps: f64,
+    pub parallel_secs: f64,
+    pub parallel_bytes: u64,
+    pub parallel_gbps: f64,
+    pub single_cpu: Cpu,
+    pub parallel_cpu: Cpu,
+    /// VmRSS, KiB, of (terminal, gateway) before and after the idle connections opened.
+    pub rss_before_kib: (u64, u64),
+    pub rss_after_kib: (u64, u64),
+    pub idle: u64,
+    /// The gateway hop (the sender of the downloads) during the single flow.
+    pub single_hop: HopDelta,
+    /// Tunnel handshakes the gateway completed by the end (one per terminal session).
+    pub gateway_handshakes: u64,
+}
+
+impl Figures {
+    /// KiB per idle connection of the terminal and of the gateway.
+    pub fn idle_kib(&self) -> (f64, f64) {
+        let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / self.idle as f64;
+        (
+            per(self.rss_after_kib.0, self.rss_before_kib.0),
+            per(self.rss_after_kib.1, self.rss_before_kib.1),
+        )
+    }
+}
+
+/// What the gateway's hop did during one run, from its `/metrics`: datagrams it sent and
+/// received, and the STP retransmissions among those sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HopDelta {
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    pub retransmitted_packets: u64,
+}
+
+/// The gateway counters [`HopDelta`] is made of.
+#[derive(Debug, Clone, Copy, Default)]
+struct HopCounters {
+    datagrams_sent: f64,
+    datagrams_received: f64,
+    retransmissions: f64,
+}
+
+impl HopCounters {
+    fn read(metrics: SocketAddr) -> Result<HopCounters> {
+        let m = scrape(metrics)?;
+        let sum = |name: &str, label: &str| -> f64 {
+            m.iter()
+                .filter(|(k, _)| k.starts_with(name) && k.contains(label))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        Ok(HopCounters {
+            // At the gateway, "down" (towards the terminal) is sent and "up" received.
+            datagrams_sent: sum("satstp_hop_datagrams_total{", "direction=\"down\""),
+            datagrams_received: sum("satstp_hop_datagrams_total{", "direction=\"up\""),
+            retransmissions: sum("satstp_stp_retransmissions_total{", ""),
+        })
+    }
+
+    fn delta(&self, later: &HopCounters) -> HopDelta {
+        let d = |a: f64, b: f64| (b - a).max(0.0) as u64;
+        HopDelta {
+            datagrams_sent: d(self.datagrams_sent, later.datagrams_sent),
+            datagrams_received: d(self.datagrams_received, later.datagrams_received),
+            retransmitted_packets: d(self.retransmissions, later.retransmissions),
+        }
+    }
+}
+
+/// The daemons of one bench: the processes and their addresses (a SOCKS5 listener per
+/// terminal).
+struct Daemons {
+    terminals: Vec<Proc>,
+    gateway: Proc,
+    socks: Vec<SocketAddr>,
+    metrics: SocketAddr,
+}
+
+impl Daemons {
+    /// CPU seconds of the terminals together and of the gateway.
+    fn cpu(&self) -> Result<(f64, f64)> {
+        let mut t = 0.0;
+        for p in &self.terminals {
+            t += p.cpu_seconds()?;
+        }
+        Ok((t, self.gateway.cpu_seconds()?))
+    }
+
+    /// VmRSS of the first terminal (the one holding the idle connections) and the gateway.
+    fn rss(&self) -> Result<(u64, u64)> {
+        let t = self.terminals.first().context("no terminal")?;
+        Ok((t.rss_kib()?, self.gateway.rss_kib()?))
+    }
+
+    fn check_running(&mut self) -> Result<()> {
+        for t in &mut self.terminals {
+            t.check_running()?;
+        }
+        self.gateway.check_running()
+    }
+}
+
+impl GatewayOptions {
+    /// The flags' checks.
+    pub fn check(&self) -> Result<()> {
+        let args = self;
+        if args.bytes == 0 || args.bytes > 1 << 40 {
+            bail!(
+                "--bytes must be between 1 byte and 1 TiB, got {}",
+                args.bytes
+            );
+        }
+        if !(1..=1000).contains(&args.parallel) {
+            bail!(
+                "--parallel must be between 1 and 1000, got {}",
+                args.parallel
+            );
+        }
+        if u64::from(args.parallel) > args.bytes {
+            bail!("--bytes must be at least --parallel (one byte per connection)");
+        }
+        if !(1..=5000).contains(&args.idle) {
+            bail!("--idle must be between 1 and 5000, got {}", args.idle);
+        }
+        if let Some(w) = args.workers {
+            if !(1..=64).contains(&w) {
+                bail!("--workers must be between 1 and 64, got {w}");
+            }
+        }
+        if !(1..=200).contains(&args.terminals) {
+            bail!(
+                "--terminals must be between 1 and 200, got {}",
+                args.terminals
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs the benchmark: the daemons started from `exe` (the satstp binary) with their files in
+/// `dir` (see [`crate::process::daemon_dir`]), the idle connections, the single flow and the
+/// parallel flows measured.
+pub fn run(args: &GatewayOptions, exe: &Path, dir: &Path) -> Result<Figures> {
+    let _ = pep::fdlimit::raise_nofile_limit();
+    let mut daemons = start_daemons(exe, dir, args, args.idle + args.parallel + 64)?;
+    measure(args, &mut daemons)
+}
+
+impl Figures {
+    /// The JSON report.
+    pub fn json(&self, args: &GatewayOptions) -> serde_json::Value {
+        let f = self;
+        let single = f.single_cpu.per_gb(args.bytes);
+        let parallel = f.parallel_cpu.per_gb(f.parallel_bytes);
+        let (t_idle, g_idle) = f.idle_kib();
+        serde_json::json!({
+            "benchmark": "gateway",
+            "encryption": "noise-ik chacha20-poly1305",
+            "processes": "terminal and gateway daemons each in its own process; client and origin (the load generator) in the bench's",
+            "workers": args.workers,
+            "terminals": args.terminals,
+            "stp_buffer_bytes": STP_BUFFER,
+            "relay_buffer_bytes": RELAY_BUFFER,
+            "max_datagram_bytes": MAX_DATAGRAM,
+            "bytes": args.bytes,
+            "single_flow_seconds": f.single_secs,
+            "single_flow_gbps": f.single_gbps,
+            "parallel_connections": args.parallel,
+            "parallel_bytes": f.parallel_bytes,
+            "parallel_seconds": f.parallel_secs,
+            "parallel_gbps": f.parallel_gbps,
+            "single_flow_cpu_seconds": f.single_cpu.json(),
+            "single_flow_cpu_s_per_gb": single.json(),
+            "parallel_cpu_seconds": f.parallel_cpu.json(),
+            "parallel_cpu_s_per_gb": parallel.json(),
+            "cpu_s_per_gb": single.terminal + single.gateway,
+            "idle_connections": args.idle,
+            "terminal_rss_kib": [f.rss_before_kib.0, f.rss_after_kib.0],
+            "gateway_rss_kib": [f.rss_before_kib.1, f.rss_after_kib.1],
+            "terminal_idle_conn_kib": t_idle,
+            "gateway_idle_conn_kib": g_idle,
+            "idle_conn_kib": t_idle + g_idle,
+            "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
+            "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
+            "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+            "gateway_tunnel_handshakes": f.gateway_handshakes,
+        })
+    }
+}
+
+/// Writes keys and configuration files into `dir` and starts the gateway and the terminal
+/// daemons; returns once every terminal's SOCKS5 listener and the gateway's metrics endpoint
+/// accept connections.
+fn start_daemons(
+    exe: &Path,
+    dir: &Path,
+    args: &GatewayOptions,
+    max_connections: u32,
+) -> Result<Daemons> {
+    let (gk, gp) = pep::keys::generate_keypair()?;
+    let (gkey, _) = pep::keys::write_keypair(&dir.join("gateway"), &gk, &gp)?;
+    let mut terminals = Vec::new();
+    for i in 0..args.terminals {
+        let (tk, tp) = pep::keys::generate_keypair()?;
+        let (tkey, _) = pep::keys::write_keypair(&dir.join(format!("terminal{i}")), &tk, &tp)?;
+        terminals.push((tkey, tp, free_port()?));
+    }
+    let (hop, metrics) = (free_port()?, free_port()?);
+    let workers = args
+        .workers
+        .map_or(String::new(), |w| format!("workers = {w}\n"));
+    let common = format!(
+        "idle_timeout_s = 3600\n{workers}\
+         [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
+         max_connections_per_terminal = {max_connections}\n\
+         [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n\
+         min_poll_interval_ms = 1\n"
+    );
+    let allowed: Vec<String> = terminals
+        .iter()
+        .map(|(_, tp, _)| format!("\"{}\"", tp.to_hex()))
+        .collect();
+    let gateway = format!(
+        "[gateway]\nlisten = \"127.0.0.1:{hop}\"\nprivate_key_file = {gkey:?}\n\
+         allowed_terminals = [{allowed}]\nmetrics_listen = \"127.0.0.1:{metrics}\"\n{}\
+         [gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
+        common.replace("{side}", "gateway"),
+        gkey = gkey.display().to_string(),
+        allowed = allowed.join(", ")
+    );
+    let mut configs = vec![("gateway".to_string(), gateway)];
+    for (i, (tkey, _, socks)) in terminals.iter().enumerate() {
+        let text = format!(
+            "[terminal]\nsocks_listen = \"127.0.0.1:{socks}\"\ngateway = \"127.0.0.1:{hop}\"\n\
+             gateway_public_key = \"{gp}\"\nprivate_key_file = {tkey:?}\nsocks_fast_open = false\n{}",
+            common.replace("{side}", "terminal"),
+            tkey = tkey.display().to_string(),
+            gp = gp.to_hex()
+        );
+        configs.push((format!("terminal{i}"), text));
+    }
+    let mut procs = Vec::new();
+    for (name, text) in &configs {
+        let conf = dir.join(format!("{name}.toml"));
+        std::fs::write(&conf, text).with_context(|| format!("cannot write {}", conf.display()))?;
+        let role = if name == "gateway" {
+            "gateway"
+        } else {
+            "terminal"
+        };
+        procs.push(spawn(
+            exe,
+            &[
+                role,
+                "--config",
+                &conf.to_string_lossy(),
+                "--log-level",
+                "warn",
+            ],
+            role,
+            Some(&dir.join(format!("{name}.log"))),
+        )?);
+    }
+    let mut procs = procs.into_iter();
+    let gateway = procs.next().context("the gateway process")?;
+    let mut d = Daemons {
+        terminals: procs.collect(),
+        gateway,
+        socks: terminals
+            .iter()
+            .map(|(_, _, p)| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect(),
+        metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20 + u64::from(args.terminals) / 5);
+    let mut addrs = vec![d.metrics];
+    addrs.extend(d.socks.iter().copied());
+    for addr in addrs {
+        while std::net::TcpStream::connect(addr).is_err() {
+            d.check_running()?;
+            if Instant::now() > deadline {
+                bail!("the daemons do not listen on {addr} in time");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(d)
+}
+
+fn measure(args: &GatewayOptions, d: &mut Daemons) -> Result<Figures> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    let res = rt.block_on(async {
+        match tokio::time::timeout(OVERALL_TIMEOUT, bench(args, d)).await {
+            Ok(r) => r,
+            Err(_) => Err(err!(
+                "gateway benchmark did not finish within {} s",
+                OVERALL_TIMEOUT.as_secs()
+            )),
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    let f = res?;
+    d.check_running()?;
+    Ok(f)
+}
+
+/// CPU seconds of the daemons and of this process so far.
+fn cpu_now(d: &Daemons) -> Result<Cpu> {
+    let (terminal, gateway) = d.cpu()?;
+    Ok(Cpu {
+        terminal,
+        gateway,
+        loadgen: cpu_seconds()?,
+    })
+}
+
+fn cpu_since(before: Cpu, d: &Daemons) -> Result<Cpu> {
+    let now = cpu_now(d)?;
+    Ok(Cpu {
+        terminal: now.terminal - before.terminal,
+        gateway: now.gateway - before.gateway,
+        loadgen: now.loadgen - before.loadgen,
+    })
+}
+
+async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
+    let origin = Origin::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .context("cannot start the origin")?;
+    let socks = *d.socks.first().context("no terminal")?;
+
+    // Idle connections first, before bulk transfers leave freed memory in the heap: established
+    // through both hops to the origin, which holds them. A warm-up download sets up the tunnel.
+    download(socks, origin.addr(), 1000)
+        .await
+        .context("warm-up download")?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before_kib = d.rss()?;
+    let held_before = origin.accepted();
+    let idle = args.idle as usize;
+    let mut conns = Vec::with_capacity(idle);
+    let mut set = tokio::task::JoinSet::new();
+    let mut opened = 0usize;
+    while conns.len() < idle {
+        while opened < idle && set.len() < OPEN_CONCURRENCY {
+            let addr = origin.addr();
+            set.spawn(async move { loadgen::socks5::connect(socks, addr).await });
+            opened += 1;
+        }
+        match set.join_next().await {
+            Some(r) => conns.push(
+                r.context("idle connection task")?
+                    .context("opening an idle connection")?,
+            ),
+            None => bail!("idle connection tasks ended early"),
+        }
+    }
+    // Every SOCKS success means the gateway connected; wait for the origin to have them all.
+    let wait = Instant::now();
+    while origin.accepted() < held_before + idle as u64 {
+        if wait.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "the origin holds {} of {idle} idle connections after 30 s",
+                origin.accepted() - held_before
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_after_kib = d.rss()?;
+    drop(conns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Single flow, with each process's CPU time around it.
+    let hop0 = HopCounters::read(d.metrics)?;
+    let cpu0 = cpu_now(d)?;
+    let t0 = Instant::now();
+    download(socks, origin.addr(), args.bytes)
+        .await
+        .context("single-flow download")?;
+    let single_secs = t0.elapsed().as_secs_f64();
+    let single_cpu = cpu_since(cpu0, d)?;
+    let single_hop = hop0.delta(&HopCounters::read(d.metrics)?);
+
+    // Parallel flows: the same total split evenly.
+    let n = u64::from(args.parallel);
+    let each = args.bytes / n;
+    // Warm every terminal's tunnel session first, so the run measures transfers only.
+    for &proxy in d.socks.iter().skip(1) {
+        download(proxy, origin.addr(), 1000)
+            .await
+            .context("warm-up download")?;
+    }
+    let cpu0 = cpu_now(d)?;
+    let t0 = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let addr = origin.addr();
+        let proxy = d.socks[i as usize % d.socks.len()];
+        set.spawn(async move { download(proxy, addr, each).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.context("parallel download task")?
+            .context("parallel download")?;
+    }
+    let parallel_secs = t0.elapsed().as_secs_f64();
+    let parallel_cpu = cpu_since(cpu0, d)?;
+    let parallel_bytes = each * n;
+    let gateway_handshakes = scrape(d.metrics)?
+        .iter()
+        .filter(|(k, _)| k.starts_with("satstp_tunnel_handshakes_total{"))
+        .map(|(_, v)| *v as u64)
+        .sum();
+
+    Ok(Figures {
+        single_secs,
+        single_gbps: args.bytes as f64 * 8.0 / single_secs / 1e9,
+        parallel_secs,
+        parallel_bytes,
+        parallel_gbps: parallel_bytes as f64 * 8.0 / parallel_secs / 1e9,
+        single_cpu,
+        parallel_cpu,
+        rss_before_kib,
+        rss_after_kib,
+        idle: idle as u64,
+        single_hop,
+        gateway_handshakes,
+    })
+}
+
+/// Downloads `n` bytes of object 0 from the origin through the SOCKS5 listener `proxy`, every
+/// byte checked.
+pub async fn download(proxy: SocketAddr, origin: SocketAddr, n: u64) -> Result<()> {
+    let client = Client::new(origin, Route::Socks5(proxy));
+    let mut conn = client
+        .connect()
+        .await
+        .context("SOCKS5 through the terminal")?;
+    conn.get(0, n).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_out_of_range_are_refused_naming_the_flag() {
+        let ok = GatewayOptions {
+            bytes: 1_000_000,
+            parallel: 10,
+            idle: 100,
+            workers: None,
+            terminals: 1,
+        };
+        assert!(ok.check().is_ok());
+        for (o, flag) in [
+            (
+                GatewayOptions {
+                    bytes: 0,
+                    ..ok.clone()
+                },
+                "--bytes",
+            ),
+            (
+                GatewayOptions {
+                    parallel: 0,
+                    ..ok.clone()
+                },
+                "--parallel",
+            ),
+            (
+                GatewayOptions {
+                    bytes: 5,
+                    ..ok.clone()
+                },
+                "--bytes must be at least --parallel",
+            ),
+            (
+                GatewayOptions {
+                    idle: 5001,
+                    ..ok.clone()
+                },
+                "--idle",
+            ),
+            (
+                GatewayOptions {
+                    workers: Some(65),
+                    ..ok.clone()
+                },
+                "--workers",
+            ),
+            (
+                GatewayOptions {
+                    terminals: 0,
+                    ..ok.clone()
+                },
+                "--terminals",
+            ),
+        ] {
+            let e = o.check().unwrap_err().to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+
+    #[test]
+    fn idle_memory_is_the_growth_per_connection() {
+        let f = Figures {
+            single_secs: 1.0,
+            single_gbps: 1.0,
+            parallel_secs: 1.0,
+            parallel_bytes: 1,
+            parallel_gbps: 1.0,
+            single_cpu: Cpu::default(),
+            parallel_cpu: Cpu::default(),
+            rss_before_kib: (1000, 2000),
+            rss_after_kib: (1500, 2000),
+            idle: 100,
+            single_hop: HopDelta::default(),
+            gateway_handshakes: 1,
+        };
+        assert_eq!(f.idle_kib(), (5.0, 0.0));
+        let v = f.json(&GatewayOptions {
+            bytes: 1,
+            parallel: 1,
+            idle: 100,
+            workers: None,
+            terminals: 1,
+        });
+        assert_eq!(v["terminal_idle_conn_kib"], 5.0);
+        assert_eq!(v["idle_conn_kib"], 5.0);
+    }
+}
