@@ -110,6 +110,17 @@ pub struct Verdict {
     pub claims: Vec<bool>,
 }
 
+impl Verdict {
+    /// The verdict of a reproduction whose claims were checked as `claims`.
+    pub fn of(name: &str, holds: bool, claims: &[netsim::reproduce::ClaimResult]) -> Verdict {
+        Verdict {
+            name: name.to_string(),
+            conclusion_holds: holds,
+            claims: claims.iter().map(|c| c.holds).collect(),
+        }
+    }
+}
+
 /// What every run of a session shares: quick or full, the worker threads, a progress callback
 /// (told the case being run), and data several LEO reproductions use (computed once).
 pub struct Session<'a> {
@@ -158,11 +169,7 @@ impl Entry {
             Kind::Sim(r, template) => {
                 let res = r.run(template, s.quick, s.threads, s.progress)?;
                 report::write_outputs(out, r, &res, t0.elapsed().as_secs_f64(), s.quick)?;
-                Verdict {
-                    name: res.name.clone(),
-                    conclusion_holds: res.conclusion_holds,
-                    claims: res.claims.iter().map(|c| c.holds).collect(),
-                }
+                Verdict::of(&res.name, res.conclusion_holds, &res.claims)
             }
             Kind::Web(r) => web::run(r, s.quick, s.threads, out)?,
             Kind::Leo => leo::run(&self.name, &mut s.leo, s.quick, out)?,

@@ -277,11 +277,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<Merged> {
             let wall_s: f64 = p.iter().map(|p| p.wall_time_s).sum();
             let res = r.merge(template, p)?;
             report::write_outputs(out, r, &res, wall_s, quick)?;
-            let verdict = Verdict {
-                name: res.name.clone(),
-                conclusion_holds: res.conclusion_holds,
-                claims: res.claims.iter().map(|c| c.holds).collect(),
-            };
+            let verdict = Verdict::of(&res.name, res.conclusion_holds, &res.claims);
             report::record_verdict(&out.join("verdicts.json"), &verdict)?;
             merged.reproductions.push((verdict, n));
         } else if let Some((w, dir)) = wholes.remove(e.name()) {

@@ -52,11 +52,7 @@ pub(crate) fn run(r: &WebRepro, quick: bool, threads: usize, out: &Path) -> Resu
     let t0 = std::time::Instant::now();
     let res = r.run(quick, threads)?;
     write_outputs(out, r, &res, t0.elapsed().as_secs_f64(), quick)?;
-    Ok(Verdict {
-        name: res.name.clone(),
-        conclusion_holds: res.conclusion_holds,
-        claims: res.claims.iter().map(|c| c.holds).collect(),
-    })
+    Ok(Verdict::of(&res.name, res.conclusion_holds, &res.claims))
 }
 
 /// The metrics plotted for each experiment: (metric, y label, title; None: the reproduction's).
