@@ -177,6 +177,7 @@ pub fn partial_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 /// One merged sweep of `satstp sim`.
+#[derive(Debug)]
 pub struct MergedSim {
     pub name: String,
     pub shards: usize,
@@ -186,6 +187,7 @@ pub struct MergedSim {
 }
 
 /// What a merge wrote.
+#[derive(Debug)]
 pub struct Merged {
     pub sims: Vec<MergedSim>,
     /// The reproductions, in registry order, with the number of partial results of each.
@@ -283,6 +285,16 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<Merged> {
         } else if let Some((w, dir)) = wholes.remove(e.name()) {
             for f in &w.files {
                 let (from, to) = (dir.join(f), out.join(f));
+                if !from.is_file() {
+                    return Err(Error::Merge(format!(
+                        "shard {}'s result of reproduction '{}' names {}, which is missing \
+                         (copy the directory {} beside its partial file)",
+                        w.shard,
+                        w.name,
+                        from.display(),
+                        w.dir
+                    )));
+                }
                 std::fs::copy(&from, &to).map_err(|source| Error::Write {
                     path: to.clone(),
                     source,
@@ -294,4 +306,51 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<Merged> {
         }
     }
     Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{plan, Registry};
+
+    /// A LEO reproduction run whole by a shard merges to the files of an unsharded run; its
+    /// outputs' directory missing, the merge says which file and directory.
+    #[test]
+    fn a_whole_leo_shard_merges_to_the_unsharded_files() {
+        let base = std::env::temp_dir().join(format!("repro-shard-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (one, parts, merged) = (base.join("one"), base.join("parts"), base.join("merged"));
+        for d in [&one, &parts, &merged] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let reg = Registry::load().unwrap();
+        let selected = reg.select(&["leo-table5.2".into()]).unwrap();
+        let mut s = Session::new(true, 2, &|_| {});
+        selected[0].run(&mut s, &one).unwrap();
+        let planned = vec!["leo-table5.2".to_string()];
+        let mut written = Vec::new();
+        for i in 0..2 {
+            let shard = Shard { index: i, count: 2 };
+            for w in plan(&selected, shard) {
+                written.push(run_work(w, &planned, &mut s, shard, &parts).unwrap());
+            }
+        }
+        assert_eq!(written.len(), 1, "{written:?}");
+        let m = merge(std::slice::from_ref(&parts), &merged).unwrap();
+        assert_eq!(m.reproductions.len(), 1);
+        for f in ["leo-table5.2.csv", "leo-table5.2.svg", "verdicts.json"] {
+            assert_eq!(
+                std::fs::read(one.join(f)).unwrap(),
+                std::fs::read(merged.join(f)).unwrap(),
+                "{f}"
+            );
+        }
+        std::fs::remove_dir_all(parts.join("leo-table5.2.shard-0-of-2")).unwrap();
+        let e = merge(&[parts], &base.join("x")).unwrap_err().to_string();
+        assert!(
+            e.contains("leo-table5.2") && e.contains("leo-table5.2.shard-0-of-2"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }
