@@ -18,18 +18,17 @@ mod failover;
 mod keygen;
 mod leo;
 mod outpath;
-mod plot;
 mod progress;
-mod repro_report;
 mod reproduce;
 mod shard;
 mod signals;
 mod sim;
 mod summary_table;
-mod web_reproduce;
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
+/// The charts, kept at `crate::plot` for the bench code that draws its own.
+use repro::plot;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

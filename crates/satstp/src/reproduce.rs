@@ -1,15 +1,17 @@
-//! `satstp reproduce [NAME…] [--quick] [--out DIR] [--list]`: runs the seeds' experiments and
-//! writes, per reproduction, `NAME.json`, `NAME.csv`, plots (`NAME.svg`/`.png`, and
-//! `NAME-2.svg`/`.png` for a second metric) and a section of `report.md` that sets the seeds'
-//! figures beside ours and says whether the seeds' conclusion holds.
+//! `satstp reproduce [NAME…] [--quick] [--out DIR] [--list] [--shard I/N]`: runs the seeds'
+//! experiments through the one reproduction interface of the `repro` crate (simulator, LEO and
+//! web reproductions alike), which writes, per reproduction, `NAME.json`, `NAME.csv`, plots
+//! and a section of `report.md` that sets the seeds' figures beside ours and says whether the
+//! seeds' conclusion holds. This parses, orchestrates and prints.
 
-use crate::repro_report::{record_verdict, write_outputs};
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 
-/// Every reproduction, parsed, with its template text (kept here for `satstp bench`).
-pub(crate) use crate::repro_report::all;
+/// Every simulator reproduction, parsed, with its template text (for `satstp bench`).
+pub(crate) fn all() -> Result<Vec<(netsim::reproduce::Reproduction, &'static str)>> {
+    Ok(repro::sim_reproductions()?)
+}
 
 #[derive(Debug, Args)]
 pub struct ReproduceArgs {
@@ -24,66 +26,79 @@ pub struct ReproduceArgs {
     /// List the reproductions and exit.
     #[arg(long)]
     list: bool,
-    /// Run only shard I of N (0-based) of each reproduction's (case, replication) pairs and
-    /// write partial results to --out for `satstp merge` (docs/cluster.md).
+    /// Run only shard I of N (0-based): its share of each simulator reproduction's (case,
+    /// replication) pairs and the LEO and web reproductions dealt to it whole, writing partial
+    /// results to --out for `satstp merge` (docs/cluster.md).
     #[arg(long, value_name = "I/N")]
     shard: Option<netsim::shard::Shard>,
 }
 
+fn conclusion(holds: bool) -> &'static str {
+    if holds {
+        "holds"
+    } else {
+        "does NOT hold"
+    }
+}
+
 pub fn run(args: &ReproduceArgs) -> Result<()> {
-    let all = all()?;
+    let registry = repro::Registry::load()?;
     if args.list {
-        for (r, _) in &all {
-            outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
+        for e in registry.entries() {
+            outln!("{:<20} {}  [{}]", e.name(), e.title(), e.source());
         }
-        crate::leo::reproduce::list();
-        crate::web_reproduce::list()?;
         return Ok(());
     }
-    let web = crate::web_reproduce::all()?;
-    for n in &args.names {
-        if !all.iter().any(|(r, _)| &r.name == n)
-            && !crate::leo::reproduce::names().any(|l| l == n)
-            && !web.iter().any(|w| &w.name == n)
-        {
-            bail!("unknown reproduction '{n}' (see --list)");
-        }
-    }
+    let selected = registry.select(&args.names)?;
     crate::outpath::dir("--out", &args.out)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
-    for (r, template) in all
-        .iter()
-        .filter(|(r, _)| args.names.is_empty() || args.names.contains(&r.name))
-    {
-        let t0 = std::time::Instant::now();
-        crate::progress::note(&format!("{}: {}", r.name, r.title));
-        if let Some(shard) = args.shard {
-            crate::shard::run_repro_shard(r, template, args.quick, shard, &args.out)?;
-            continue;
+    // When the current reproduction started (the progress line counts from it).
+    let t0 = std::sync::Mutex::new(std::time::Instant::now());
+    let restart = || {
+        if let Ok(mut t) = t0.lock() {
+            *t = std::time::Instant::now();
         }
-        let res = r.run(template, args.quick, threads, &|case| {
-            crate::progress::show(&format!(
-                "  running {case} ({:.0} s)",
-                t0.elapsed().as_secs_f64()
-            ))
-        })?;
-        write_outputs(&args.out, r, &res, t0.elapsed().as_secs_f64(), args.quick)?;
-        record_verdict(&args.out.join("verdicts.json"), &res)?;
+    };
+    let elapsed = || t0.lock().map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let progress =
+        |case: &str| crate::progress::show(&format!("  running {case} ({:.0} s)", elapsed()));
+    let mut session = repro::Session::new(args.quick, threads, &progress);
+    if let Some(shard) = args.shard {
+        let work = repro::plan(&selected, shard);
+        let planned: Vec<String> = selected
+            .iter()
+            .filter(|e| !e.family().splits_items())
+            .map(|e| e.name().to_string())
+            .collect();
+        for w in work {
+            let e = w.entry();
+            crate::progress::note(&format!("{}: {}", e.name(), e.title()));
+            restart();
+            let path = repro::shard::run_work(w, &planned, &mut session, shard, &args.out)
+                .with_context(|| format!("reproduction {}", e.name()))?;
+            crate::progress::note(&format!(
+                "  shard {shard}: partial result {}",
+                path.display()
+            ));
+        }
+        eprintln!(
+            "shard {shard} done in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    for e in selected {
+        crate::progress::note(&format!("{}: {}", e.name(), e.title()));
+        restart();
+        let v = e
+            .run(&mut session, &args.out)
+            .with_context(|| format!("reproduction {}", e.name()))?;
         crate::progress::note(&format!(
             "  done in {:.1} s: seeds' conclusion {}",
-            t0.elapsed().as_secs_f64(),
-            if res.conclusion_holds {
-                "holds"
-            } else {
-                "does NOT hold"
-            }
+            elapsed(),
+            conclusion(v.conclusion_holds)
         ));
-    }
-    crate::leo::reproduce::run(&args.names, args.quick, &args.out)?;
-    // The web reproductions (short transfers, issue 15) have no sharded form: run them whole.
-    if args.shard.is_none() {
-        crate::web_reproduce::run(&args.names, args.quick, &args.out)?;
     }
     eprintln!(
         "all done in {:.1} s; report: {}",

@@ -128,8 +128,8 @@ fn run_constellation(args: &SimArgs, scenario: &Scenario) -> Result<()> {
     );
     if let Some(dir) = &args.out {
         let runs = [(scenario.name.as_str(), &r)];
-        crate::leo::reproduce::modern::write_study_csv(dir, &scenario.name, &runs, &plan.stations)?;
-        crate::leo::reproduce::modern::study_charts(dir, &scenario.name, &runs)?;
+        repro::leo::write_study_csv(dir, &scenario.name, &runs, &plan.stations)?;
+        repro::leo::study_charts(dir, &scenario.name, &runs)?;
         outln!("  tables and charts in {}", dir.display());
     }
     crate::outpath::write_json(

@@ -1,7 +1,8 @@
 //! Sharded runs: N separate `satstp sim --shard I/N` processes merged by `satstp merge` give
 //! byte for byte the JSON one unsharded `satstp sim` writes; the same for a reproduction
-//! (JSON, CSV, plots and report section), except the wall time each output states; and the
-//! merge refuses an incomplete set of shards, naming the missing one.
+//! (JSON, CSV, plots and report section), except the wall time each output states, with the
+//! LEO reproductions dealt whole to one shard each; and the merge refuses an incomplete set of
+//! shards, naming the missing one.
 
 mod common;
 
@@ -196,6 +197,106 @@ fn sharded_reproduction_merges_to_the_unsharded_outputs() {
         );
         assert!(a.contains("wall"), "{file} states a wall time");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--shard` splits the LEO and web reproductions too: each runs whole on exactly one shard
+/// (the k-th of the selection on shard k mod N), the simulator's are split by item on both, and
+/// the merge gives the unsharded outputs and verdicts; without one shard's results it names the
+/// reproduction missing.
+#[test]
+fn sharded_leo_reproductions_run_on_one_shard_each_and_merge_to_the_unsharded_outputs() {
+    let names = ["fig5.7-ber", "leo-joint-attachment", "leo-table5.2"];
+    let dir = fresh_dir("shard-leo");
+    let one = dir.join("one");
+    ok(satstp()
+        .arg("reproduce")
+        .args(names)
+        .args(["--quick", "--out"])
+        .arg(&one)
+        .output()
+        .unwrap());
+    let parts = dir.join("parts");
+    for i in 0..2 {
+        ok(satstp()
+            .arg("reproduce")
+            .args(names)
+            .args(["--quick", "--shard"])
+            .arg(format!("{i}/2"))
+            .arg("--out")
+            .arg(&parts)
+            .output()
+            .unwrap());
+    }
+    // In --list order the LEO ones are joint-attachment (shard 0), then table5.2 (shard 1).
+    for (name, i) in [("leo-joint-attachment", 0), ("leo-table5.2", 1)] {
+        for j in 0..2 {
+            let p = parts.join(format!("{name}.shard-{j}-of-2.partial.json"));
+            assert_eq!(p.is_file(), i == j, "{}", p.display());
+        }
+    }
+    for j in 0..2 {
+        assert!(parts
+            .join(format!("fig5.7-ber.shard-{j}-of-2.partial.json"))
+            .is_file());
+    }
+    // Shard 1's LEO result missing: the merge names it.
+    let lone = dir.join("lone");
+    std::fs::create_dir_all(&lone).unwrap();
+    for f in [
+        "fig5.7-ber.shard-0-of-2.partial.json",
+        "fig5.7-ber.shard-1-of-2.partial.json",
+        "leo-joint-attachment.shard-0-of-2.partial.json",
+    ] {
+        std::fs::copy(parts.join(f), lone.join(f)).unwrap();
+    }
+    let o = satstp()
+        .arg("merge")
+        .arg(&lone)
+        .arg("--out")
+        .arg(dir.join("x"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("leo-table5.2"), "{err}");
+
+    let merged = dir.join("merged");
+    ok(satstp()
+        .arg("merge")
+        .arg(&parts)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap());
+    for name in names {
+        for file in [format!("{name}.csv"), format!("{name}.svg")] {
+            assert!(
+                read(&one.join(&file)) == read(&merged.join(&file)),
+                "{file} differs"
+            );
+        }
+        let file = format!("{name}.json");
+        let a = String::from_utf8(read(&one.join(&file))).unwrap();
+        let b = String::from_utf8(read(&merged.join(&file))).unwrap();
+        assert_eq!(
+            without_wall_time(&a),
+            without_wall_time(&b),
+            "{file} differs"
+        );
+    }
+    let a = String::from_utf8(read(&one.join("report.md"))).unwrap();
+    let b = String::from_utf8(read(&merged.join("report.md"))).unwrap();
+    assert_eq!(
+        without_wall_time(&a),
+        without_wall_time(&b),
+        "report.md differs"
+    );
+    let v = |d: &Path| -> serde_json::Value {
+        serde_json::from_slice(&read(&d.join("verdicts.json"))).unwrap()
+    };
+    assert_eq!(v(&one), v(&merged));
+    assert_eq!(v(&one).as_object().unwrap().len(), 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

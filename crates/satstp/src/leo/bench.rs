@@ -210,8 +210,8 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         crate::outpath::dir("--out", dir)?;
         let names: Vec<String> = t.iter().map(|p| p.name.clone()).collect();
         let runs = [(a.variant.as_str(), &r)];
-        super::reproduce::modern::write_study_csv(dir, "leo-network", &runs, &names)?;
-        super::reproduce::modern::study_charts(dir, "leo-network", &runs)?;
+        repro::leo::write_study_csv(dir, "leo-network", &runs, &names)?;
+        repro::leo::study_charts(dir, "leo-network", &runs)?;
     }
     let busiest = r
         .isl_links

@@ -4,8 +4,6 @@
 //! `constellation` crate; `--leo` of the emulators and the LEO reproductions use it too.
 
 pub mod bench;
-mod plots;
-pub mod reproduce;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -338,7 +336,7 @@ pub fn run(cmd: &LeoCommand) -> Result<()> {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or("leo-map");
-            plots::map(
+            repro::leo::plots::map(
                 &dir,
                 name,
                 &format!("{} at t = {} s", c.name(), a.time),

@@ -5,7 +5,7 @@
 
 use super::{percentile, Section};
 use crate::plot::{Chart, Series, XAxis};
-use anyhow::{Context, Result};
+use crate::{write_file, Error, Result};
 use constellation::geo::{stations, Place, C_KM_S, EARTH_RADIUS_KM};
 use constellation::trace::{compute, PathTrace};
 use constellation::{AttachPolicy, Constellation, HandoffMode, Routing, TraceSpec};
@@ -152,7 +152,8 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
     };
     // Which stations saw a satellite at every step (their flows must deliver).
     let pos: Vec<_> = t.iter().map(Place::position).collect();
-    let cover = constellation::fstate::run(&c, &pos, 0.0, secs + 1, 1.0, &mut std::io::sink())?;
+    let cover = constellation::fstate::run(&c, &pos, 0.0, secs + 1, 1.0, &mut std::io::sink())
+        .map_err(|e| Error::Experiment(format!("leo-network: forwarding state: {e}")))?;
     let covered = |g: usize| cover.uncovered_steps[g] == 0;
     let runs: Vec<(&str, StudyTransport)> = vec![
         ("NewReno", StudyTransport::Tcp(Variant::NewReno)),
@@ -374,11 +375,11 @@ pub(super) fn split(out: &Path) -> Result<Section> {
         reverse[v] = r.up_reverse_bytes as f64 / r.up_forward_bytes.max(1) as f64;
         for (p, (a, b)) in SPLIT_PAIRS.iter().enumerate() {
             let Some(end) = r.completed_at[p] else {
-                anyhow::bail!(
+                return Err(Error::Experiment(format!(
                     "leo-network split study: {name} {a} -> {b} delivered {} of {BYTES} bytes in {} s",
                     r.delivered_bytes[p],
                     cfg.duration / SEC
-                );
+                )));
             };
             let t = end as f64 / 1e9;
             done[v][p] = t;
@@ -395,7 +396,7 @@ pub(super) fn split(out: &Path) -> Result<Section> {
             json!({"variant": name, "completion_s": done[v], "up_reverse_per_forward": reverse[v]}),
         );
     }
-    std::fs::write(out.join("leo-split-runs.csv"), csv).context("writing leo-split-runs.csv")?;
+    write_file(&out.join("leo-split-runs.csv"), csv)?;
     for (v, (name, ..)) in variants.iter().enumerate() {
         s.row(
             &format!("split study, {name}: 3 MB completion time Chicago-Toronto, New York-Los Angeles, London-Tokyo (origin 20 ms behind the station); reverse bytes per forward byte sent up"),
@@ -560,7 +561,7 @@ pub(super) fn table52(quick: bool, out: &Path) -> Result<Section> {
 
 /// Writes a bulk study's per-flow, per-second and ISL outputs as `PREFIX-flows.csv`,
 /// `PREFIX-rtt.csv`, `PREFIX-isl.csv` and `PREFIX-isl-links.csv` in `dir` (see docs/leo.md).
-pub(crate) fn write_study_csv(
+pub fn write_study_csv(
     dir: &Path,
     prefix: &str,
     runs: &[(&str, &BulkStudy)],
@@ -631,7 +632,7 @@ pub(crate) fn write_study_csv(
         ("isl-links", links),
     ] {
         let p = dir.join(format!("{prefix}-{suffix}.csv"));
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        write_file(&p, text)?;
     }
     Ok(())
 }
@@ -639,7 +640,7 @@ pub(crate) fn write_study_csv(
 /// Charts of a bulk study over time: the median RTT over the flows per second
 /// (`PREFIX-rtt`), the ISLs' mean utilisation (`PREFIX-isl-utilisation`) and their longest
 /// queueing delay (`PREFIX-isl-queue`) at each step, a series per transport.
-pub(crate) fn study_charts(dir: &Path, prefix: &str, runs: &[(&str, &BulkStudy)]) -> Result<()> {
+pub fn study_charts(dir: &Path, prefix: &str, runs: &[(&str, &BulkStudy)]) -> Result<()> {
     type Points = Vec<(f64, f64, f64)>;
     let over_time = |f: &dyn Fn(&BulkStudy) -> Points| {
         runs.iter()

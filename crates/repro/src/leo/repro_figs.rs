@@ -1,10 +1,10 @@
 //! The LEO reproductions built on random pings: delay against distance (figs. 6.4-6.7), the
 //! min-hop penalty (figs. 6.11, 6.12) and geographic forwarding (figs. 6.21, 6.22).
 
+use super::plots;
 use super::{percentile, Data, Section};
-use crate::leo::plots;
 use crate::plot::{Chart, Series, XAxis};
-use anyhow::Result;
+use crate::Result;
 use constellation::experiments::{binned, Bin, Ping};
 use constellation::Constellation;
 use serde_json::{json, Value};

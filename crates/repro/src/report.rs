@@ -1,10 +1,10 @@
-//! The report-writing side of `satstp reproduce`, shared by the orchestrator (`reproduce`), the
-//! per-kind runners (`web_reproduce`, `leo::reproduce`) and `satstp merge` (`shard`): the embedded
-//! reproductions, each one's `NAME.json`/`NAME.csv`/plots, its section of `report.md` and its
-//! line of `verdicts.json`. It calls none of those modules back.
+//! The report-writing side of the reproductions, shared by the families (`web`, `leo`, the
+//! simulator's here) and the merge of shards (`shard`): the embedded simulator reproductions,
+//! each one's `NAME.json`/`NAME.csv`/plots, its section of `report.md` and its line of
+//! `verdicts.json`. It calls none of those modules back.
 
 use crate::plot::{ci_label, Chart, SeedPoint, Series, XAxis};
-use anyhow::{Context, Result};
+use crate::{write_file, Error, Result, Verdict};
 use netsim::reproduce::{format_metric as fmt_metric, ReproResult, Reproduction};
 use netsim::scenario::Replication;
 use std::fmt::Write as _;
@@ -22,15 +22,20 @@ fn file(name: &str) -> Option<&'static str> {
 }
 
 /// Every reproduction, parsed, with its template text.
-pub fn all() -> Result<Vec<(Reproduction, &'static str)>> {
+pub(crate) fn all() -> Result<Vec<(Reproduction, &'static str)>> {
     let mut v = Vec::new();
     for (fname, text) in embedded::FILES {
         if fname.ends_with(".template.toml") {
             continue;
         }
-        let r = Reproduction::from_toml(text).with_context(|| format!("reproduction {fname}"))?;
-        let t = file(&r.template)
-            .with_context(|| format!("reproduction {fname}: no template {}", r.template))?;
+        let r = Reproduction::from_toml(text).map_err(|e| Error::Definition {
+            file: fname.to_string(),
+            reason: e.to_string(),
+        })?;
+        let t = file(&r.template).ok_or_else(|| Error::Definition {
+            file: fname.to_string(),
+            reason: format!("no template {}", r.template),
+        })?;
         v.push((r, t));
     }
     Ok(v)
@@ -108,8 +113,7 @@ pub(crate) fn write_outputs(
         "confidence": res.confidence, "note": r.note, "replication": res.replication,
     });
     let p = dir.join(format!("{}.json", r.name));
-    std::fs::write(&p, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("cannot write {}", p.display()))?;
+    write_file(&p, serde_json::to_string_pretty(&json)?)?;
 
     // CSV.
     let mut csv = String::from("series,point,x,goodput_bps,goodput_ci95,fwd_efficiency,fwd_efficiency_ci95,reverse_bps,reverse_ci95,completion_s,completion_ci95\n");
@@ -135,7 +139,7 @@ pub(crate) fn write_outputs(
         );
     }
     let p = dir.join(format!("{}.csv", r.name));
-    std::fs::write(&p, csv).with_context(|| format!("cannot write {}", p.display()))?;
+    write_file(&p, csv)?;
 
     // Plots: ours with error bars, the seeds' figures as their own markers.
     let axis = match r.x_axis.as_str() {
@@ -308,41 +312,18 @@ pub(crate) fn write_outputs(
     update_report(&dir.join("report.md"), &r.name, &sec)
 }
 
-/// Adds (or replaces) this reproduction's verdicts in `path`: name → {conclusion_holds, claims:
+/// Adds (or replaces) a reproduction's verdicts in `path`: name → {conclusion_holds, claims:
 /// [bool per claim]}, the file a quick run is compared with (`full-verdicts.json`).
-pub(crate) fn record_verdict(path: &Path, res: &ReproResult) -> Result<()> {
+pub(crate) fn record_verdict(path: &Path, v: &Verdict) -> Result<()> {
     let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default();
     all.insert(
-        res.name.clone(),
-        serde_json::json!({
-            "conclusion_holds": res.conclusion_holds,
-            "claims": res.claims.iter().map(|c| c.holds).collect::<Vec<_>>(),
-        }),
+        v.name.clone(),
+        serde_json::json!({ "conclusion_holds": v.conclusion_holds, "claims": v.claims }),
     );
-    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// Records a web reproduction's verdicts as `record_verdict` does.
-pub(crate) fn record_web_verdict(
-    path: &Path,
-    name: &str,
-    holds: bool,
-    claims: Vec<bool>,
-) -> Result<()> {
-    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    all.insert(
-        name.to_string(),
-        serde_json::json!({ "conclusion_holds": holds, "claims": claims }),
-    );
-    std::fs::write(path, serde_json::to_string_pretty(&all)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))
+    write_file(path, serde_json::to_string_pretty(&all)? + "\n")
 }
 
 /// The values `metric` (plotted divided by `scale`) can physically take: fractions lie in
@@ -371,7 +352,16 @@ pub(crate) fn update_report(path: &Path, name: &str, section: &str) -> Result<()
     } else {
         text.push_str(&block);
     }
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    write_file(path, text)
+}
+
+/// The section of `name` in a report's text, as `update_report` was given it.
+pub(crate) fn section(text: &str, name: &str) -> Option<String> {
+    let begin = format!("<!-- begin {name} -->\n");
+    let end = format!("<!-- end {name} -->");
+    let a = text.find(&begin)? + begin.len();
+    let b = a + text.get(a..)?.find(&end)?;
+    text.get(a..b).map(str::to_string)
 }
 
 /// The report's closing lines of one reproduction: the seeds' conclusion, each claim checked or
@@ -421,7 +411,7 @@ mod tests {
             .filter_map(|(r, _)| Some((r.name, r.note?)))
             .collect();
         notes.extend(
-            crate::web_reproduce::all()
+            crate::web::all()
                 .unwrap()
                 .into_iter()
                 .filter_map(|r| Some((r.name, r.note?))),

@@ -1,10 +1,10 @@
-//! The short-transfer and web reproductions of `satstp reproduce` (names `web-*`): each is a
-//! data file under `scenarios/reproduce/web/` run by `netsim::web_repro`; this writes its
+//! The short-transfer and web reproductions (family `Web`, names `web-*`): each is a data file
+//! under `scenarios/reproduce/web/` run by `netsim::web_repro`; this writes its
 //! `NAME.json`, `NAME.csv`, a plot and a section of `report.md` with the seeds' figures beside
 //! ours and the claims checked.
 
 use crate::plot::{ci_label, Chart, SeedPoint, Series, XAxis};
-use anyhow::{Context, Result};
+use crate::{write_file, Error, Result, Verdict};
 use netsim::reproduce::format_metric as fmt;
 use netsim::web_repro::{WebRepro, WebResult};
 use std::fmt::Write as _;
@@ -35,50 +35,24 @@ const FILES: [(&str, &str); 5] = [
 ];
 
 /// Every web reproduction, parsed.
-pub fn all() -> Result<Vec<WebRepro>> {
+pub(crate) fn all() -> Result<Vec<WebRepro>> {
     FILES
         .iter()
-        .map(|(f, t)| WebRepro::from_toml(t).with_context(|| format!("reproduction {f}")))
+        .map(|(f, t)| {
+            WebRepro::from_toml(t).map_err(|e| Error::Definition {
+                file: f.to_string(),
+                reason: e.to_string(),
+            })
+        })
         .collect()
 }
 
-pub fn list() -> Result<()> {
-    for r in all()? {
-        outln!("{:<20} {}  [{}]", r.name, r.title, r.source);
-    }
-    Ok(())
-}
-
-/// Runs the web reproductions among `selected` (all when empty).
-pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for r in all()? {
-        if !selected.is_empty() && !selected.contains(&r.name) {
-            continue;
-        }
-        crate::progress::note(&format!("{}: {}", r.name, r.title));
-        let t0 = std::time::Instant::now();
-        let res = r
-            .run(quick, threads)
-            .with_context(|| format!("reproduction {}", r.name))?;
-        let wall = t0.elapsed().as_secs_f64();
-        write_outputs(out, &r, &res, wall, quick)?;
-        crate::repro_report::record_web_verdict(
-            &out.join("verdicts.json"),
-            &res.name,
-            res.conclusion_holds,
-            res.claims.iter().map(|c| c.holds).collect(),
-        )?;
-        crate::progress::note(&format!(
-            "  done in {wall:.1} s: seeds' conclusion {}",
-            if res.conclusion_holds {
-                "holds"
-            } else {
-                "does NOT hold"
-            }
-        ));
-    }
-    Ok(())
+/// Runs one web reproduction and writes its outputs to `out`.
+pub(crate) fn run(r: &WebRepro, quick: bool, threads: usize, out: &Path) -> Result<Verdict> {
+    let t0 = std::time::Instant::now();
+    let res = r.run(quick, threads)?;
+    write_outputs(out, r, &res, t0.elapsed().as_secs_f64(), quick)?;
+    Ok(Verdict::of(&res.name, res.conclusion_holds, &res.claims))
 }
 
 /// The metrics plotted for each experiment: (metric, y label, title; None: the reproduction's).
@@ -157,8 +131,7 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
         "conclusion_holds": res.conclusion_holds, "claims": res.claims, "rows": rows, "note": r.note,
     });
     let p = dir.join(format!("{}.json", r.name));
-    std::fs::write(&p, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("cannot write {}", p.display()))?;
+    write_file(&p, serde_json::to_string_pretty(&json)?)?;
 
     let mut csv = String::from("row,metric,mean,ci95,seed\n");
     for row in &res.rows {
@@ -170,7 +143,7 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
         }
     }
     let p = dir.join(format!("{}.csv", r.name));
-    std::fs::write(&p, csv).with_context(|| format!("cannot write {}", p.display()))?;
+    write_file(&p, csv)?;
 
     // One bar group per row group, one series per row label; the seeds' figures as markers.
     let mut groups: Vec<String> = Vec::new();
@@ -268,12 +241,12 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
             let _ = writeln!(sec, "| {} | {m} | {sv} | {ours} | {ratio} |", row.name);
         }
     }
-    crate::repro_report::write_verdict(
+    crate::report::write_verdict(
         &mut sec,
         &r.conclusion,
         &res.claims,
         res.conclusion_holds,
         r.note.as_deref(),
     );
-    crate::repro_report::update_report(&dir.join("report.md"), &r.name, &sec)
+    crate::report::update_report(&dir.join("report.md"), &r.name, &sec)
 }

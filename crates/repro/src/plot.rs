@@ -2,7 +2,7 @@
 //! labelled axes, a legend, error bars that say what they show, and the seeds' figures drawn as
 //! their own markers; written as SVG and rendered to PNG.
 
-use anyhow::{Context, Result};
+use crate::{write_file, Error, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -479,10 +479,8 @@ impl Chart {
     pub fn write(&self, dir: &Path, name: &str) -> Result<()> {
         let svg = self.svg();
         let svg_path = dir.join(format!("{name}.svg"));
-        std::fs::write(&svg_path, &svg)
-            .with_context(|| format!("cannot write {}", svg_path.display()))?;
-        let png_path = dir.join(format!("{name}.png"));
-        render_png(&svg, &png_path).with_context(|| format!("cannot render {}", png_path.display()))
+        write_file(&svg_path, &svg)?;
+        render_png(&svg, &dir.join(format!("{name}.png")))
     }
 }
 
@@ -513,20 +511,24 @@ fn errbar(s: &mut String, x: f64, top: f64, bottom: f64, col: &str) -> bool {
     true
 }
 
-pub(crate) fn render_png(svg: &str, path: &Path) -> Result<()> {
+/// Renders `svg` to the PNG file `path`.
+pub fn render_png(svg: &str, path: &Path) -> Result<()> {
+    let fail = |reason: String| Error::Render {
+        path: path.to_path_buf(),
+        reason,
+    };
     let mut opt = resvg::usvg::Options::default();
     opt.fontdb_mut().load_system_fonts();
-    let tree = resvg::usvg::Tree::from_str(svg, &opt)?;
+    let tree = resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| fail(e.to_string()))?;
     let size = tree.size().to_int_size();
-    let mut pixmap =
-        resvg::tiny_skia::Pixmap::new(size.width(), size.height()).context("empty image")?;
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| fail("empty image".into()))?;
     resvg::render(
         &tree,
         resvg::tiny_skia::Transform::default(),
         &mut pixmap.as_mut(),
     );
-    pixmap.save_png(path)?;
-    Ok(())
+    pixmap.save_png(path).map_err(|e| fail(e.to_string()))
 }
 
 #[cfg(test)]

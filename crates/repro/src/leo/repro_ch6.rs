@@ -6,7 +6,7 @@
 
 use super::{percentile, Section};
 use crate::plot::{Chart, Series, XAxis};
-use anyhow::Result;
+use crate::Result;
 use constellation::central::{state_interval_s, study, StateTable};
 use constellation::polar::{
     polar_regions, seam_crossing_latitude_deg, seam_crossing_latitude_geometric_deg,

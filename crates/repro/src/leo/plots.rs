@@ -3,7 +3,7 @@
 //! rectangular projection (like the thesis' figs. 6.2 and 6.3). SVG, rendered to PNG.
 
 use crate::plot::{esc, fmt_num, nice_ticks, render_png};
-use anyhow::{Context, Result};
+use crate::{write_file, Result};
 use constellation::Snapshot;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,9 +14,8 @@ const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"];
 
 fn write(dir: &Path, name: &str, svg: &str) -> Result<()> {
     let p = dir.join(format!("{name}.svg"));
-    std::fs::write(&p, svg).with_context(|| format!("cannot write {}", p.display()))?;
-    let png = dir.join(format!("{name}.png"));
-    render_png(svg, &png).with_context(|| format!("cannot render {}", png.display()))
+    write_file(&p, svg)?;
+    render_png(svg, &dir.join(format!("{name}.png")))
 }
 
 /// A scatter plot of point series, axes from 0 to the data's maxima (or the given limits), with

@@ -4,7 +4,7 @@
 use super::figs::mean;
 use super::{percentile, Section};
 use crate::plot::{Chart, Series, XAxis};
-use anyhow::Result;
+use crate::Result;
 use constellation::central::study;
 use constellation::geo::place;
 use constellation::trace::{compute, PathTrace};
@@ -323,10 +323,9 @@ fn transfer(
     );
     let sc = netsim::scenario::Scenario::from_toml(&text)?;
     let sum = netsim::scenario::run(&sc, runs, 1, 2, &|_, _| {})?;
-    let f = sum
-        .flows
-        .first()
-        .ok_or_else(|| anyhow::anyhow!("no flow"))?;
+    let f = sum.flows.first().ok_or_else(|| {
+        crate::Error::Experiment("leo-seam-transfer: the scenario has no flow".into())
+    })?;
     Ok((f.goodput_bps.mean, f.retransmissions.mean))
 }
 
@@ -337,15 +336,19 @@ pub(super) fn seam_transfer(quick: bool, out: &Path) -> Result<Section> {
     let c = Constellation::preset("iridium")?;
     let (ny, sf) = (place("New York")?, place("San Francisco")?);
     let (start, at, before, after) =
-        constellation::experiments::step_window(&c, &ny, &sf, 0.04, 60.0)
-            .ok_or_else(|| anyhow::anyhow!("no seam step found in a day of Iridium NY-SF"))?;
+        constellation::experiments::step_window(&c, &ny, &sf, 0.04, 60.0).ok_or_else(|| {
+            crate::Error::Experiment("no seam step found in a day of Iridium NY-SF".into())
+        })?;
     let mut spec = TraceSpec::new(ny, sf, Routing::MinDelay, 60.0, 0.01);
     spec.start_s = start;
     spec.handoff = Some(constellation::HandoffMode::Continuous);
     let tr = compute(&c, &spec)?;
     let file = out.join("leo-seam.trace");
-    std::fs::write(&file, tr.to_text(1e-5))?;
-    let file = std::fs::canonicalize(&file)?;
+    crate::write_file(&file, tr.to_text(1e-5))?;
+    let file = std::fs::canonicalize(&file).map_err(|source| crate::Error::Read {
+        path: file.clone(),
+        source,
+    })?;
     let runs = if quick { 1 } else { 4 };
     let step_ms = (after - before) * 1e3;
     let (stp, tcp) = (

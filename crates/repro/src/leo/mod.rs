@@ -1,7 +1,9 @@
-//! The thesis' LEO results (ch. 6) as reproductions of `satstp reproduce`: each writes
-//! `NAME.json`, plots, and a section of `report.md` with the seeds' figures beside ours and the
-//! seeds' qualitative claims checked. Names start with `leo-`; `--quick` uses fewer pings and
-//! coarser time steps (seconds in all).
+//! The thesis' LEO results (ch. 6) as reproductions (family `Leo`): each writes `NAME.json`,
+//! `NAME.csv`, plots, and a section of `report.md` with the seeds' figures beside ours and the
+//! seeds' qualitative claims checked. Names start with `leo-`; the quick variant uses fewer
+//! pings and coarser time steps (seconds in all). `plots` draws the scatter plots and maps the
+//! line/bar charts of `crate::plot` do not cover; `write_study_csv`/`study_charts` write a
+//! `netsim::leo_net` study's outputs (also for `satstp sim` and `satstp bench leo`).
 
 #[path = "repro_ch6.rs"]
 mod ch6;
@@ -10,9 +12,12 @@ mod day;
 #[path = "repro_figs.rs"]
 mod figs;
 #[path = "repro_modern.rs"]
-pub(crate) mod modern;
+mod modern;
+pub mod plots;
 
-use anyhow::Result;
+pub use modern::{study_charts, write_study_csv};
+
+use crate::{write_file, Result, Verdict};
 use constellation::experiments::{random_pings, PingSet};
 use constellation::{Constellation, Shell};
 use serde_json::{json, Value};
@@ -65,7 +70,7 @@ impl Section {
 
 /// Pings shared by several reproductions (computed once).
 #[derive(Default)]
-pub(super) struct Data {
+pub(crate) struct Data {
     teledesic: Option<PingSet>,
     iridium_xs: Option<PingSet>,
 }
@@ -102,55 +107,32 @@ impl Data {
     }
 }
 
-/// Names of the LEO reproductions.
-pub fn names() -> impl Iterator<Item = &'static str> {
-    LIST.iter().map(|l| l.0)
-}
-
-pub fn list() {
-    for (n, t, s) in LIST {
-        outln!("{n:<20} {t}  [{s}]");
-    }
-}
-
-/// Runs the LEO reproductions among `selected` (all when `selected` is empty).
-pub fn run(selected: &[String], quick: bool, out: &Path) -> Result<()> {
-    let mut data = Data::default();
-    for (name, title, source) in LIST {
-        if !selected.is_empty() && !selected.iter().any(|s| s == name) {
-            continue;
-        }
-        crate::progress::note(&format!("{name}: {title}"));
-        let t0 = std::time::Instant::now();
-        let sec = match name {
-            "leo-pings" => figs::pings(&mut data, quick, out)?,
-            "leo-nysf-day" => day::nysf_day(quick, out)?,
-            "leo-hop-penalty" => figs::hop_penalty(&mut data, quick, out)?,
-            "leo-geographic" => figs::geographic(&mut data, quick, out)?,
-            "leo-seam-transfer" => day::seam_transfer(quick, out)?,
-            "leo-joint-attachment" => modern::joint(quick, out)?,
-            "leo-network" => modern::network(quick, out)?,
-            "leo-table5.2" => modern::table52(quick, out)?,
-            "leo-ch6-statements" => ch6::statements(quick, out)?,
-            "leo-split" => modern::split(out)?,
-            _ => day::central(quick, out)?,
-        };
-        let wall = t0.elapsed().as_secs_f64();
-        let holds = sec.claims.iter().all(|c| c.1);
-        write_section(out, &sec, title, source, wall, quick)?;
-        // Beside the other reproductions' verdicts (the file a quick run is compared with).
-        crate::repro_report::record_web_verdict(
-            &out.join("verdicts.json"),
-            name,
-            holds,
-            sec.claims.iter().map(|c| c.1).collect(),
-        )?;
-        crate::progress::note(&format!(
-            "  done in {wall:.1} s: seeds' conclusion {}",
-            if holds { "holds" } else { "does NOT hold" }
-        ));
-    }
-    Ok(())
+/// Runs the LEO reproduction `name` and writes its outputs to `out`.
+pub(crate) fn run(name: &str, data: &mut Data, quick: bool, out: &Path) -> Result<Verdict> {
+    let Some(&(name, title, source)) = LIST.iter().find(|l| l.0 == name) else {
+        return Err(crate::Error::Unknown(name.to_string()));
+    };
+    let t0 = std::time::Instant::now();
+    let sec = match name {
+        "leo-pings" => figs::pings(data, quick, out)?,
+        "leo-nysf-day" => day::nysf_day(quick, out)?,
+        "leo-hop-penalty" => figs::hop_penalty(data, quick, out)?,
+        "leo-geographic" => figs::geographic(data, quick, out)?,
+        "leo-seam-transfer" => day::seam_transfer(quick, out)?,
+        "leo-joint-attachment" => modern::joint(quick, out)?,
+        "leo-network" => modern::network(quick, out)?,
+        "leo-table5.2" => modern::table52(quick, out)?,
+        "leo-ch6-statements" => ch6::statements(quick, out)?,
+        "leo-split" => modern::split(out)?,
+        _ => day::central(quick, out)?,
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    write_section(out, &sec, title, source, wall, quick)?;
+    Ok(Verdict {
+        name: name.to_string(),
+        conclusion_holds: sec.claims.iter().all(|c| c.1),
+        claims: sec.claims.iter().map(|c| c.1).collect(),
+    })
 }
 
 fn write_section(
@@ -173,9 +155,9 @@ fn write_section(
         let q = |x: &str| format!("\"{}\"", x.replace('"', "\"\""));
         let _ = writeln!(csv, "{},{},{}", q(&r[0]), q(&r[1]), q(&r[2]));
     }
-    std::fs::write(dir.join(format!("{}.csv", s.name)), csv)?;
+    write_file(&dir.join(format!("{}.csv", s.name)), csv)?;
     let p = dir.join(format!("{}.json", s.name));
-    std::fs::write(&p, serde_json::to_string_pretty(&value)?)?;
+    write_file(&p, serde_json::to_string_pretty(&value)?)?;
     let mut md = String::new();
     let _ = writeln!(md, "## {} — {title}\n", s.name);
     let _ = writeln!(md, "Source: {source}. Geometry computed by the `constellation` crate{}; wall time {wall:.1} s.\n", if quick { " (--quick: fewer pings, coarser steps)" } else { "" });
@@ -208,7 +190,7 @@ fn write_section(
             "The seeds' qualitative conclusion does NOT hold in our reproduction (see the unchecked claims)."
         }
     );
-    crate::repro_report::update_report(&dir.join("report.md"), s.name, &md)
+    crate::report::update_report(&dir.join("report.md"), s.name, &md)
 }
 
 pub(super) fn percentile(v: &mut [f64], q: f64) -> f64 {
@@ -217,4 +199,100 @@ pub(super) fn percentile(v: &mut [f64], q: f64) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Registry, Session};
+    use std::path::{Path, PathBuf};
+
+    fn fresh(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("repro-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn full_verdict(name: &str) -> serde_json::Value {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scenarios/reproduce/full-verdicts.json");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v[name].clone()
+    }
+
+    /// A LEO reproduction's quick variant run in-process: its claims reach the full run's
+    /// recorded verdicts, and its CSV, JSON, plot, report section and verdict line agree.
+    fn quick_run_writes_consistent_outputs(name: &str) {
+        let reg = Registry::load().unwrap();
+        let e = reg.get(name).unwrap();
+        assert_eq!(e.family(), crate::Family::Leo);
+        let out = fresh(name);
+        let mut s = Session::new(true, 2, &|_| {});
+        let v = e.run(&mut s, &out).unwrap();
+        assert_eq!(v.name, name);
+        let full = full_verdict(name);
+        assert_eq!(
+            serde_json::json!({"conclusion_holds": v.conclusion_holds, "claims": v.claims}),
+            full,
+            "{name}: quick verdicts differ from the full run's"
+        );
+        // CSV: a header and one quoted (quantity, seed, ours) row per figure of the JSON.
+        let csv = std::fs::read_to_string(out.join(format!("{name}.csv"))).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(lines.next(), Some("quantity,seed,ours"));
+        let rows: Vec<&str> = lines.collect();
+        assert!(!rows.is_empty(), "{name}: no figures");
+        for r in &rows {
+            assert!(r.starts_with('"') && r.ends_with('"'), "{r}");
+            assert_eq!(r.matches("\",\"").count(), 2, "{r}");
+        }
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json["figures"].as_array().unwrap().len(), rows.len());
+        assert_eq!(json["quick"], true);
+        let claims: Vec<bool> = json["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["holds"].as_bool().unwrap())
+            .collect();
+        assert_eq!(claims, v.claims);
+        assert_eq!(json["conclusion_holds"], v.conclusion_holds);
+        // The report section, its checked claims and the verdicts file.
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        let sec = crate::report::section(&report, name).unwrap();
+        assert!(sec.starts_with(&format!("## {name} — ")), "{sec}");
+        assert_eq!(
+            sec.matches("- [x] ").count(),
+            v.claims.iter().filter(|c| **c).count()
+        );
+        let verdicts: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("verdicts.json")).unwrap())
+                .unwrap();
+        assert_eq!(verdicts[name], full);
+        // Every plot the section shows exists as SVG and PNG.
+        for line in sec.lines().filter(|l| l.starts_with("![")) {
+            let png = line
+                .split('(')
+                .nth(1)
+                .and_then(|t| t.strip_suffix(')'))
+                .unwrap();
+            assert!(out.join(png).is_file(), "{png}");
+            assert!(out.join(png.replace(".png", ".svg")).is_file(), "{png}");
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn leo_table52_quick_in_process() {
+        quick_run_writes_consistent_outputs("leo-table5.2");
+    }
+
+    #[test]
+    fn leo_joint_attachment_quick_in_process() {
+        quick_run_writes_consistent_outputs("leo-joint-attachment");
+    }
 }
