@@ -4,7 +4,7 @@
 //! per object, up to N at once), persistent HTTP/1.1 (one connection, one request at a time),
 //! pipelined HTTP/1.1 (one connection, every embedded request at once) or N parallel persistent
 //! connections (browsers use 6). Sizes, objects per page and think times come from
-//! [`crate::http_model`]. Every transfer's latency (request issued, connection set-up included,
+//! [`crate::web::http_model`]. Every transfer's latency (request issued, connection set-up included,
 //! to the reply's last byte), every page's load time and the packets each side sent are logged in
 //! an [`HttpLog`] the caller keeps.
 //!
@@ -12,11 +12,11 @@
 //! sizes from a table the client fills (keyed by the client's address); over STP, which carries
 //! real bytes, each request starts with its 8-byte transfer number, the key of the same table.
 
-use crate::http_model;
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time};
 use crate::stp_agent::{addr_of, socket_of, Framing};
 use crate::tcp::{TcpConfig, TcpConnection};
+use crate::web::http_model;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::any::Any;
