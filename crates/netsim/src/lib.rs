@@ -19,6 +19,9 @@ pub use linkmodel::units;
 pub mod ackmgmt;
 pub mod tcp;
 
+// The socket layer: sending what a connection (TCP model or STP engine) has due, its timers.
+pub mod stack;
+
 // Applications: agents on nodes that drive a transport (TCP model, real STP engine) and read
 // and write its bytes: bulk senders and sinks, striping, the split gateway.
 pub mod gateway;
