@@ -16,6 +16,7 @@ use crate::packet::{Addr, Direction, FlowId, Payload};
 use crate::sim::{Ctx, Time};
 use crate::tcp::TcpConnection;
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use stp::{ConnectionHandle, Endpoint, Instant};
 
 /// TCP segments one connection may send per event; more are sent at a timer set for the same
@@ -166,12 +167,62 @@ pub struct StpWire {
     pub framing: u32,
 }
 
-/// Sends every datagram `ep` has due at `ctx.now` (to the address each names), marking a
-/// datagram as a retransmission when connection `watch`'s retransmitted-packet count grew with
-/// it (`None`: no marking, for an endpoint serving many connections). `seen` carries that count
-/// from one call to the next (the count only grows when `poll_transmit` emits a retransmission,
-/// so the one read after the last datagram is still current: one lookup and statistics copy
-/// fewer per event). `each` runs before every datagram is sent.
+/// Something that emits STP datagrams: the engine's endpoint, or `pep`'s hop core around one.
+pub trait Datagrams {
+    /// The next datagram due at `now`, in `buf`: its destination and size (`None`: nothing
+    /// more now).
+    fn poll_datagram(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(SocketAddr, usize)>;
+}
+
+impl Datagrams for Endpoint {
+    fn poll_datagram(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(SocketAddr, usize)> {
+        self.poll_transmit(now, buf)
+            .map(|t| (t.destination, t.size))
+    }
+}
+
+/// Sends every datagram `src` has due at `ctx.now` (to the address each names), marking one as a
+/// retransmission when `retransmitted(src)` (a count of retransmitted packets, `before` before
+/// the first) grew with it. `each` runs before every datagram is sent. Returns what was sent
+/// and the count after the last datagram.
+pub fn send_datagrams<D: Datagrams>(
+    ctx: &mut Ctx<'_>,
+    src: &mut D,
+    buf: &mut Vec<u8>,
+    wire: StpWire,
+    mut before: u64,
+    mut retransmitted: impl FnMut(&mut D) -> u64,
+    mut each: impl FnMut(&mut Ctx<'_>),
+) -> (Sent, u64) {
+    let now = Instant::from_nanos(ctx.now);
+    let mut sent = Sent::default();
+    while let Some((destination, len)) = src.poll_datagram(now, buf) {
+        each(ctx);
+        let size = len as u32 + wire.framing;
+        sent.segments += 1;
+        sent.bytes += u64::from(size);
+        ctx.send(
+            wire.port,
+            crate::stp_agent::addr_of(destination),
+            wire.flow,
+            wire.direction,
+            size,
+            Payload::Stp(buf[..len].to_vec()),
+        );
+        let after = retransmitted(src);
+        if after > before {
+            before = after;
+            ctx.mark_retransmission();
+        }
+    }
+    (sent, before)
+}
+
+/// [`send_datagrams`] for an STP endpoint, watching connection `watch`'s retransmitted-packet
+/// count (`None`: no marking, for an endpoint serving many connections). `seen` carries that
+/// count from one call to the next (the count only grows when `poll_transmit` emits a
+/// retransmission, so the one read after the last datagram is still current: one lookup and
+/// statistics copy fewer per event).
 pub fn send_stp(
     ctx: &mut Ctx<'_>,
     ep: &mut Endpoint,
@@ -179,38 +230,19 @@ pub fn send_stp(
     wire: StpWire,
     watch: Option<ConnectionHandle>,
     seen: &mut Option<(ConnectionHandle, u64)>,
-    mut each: impl FnMut(&mut Ctx<'_>),
+    each: impl FnMut(&mut Ctx<'_>),
 ) -> Sent {
-    let mut sent = Sent::default();
-    let now = Instant::from_nanos(ctx.now);
-    let retx = |ep: &mut Endpoint, h: Option<ConnectionHandle>| {
-        h.and_then(|h| ep.connection(h))
+    let count = |ep: &mut Endpoint| {
+        watch
+            .and_then(|h| ep.connection(h))
             .map_or(0, |c| c.stats().retransmitted_packets)
     };
-    let mut before = match *seen {
+    let before = match *seen {
         Some((h, n)) if Some(h) == watch => n,
-        _ => retx(ep, watch),
+        _ => count(ep),
     };
-    while let Some(t) = ep.poll_transmit(now, buf) {
-        each(ctx);
-        let size = t.size as u32 + wire.framing;
-        sent.segments += 1;
-        sent.bytes += u64::from(size);
-        ctx.send(
-            wire.port,
-            crate::stp_agent::addr_of(t.destination),
-            wire.flow,
-            wire.direction,
-            size,
-            Payload::Stp(buf[..t.size].to_vec()),
-        );
-        let after = retx(ep, watch);
-        if after > before {
-            before = after;
-            ctx.mark_retransmission();
-        }
-    }
-    *seen = watch.map(|h| (h, before));
+    let (sent, last) = send_datagrams(ctx, ep, buf, wire, before, count, each);
+    *seen = watch.map(|h| (h, last));
     sent
 }
 
@@ -253,5 +285,149 @@ impl Reported {
                 .fast_recoveries(flow, recoveries - self.recoveries);
             self.recoveries = recoveries;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Packet;
+    use crate::sim::{Agent, Sim, MS, SEC};
+    use crate::tcp::{TcpAgent, TcpConfig};
+    use linkmodel::LinkConfig;
+    use std::any::Any;
+
+    /// Arms the given deadlines at start through a [`Wakeups`] and records when it wakes.
+    struct Sleeper {
+        deadlines: Vec<Time>,
+        wakeups: Wakeups,
+        woke: Vec<Time>,
+    }
+
+    impl Agent for Sleeper {
+        fn start(&mut self, ctx: &mut Ctx<'_>) {
+            for &d in &self.deadlines {
+                self.wakeups.arm(ctx, Some(d));
+            }
+        }
+        fn on_packet(&mut self, _ctx: &mut Ctx<'_>, _pkt: Packet) {}
+        fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+            assert_eq!(token, 0);
+            self.wakeups.fired(ctx.now);
+            self.woke.push(ctx.now);
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    /// One timer per deadline earlier than every pending one: later or equal deadlines are
+    /// served by the wake-up already pending (the agent re-derives them when it wakes).
+    #[test]
+    fn wakeups_set_a_timer_only_for_an_earlier_deadline() {
+        let mut sim = Sim::new(1);
+        let n = sim.add_node("n");
+        let sleeper = Sleeper {
+            deadlines: vec![50 * MS, 80 * MS, 30 * MS, 30 * MS, 100 * MS],
+            wakeups: Wakeups::default(),
+            woke: Vec::new(),
+        };
+        let id = sim.add_agent(n, 1, 0, Box::new(sleeper)).unwrap();
+        sim.run_until(SEC);
+        let s = sim.agent_as::<Sleeper>(id).unwrap();
+        assert_eq!(s.woke, vec![30 * MS, 50 * MS]);
+        assert!(s.wakeups.pending.is_empty());
+    }
+
+    /// Arms a [`Deadline`] twice, earlier the second time, and records which timers count.
+    struct Alarm {
+        timer: Deadline,
+        rang: Vec<Time>,
+        stale: usize,
+    }
+
+    impl Agent for Alarm {
+        fn start(&mut self, ctx: &mut Ctx<'_>) {
+            self.timer.arm(ctx, Some(100 * MS));
+            self.timer.arm(ctx, Some(40 * MS));
+            // Later than the armed one: no new timer.
+            self.timer.arm(ctx, Some(70 * MS));
+        }
+        fn on_packet(&mut self, _ctx: &mut Ctx<'_>, _pkt: Packet) {}
+        fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
+            if self.timer.fired(token) {
+                self.rang.push(ctx.now);
+            } else {
+                self.stale += 1;
+            }
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn a_deadline_timer_superseded_by_an_earlier_one_is_stale() {
+        let mut sim = Sim::new(1);
+        let n = sim.add_node("n");
+        let alarm = Alarm {
+            timer: Deadline::default(),
+            rang: Vec::new(),
+            stale: 0,
+        };
+        let id = sim.add_agent(n, 1, 0, Box::new(alarm)).unwrap();
+        sim.run_until(SEC);
+        let a = sim.agent_as::<Alarm>(id).unwrap();
+        assert_eq!(a.rang, vec![40 * MS]);
+        assert_eq!(a.stale, 1, "the 100 ms timer fires but no longer counts");
+    }
+
+    /// Every TCP segment the model retransmits, and only those, is marked on the wire: over a
+    /// lossy link whose queue never overflows, the forward link's packets beyond its original
+    /// ones are the sender's retransmitted segments.
+    #[test]
+    fn tcp_retransmissions_are_marked_on_the_link_one_for_one() {
+        let mut sim = Sim::new(5);
+        let a = sim.add_node("a");
+        let b = sim.add_node("b");
+        let mut fwd = LinkConfig::simple(2_000_000, 100 * MS, 100_000);
+        fwd.loss = linkmodel::Loss::Random { p: 0.02 };
+        let ab = sim.add_link("a->b", a, b, fwd).unwrap();
+        sim.add_link(
+            "b->a",
+            b,
+            a,
+            LinkConfig::simple(2_000_000, 100 * MS, 100_000),
+        )
+        .unwrap();
+        sim.compute_routes();
+        let flow = FlowId(1);
+        let peer = Addr {
+            node: b,
+            port: 2000,
+        };
+        let cfg = TcpConfig::default();
+        let sender = TcpAgent::bulk_sender(flow, 1000, peer, Some(2_000_000), cfg.clone()).unwrap();
+        let id = sim.add_agent(a, 1000, 0, Box::new(sender)).unwrap();
+        sim.add_agent(b, 2000, 0, Box::new(TcpAgent::sink(2000, cfg).unwrap()))
+            .unwrap();
+        sim.run_until(300 * SEC);
+        sim.finish();
+        assert_eq!(sim.metrics.flows[&flow].delivered_bytes, 2_000_000);
+        let retransmitted = sim
+            .agent_as::<TcpAgent>(id)
+            .and_then(|s| s.connection())
+            .map(|c| c.stats().retransmitted_segments)
+            .unwrap();
+        let link = &sim.metrics.links[&ab];
+        assert!(retransmitted > 10, "{retransmitted}");
+        assert_eq!(
+            link.transmitted.packets - link.original.packets,
+            retransmitted
+        );
+        assert_eq!(
+            sim.metrics.flows[&flow].retransmitted_packets,
+            retransmitted
+        );
     }
 }
