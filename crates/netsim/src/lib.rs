@@ -4,30 +4,40 @@
 //! the seeds study, and uses the same `linkmodel` as the real-time emulator, so its results are
 //! results about the shipped code. Same scenario and seed give identical results.
 
-pub mod ackmgmt;
+// The parts, kept apart as ns-3 keeps them (docs/architecture.md):
+//
+// The core: virtual time, events, nodes, links (the shared `linkmodel`), packets, measurements.
 pub mod clock;
-pub mod gateway;
-// Short transfers and web latency (issue 15): the HTTP model, its agents, the analytic model.
-pub mod http;
-pub mod http_model;
-pub mod latency_model;
-// The LEO constellation as a packet network (issue 26).
-pub mod leo_net;
-pub mod leo_scenario;
 pub mod metrics;
 pub mod packet;
 pub mod pcap;
-pub mod reproduce;
-pub mod scenario;
-pub mod shard;
 pub mod sim;
-pub mod stp_agent;
-pub mod striping;
-pub mod tcp;
-pub mod web_experiments;
-pub mod web_repro;
 /// Units in the scenario files and on the command line (shared with the gateway configuration).
 pub use linkmodel::units;
+
+// Models: the TCP variants the seeds study, and ACK management in a link's queue.
+pub mod ackmgmt;
+pub mod tcp;
+
+// The socket layer: sending what a connection (TCP model or STP engine) has due, its timers.
+pub mod stack;
+
+// Applications: agents on nodes that drive a transport (TCP model, real STP engine) and read
+// and write its bytes: bulk senders and sinks, striping, the split gateway.
+pub mod gateway;
+pub mod stp_agent;
+pub mod striping;
+
+// Helpers: building a simulation from a scenario file, a LEO constellation as a packet network.
+pub mod leo_net;
+pub mod leo_scenario;
+pub mod scenario;
+
+// Experiments: the reproductions of the seeds' experiments and sharded runs of them.
+pub mod reproduce;
+pub mod shard;
+
+// Short transfers and the web (issue 15), models, applications and experiments in one folder.
 pub mod web;
 
 pub use metrics::{mean_ci95, FlowMetrics, Metrics};

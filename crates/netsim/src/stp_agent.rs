@@ -3,7 +3,8 @@
 //! responder.
 
 use crate::packet::{Addr, Direction, FlowId, NodeId, Packet, Payload, IP_HEADER, UDP_HEADER};
-use crate::sim::{Agent, Ctx, Time};
+use crate::sim::{Agent, Ctx};
+use crate::stack::{send_stp, stp_deadline, Deadline, StpWire};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::any::Any;
@@ -54,7 +55,7 @@ pub struct StpAgent {
     conn: Option<ConnectionHandle>,
     written: u64,
     shut: bool,
-    armed: Option<Time>,
+    timer: Deadline,
     /// The connection's retransmitted-packet count after the last datagram sent.
     retx_seen: Option<(ConnectionHandle, u64)>,
     buf: Vec<u8>,
@@ -110,7 +111,7 @@ impl StpAgent {
             conn: None,
             written: 0,
             shut: false,
-            armed: None,
+            timer: Deadline::default(),
             retx_seen: None,
             buf: Vec::with_capacity(2048),
             zeros: bytes::Bytes::from(vec![0u8; WRITE_CHUNK]),
@@ -206,44 +207,24 @@ impl StpAgent {
 
     /// Sends every datagram due and arms the timer for the next deadline.
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
-        let now = Instant::from_nanos(ctx.now);
-        let dir = self.direction();
-        let retx = |ep: &mut Endpoint, h: Option<ConnectionHandle>| {
-            h.and_then(|h| ep.connection(h))
-                .map_or(0, |c| c.stats().retransmitted_packets)
+        let wire = StpWire {
+            port: self.port,
+            flow: self.flow,
+            direction: self.direction(),
+            framing: self.framing,
         };
-        // The count only grows when `poll_transmit` emits a retransmission, so the one read
-        // after the last datagram of the previous pump is still current (one connection lookup
-        // and statistics copy fewer per event).
-        let mut before = match self.retx_seen {
-            Some((h, n)) if Some(h) == self.conn => n,
-            _ => retx(&mut self.ep, self.conn),
-        };
-        while let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
-            let size = t.size as u32 + self.framing;
-            ctx.metrics.started(self.flow, ctx.now);
-            ctx.send(
-                self.port,
-                addr_of(t.destination),
-                self.flow,
-                dir,
-                size,
-                Payload::Stp(self.buf[..t.size].to_vec()),
-            );
-            let after = retx(&mut self.ep, self.conn);
-            if after > before {
-                before = after;
-                ctx.mark_retransmission();
-            }
-        }
-        self.retx_seen = self.conn.map(|h| (h, before));
-        if let Some(deadline) = self.ep.poll_timeout(now) {
-            let at = deadline.as_nanos().max(ctx.now);
-            if self.armed.is_none_or(|a| at < a || a < ctx.now) {
-                self.armed = Some(at);
-                ctx.timer_at(at, at);
-            }
-        }
+        let flow = self.flow;
+        send_stp(
+            ctx,
+            &mut self.ep,
+            &mut self.buf,
+            wire,
+            self.conn,
+            &mut self.retx_seen,
+            |ctx| ctx.metrics.started(flow, ctx.now),
+        );
+        let deadline = stp_deadline(&mut self.ep, ctx.now);
+        self.timer.arm(ctx, deadline);
     }
 }
 
@@ -272,10 +253,9 @@ impl Agent for StpAgent {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
-        if self.armed != Some(token) {
+        if !self.timer.fired(token) {
             return;
         }
-        self.armed = None;
         self.ep.handle_timeout(Instant::from_nanos(ctx.now));
         self.app(ctx);
         self.pump(ctx);

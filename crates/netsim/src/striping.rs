@@ -8,6 +8,7 @@
 
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time};
+use crate::stack::{earliest, send_tcp, tcp_timer, Reported, Route, Wakeups};
 use crate::tcp::{TcpConfig, TcpConfigError, TcpConnection};
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,8 +18,6 @@ pub const MAX_STRIPES: u32 = 64;
 /// Block of the byte stream handed to a connection at a time, unless the flow sets its own
 /// (`stripe_block`, [`StripedSender::with_block`]).
 pub const BLOCK_BYTES: u64 = 64 * 1024;
-/// Segments one connection may send per event (as the plain agent).
-const MAX_SEGMENTS_PER_EVENT: usize = 4096;
 
 /// The sending side of a striped transfer: connection k uses port `ports[k]`.
 #[derive(Debug)]
@@ -35,10 +34,8 @@ pub struct StripedSender {
     /// Bytes of the transfer not yet handed out; `None` for a persistent transfer.
     left: Option<u64>,
     started: bool,
-    reported_retransmissions: u64,
-    reported_timeouts: u64,
-    reported_recoveries: u64,
-    wakeups: BTreeSet<Time>,
+    reported: Reported,
+    wakeups: Wakeups,
 }
 
 impl StripedSender {
@@ -61,10 +58,8 @@ impl StripedSender {
             conns: Vec::new(),
             left: bytes,
             started: false,
-            reported_retransmissions: 0,
-            reported_timeouts: 0,
-            reported_recoveries: 0,
-            wakeups: BTreeSet::new(),
+            reported: Reported::default(),
+            wakeups: Wakeups::default(),
         })
     }
 
@@ -109,33 +104,23 @@ impl StripedSender {
             }
         }
         let (mut retx, mut timeouts, mut recoveries) = (0, 0, 0);
+        let (flow, started) = (self.flow, &mut self.started);
         for (k, c) in self.conns.iter_mut().enumerate() {
             c.read(u64::MAX);
-            let mut sent = 0;
-            let mut r = c.retransmissions();
-            while let Some(seg) = c.poll_segment(now) {
-                if !self.started {
-                    self.started = true;
-                    ctx.metrics.started(self.flow, now);
+            let route = Route {
+                port: self.ports[k],
+                peer: self.peer,
+                flow,
+                direction: Direction::Forward,
+            };
+            let sent = send_tcp(ctx, c, route, |ctx, _| {
+                if !*started {
+                    *started = true;
+                    ctx.metrics.started(flow, now);
                 }
-                let size = seg.wire_size();
-                ctx.send(
-                    self.ports[k],
-                    self.peer,
-                    self.flow,
-                    Direction::Forward,
-                    size,
-                    Payload::Tcp(seg),
-                );
-                if c.retransmissions() > r {
-                    r = c.retransmissions();
-                    ctx.mark_retransmission();
-                }
-                sent += 1;
-                if sent >= MAX_SEGMENTS_PER_EVENT {
-                    next = Some(now);
-                    break;
-                }
+            });
+            if sent.more {
+                next = Some(now);
             }
             let st = c.stats();
             retx += st.retransmitted_segments;
@@ -143,33 +128,8 @@ impl StripedSender {
             recoveries += st.fast_retransmits;
             next = earliest(next, c.poll_timeout());
         }
-        if retx > self.reported_retransmissions {
-            ctx.metrics
-                .retransmitted(self.flow, retx - self.reported_retransmissions);
-            self.reported_retransmissions = retx;
-        }
-        while self.reported_timeouts < timeouts {
-            ctx.metrics.timeout(self.flow);
-            self.reported_timeouts += 1;
-        }
-        if recoveries > self.reported_recoveries {
-            ctx.metrics
-                .fast_recoveries(self.flow, recoveries - self.reported_recoveries);
-            self.reported_recoveries = recoveries;
-        }
-        if let Some(t) = next {
-            if self.wakeups.first().is_none_or(|&w| w > t) {
-                ctx.timer_at(t, 0);
-                self.wakeups.insert(t);
-            }
-        }
-    }
-}
-
-fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
+        self.reported.report(ctx, flow, retx, timeouts, recoveries);
+        self.wakeups.arm(ctx, next);
     }
 }
 
@@ -203,13 +163,9 @@ impl Agent for StripedSender {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
-        while self.wakeups.first().is_some_and(|&w| w <= now) {
-            self.wakeups.pop_first();
-        }
+        self.wakeups.fired(now);
         for c in &mut self.conns {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.on_timeout(now);
-            }
+            tcp_timer(c, now);
         }
         self.pump(ctx);
     }
@@ -230,7 +186,7 @@ pub struct StripedSink {
     conns: BTreeMap<Addr, TcpConnection>,
     finished: BTreeSet<Addr>,
     completed: bool,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
 }
 
 impl StripedSink {
@@ -249,7 +205,7 @@ impl StripedSink {
             conns: BTreeMap::new(),
             finished: BTreeSet::new(),
             completed: false,
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
         })
     }
 
@@ -269,16 +225,14 @@ impl StripedSink {
             if c.peer_finished() && self.finished.insert(peer) {
                 c.close();
             }
-            while let Some(seg) = c.poll_segment(now) {
-                let size = seg.wire_size();
-                ctx.send(
-                    self.port,
-                    peer,
-                    self.flow,
-                    Direction::Reverse,
-                    size,
-                    Payload::Tcp(seg),
-                );
+            let route = Route {
+                port: self.port,
+                peer,
+                flow: self.flow,
+                direction: Direction::Reverse,
+            };
+            if send_tcp(ctx, c, route, |_, _| {}).more {
+                next = Some(now);
             }
             next = earliest(next, c.poll_timeout());
         }
@@ -286,12 +240,7 @@ impl StripedSink {
             self.completed = true;
             ctx.metrics.completed(self.flow, now);
         }
-        if let Some(t) = next {
-            if self.wakeups.first().is_none_or(|&w| w > t) {
-                ctx.timer_at(t, 0);
-                self.wakeups.insert(t);
-            }
-        }
+        self.wakeups.arm(ctx, next);
     }
 }
 
@@ -318,13 +267,9 @@ impl Agent for StripedSink {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
-        while self.wakeups.first().is_some_and(|&w| w <= now) {
-            self.wakeups.pop_first();
-        }
+        self.wakeups.fired(now);
         for c in self.conns.values_mut() {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.on_timeout(now);
-            }
+            tcp_timer(c, now);
         }
         self.pump(ctx);
     }

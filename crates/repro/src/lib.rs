@@ -1,6 +1,6 @@
 //! The seeds' experiments as reproductions, behind one interface: a [`Registry`] of
 //! [`Entry`]s — the simulator's (`scenarios/reproduce/*.toml`, run by `netsim::reproduce`), the
-//! web ones (`web-*`, run by `netsim::web_repro`) and the LEO ones (`leo-*`, geometry from
+//! web ones (`web-*`, run by `netsim::web::repro`) and the LEO ones (`leo-*`, geometry from
 //! `constellation`, flows from `netsim::leo_net`). Each entry has a name, a title, a source in
 //! the seeds and a [`Family`]; [`Entry::run`] runs it (quick or full) and writes its
 //! `NAME.json`, `NAME.csv`, plots, its section of `report.md` and its line of `verdicts.json`,
@@ -49,7 +49,7 @@ pub enum Error {
     #[error(transparent)]
     Scenario(#[from] netsim::scenario::ScenarioError),
     #[error(transparent)]
-    Web(#[from] netsim::web_repro::WebReproError),
+    Web(#[from] netsim::web::repro::WebReproError),
     #[error(transparent)]
     LeoNet(#[from] netsim::leo_net::LeoNetError),
     #[error(transparent)]
@@ -90,7 +90,7 @@ impl Family {
 
 enum Kind {
     Sim(Box<Reproduction>, &'static str),
-    Web(Box<netsim::web_repro::WebRepro>),
+    Web(Box<netsim::web::repro::WebRepro>),
     Leo,
 }
 

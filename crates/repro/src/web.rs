@@ -1,12 +1,12 @@
 //! The short-transfer and web reproductions (family `Web`, names `web-*`): each is a data file
-//! under `scenarios/reproduce/web/` run by `netsim::web_repro`; this writes its
+//! under `scenarios/reproduce/web/` run by `netsim::web::repro`; this writes its
 //! `NAME.json`, `NAME.csv`, a plot and a section of `report.md` with the seeds' figures beside
 //! ours and the claims checked.
 
 use crate::plot::{ci_label, Chart, SeedPoint, Series, XAxis};
 use crate::{write_file, Error, Result, Verdict};
 use netsim::reproduce::format_metric as fmt;
-use netsim::web_repro::{WebRepro, WebResult};
+use netsim::web::repro::{WebRepro, WebResult};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -159,7 +159,7 @@ fn write_outputs(dir: &Path, r: &WebRepro, res: &WebResult, wall: f64, quick: bo
     let bars = bars_label(r, res);
     let mut images = Vec::new();
     for (k, (pm, y_label, title)) in plots(r).into_iter().enumerate() {
-        let at = |row: &netsim::web_repro::Row| -> Option<(usize, f64)> {
+        let at = |row: &netsim::web::repro::Row| -> Option<(usize, f64)> {
             Some((
                 labels.iter().position(|l| l == &row.label)?,
                 groups.iter().position(|g| g == &row.group)? as f64,

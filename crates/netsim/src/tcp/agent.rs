@@ -7,17 +7,13 @@
 use super::config::{TcpConfig, TcpConfigError};
 use super::connection::TcpConnection;
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
-use crate::sim::{Agent, Ctx, Time};
+use crate::sim::{Agent, Ctx};
+use crate::stack::{earliest, send_tcp, tcp_timer, Reported, Route, Wakeups};
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-/// Segments one connection may send per event; more are sent at a timer set for the same
-/// instant, so a runaway window cannot stall the event loop.
-const MAX_SEGMENTS_PER_EVENT: usize = 4096;
 /// Connections a sink keeps; SYNs beyond are ignored.
 const MAX_SINK_CONNECTIONS: usize = 4096;
-/// Pending wake-up times kept (only the earliest matters; later ones are re-derived).
-const MAX_WAKEUPS: usize = 64;
 
 /// What a [`TcpAgent`] does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +30,7 @@ struct SenderSide {
     to_write: Option<u64>,
     conn: Option<TcpConnection>,
     started: bool,
-    reported_retransmissions: u64,
-    reported_timeouts: u64,
-    reported_recoveries: u64,
+    reported: Reported,
 }
 
 #[derive(Debug)]
@@ -58,7 +52,7 @@ pub struct TcpAgent {
     port: u16,
     config: TcpConfig,
     side: Side,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
 }
 
 impl TcpAgent {
@@ -81,11 +75,9 @@ impl TcpAgent {
                 to_write: bytes,
                 conn: None,
                 started: false,
-                reported_retransmissions: 0,
-                reported_timeouts: 0,
-                reported_recoveries: 0,
+                reported: Reported::default(),
             })),
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
         })
     }
 
@@ -97,7 +89,7 @@ impl TcpAgent {
             port,
             config,
             side: Side::Sink(BTreeMap::new()),
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
         })
     }
 
@@ -124,12 +116,13 @@ impl TcpAgent {
         }
     }
 
-    /// Lets every connection act, sends what they emit, reports metrics, sets the next timer.
+    /// The application's part (write what is left, read everything, close when done), then the
+    /// stack's: send what the connections emit, report the sender's counters, set the next timer.
     fn pump(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let port = self.port;
         let mut more = false;
-        let mut next: Option<Time> = None;
+        let mut next = None;
         match &mut self.side {
             Side::Sender(s) => {
                 let Some(conn) = s.conn.as_mut() else { return };
@@ -147,55 +140,35 @@ impl TcpAgent {
                     }
                 }
                 conn.read(u64::MAX);
-                let mut sent = 0;
-                let mut retx = conn.retransmissions();
+                let flow = s.flow;
                 // Looked up once, not per segment (the flow's entry exists once it started).
-                let tracing = ctx.metrics.tracing(s.flow);
-                while let Some(seg) = conn.poll_segment(now) {
-                    if !s.started {
-                        s.started = true;
-                        ctx.metrics.started(s.flow, now);
-                    }
-                    let size = seg.wire_size();
-                    ctx.send(
-                        port,
-                        s.peer,
-                        s.flow,
-                        Direction::Forward,
-                        size,
-                        Payload::Tcp(seg),
-                    );
-                    if conn.retransmissions() > retx {
-                        retx = conn.retransmissions();
-                        ctx.mark_retransmission();
+                let tracing = ctx.metrics.tracing(flow);
+                let started = &mut s.started;
+                let route = Route {
+                    port,
+                    peer: s.peer,
+                    flow,
+                    direction: Direction::Forward,
+                };
+                more = send_tcp(ctx, conn, route, |ctx, conn| {
+                    if !*started {
+                        *started = true;
+                        ctx.metrics.started(flow, now);
                     }
                     if tracing {
                         ctx.metrics
-                            .sample(s.flow, now, conn.cwnd(), conn.highest_data_sent());
+                            .sample(flow, now, conn.cwnd(), conn.highest_data_sent());
                     }
-                    sent += 1;
-                    if sent >= MAX_SEGMENTS_PER_EVENT {
-                        more = true;
-                        break;
-                    }
-                }
+                })
+                .more;
                 let st = conn.stats();
-                if st.retransmitted_segments > s.reported_retransmissions {
-                    ctx.metrics.retransmitted(
-                        s.flow,
-                        st.retransmitted_segments - s.reported_retransmissions,
-                    );
-                    s.reported_retransmissions = st.retransmitted_segments;
-                }
-                while s.reported_timeouts < st.timeouts {
-                    ctx.metrics.timeout(s.flow);
-                    s.reported_timeouts += 1;
-                }
-                if st.fast_retransmits > s.reported_recoveries {
-                    ctx.metrics
-                        .fast_recoveries(s.flow, st.fast_retransmits - s.reported_recoveries);
-                    s.reported_recoveries = st.fast_retransmits;
-                }
+                s.reported.report(
+                    ctx,
+                    flow,
+                    st.retransmitted_segments,
+                    st.timeouts,
+                    st.fast_retransmits,
+                );
                 next = conn.poll_timeout();
             }
             Side::Sink(conns) => {
@@ -209,28 +182,13 @@ impl TcpAgent {
                         ctx.metrics.completed(a.flow, now);
                         a.conn.close();
                     }
-                    let mut sent = 0;
-                    let mut retx = a.conn.retransmissions();
-                    while let Some(seg) = a.conn.poll_segment(now) {
-                        let size = seg.wire_size();
-                        ctx.send(
-                            port,
-                            peer,
-                            a.flow,
-                            Direction::Reverse,
-                            size,
-                            Payload::Tcp(seg),
-                        );
-                        if a.conn.retransmissions() > retx {
-                            retx = a.conn.retransmissions();
-                            ctx.mark_retransmission();
-                        }
-                        sent += 1;
-                        if sent >= MAX_SEGMENTS_PER_EVENT {
-                            more = true;
-                            break;
-                        }
-                    }
+                    let route = Route {
+                        port,
+                        peer,
+                        flow: a.flow,
+                        direction: Direction::Reverse,
+                    };
+                    more |= send_tcp(ctx, &mut a.conn, route, |_, _| {}).more;
                     next = earliest(next, a.conn.poll_timeout());
                 }
             }
@@ -238,22 +196,7 @@ impl TcpAgent {
         if more {
             next = Some(now);
         }
-        if let Some(t) = next {
-            if self.wakeups.first().is_none_or(|&w| w > t) {
-                ctx.timer_at(t, 0);
-                self.wakeups.insert(t);
-                if self.wakeups.len() > MAX_WAKEUPS {
-                    self.wakeups.pop_last();
-                }
-            }
-        }
-    }
-}
-
-fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
+        self.wakeups.arm(ctx, next);
     }
 }
 
@@ -308,22 +251,16 @@ impl Agent for TcpAgent {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
-        while self.wakeups.first().is_some_and(|&w| w <= now) {
-            self.wakeups.pop_first();
-        }
+        self.wakeups.fired(now);
         match &mut self.side {
             Side::Sender(s) => {
                 if let Some(conn) = s.conn.as_mut() {
-                    if conn.poll_timeout().is_some_and(|t| t <= now) {
-                        conn.on_timeout(now);
-                    }
+                    tcp_timer(conn, now);
                 }
             }
             Side::Sink(conns) => {
                 for a in conns.values_mut() {
-                    if a.conn.poll_timeout().is_some_and(|t| t <= now) {
-                        a.conn.on_timeout(now);
-                    }
+                    tcp_timer(&mut a.conn, now);
                 }
             }
         }

@@ -10,8 +10,8 @@
 //! writes its reply and closes at once (the FIN rides on the last data segment).
 
 use super::*;
-use crate::http::describe_tcp;
 use crate::sim::{Time, MS, SEC};
+use crate::web::http::describe_tcp;
 
 /// One traced exchange.
 struct Run {

@@ -11,11 +11,11 @@
 //!   two commercial networks of Table 5.4 as we model them from the thesis' description, with a
 //!   probe measuring the queueing delay of the last hop.
 
-use crate::http::{add_http_pair, HttpError, HttpLog, Transport, Workload};
 use crate::packet::{Addr, Direction, FlowId, NodeId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Sim, SimError, Time, MS, SEC};
 use crate::stp_agent::{Framing, StpAgent, StpRole};
 use crate::tcp::{TcpAgent, TcpConfig, TcpSegment};
+use crate::web::http::{add_http_pair, HttpError, HttpLog, Transport, Workload};
 use crate::web::{WebClient, WebServer};
 use linkmodel::{LinkConfig, QueueLimit};
 use std::any::Any;
@@ -478,7 +478,7 @@ pub fn run_bulk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{HttpVersion, Pages, Think};
+    use crate::web::http::{HttpVersion, Pages, Think};
 
     #[test]
     fn lab_path_transfers() {

@@ -4,7 +4,7 @@
 //! per object, up to N at once), persistent HTTP/1.1 (one connection, one request at a time),
 //! pipelined HTTP/1.1 (one connection, every embedded request at once) or N parallel persistent
 //! connections (browsers use 6). Sizes, objects per page and think times come from
-//! [`crate::http_model`]. Every transfer's latency (request issued, connection set-up included,
+//! [`crate::web::http_model`]. Every transfer's latency (request issued, connection set-up included,
 //! to the reply's last byte), every page's load time and the packets each side sent are logged in
 //! an [`HttpLog`] the caller keeps.
 //!
@@ -12,11 +12,14 @@
 //! sizes from a table the client fills (keyed by the client's address); over STP, which carries
 //! real bytes, each request starts with its 8-byte transfer number, the key of the same table.
 
-use crate::http_model;
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time};
-use crate::stp_agent::{addr_of, socket_of, Framing};
+use crate::stack::{
+    earliest, send_stp, send_tcp, stp_deadline, tcp_timer, Route, StpWire, Wakeups,
+};
+use crate::stp_agent::{socket_of, Framing};
 use crate::tcp::{TcpConfig, TcpConnection};
+use crate::web::http_model;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::any::Any;
@@ -157,7 +160,6 @@ const ID_BYTES: u64 = 8;
 /// Token of the page timer (connection timers use their deadline as token).
 const PAGE: u64 = u64::MAX;
 /// Most wake-ups kept pending.
-const MAX_WAKEUPS: usize = 64;
 /// Local TCP ports a client cycles through.
 const CLIENT_PORTS: u16 = 2000;
 const ZEROS: [u8; 16 * 1024] = [0; 16 * 1024];
@@ -220,7 +222,7 @@ pub struct HttpClient {
     pages_started: u32,
     next_id: u64,
     next_port: u16,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
     buf: Vec<u8>,
 }
 
@@ -263,7 +265,7 @@ impl HttpClient {
             pages_started: 0,
             next_id: 1,
             next_port: port.wrapping_add(1),
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
             buf: Vec::with_capacity(2048),
         })
     }
@@ -639,27 +641,19 @@ impl HttpClient {
         let mut sent = (0u64, 0u64);
         for c in &mut self.conns {
             if let Link::Tcp { conn, port } = &mut c.link {
-                let mut retx = conn.retransmissions();
-                while let Some(seg) = conn.poll_segment(now) {
-                    let size = seg.wire_size();
-                    sent.0 += 1;
-                    sent.1 += u64::from(size);
-                    ctx.send(
-                        *port,
-                        server,
-                        flow,
-                        Direction::Reverse,
-                        size,
-                        Payload::Tcp(seg),
-                    );
-                    if conn.retransmissions() > retx {
-                        retx = conn.retransmissions();
-                        ctx.mark_retransmission();
-                    }
+                let route = Route {
+                    port: *port,
+                    peer: server,
+                    flow,
+                    direction: Direction::Reverse,
+                };
+                let s = send_tcp(ctx, conn, route, |_, _| {});
+                sent.0 += s.segments as u64;
+                sent.1 += s.bytes;
+                if s.more {
+                    next = earliest(next, Some(now));
                 }
-                if let Some(t) = conn.poll_timeout() {
-                    next = Some(next.map_or(t, |n| n.min(t)));
-                }
+                next = earliest(next, conn.poll_timeout());
                 if c.closing && conn.is_send_complete() && conn.peer_finished() {
                     c.done = true;
                 }
@@ -697,64 +691,33 @@ fn write_unsent(sc: &mut stp::Connection, c: &mut ClientConn) {
     }
 }
 
-/// Sends every datagram `ep` has ready now from `from` (port, flow, direction), each with
-/// `framing` bytes of headers below STP, counting packets and bytes in `sent`, and lowers `next`
-/// to the endpoint's next deadline: the STP half of both HTTP ends' pump.
-fn flush_stp(
-    ep: &mut Endpoint,
-    buf: &mut Vec<u8>,
-    framing: u32,
-    (port, flow, dir): (u16, FlowId, Direction),
-    ctx: &mut Ctx<'_>,
-    sent: &mut (u64, u64),
-    next: &mut Option<Time>,
-) {
-    let t = Instant::from_nanos(ctx.now);
-    while let Some(tx) = ep.poll_transmit(t, buf) {
-        let size = tx.size as u32 + framing;
-        sent.0 += 1;
-        sent.1 += u64::from(size);
-        ctx.send(
-            port,
-            addr_of(tx.destination),
-            flow,
-            dir,
-            size,
-            Payload::Stp(buf[..tx.size].to_vec()),
-        );
-    }
-    if let Some(d) = ep.poll_timeout(t) {
-        let d = d.as_nanos();
-        *next = Some(next.map_or(d, |n| n.min(d)));
-    }
-}
-
-/// The end of both HTTP ends' pump: flushes the STP endpoint (if any) from `from`, arms the
-/// next wake-up, and returns the packets and bytes sent in this pump (TCP's `sent` included).
+/// The end of both HTTP ends' pump: sends what the STP endpoint (if any) has ready now from
+/// `from` (port, flow, direction; no datagram marked as a retransmission, the endpoint serving
+/// many connections), arms the next wake-up, and returns the packets and bytes sent in this
+/// pump (TCP's `sent` included).
 fn finish_pump(
     ep: Option<&mut Endpoint>,
     buf: &mut Vec<u8>,
-    (framing, from): (u32, (u16, FlowId, Direction)),
+    (framing, (port, flow, direction)): (u32, (u16, FlowId, Direction)),
     ctx: &mut Ctx<'_>,
     mut sent: (u64, u64),
     mut next: Option<Time>,
-    wakeups: &mut BTreeSet<Time>,
+    wakeups: &mut Wakeups,
 ) -> (u64, u64) {
     if let Some(ep) = ep {
-        flush_stp(ep, buf, framing, from, ctx, &mut sent, &mut next);
+        let wire = StpWire {
+            port,
+            flow,
+            direction,
+            framing,
+        };
+        let s = send_stp(ctx, ep, buf, wire, None, &mut None, |_| {});
+        sent.0 += s.segments as u64;
+        sent.1 += s.bytes;
+        next = earliest(next, stp_deadline(ep, ctx.now));
     }
-    arm(wakeups, next, ctx);
+    wakeups.arm(ctx, next);
     sent
-}
-
-fn arm(wakeups: &mut BTreeSet<Time>, next: Option<Time>, ctx: &mut Ctx<'_>) {
-    if let Some(at) = next {
-        let at = at.max(ctx.now);
-        if wakeups.first().is_none_or(|&w| at < w) && wakeups.len() < MAX_WAKEUPS {
-            wakeups.insert(at);
-            ctx.timer_at(at, at);
-        }
-    }
 }
 
 impl Agent for HttpClient {
@@ -787,20 +750,17 @@ impl Agent for HttpClient {
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
         if token == PAGE {
             self.start_page(ctx);
-        } else if self.wakeups.remove(&token) {
+        } else {
             let now = ctx.now;
+            self.wakeups.fired(now);
             for c in &mut self.conns {
                 if let Link::Tcp { conn, .. } = &mut c.link {
-                    if conn.poll_timeout().is_some_and(|t| t <= now) {
-                        conn.on_timeout(now);
-                    }
+                    tcp_timer(conn, now);
                 }
             }
             if let Some(ep) = self.ep.as_mut() {
                 ep.handle_timeout(Instant::from_nanos(now));
             }
-        } else {
-            return;
         }
         self.pump(ctx);
     }
@@ -842,7 +802,7 @@ pub struct HttpServer {
     ep: Option<Endpoint>,
     stp: BTreeMap<ConnectionHandle, StpServerConn>,
     framing: u32,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
     buf: Vec<u8>,
 }
 
@@ -876,7 +836,7 @@ impl HttpServer {
             ep,
             stp: BTreeMap::new(),
             framing,
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
             buf: Vec::with_capacity(2048),
         })
     }
@@ -991,27 +951,19 @@ impl HttpServer {
         let mut next: Option<Time> = None;
         let mut sent = (0u64, 0u64);
         for (addr, sc) in self.tcp.iter_mut() {
-            let mut retx = sc.conn.retransmissions();
-            while let Some(seg) = sc.conn.poll_segment(now) {
-                let size = seg.wire_size();
-                sent.0 += 1;
-                sent.1 += u64::from(size);
-                ctx.send(
-                    self.port,
-                    *addr,
-                    self.flow,
-                    Direction::Forward,
-                    size,
-                    Payload::Tcp(seg),
-                );
-                if sc.conn.retransmissions() > retx {
-                    retx = sc.conn.retransmissions();
-                    ctx.mark_retransmission();
-                }
+            let route = Route {
+                port: self.port,
+                peer: *addr,
+                flow: self.flow,
+                direction: Direction::Forward,
+            };
+            let s = send_tcp(ctx, &mut sc.conn, route, |_, _| {});
+            sent.0 += s.segments as u64;
+            sent.1 += s.bytes;
+            if s.more {
+                next = earliest(next, Some(now));
             }
-            if let Some(t) = sc.conn.poll_timeout() {
-                next = Some(next.map_or(t, |x| x.min(t)));
-            }
+            next = earliest(next, sc.conn.poll_timeout());
         }
         self.tcp
             .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
@@ -1068,15 +1020,11 @@ impl Agent for HttpServer {
         self.pump(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
-        if !self.wakeups.remove(&token) {
-            return;
-        }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
+        self.wakeups.fired(now);
         for sc in self.tcp.values_mut() {
-            if sc.conn.poll_timeout().is_some_and(|t| t <= now) {
-                sc.conn.on_timeout(now);
-            }
+            tcp_timer(&mut sc.conn, now);
         }
         if let Some(ep) = self.ep.as_mut() {
             ep.handle_timeout(Instant::from_nanos(now));

@@ -3,7 +3,7 @@
 //! reply segment's arrival, counting handshake round trips, slow-start rounds and delayed-ACK
 //! waits, and nothing else — no server time, no transmission time, no loss, a fixed RTT (the
 //! thesis' assumptions). The per-size latencies are then weighted by the reply-size pmf
-//! ([`crate::http_model::reply_segment_pmf`]), transfers over 100 segments left out, to give the
+//! ([`crate::web::http_model::reply_segment_pmf`]), transfers over 100 segments left out, to give the
 //! minimum, median and mean.
 //!
 //! The per-size latency is computed by stepping the exchange segment by segment in zero-width
@@ -23,7 +23,7 @@
 //! So a 3-segment reply costs 3 RTT + 100 ms with standard TCP, 2 RTT with T/TCP or 4KSS and
 //! 1 RTT with both (the thesis' worked example; tests below).
 
-use crate::http_model::reply_segment_pmf;
+use crate::web::http_model::reply_segment_pmf;
 
 /// The TCP options of one row of Table 4.2.
 #[derive(Debug, Clone, Copy, PartialEq)]

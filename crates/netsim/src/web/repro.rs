@@ -8,15 +8,15 @@
 //! rows of named metrics (mean and 95 % half-width). Claims compare metrics of rows, as in the
 //! scenario-based reproductions (`docs/scenarios.md`).
 
-use crate::http::{HttpLog, HttpVersion, Pages, Think, Transport, Workload};
-use crate::latency_model::ModelTcp;
 use crate::reproduce::{compare, Side};
 use crate::sim::{Time, MS, SEC};
 use crate::stp_agent::Framing;
 use crate::tcp::{InitialWindow as TcpIw, TcpConfig};
-use crate::web_experiments::{
+use crate::web::experiments::{
     run_bulk, run_http, seeds_tcp, Bulk, ExperimentError, Network, PathSpec,
 };
+use crate::web::http::{HttpLog, HttpVersion, Pages, Think, Transport, Workload};
+use crate::web::latency_model::ModelTcp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use stp::{EndpointConfig, InitialWindow};

@@ -12,10 +12,11 @@
 
 use crate::packet::{Addr, Direction, FlowId, Packet, Payload};
 use crate::sim::{Agent, Ctx, Time, SEC};
+use crate::stack::{earliest, send_tcp, tcp_timer, Route, Wakeups};
 use crate::tcp::{TcpConfig, TcpConnection};
 use rand_core::RngCore;
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Request size in bytes (an HTTP GET with typical headers).
 pub const REQUEST_BYTES: u64 = 350;
@@ -71,21 +72,18 @@ fn drive(
     ctx: &mut Ctx<'_>,
     next: &mut Option<Time>,
 ) {
-    let now = ctx.now;
     for (key, ex) in conns.iter_mut() {
         let (port, peer) = port_of(key);
-        let mut retx = ex.conn.retransmissions();
-        while let Some(seg) = ex.conn.poll_segment(now) {
-            let size = seg.wire_size();
-            ctx.send(port, peer, flow, dir, size, Payload::Tcp(seg));
-            if ex.conn.retransmissions() > retx {
-                retx = ex.conn.retransmissions();
-                ctx.mark_retransmission();
-            }
+        let route = Route {
+            port,
+            peer,
+            flow,
+            direction: dir,
+        };
+        if send_tcp(ctx, &mut ex.conn, route, |_, _| {}).more {
+            *next = earliest(*next, Some(ctx.now));
         }
-        if let Some(t) = ex.conn.poll_timeout() {
-            *next = Some(next.map_or(t, |n: Time| n.min(t)));
-        }
+        *next = earliest(*next, ex.conn.poll_timeout());
     }
 }
 
@@ -95,7 +93,7 @@ pub struct WebServer {
     flow: FlowId,
     config: TcpConfig,
     conns: BTreeMap<Addr, Exchange>,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
     /// Responses started.
     pub responses: u64,
 }
@@ -107,7 +105,7 @@ impl WebServer {
             flow,
             config,
             conns: BTreeMap::new(),
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
             responses: 0,
         }
     }
@@ -140,25 +138,13 @@ impl WebServer {
         );
         self.conns
             .retain(|_, ex| !(ex.closed && ex.conn.is_send_complete() && ex.conn.peer_finished()));
-        arm(&mut self.wakeups, next, ctx);
-    }
-}
-
-fn arm(wakeups: &mut BTreeSet<Time>, next: Option<Time>, ctx: &mut Ctx<'_>) {
-    if let Some(at) = next {
-        let at = at.max(ctx.now);
-        if wakeups.first().is_none_or(|&w| at < w) && wakeups.len() < 64 {
-            wakeups.insert(at);
-            ctx.timer_at(at, at);
-        }
+        self.wakeups.arm(ctx, next);
     }
 }
 
 fn fire(conns: &mut BTreeMap<Addr, Exchange>, now: Time) {
     for ex in conns.values_mut() {
-        if ex.conn.poll_timeout().is_some_and(|t| t <= now) {
-            ex.conn.on_timeout(now);
-        }
+        tcp_timer(&mut ex.conn, now);
     }
 }
 
@@ -188,11 +174,10 @@ impl Agent for WebServer {
         self.pump(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_>, token: u64) {
-        if self.wakeups.remove(&token) {
-            fire(&mut self.conns, ctx.now);
-            self.pump(ctx);
-        }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
+        self.wakeups.fired(ctx.now);
+        fire(&mut self.conns, ctx.now);
+        self.pump(ctx);
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -211,15 +196,14 @@ pub struct WebClient {
     first_port: u16,
     ports: u16,
     conns: BTreeMap<Addr, Exchange>,
-    wakeups: BTreeSet<Time>,
+    wakeups: Wakeups,
     next_request: Time,
     /// Requests issued and responses completed.
     pub requests: u64,
     pub completed: u64,
 }
 
-/// Token of the request-arrival timer (connection timers use their deadline as token, and no
-/// deadline reaches this value).
+/// Token of the request-arrival timer (the connections' wake-ups use token 0).
 const ARRIVAL: u64 = u64::MAX;
 
 impl WebClient {
@@ -243,7 +227,7 @@ impl WebClient {
             first_port,
             ports: ports.max(1),
             conns: BTreeMap::new(),
-            wakeups: BTreeSet::new(),
+            wakeups: Wakeups::default(),
             next_request: 0,
             requests: 0,
             completed: 0,
@@ -310,7 +294,7 @@ impl WebClient {
         );
         self.conns
             .retain(|_, ex| !(ex.closed && ex.conn.is_send_complete()));
-        arm(&mut self.wakeups, next, ctx);
+        self.wakeups.arm(ctx, next);
     }
 }
 
@@ -331,10 +315,9 @@ impl Agent for WebClient {
         if token == ARRIVAL {
             self.request(ctx);
             self.schedule_arrival(ctx);
-        } else if self.wakeups.remove(&token) {
-            fire(&mut self.conns, ctx.now);
         } else {
-            return;
+            self.wakeups.fired(ctx.now);
+            fire(&mut self.conns, ctx.now);
         }
         self.pump(ctx);
     }

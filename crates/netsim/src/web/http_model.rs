@@ -1,7 +1,7 @@
 //! The empirical HTTP traffic model of the seeds' short-transfer studies: reply sizes, request
 //! sizes, objects per page and think times, as random draws and (for reply sizes) as a
 //! probability mass function over segments for the analytic latency model
-//! ([`crate::latency_model`]).
+//! ([`crate::web::latency_model`]).
 //!
 //! The seeds drew transfer sizes "according to empirical distributions drawn from Bruce Mah's
 //! HTTP traces" (thesis §3.2.1, §4.2.4; Mah, "An Empirical Model of HTTP Network Traffic",
