@@ -323,6 +323,8 @@ pub struct TcpSpec {
     pub sack: Option<bool>,
     /// RTO clock granularity, e.g. "500ms".
     pub rto_granularity: Option<String>,
+    /// The seeds' coarse timer (`TcpConfig::coarse_timer`).
+    pub coarse_timer: Option<bool>,
     pub min_rto: Option<String>,
     /// "standard", "constant-rate" (with `increase_param` c) or "increase-by-k" (with K).
     pub increase: Option<String>,
@@ -833,6 +835,9 @@ impl Scenario {
         }
         if let Some(v) = &t.rto_granularity {
             c.clock_granularity_ns = unit(&f("rto_granularity"), parse_duration_ns(v))?;
+        }
+        if let Some(v) = t.coarse_timer {
+            c.coarse_timer = v;
         }
         if let Some(v) = &t.min_rto {
             c.min_rto_ns = unit(&f("min_rto"), parse_duration_ns(v))?;
