@@ -279,7 +279,13 @@ fn walker_isls(sh: &Shell, snap: &mut Snapshot) {
 /// relative phase, so the pairing is fixed and one-to-one: the satellite nearest in phase.
 /// When two are equally near (a half-spacing stagger, as Iridium and Teledesic have), the
 /// choice alternates from plane to plane, so a ladder of inter-plane ISLs zig-zags along the
-/// equator instead of spiralling with the stagger.
+/// equator instead of spiralling with the stagger: as in the thesis' own ns-2 scripts
+/// (`sat-iridium-links.tcl`, `sat-teledesic-links.tcl`: satellite i of a plane to satellite i
+/// of the next, the even planes staggered), a satellite of an unstaggered plane (its phase
+/// offset a whole number of in-plane spacings) links to the satellites half a spacing *ahead*
+/// of it in both adjacent planes, and a staggered one to those half a spacing behind. So
+/// Teledesic's representative satellite of fig. 6.24 loses its two adjacent-plane ISLs some
+/// 7.5° before it reaches the latitude threshold itself (thesis: states 45 and 51).
 pub fn inter_plane_partner(sh: &Shell, p: u32, s: u32, q: u32) -> u32 {
     (s as i64 + plane_shift(sh, p, q)).rem_euclid(sh.sats_per_plane as i64) as u32
 }
@@ -287,9 +293,12 @@ pub fn inter_plane_partner(sh: &Shell, p: u32, s: u32, q: u32) -> u32 {
 fn plane_shift(sh: &Shell, p: u32, q: u32) -> i64 {
     let x = sh.phase_offset_deg * sh.sats_per_plane as f64 / 360.0;
     let round = |v: f64| (v + 0.5 + 1e-6).floor() as i64;
+    // Halves round down: plane p's slot is at or below its phase, so an unstaggered plane
+    // (p·x whole) reaches up to the staggered plane's satellite ahead of it.
+    let round_half_down = |v: f64| (v - 0.5 - 1e-6).ceil() as i64;
     let shift = (p as f64 - q as f64) * x;
     let mut k = if (shift - shift.floor() - 0.5).abs() < 1e-6 {
-        round(p as f64 * x) - round(q as f64 * x)
+        round_half_down(p as f64 * x) - round_half_down(q as f64 * x)
     } else {
         round(shift)
     };
@@ -424,6 +433,34 @@ mod tests {
             seen_on && seen_off,
             "the threshold was approached from both sides"
         );
+    }
+
+    /// The half-slot tie broken as the thesis' ns-2 scripts break it: an unstaggered plane's
+    /// satellites reach half a spacing ahead into both adjacent planes, a staggered plane's
+    /// behind; the planes two away are level; the pairing is symmetric.
+    #[test]
+    fn half_slot_partners_lead_from_unstaggered_planes() {
+        for name in ["teledesic", "iridium"] {
+            let sh = shell(name);
+            let half = 180.0 / sh.sats_per_plane as f64;
+            let lead = |p: u32, s: u32, q: u32| {
+                let k = inter_plane_partner(&sh, p, s, q);
+                let d = (sh.phase_rad(q, k) - sh.phase_rad(p, s)).to_degrees();
+                (d + 180.0).rem_euclid(360.0) - 180.0
+            };
+            for s in 0..sh.sats_per_plane {
+                for p in 1..sh.planes - 2 {
+                    let want = if p % 2 == 0 { half } else { -half };
+                    assert!((lead(p, s, p + 1) - want).abs() < 1e-6, "{name} {p}/{s}");
+                    assert!((lead(p, s, p - 1) - want).abs() < 1e-6, "{name} {p}/{s}");
+                    let k = inter_plane_partner(&sh, p, s, p + 1);
+                    assert_eq!(inter_plane_partner(&sh, p + 1, k, p), s, "{name} symmetric");
+                    if sh.isl_planes_each_side >= 2 {
+                        assert!(lead(p, s, p + 2).abs() < 1e-6, "{name} two planes away");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -404,7 +404,7 @@ mod tests {
     /// "Why ours differs" stays a short account of current causes (issue 21); the history of
     /// each reproduction lives in docs/reproductions-history.md.
     #[test]
-    fn every_note_is_at_most_about_120_words() {
+    fn every_note_is_at_most_120_words() {
         let mut notes: Vec<(String, String)> = all()
             .unwrap()
             .into_iter()
@@ -419,7 +419,7 @@ mod tests {
         assert!(notes.len() >= 15, "{}", notes.len());
         for (name, note) in notes {
             let words = note.split_whitespace().count();
-            assert!(words <= 130, "{name}: {words} words");
+            assert!(words <= 120, "{name}: {words} words");
         }
     }
 

@@ -310,6 +310,8 @@ pub struct TcpSpec {
     pub sack: Option<bool>,
     /// RTO clock granularity, e.g. "500ms".
     pub rto_granularity: Option<String>,
+    /// The seeds' coarse timer (`TcpConfig::coarse_timer`).
+    pub coarse_timer: Option<bool>,
     pub min_rto: Option<String>,
     /// "standard", "constant-rate" (with `increase_param` c) or "increase-by-k" (with K).
     pub increase: Option<String>,

@@ -430,6 +430,9 @@ impl Scenario {
         if let Some(v) = &t.rto_granularity {
             c.clock_granularity_ns = unit(&f("rto_granularity"), parse_duration_ns(v))?;
         }
+        if let Some(v) = t.coarse_timer {
+            c.coarse_timer = v;
+        }
         if let Some(v) = &t.min_rto {
             c.min_rto_ns = unit(&f("min_rto"), parse_duration_ns(v))?;
         }

@@ -89,8 +89,9 @@ pub enum IncreasePolicy {
     /// Floyd's Constant-Rate: `cwnd += min(c·rtt²·MSS·MSS/cwnd, MSS)` per ACK, with `rtt` the
     /// smoothed RTT in seconds, so the sending rate grows by about `c` segments/s per second
     /// whatever the RTT (c = 100 is as aggressive as standard TCP with a 100 ms RTT). The RTT is
-    /// read on an exact clock, as timestamps would give it (thesis §4.1.6), not on the coarse
-    /// retransmission clock; before the first sample the increase is standard.
+    /// read on an exact clock, as timestamps would give it (thesis §4.1.6), or, with
+    /// `coarse_timer`, as the seeds' ns-2 read it: the retransmission clock's smoothed RTT in
+    /// whole ticks. Before the first sample the increase is standard.
     ConstantRate { c: f64 },
     /// Increase-by-K: `cwnd += min(K·MSS·MSS/cwnd, MSS)` per ACK, about K segments per RTT.
     IncreaseByK { k: f64 },
@@ -160,6 +161,12 @@ pub struct TcpConfig {
     /// in whole ticks, timeouts fire on tick boundaries, and the RTO is
     /// `srtt + max(G, 4·rttvar)` (RFC 6298).
     pub clock_granularity_ns: Time,
+    /// The seeds' coarse timer, as BSD's slow timer and ns-2's `tcp_tick_` kept it (default
+    /// false): an RTT sample counts the clock ticks it crossed but is at least one tick, and the
+    /// Constant-Rate policy reads the smoothed RTT of the retransmission clock in whole ticks
+    /// instead of an exact RTT (thesis §4.1.4 and §4.1.6: "a coarse estimate of the RTT ...
+    /// impairs" CR). With `clock_granularity_ns` 500 ms every RTT under 500 ms reads 500 ms.
+    pub coarse_timer: bool,
     /// Lower bound of the retransmission timeout, ns (default 1 s, RFC 6298).
     pub min_rto_ns: Time,
     /// Upper bound of the retransmission timeout, backoff included, ns (default 64 s).
@@ -216,6 +223,7 @@ impl Default for TcpConfig {
             delayed_ack_timeout_ns: 200 * MS,
             delayed_ack_on_ticks: false,
             clock_granularity_ns: 500 * MS,
+            coarse_timer: false,
             min_rto_ns: SEC,
             max_rto_ns: 64 * SEC,
             initial_rto_ns: SEC,

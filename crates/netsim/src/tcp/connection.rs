@@ -207,7 +207,8 @@ impl TcpConnection {
             config.min_rto_ns.max(1),
             config.max_rto_ns,
             config.initial_rto_ns.max(1),
-        );
+        )
+        .with_coarse_timer(config.coarse_timer);
         let iss = 0;
         TcpConnection {
             mss,
@@ -910,7 +911,7 @@ impl TcpConnection {
             let factor = match self.config.increase {
                 IncreasePolicy::Standard | IncreasePolicy::Cubic => 1.0,
                 IncreasePolicy::IncreaseByK { k } => k,
-                IncreasePolicy::ConstantRate { c } => match self.rto.exact_srtt() {
+                IncreasePolicy::ConstantRate { c } => match self.window_rtt() {
                     Some(rtt) => {
                         let rtt = rtt as f64 / SEC as f64;
                         c * rtt * rtt
@@ -926,6 +927,16 @@ impl TcpConnection {
             self.cwnd += whole as u64;
         }
         self.cwnd = self.cwnd.min(MAX_WINDOW_BYTES);
+    }
+
+    /// The RTT a window policy reads: the retransmission clock's smoothed RTT in whole ticks
+    /// with the seeds' coarse timer, otherwise an exact one (as timestamps give it).
+    fn window_rtt(&self) -> Option<Time> {
+        if self.config.coarse_timer {
+            self.rto.srtt_whole_ticks()
+        } else {
+            self.rto.exact_srtt()
+        }
     }
 
     /// RFC 9438 §4.2–4.3 on an ACK of `units` bytes in congestion avoidance.

@@ -19,6 +19,8 @@ pub struct RtoEstimator {
     /// Smoothed RTT of exact readings, for window policies that need the true RTT.
     exact_srtt: Option<Time>,
     backoff: u32,
+    /// Count samples as BSD and ns-2 did: at least one tick.
+    coarse: bool,
 }
 
 impl RtoEstimator {
@@ -33,7 +35,15 @@ impl RtoEstimator {
             rttvar: 0,
             exact_srtt: None,
             backoff: 0,
+            coarse: false,
         }
+    }
+
+    /// The seeds' coarse timer (BSD's slow timer, ns-2's `tcp_tick_`): every RTT sample reads at
+    /// least one tick, and [`RtoEstimator::srtt_whole_ticks`] is what a window policy reads.
+    pub fn with_coarse_timer(mut self, coarse: bool) -> Self {
+        self.coarse = coarse;
+        self
     }
 
     /// The clock reading at `t`, in ns: `t` rounded down to a whole tick.
@@ -60,7 +70,10 @@ impl RtoEstimator {
             None => exact,
             Some(s) => (7 * s + exact) / 8,
         });
-        let r = self.clock(now).saturating_sub(self.clock(sent));
+        let mut r = self.clock(now).saturating_sub(self.clock(sent));
+        if self.coarse {
+            r = r.max(self.granularity);
+        }
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -104,6 +117,12 @@ impl RtoEstimator {
     /// The smoothed RTT, once sampled.
     pub fn srtt(&self) -> Option<Time> {
         self.srtt
+    }
+
+    /// The smoothed RTT truncated to whole clock ticks, as BSD's and ns-2's integer `srtt` reads
+    /// it (`t_srtt_ >> 3` ticks): what a window policy of the seeds' TCP saw.
+    pub fn srtt_whole_ticks(&self) -> Option<Time> {
+        self.srtt.map(|s| self.clock(s))
     }
 
     /// The smoothed RTT of exact clock readings (what RTT timestamps would measure).
@@ -157,6 +176,31 @@ mod tests {
         // Timers fire on tick boundaries.
         assert_eq!(q.deadline(1_100 * MS), 2_500 * MS);
         assert_eq!(q.deadline(1_000 * MS), 2_000 * MS);
+    }
+
+    #[test]
+    fn coarse_timer_reads_at_least_one_tick_and_whole_ticks() {
+        // 100 ms inside one 500 ms tick: 0 on the plain tick clock, one tick on the seeds' timer.
+        let mut fine = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC);
+        fine.sample(100 * MS, 200 * MS);
+        assert_eq!(fine.srtt_whole_ticks(), Some(0));
+        let mut seeds = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC).with_coarse_timer(true);
+        seeds.sample(100 * MS, 200 * MS);
+        assert_eq!(seeds.srtt_whole_ticks(), Some(500 * MS));
+        // A 600 ms RTT crossing two ticks reads 1 s; the smoothed 562.5 ms reads one whole tick.
+        seeds.sample(SEC + 400 * MS, 2 * SEC);
+        assert_eq!(seeds.srtt(), Some(562_500_000));
+        assert_eq!(seeds.srtt_whole_ticks(), Some(500 * MS));
+        // Both a 100 ms and a 300 ms connection read the same 500 ms: CR cannot tell them apart.
+        let mut short = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC).with_coarse_timer(true);
+        let mut long = RtoEstimator::new(500 * MS, SEC, 60 * SEC, SEC).with_coarse_timer(true);
+        for i in 0..20u64 {
+            let t = i * 700 * MS;
+            short.sample(t, t + 100 * MS);
+            long.sample(t, t + 300 * MS);
+        }
+        assert_eq!(short.srtt_whole_ticks(), long.srtt_whole_ticks());
+        assert_ne!(short.exact_srtt(), long.exact_srtt());
     }
 
     #[test]

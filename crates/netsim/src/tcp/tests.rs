@@ -667,11 +667,20 @@ fn byte_counting_speeds_up_slow_start_under_delayed_acks() {
 /// `rtt` and one ACK per segment.
 fn ca_growth(increase: IncreasePolicy, rtt: Time, rounds: u32) -> f64 {
     let c = TcpConfig {
-        initial_window: InitialWindow::Ten,
-        initial_ssthresh_bytes: 2000,
         increase,
         clock_granularity_ns: 0,
         ..cfg(Variant::Reno)
+    };
+    ca_growth_with(c, rtt, rounds)
+}
+
+/// As [`ca_growth`], for the timer and policy of `c` (from an initial window of 10 segments in
+/// congestion avoidance).
+fn ca_growth_with(c: TcpConfig, rtt: Time, rounds: u32) -> f64 {
+    let c = TcpConfig {
+        initial_window: InitialWindow::Ten,
+        initial_ssthresh_bytes: 2000,
+        ..c
     };
     let mut a = established(c, rtt, u64::MAX / 8);
     let start = a.cwnd();
@@ -704,6 +713,29 @@ fn congestion_avoidance_policies() {
         capped <= ss + 0.01,
         "IBK 1000 grew {capped} > slow start {ss}"
     );
+}
+
+/// The seeds' coarse timer (thesis §4.1.4, §4.1.6): on 500 ms ticks every RTT under 500 ms
+/// reads one tick, so Constant-Rate grows a 100 ms and a 200 ms connection alike (c·0.5² = 4
+/// segments per RTT at c = 16) and its RTT compensation is gone; on an exact RTT it grows them
+/// by c·rtt² = 0.16 and 0.64 segments per RTT.
+#[test]
+fn coarse_timer_hides_the_rtt_from_constant_rate() {
+    let grow = |rtt: Time, coarse_timer: bool| {
+        let c = TcpConfig {
+            increase: IncreasePolicy::ConstantRate { c: 16.0 },
+            clock_granularity_ns: 500 * MS,
+            coarse_timer,
+            ..cfg(Variant::Reno)
+        };
+        ca_growth_with(c, rtt, 10)
+    };
+    let (c100, c200) = (grow(100 * MS, true), grow(200 * MS, true));
+    assert!((36.0..=41.0).contains(&c100), "coarse, 100 ms: {c100}");
+    assert!((c100 - c200).abs() <= 1.0, "coarse: {c100} vs {c200}");
+    let (e100, e200) = (grow(100 * MS, false), grow(200 * MS, false));
+    assert!(e100 < 2.5, "exact, 100 ms: {e100}");
+    assert!((5.0..=8.0).contains(&e200), "exact, 200 ms: {e200}");
 }
 
 // ----- retransmission timer -----

@@ -290,9 +290,9 @@ pub(super) fn statements(_quick: bool, out: &Path) -> Result<Section> {
         tel.isl_latitude_threshold_deg
     ));
     s.notes.push(format!(
-        "Why the first ISL step is missing: our inter-plane partner rule breaks the half-slot tie of Teledesic's 7.5° stagger so that plane 6's satellite pairs with adjacent-plane partners 7.5° behind it in phase (and level with those two planes away); its four inter-plane ISLs then all go off when it crosses 70° itself, at state {}. Partners 7.5° ahead would cross 70° 7.5 / {:.2} ≈ 5 states earlier: the thesis' state 45. The neighbour-driven dip it sees at 61 is among our lowest states too.",
+        "The two ISL steps: the inter-plane partners follow the thesis' own ns-2 scripts (satellite i of a plane to satellite i of the next, every other plane staggered 7.5°), so plane 6's unstaggered satellite links to adjacent-plane partners 7.5° ahead of it in phase and to level ones two planes away. It loses the first two at state {}, as those partners cross 70°, and the last two at state {}, as it crosses 70° itself (thesis: 45 and 51). Until issue 24 our rule broke the half-slot tie the other way (partners behind): one step, at state 50.",
+        drops.first().map_or("-".to_string(), |k| k.to_string()),
         drops.last().map_or("-".to_string(), |k| k.to_string()),
-        180.0 / f64::from(constellation::cells::ROWS)
     ));
     s.notes.push(format!(
         "Why Teledesic's polar regions are larger: {pp_tel:.0} POLAR satellites (the 12 planes' arcs above 70°, widened by partners above it) and {:.0} POLAR BORDER ones, two per plane and pole; counting only adjacent-plane ISLs changes nothing ({p_adj:.0}). The thesis does not give its split; its ~100 would fit one border satellite per plane and pole ({:.0}).",
