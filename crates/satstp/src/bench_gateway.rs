@@ -48,6 +48,9 @@ pub struct GatewayBenchArgs {
     /// the daemons' own default, at the gateway the cores available, at a terminal 1).
     #[arg(long)]
     workers: Option<u32>,
+    /// The tunnel cipher of both daemons (`tunnel_cipher`): auto, chacha20-poly1305, aes-256-gcm.
+    #[arg(long, default_value = "auto")]
+    tunnel_cipher: String,
     /// Terminal daemons (1 to 200), each with its own key and tunnel session; the parallel
     /// downloads are spread evenly over them.
     #[arg(long, default_value_t = 1)]
@@ -215,6 +218,8 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             bail!("--workers must be between 1 and 64, got {w}");
         }
     }
+    pep::tunnel::CipherChoice::parse(&args.tunnel_cipher)
+        .map_err(|e| anyhow!("--tunnel-cipher {e}"))?;
     if !(1..=200).contains(&args.terminals) {
         bail!(
             "--terminals must be between 1 and 200, got {}",
@@ -240,7 +245,7 @@ fn report(args: &GatewayBenchArgs, f: &Figures) -> Result<()> {
     if args.json.is_some() {
         let v = serde_json::json!({
             "benchmark": "gateway",
-            "encryption": "noise-ik chacha20-poly1305",
+            "encryption": format!("noise-ik {}", pep::tunnel::CipherChoice::parse(&args.tunnel_cipher).ok().and_then(|c| c.ciphers().first().map(|c| c.name())).unwrap_or("?")),
             "processes": "terminal and gateway daemons each in its own process; client and origin (the load generator) in the bench's",
             "workers": args.workers,
             "terminals": args.terminals,
@@ -345,7 +350,8 @@ fn start_daemons(
     let (hop, metrics) = (free_port()?, free_port()?);
     let workers = args
         .workers
-        .map_or(String::new(), |w| format!("workers = {w}\n"));
+        .map_or(String::new(), |w| format!("workers = {w}\n"))
+        + &format!("tunnel_cipher = \"{}\"\n", args.tunnel_cipher);
     let common = format!(
         "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\

@@ -25,7 +25,7 @@ use super::error::{AbortCode, HopError, StreamError};
 use super::open_budget::OpenBudgets;
 use super::shaper::Shaper;
 use crate::keys::{PrivateKey, PublicKey};
-use crate::tunnel::{Initiator, Opened, Responder};
+use crate::tunnel::{CipherChoice, Initiator, Opened, Responder};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -298,6 +298,8 @@ enum Sec {
         unanswered: u32,
         /// Handshake initiations sent to any gateway since one was last heard.
         unanswered_total: u32,
+        /// The suites offered (`tunnel_cipher`).
+        cipher: CipherChoice,
     },
     Gateway {
         responder: Box<Responder>,
@@ -395,8 +397,10 @@ fn new_initiator(
     gateway_key: &PublicKey,
     index: u32,
     stamp_ns: u64,
+    cipher: CipherChoice,
 ) -> Result<Initiator, HopError> {
-    Initiator::new(local, gateway_key, index, stamp_ns).map_err(|e| HopError::Tunnel(e.to_string()))
+    Initiator::with_cipher(local, gateway_key, index, stamp_ns, cipher)
+        .map_err(|e| HopError::Tunnel(e.to_string()))
 }
 
 impl<S: EventSink, P> HopCore<S, P> {
@@ -422,7 +426,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             CoreSecurity::Terminal { local, gateways } => {
                 let &(gateway, gateway_key) = gateways.first().ok_or(HopError::NoGateway)?;
                 let index = config.seed as u32 | 1;
-                let init = new_initiator(&local, &gateway_key, index, stamp)?;
+                let init = new_initiator(&local, &gateway_key, index, stamp, CipherChoice::Auto)?;
                 Sec::Terminal {
                     init: Box::new(init),
                     gateway,
@@ -433,6 +437,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                     current: 0,
                     unanswered: 0,
                     unanswered_total: 0,
+                    cipher: CipherChoice::Auto,
                 }
             }
             CoreSecurity::Gateway { mut responder } => {
@@ -489,6 +494,38 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Terminal: when to rekey (default [`RekeyConfig::default`]).
     pub fn set_rekey(&mut self, config: RekeyConfig) {
         self.rekey.config = config;
+    }
+
+    /// The tunnel suites this side offers (terminal) or accepts (gateway): `tunnel_cipher`,
+    /// default [`CipherChoice::Auto`]. Set it before the first [`Self::pump`]: a terminal's
+    /// pending handshake is made again with the new offers.
+    pub fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
+        let stamp = self.now_stamp(self.last_now);
+        match &mut self.security {
+            Sec::Terminal {
+                init,
+                local_key,
+                gateway_key,
+                cipher,
+                ..
+            } => {
+                *cipher = choice;
+                if !init.is_established() {
+                    **init = new_initiator(local_key, gateway_key, init.index(), stamp, choice)?;
+                }
+            }
+            Sec::Gateway { responder } => responder.set_cipher(choice),
+            Sec::Clear { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// The suite of the terminal's tunnel session, once established.
+    pub fn tunnel_cipher(&self) -> Option<crate::tunnel::Cipher> {
+        match &self.security {
+            Sec::Terminal { init, .. } => init.cipher(),
+            _ => None,
+        }
     }
 
     /// Terminal: whether the session replaced by the last rekey is still kept (it is erased,
@@ -803,7 +840,11 @@ impl<S: EventSink, P> HopCore<S, P> {
                     // so the terminal re-handshakes now instead of after its silence timer.
                     self.send_notice(now, from, index);
                 }
-                Err(e) if data.first() == Some(&crate::tunnel::wire::TYPE_INITIATION) => {
+                Err(e)
+                    if data
+                        .first()
+                        .is_some_and(|&t| crate::tunnel::wire::is_initiation(t)) =>
+                {
                     let key = responder.rejected_key();
                     self.log_refused_handshake(now, from, &e, key);
                 }
@@ -896,9 +937,9 @@ impl<S: EventSink, P> HopCore<S, P> {
         if !self.established() && now >= self.next_handshake {
             self.fail_over_if_unanswered(now);
             self.check_down(now);
-            if let Sec::Terminal { init, gateway, .. } = &self.security {
+            if let Sec::Terminal { init, gateway, .. } = &mut self.security {
                 self.control
-                    .push_back((*gateway, init.initiation().to_vec(), false));
+                    .push_back((*gateway, init.initiation_to_send().to_vec(), false));
             }
             self.next_handshake = now + HANDSHAKE_RETRY;
         }
@@ -1083,7 +1124,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             }
             if r.next_send.is_none_or(|t| now >= t) {
                 self.control
-                    .push_back((*gateway, init.initiation().to_vec(), false));
+                    .push_back((*gateway, init.initiation_to_send().to_vec(), false));
                 r.next_send = Some(now + HANDSHAKE_RETRY);
             }
             return;
@@ -1101,7 +1142,7 @@ impl<S: EventSink, P> HopCore<S, P> {
         r.began = Some(now);
         r.next_send = Some(now + HANDSHAKE_RETRY);
         self.control
-            .push_back((*gateway, init.initiation().to_vec(), false));
+            .push_back((*gateway, init.initiation_to_send().to_vec(), false));
     }
 
     /// Terminal: a rekey's response arrived; the new session is in use.
@@ -1138,11 +1179,12 @@ impl<S: EventSink, P> HopCore<S, P> {
             local_key,
             gateway_key,
             handshakes,
+            cipher,
             ..
         } = &mut self.security
         {
             let index = init.index().wrapping_add(2) | 1;
-            if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp) {
+            if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp, *cipher) {
                 **init = fresh;
                 *handshakes += 1;
                 self.next_handshake = now;
@@ -1303,6 +1345,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             current,
             unanswered,
             unanswered_total,
+            cipher,
         } = &mut self.security
         else {
             return;
@@ -1317,7 +1360,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             return;
         };
         let index = init.index().wrapping_add(2) | 1;
-        let Ok(fresh) = new_initiator(local_key, &key, index, stamp) else {
+        let Ok(fresh) = new_initiator(local_key, &key, index, stamp, *cipher) else {
             return;
         };
         let same_gateway = addr == *gateway;
