@@ -29,10 +29,10 @@ pub struct Initiator {
     offers: Vec<Offer>,
     /// The offer [`Initiator::initiation_to_send`] returns next.
     next_offer: usize,
-    /// The suites offered, in order of preference.
+    /// The suites offered, in order of preference (also on every rekey: a session that fell
+    /// back to a later suite because an initiation was lost moves to the preferred one at its
+    /// next rekey, if the gateway accepts it).
     ciphers: Vec<Cipher>,
-    /// The suite of the last answered handshake: offered first on a rekey.
-    answered: Option<Cipher>,
     session: Option<Session>,
     /// Our index of the current session.
     session_index: u32,
@@ -98,7 +98,6 @@ impl Initiator {
             offers,
             next_offer: 0,
             ciphers: ciphers.to_vec(),
-            answered: None,
             session: None,
             session_index: index,
             previous: None,
@@ -120,15 +119,7 @@ impl Initiator {
         index: u32,
         timestamp: u64,
     ) -> Result<(), Error> {
-        let mut ciphers = self.ciphers.clone();
-        if let Some(pos) = self
-            .answered
-            .and_then(|a| ciphers.iter().position(|&c| c == a))
-        {
-            let c = ciphers.remove(pos);
-            ciphers.insert(0, c);
-        }
-        self.offers = offers(local, gateway, index, timestamp, &ciphers)?;
+        self.offers = offers(local, gateway, index, timestamp, &self.ciphers)?;
         self.next_offer = 0;
         self.index = index;
         Ok(())
@@ -325,7 +316,6 @@ impl Initiator {
                 for o in &mut self.offers {
                     o.handshake = None;
                 }
-                self.answered = Some(cipher);
                 let old = self.session.replace(fresh);
                 let old_index = std::mem::replace(&mut self.session_index, self.index);
                 self.accepted_response = Some(d.to_vec());
