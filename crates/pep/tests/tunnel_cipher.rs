@@ -100,6 +100,7 @@ fn each_suite_handshakes_and_carries_data() {
         assert_eq!(ini.initiation()[0], ty);
         assert_eq!(handshake(&mut p, &mut ini, None), 1, "{cipher:?}");
         assert_eq!(ini.cipher(), Some(cipher));
+        assert!(!ini.fell_back());
         carry(&mut p, &mut ini);
     }
 }
@@ -170,6 +171,10 @@ fn a_gateway_that_drops_aes_initiations_gets_chacha_at_the_next_retry() {
         ));
         assert_eq!(ini.open(&out, &mut Vec::new()), Ok(Opened::Rekeyed));
         assert_eq!(ini.cipher(), Some(Cipher::ChaCha20Poly1305));
+        assert!(
+            !ini.fell_back(),
+            "a rekey's session is not rekeyed early again: one extra rekey per session"
+        );
         carry(&mut p, &mut ini);
     }
 }
@@ -194,6 +199,7 @@ fn a_session_that_fell_back_after_a_lost_initiation_upgrades_at_its_rekey() {
     ));
     assert_eq!(ini.open(&out, &mut Vec::new()), Ok(Opened::Established));
     assert_eq!(ini.cipher(), Some(Cipher::ChaCha20Poly1305));
+    assert!(ini.fell_back(), "the driver rekeys such a session early");
     carry(&mut p, &mut ini);
     ini.rekey(&p.terminal.0, &p.gw_pub, 53, 2).unwrap();
     let aes = ini.initiation_to_send().to_vec();
@@ -202,6 +208,7 @@ fn a_session_that_fell_back_after_a_lost_initiation_upgrades_at_its_rekey() {
             assert!(Cipher::aes_in_hardware());
             assert_eq!(ini.open(&out, &mut Vec::new()), Ok(Opened::Rekeyed));
             assert_eq!(ini.cipher(), Some(Cipher::Aes256Gcm));
+            assert!(!ini.fell_back());
         }
         other => {
             assert!(!Cipher::aes_in_hardware(), "{other:?}");

@@ -36,6 +36,10 @@ use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 pub const CHUNK: usize = 64 * 1024;
 /// How often a handshake initiation is resent until answered.
 pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// A terminal session that fell back from its preferred tunnel suite (its first initiation was
+/// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
+/// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
+pub const UPGRADE_AFTER: Duration = Duration::from_secs(10);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
@@ -389,6 +393,16 @@ pub struct HopCore<S, P> {
     /// `next_session_sweep`.
     session_idle: Duration,
     next_session_sweep: Instant,
+}
+
+/// The age of use at which a terminal's session is rekeyed: `after`, or [`UPGRADE_AFTER`] for
+/// a session that fell back from the preferred suite.
+fn rekey_age(init: &Initiator, config: &RekeyConfig) -> Duration {
+    if init.fell_back() {
+        config.after.min(UPGRADE_AFTER)
+    } else {
+        config.after
+    }
 }
 
 /// A tunnel initiator stamped with `stamp_ns`.
@@ -1081,7 +1095,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             // Renewed by age only while in use (as WireGuard): an idle terminal sends nothing,
             // so the gateway can let its session go; the first stream after the idle time
             // starts the rekey at once.
-            at(r.session_began.map(|b| b + r.config.after));
+            at(r.session_began.map(|b| b + rekey_age(init, &r.config)));
         }
         due
     }
@@ -1129,9 +1143,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             }
             return;
         }
+        let age = rekey_age(init, &r.config);
         let old = in_use
             && r.session_began
-                .is_some_and(|b| now.saturating_duration_since(b) >= r.config.after);
+                .is_some_and(|b| now.saturating_duration_since(b) >= age);
         if !old && init.session_messages() < r.config.after_messages {
             return;
         }

@@ -33,6 +33,9 @@ pub struct Initiator {
     /// back to a later suite because an initiation was lost moves to the preferred one at its
     /// next rekey, if the gateway accepts it).
     ciphers: Vec<Cipher>,
+    /// The current session came from a first handshake answered in a later suite than the
+    /// preferred one (the preferred initiation was lost, or the gateway refuses it).
+    fell_back: bool,
     session: Option<Session>,
     /// Our index of the current session.
     session_index: u32,
@@ -98,6 +101,7 @@ impl Initiator {
             offers,
             next_offer: 0,
             ciphers: ciphers.to_vec(),
+            fell_back: false,
             session: None,
             session_index: index,
             previous: None,
@@ -128,6 +132,13 @@ impl Initiator {
     /// A rekey handshake is under way (a session is up and a new handshake is unanswered).
     pub fn rekeying(&self) -> bool {
         self.session.is_some() && self.offers.iter().any(|o| o.handshake.is_some())
+    }
+
+    /// Whether the current session came from a first handshake answered in a later suite than
+    /// the preferred one: the driver rekeys it early, to try the preferred suite again
+    /// (a rekey's session never counts, so a gateway that refuses it costs one extra rekey).
+    pub fn fell_back(&self) -> bool {
+        self.fell_back
     }
 
     /// The suite of the current session (`None` before the first response).
@@ -317,6 +328,7 @@ impl Initiator {
                     o.handshake = None;
                 }
                 let old = self.session.replace(fresh);
+                self.fell_back = old.is_none() && self.ciphers.first() != Some(&cipher);
                 let old_index = std::mem::replace(&mut self.session_index, self.index);
                 self.accepted_response = Some(d.to_vec());
                 self.gateway = Some(info);
