@@ -39,7 +39,7 @@ pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// A terminal session that fell back from its preferred tunnel suite (its first initiation was
 /// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
 /// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
-pub const UPGRADE_AFTER: Duration = Duration::from_secs(10);
+pub const UPGRADE_AFTER: Duration = Duration::from_secs(3);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
