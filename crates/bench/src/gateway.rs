@@ -42,6 +42,9 @@ pub struct GatewayOptions {
     pub workers: Option<u32>,
     /// Terminal daemons.
     pub terminals: u32,
+    /// The tunnel cipher of both daemons (`tunnel_cipher`: auto, chacha20-poly1305,
+    /// aes-256-gcm).
+    pub tunnel_cipher: String,
 }
 
 /// CPU seconds spent during one run, by process.
@@ -206,6 +209,9 @@ impl GatewayOptions {
                 bail!("--workers must be between 1 and 64, got {w}");
             }
         }
+        if let Err(e) = pep::tunnel::CipherChoice::parse(&args.tunnel_cipher) {
+            bail!("--tunnel-cipher {e}");
+        }
         if !(1..=200).contains(&args.terminals) {
             bail!(
                 "--terminals must be between 1 and 200, got {}",
@@ -234,7 +240,13 @@ impl Figures {
         let (t_idle, g_idle) = f.idle_kib();
         serde_json::json!({
             "benchmark": "gateway",
-            "encryption": "noise-ik chacha20-poly1305",
+            "encryption": format!(
+                "noise-ik {}",
+                pep::tunnel::CipherChoice::parse(&args.tunnel_cipher)
+                    .ok()
+                    .and_then(|c| c.ciphers().first().map(|c| c.name()))
+                    .unwrap_or("?")
+            ),
             "processes": "terminal and gateway daemons each in its own process; client and origin (the load generator) in the bench's",
             "workers": args.workers,
             "terminals": args.terminals,
@@ -287,7 +299,8 @@ fn start_daemons(
     let (hop, metrics) = (free_port()?, free_port()?);
     let workers = args
         .workers
-        .map_or(String::new(), |w| format!("workers = {w}\n"));
+        .map_or(String::new(), |w| format!("workers = {w}\n"))
+        + &format!("tunnel_cipher = \"{}\"\n", args.tunnel_cipher);
     let common = format!(
         "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
@@ -533,6 +546,7 @@ mod tests {
             parallel: 10,
             idle: 100,
             workers: None,
+            tunnel_cipher: "auto".into(),
             terminals: 1,
         };
         assert!(ok.check().is_ok());
@@ -568,6 +582,7 @@ mod tests {
             (
                 GatewayOptions {
                     workers: Some(65),
+                    tunnel_cipher: "auto".into(),
                     ..ok.clone()
                 },
                 "--workers",
@@ -607,6 +622,7 @@ mod tests {
             parallel: 1,
             idle: 100,
             workers: None,
+            tunnel_cipher: "auto".into(),
             terminals: 1,
         });
         assert_eq!(v["terminal_idle_conn_kib"], 5.0);

@@ -245,6 +245,13 @@ macro_rules! side_config {
             /// and its connections go to them in turn (`docs/scaling.md`, "Workers").
             #[serde(default)]
             pub workers: Option<u32>,
+            /// STP hop: the tunnel's cipher suite, "auto" (default: AES-256-GCM where this
+            /// machine has AES instructions, else ChaCha20-Poly1305; a terminal offers its
+            /// preferred first and the other on the next retry), "chacha20-poly1305" or
+            /// "aes-256-gcm" (that one only: a terminal offers it, a gateway accepts only it).
+            /// `docs/tunnel.md`, "Cipher".
+            #[serde(default)]
+            pub tunnel_cipher: Option<String>,
         }
 
         impl $name {
@@ -267,6 +274,7 @@ macro_rules! side_config {
                         ));
                     }
                 }
+                self.tunnel_cipher()?;
                 self.limits.validate().map_err(|e| e.prefixed("limits"))?;
                 apply_stp(&self.stp, stp::Config::default())?;
                 self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
@@ -296,6 +304,15 @@ macro_rules! side_config {
                     None => defaults,
                 };
                 apply_stp(&self.stp, base).map_err(|e| e.prefixed($side))
+            }
+
+            /// The tunnel suites of `tunnel_cipher` (default "auto").
+            pub fn tunnel_cipher(&self) -> Result<crate::tunnel::CipherChoice, ConfigError> {
+                match &self.tunnel_cipher {
+                    None => Ok(crate::tunnel::CipherChoice::Auto),
+                    Some(s) => crate::tunnel::CipherChoice::parse(s)
+                        .map_err(|r| bad("tunnel_cipher", r)),
+                }
             }
 
             /// The STP hop's workers: `workers`, else at a gateway the cores available and at
@@ -1336,6 +1353,31 @@ mod tests {
             let e = parse_terminal(&terminal_text(bad)).unwrap_err();
             assert_eq!(e.field(), Some("terminal.workers"), "{e}");
         }
+    }
+
+    #[test]
+    fn tunnel_cipher_is_read_and_checked() {
+        use crate::tunnel::{Cipher, CipherChoice};
+        let g = parse_gateway(&gateway_text("")).unwrap();
+        assert_eq!(g.tunnel_cipher().unwrap(), CipherChoice::Auto);
+        let t = parse_terminal(&terminal_text("tunnel_cipher = \"aes-256-gcm\"\n")).unwrap();
+        assert_eq!(
+            t.tunnel_cipher().unwrap(),
+            CipherChoice::Only(Cipher::Aes256Gcm)
+        );
+        let g = parse_gateway(&gateway_text("tunnel_cipher = \"chacha20-poly1305\"\n")).unwrap();
+        assert_eq!(
+            g.tunnel_cipher().unwrap(),
+            CipherChoice::Only(Cipher::ChaCha20Poly1305)
+        );
+        let e = parse_gateway(&gateway_text("tunnel_cipher = \"aes-128\"\n")).unwrap_err();
+        assert_eq!(e.field(), Some("gateway.tunnel_cipher"), "{e}");
+        assert!(
+            e.to_string().contains("\"auto\", \"chacha20-poly1305\""),
+            "{e}"
+        );
+        let e = parse_terminal(&terminal_text("tunnel_cipher = \"rot13\"\n")).unwrap_err();
+        assert_eq!(e.field(), Some("terminal.tunnel_cipher"), "{e}");
     }
 
     fn gateway_text(extra: &str) -> String {

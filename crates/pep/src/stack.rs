@@ -75,6 +75,8 @@ pub struct StpHop {
     pub capture: Option<Capture>,
     /// Terminal: when the tunnel session is rekeyed.
     pub rekey: crate::hop::RekeyConfig,
+    /// The tunnel suites offered (terminal) or accepted (gateway): `tunnel_cipher`.
+    pub cipher: crate::tunnel::CipherChoice,
     /// Hop workers ([`Hop::start_workers`]; `docs/scaling.md`, "Workers"): a gateway's share
     /// its `listen` address, a terminal's hold a tunnel session each. At least 1.
     pub workers: usize,
@@ -90,6 +92,7 @@ impl StpHop {
             bind: None,
             capture: None,
             rekey: crate::hop::RekeyConfig::default(),
+            cipher: crate::tunnel::CipherChoice::Auto,
             workers: 1,
         }
     }
@@ -120,6 +123,7 @@ impl StpHop {
             bind: None,
             capture: None,
             rekey: crate::hop::RekeyConfig::default(),
+            cipher: crate::tunnel::CipherChoice::Auto,
             workers: 1,
         }
     }
@@ -291,6 +295,7 @@ impl Terminal {
                     seed: stp.seed,
                     send_rate_bps: stp.send_rate_bps,
                     rekey: stp.rekey,
+                    cipher: stp.cipher,
                 };
                 Hop::start_workers(workers, config, stp.capture).map_err(hop_err)?
             }
@@ -502,6 +507,7 @@ impl Gateway {
                 seed: stp.seed,
                 send_rate_bps: stp.send_rate_bps,
                 rekey: stp.rekey,
+                cipher: stp.cipher,
             };
             let hop = Hop::start_workers(workers, config, stp.capture).map_err(|source| {
                 StackError::Hop {

@@ -954,3 +954,57 @@ fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_i
         3 * rtt / MS
     );
 }
+
+/// A gateway that accepts ChaCha20-Poly1305 only (as one of an older version): a terminal that
+/// prefers AES-256-GCM (it has AES instructions) gets a ChaCha session one retry later, rekeys
+/// it once after `UPGRADE_AFTER` of use to try AES-256-GCM again, falls back again, and then
+/// keeps that session until `rekey_after_s`. Without AES instructions the terminal offers
+/// ChaCha20-Poly1305 alone: one handshake, no early rekey.
+#[test]
+fn a_terminal_that_fell_back_to_chacha_tries_aes_once_more_then_stays() {
+    use pep::tunnel::{Cipher, CipherChoice};
+    let link = || LinkConfig::simple(10_000_000, 20 * MS, 200);
+    let mut p = Pair::new(link(), link(), 30_000, 5);
+    p.gateway
+        .set_cipher(CipherChoice::Only(Cipher::ChaCha20Poly1305))
+        .unwrap();
+    let r = Reader::default();
+    let now = p.instant();
+    p.terminal
+        .open(now, Bytes::from_static(b"GET"), r.clone())
+        .unwrap();
+    let mut seen = Received::default();
+    let mut answered = false;
+    assert!(p.run(10 * S, |p| {
+        if let (false, Some((info, _))) = (answered, p.accepted.first()) {
+            p.gateway.write(info.id, Bytes::from_static(b"hi"), None);
+            answered = true;
+        }
+        seen.take(&r);
+        seen.bytes == b"hi"
+    }));
+    assert_eq!(p.terminal.tunnel_cipher(), Some(Cipher::ChaCha20Poly1305));
+    // The stream stays open (the session is in use) for 40 s.
+    let end = p.now + 40 * S;
+    p.run(end, |_| false);
+    let st = p.terminal.status();
+    let aes = Cipher::aes_in_hardware();
+    assert_eq!(
+        st.rekeys,
+        u64::from(aes),
+        "one early rekey to try AES-256-GCM again (AES instructions: {aes})"
+    );
+    assert_eq!(st.rekey_failures, 0);
+    assert_eq!(p.terminal.tunnel_cipher(), Some(Cipher::ChaCha20Poly1305));
+    assert_eq!(
+        p.gateway.status().tunnel.malformed,
+        2 * u64::from(aes),
+        "the AES initiations of the handshake and of the rekey, dropped"
+    );
+    seen.take(&r);
+    assert!(
+        seen.failed.is_none(),
+        "the stream failed: {:?}",
+        seen.failed
+    );
+}

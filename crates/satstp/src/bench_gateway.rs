@@ -23,6 +23,9 @@ pub struct GatewayBenchArgs {
     /// the daemons' own default, at the gateway the cores available, at a terminal 1).
     #[arg(long)]
     workers: Option<u32>,
+    /// The tunnel cipher of both daemons (`tunnel_cipher`): auto, chacha20-poly1305, aes-256-gcm.
+    #[arg(long, default_value = "auto")]
+    tunnel_cipher: String,
     /// Terminal daemons (1 to 200), each with its own key and tunnel session; the parallel
     /// downloads are spread evenly over them.
     #[arg(long, default_value_t = 1)]
@@ -41,6 +44,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         idle: args.idle,
         workers: args.workers,
         terminals: args.terminals,
+        tunnel_cipher: args.tunnel_cipher.clone(),
     };
     opts.check()?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;

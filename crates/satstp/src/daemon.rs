@@ -628,6 +628,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
                 bind: None,
                 capture,
                 rekey: cfg.rekey(),
+                cipher: cfg.tunnel_cipher()?,
                 workers: cfg.hop_workers(),
             }))
         };
@@ -758,6 +759,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
     let settings = settings!(cfg);
     let seed = os_seed()?;
     let capture = args.capture.open("gateway", cfg.hop_transport.stp())?;
+    let cipher = cfg.tunnel_cipher()?;
     let o = GatewayOptions {
         key,
         next_key,
@@ -772,6 +774,7 @@ pub fn gateway(args: &DaemonArgs) -> Result<()> {
                 bind: None,
                 capture,
                 rekey: Default::default(),
+                cipher,
                 workers: cfg.hop_workers(),
             }),
             tcp: cfg.hop_transport.tcp().then(|| cfg.hop_tcp_tuning()),

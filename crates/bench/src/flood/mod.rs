@@ -171,6 +171,7 @@ fn hop_config(link: HopLink, seed: u64) -> HopConfig {
         seed,
         send_rate_bps: stp.send_rate_bps,
         rekey: stp.rekey,
+        cipher: stp.cipher,
     }
 }
 

@@ -25,7 +25,7 @@ use super::error::{AbortCode, HopError, StreamError};
 use super::open_budget::OpenBudgets;
 use super::shaper::Shaper;
 use crate::keys::{PrivateKey, PublicKey};
-use crate::tunnel::{Initiator, Opened, Responder};
+use crate::tunnel::{CipherChoice, Initiator, Opened, Responder};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -36,6 +36,10 @@ use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 pub const CHUNK: usize = 64 * 1024;
 /// How often a handshake initiation is resent until answered.
 pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// A terminal session that fell back from its preferred tunnel suite (its first initiation was
+/// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
+/// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
+pub const UPGRADE_AFTER: Duration = Duration::from_secs(3);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
@@ -304,6 +308,8 @@ enum Sec {
         unanswered: u32,
         /// Handshake initiations sent to any gateway since one was last heard.
         unanswered_total: u32,
+        /// The suites offered (`tunnel_cipher`).
+        cipher: CipherChoice,
     },
     Gateway {
         responder: Box<Responder>,
@@ -395,14 +401,26 @@ pub struct HopCore<S, P> {
     next_session_sweep: Instant,
 }
 
+/// The age of use at which a terminal's session is rekeyed: `after`, or [`UPGRADE_AFTER`] for
+/// a session that fell back from the preferred suite.
+fn rekey_age(init: &Initiator, config: &RekeyConfig) -> Duration {
+    if init.fell_back() {
+        config.after.min(UPGRADE_AFTER)
+    } else {
+        config.after
+    }
+}
+
 /// A tunnel initiator stamped with `stamp_ns`.
 fn new_initiator(
     local: &PrivateKey,
     gateway_key: &PublicKey,
     index: u32,
     stamp_ns: u64,
+    cipher: CipherChoice,
 ) -> Result<Initiator, HopError> {
-    Initiator::new(local, gateway_key, index, stamp_ns).map_err(|e| HopError::Tunnel(e.to_string()))
+    Initiator::with_cipher(local, gateway_key, index, stamp_ns, cipher)
+        .map_err(|e| HopError::Tunnel(e.to_string()))
 }
 
 impl<S: EventSink, P> HopCore<S, P> {
@@ -428,7 +446,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             CoreSecurity::Terminal { local, gateways } => {
                 let &(gateway, gateway_key) = gateways.first().ok_or(HopError::NoGateway)?;
                 let index = config.seed as u32 | 1;
-                let init = new_initiator(&local, &gateway_key, index, stamp)?;
+                let init = new_initiator(&local, &gateway_key, index, stamp, CipherChoice::Auto)?;
                 Sec::Terminal {
                     init: Box::new(init),
                     gateway,
@@ -439,6 +457,7 @@ impl<S: EventSink, P> HopCore<S, P> {
                     current: 0,
                     unanswered: 0,
                     unanswered_total: 0,
+                    cipher: CipherChoice::Auto,
                 }
             }
             CoreSecurity::Gateway { mut responder } => {
@@ -495,6 +514,38 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Terminal: when to rekey (default [`RekeyConfig::default`]).
     pub fn set_rekey(&mut self, config: RekeyConfig) {
         self.rekey.config = config;
+    }
+
+    /// The tunnel suites this side offers (terminal) or accepts (gateway): `tunnel_cipher`,
+    /// default [`CipherChoice::Auto`]. Set it before the first [`Self::pump`]: a terminal's
+    /// pending handshake is made again with the new offers.
+    pub fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
+        let stamp = self.now_stamp(self.last_now);
+        match &mut self.security {
+            Sec::Terminal {
+                init,
+                local_key,
+                gateway_key,
+                cipher,
+                ..
+            } => {
+                *cipher = choice;
+                if !init.is_established() {
+                    **init = new_initiator(local_key, gateway_key, init.index(), stamp, choice)?;
+                }
+            }
+            Sec::Gateway { responder } => responder.set_cipher(choice),
+            Sec::Clear { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// The suite of the terminal's tunnel session, once established.
+    pub fn tunnel_cipher(&self) -> Option<crate::tunnel::Cipher> {
+        match &self.security {
+            Sec::Terminal { init, .. } => init.cipher(),
+            _ => None,
+        }
     }
 
     /// Terminal: whether the session replaced by the last rekey is still kept (it is erased,
@@ -815,7 +866,11 @@ impl<S: EventSink, P> HopCore<S, P> {
                     // so the terminal re-handshakes now instead of after its silence timer.
                     self.send_notice(now, from, index);
                 }
-                Err(e) if data.first() == Some(&crate::tunnel::wire::TYPE_INITIATION) => {
+                Err(e)
+                    if data
+                        .first()
+                        .is_some_and(|&t| crate::tunnel::wire::is_initiation(t)) =>
+                {
                     let key = responder.rejected_key();
                     self.log_refused_handshake(now, from, &e, key);
                 }
@@ -908,9 +963,9 @@ impl<S: EventSink, P> HopCore<S, P> {
         if !self.established() && now >= self.next_handshake {
             self.fail_over_if_unanswered(now);
             self.check_down(now);
-            if let Sec::Terminal { init, gateway, .. } = &self.security {
+            if let Sec::Terminal { init, gateway, .. } = &mut self.security {
                 self.control
-                    .push_back((*gateway, init.initiation().to_vec(), false));
+                    .push_back((*gateway, init.initiation_to_send().to_vec(), false));
             }
             self.next_handshake = now + HANDSHAKE_RETRY;
         }
@@ -1052,7 +1107,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             // Renewed by age only while in use (as WireGuard): an idle terminal sends nothing,
             // so the gateway can let its session go; the first stream after the idle time
             // starts the rekey at once.
-            at(r.session_began.map(|b| b + r.config.after));
+            at(r.session_began.map(|b| b + rekey_age(init, &r.config)));
         }
         due
     }
@@ -1094,21 +1149,22 @@ impl<S: EventSink, P> HopCore<S, P> {
                 return;
             }
             if r.next_send.is_none_or(|t| now >= t) {
-                // A resend is a new initiation with a newer timestamp (see
-                // `fail_over_if_unanswered`).
-                if r.next_send.is_some() {
+                // A resend, once each suite's initiation went, is a new initiation with a newer
+                // timestamp (see `fail_over_if_unanswered`).
+                if r.next_send.is_some() && init.offered_every_suite() {
                     let index = init.index().wrapping_add(2) | 1;
                     let _ = init.rekey(local_key, gateway_key, index, stamp);
                 }
                 self.control
-                    .push_back((*gateway, init.initiation().to_vec(), false));
+                    .push_back((*gateway, init.initiation_to_send().to_vec(), false));
                 r.next_send = Some(now + HANDSHAKE_RETRY);
             }
             return;
         }
+        let age = rekey_age(init, &r.config);
         let old = in_use
             && r.session_began
-                .is_some_and(|b| now.saturating_duration_since(b) >= r.config.after);
+                .is_some_and(|b| now.saturating_duration_since(b) >= age);
         if !old && init.session_messages() < r.config.after_messages {
             return;
         }
@@ -1119,7 +1175,7 @@ impl<S: EventSink, P> HopCore<S, P> {
         r.began = Some(now);
         r.next_send = Some(now + HANDSHAKE_RETRY);
         self.control
-            .push_back((*gateway, init.initiation().to_vec(), false));
+            .push_back((*gateway, init.initiation_to_send().to_vec(), false));
     }
 
     /// Terminal: a rekey's response arrived; the new session is in use.
@@ -1185,11 +1241,12 @@ impl<S: EventSink, P> HopCore<S, P> {
             local_key,
             gateway_key,
             handshakes,
+            cipher,
             ..
         } = &mut self.security
         {
             let index = init.index().wrapping_add(2) | 1;
-            if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp) {
+            if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp, *cipher) {
                 **init = fresh;
                 *handshakes += 1;
                 self.next_handshake = now;
@@ -1350,6 +1407,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             current,
             unanswered,
             unanswered_total,
+            cipher,
         } = &mut self.security
         else {
             return;
@@ -1363,9 +1421,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             // initiation reached the gateway after a sibling's newer one would be refused for
             // ever if it repeated itself. (A lost answer leaves the gateway an unconfirmed
             // session, which the next handshake from this address replaces.)
-            if *unanswered > 1 {
+            // Each suite's initiation goes once before the timestamp is renewed.
+            if *unanswered > 1 && init.offered_every_suite() {
                 let index = init.index().wrapping_add(2) | 1;
-                if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp) {
+                if let Ok(fresh) = new_initiator(local_key, gateway_key, index, stamp, *cipher) {
                     **init = fresh;
                 }
             }
@@ -1376,7 +1435,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             return;
         };
         let index = init.index().wrapping_add(2) | 1;
-        let Ok(fresh) = new_initiator(local_key, &key, index, stamp) else {
+        let Ok(fresh) = new_initiator(local_key, &key, index, stamp, *cipher) else {
             return;
         };
         let same_gateway = addr == *gateway;

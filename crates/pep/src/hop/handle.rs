@@ -266,6 +266,8 @@ pub struct HopConfig {
     pub send_rate_bps: Option<u64>,
     /// Terminal: when the tunnel session is rekeyed.
     pub rekey: super::RekeyConfig,
+    /// The tunnel suites offered (terminal) or accepted (gateway): `tunnel_cipher`.
+    pub cipher: crate::tunnel::CipherChoice,
 }
 
 /// A running hop: one worker (a task with its own socket and hop core) or several

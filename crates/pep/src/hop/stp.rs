@@ -148,6 +148,7 @@ impl Hop {
                 Instant::ZERO,
             )?;
             core.set_rekey(config.rekey);
+            core.set_cipher(config.cipher)?;
             if let Some(first) = tasks.first() {
                 core.share_allocation_of(&first.core);
             }

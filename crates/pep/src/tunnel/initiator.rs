@@ -2,20 +2,40 @@
 
 use super::session::Session;
 use super::wire::{emit_header, Packet, INITIATION_LEN, RESPONSE_LEN, TAG_LEN};
-use super::{noise_params, prologue, Counters, Error, Opened};
+use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use snow::HandshakeState;
 
+/// One handshake under way in one suite, with its initiation datagram.
+struct Offer {
+    cipher: Cipher,
+    /// `None` once a response was accepted (for this offer or another).
+    handshake: Option<HandshakeState>,
+    initiation: Vec<u8>,
+}
+
 /// A terminal's tunnel to its gateway.
 ///
-/// `new` writes the initiation once; the driver sends [`Initiator::initiation`] (and resends the
-/// same bytes until [`Initiator::is_established`]), passes every datagram from the gateway to
-/// [`Initiator::open`], and seals STP datagrams with [`Initiator::seal`] once established.
+/// `new` writes the initiation once per suite offered; the driver sends
+/// [`Initiator::initiation_to_send`] (and again until [`Initiator::is_established`]: with two
+/// suites offered the calls alternate between their initiations, the preferred first), passes
+/// every datagram from the gateway to [`Initiator::open`], and seals STP datagrams with
+/// [`Initiator::seal`] once established.
 pub struct Initiator {
     /// The index of the latest handshake (the one under way, or the current session's).
     index: u32,
-    initiation: Vec<u8>,
-    handshake: Option<HandshakeState>,
+    /// The latest handshake's offers, one per suite, in order of preference (their handshake
+    /// states are dropped once one is answered).
+    offers: Vec<Offer>,
+    /// The offer [`Initiator::initiation_to_send`] returns next.
+    next_offer: usize,
+    /// The suites offered, in order of preference (also on every rekey: a session that fell
+    /// back to a later suite because an initiation was lost moves to the preferred one at its
+    /// next rekey, if the gateway accepts it).
+    ciphers: Vec<Cipher>,
+    /// The current session came from a first handshake answered in a later suite than the
+    /// preferred one (the preferred initiation was lost, or the gateway refuses it).
+    fell_back: bool,
     session: Option<Session>,
     /// Our index of the current session.
     session_index: u32,
@@ -43,17 +63,45 @@ impl Initiator {
     /// value the gateway will write in datagrams to us (random is best; any value works).
     /// `timestamp` must be larger than that of any earlier handshake of this key with this
     /// gateway (e.g. nanoseconds since the Unix epoch), or the gateway rejects it as a replay.
+    /// Offers the suites of [`CipherChoice::Auto`].
     pub fn new(
         local: &PrivateKey,
         gateway: &PublicKey,
         index: u32,
         timestamp: u64,
     ) -> Result<Self, Error> {
-        let (hs, initiation) = start(local, gateway, index, timestamp)?;
+        Self::with_cipher(local, gateway, index, timestamp, CipherChoice::Auto)
+    }
+
+    /// As [`Initiator::new`], offering the suites of `choice` (`tunnel_cipher`).
+    pub fn with_cipher(
+        local: &PrivateKey,
+        gateway: &PublicKey,
+        index: u32,
+        timestamp: u64,
+        choice: CipherChoice,
+    ) -> Result<Self, Error> {
+        Self::with_ciphers(local, gateway, index, timestamp, &choice.ciphers())
+    }
+
+    /// As [`Initiator::new`], offering `ciphers` in this order (at least one).
+    pub fn with_ciphers(
+        local: &PrivateKey,
+        gateway: &PublicKey,
+        index: u32,
+        timestamp: u64,
+        ciphers: &[Cipher],
+    ) -> Result<Self, Error> {
+        if ciphers.is_empty() {
+            return Err(Error::Config("no cipher to offer".into()));
+        }
+        let offers = offers(local, gateway, index, timestamp, ciphers)?;
         Ok(Initiator {
             index,
-            initiation,
-            handshake: Some(hs),
+            offers,
+            next_offer: 0,
+            ciphers: ciphers.to_vec(),
+            fell_back: false,
             session: None,
             session_index: index,
             previous: None,
@@ -75,16 +123,27 @@ impl Initiator {
         index: u32,
         timestamp: u64,
     ) -> Result<(), Error> {
-        let (hs, initiation) = start(local, gateway, index, timestamp)?;
+        self.offers = offers(local, gateway, index, timestamp, &self.ciphers)?;
+        self.next_offer = 0;
         self.index = index;
-        self.initiation = initiation;
-        self.handshake = Some(hs);
         Ok(())
     }
 
     /// A rekey handshake is under way (a session is up and a new handshake is unanswered).
     pub fn rekeying(&self) -> bool {
-        self.session.is_some() && self.handshake.is_some()
+        self.session.is_some() && self.offers.iter().any(|o| o.handshake.is_some())
+    }
+
+    /// Whether the current session came from a first handshake answered in a later suite than
+    /// the preferred one: the driver rekeys it early, to try the preferred suite again
+    /// (a rekey's session never counts, so a gateway that refuses it costs one extra rekey).
+    pub fn fell_back(&self) -> bool {
+        self.fell_back
+    }
+
+    /// The suite of the current session (`None` before the first response).
+    pub fn cipher(&self) -> Option<Cipher> {
+        self.session.as_ref().map(Session::cipher)
     }
 
     /// Data datagrams sealed and opened on the current session.
@@ -104,17 +163,40 @@ impl Initiator {
     }
 }
 
+/// A handshake towards `gateway` in each suite of `ciphers` (same index and timestamp: the
+/// gateway accepts at most one of them, the others are replays of its timestamp).
+fn offers(
+    local: &PrivateKey,
+    gateway: &PublicKey,
+    index: u32,
+    timestamp: u64,
+    ciphers: &[Cipher],
+) -> Result<Vec<Offer>, Error> {
+    ciphers
+        .iter()
+        .map(|&cipher| {
+            let (handshake, initiation) = start(local, gateway, index, timestamp, cipher)?;
+            Ok(Offer {
+                cipher,
+                handshake: Some(handshake),
+                initiation,
+            })
+        })
+        .collect()
+}
+
 /// A handshake towards `gateway` and its initiation datagram.
 fn start(
     local: &PrivateKey,
     gateway: &PublicKey,
     index: u32,
     timestamp: u64,
+    cipher: Cipher,
 ) -> Result<(HandshakeState, Vec<u8>), Error> {
     {
         let noise = |e: snow::Error| Error::Noise(e.to_string());
         let prologue = prologue(index);
-        let mut hs = snow::Builder::new(noise_params()?)
+        let mut hs = snow::Builder::new(noise_params_for(cipher)?)
             .local_private_key(local.as_bytes())
             .map_err(noise)?
             .remote_public_key(gateway.as_bytes())
@@ -124,7 +206,7 @@ fn start(
             .build_initiator()
             .map_err(noise)?;
         let mut initiation = Vec::with_capacity(INITIATION_LEN);
-        emit_header(&mut initiation, super::wire::TYPE_INITIATION, index);
+        emit_header(&mut initiation, cipher.initiation_type(), index);
         initiation.resize(INITIATION_LEN, 0);
         let body = initiation.get_mut(5..).ok_or(Error::Internal)?;
         let n = hs
@@ -138,9 +220,27 @@ fn start(
 }
 
 impl Initiator {
-    /// The initiation datagram; identical on every call, so resending it is safe.
+    /// The initiation of the preferred suite; identical on every call, so resending it is safe.
     pub fn initiation(&self) -> &[u8] {
-        &self.initiation
+        self.offers.first().map_or(&[], |o| o.initiation.as_slice())
+    }
+
+    /// The initiation to send now: each call returns the next suite's (the preferred first), so
+    /// a gateway that drops one suite (an older version, or one configured for the other) gets
+    /// the other at the next retry. Each suite's bytes never change: resending is safe. Empty
+    /// once the handshake is answered.
+    pub fn initiation_to_send(&mut self) -> &[u8] {
+        let n = self.offers.len().max(1);
+        let i = self.next_offer % n;
+        self.next_offer = (i + 1) % n;
+        self.offers.get(i).map_or(&[], |o| o.initiation.as_slice())
+    }
+
+    /// Whether every suite's initiation of this handshake has been sent (the next
+    /// [`Self::initiation_to_send`] starts over with the preferred one): a driver resending
+    /// from then on makes a new handshake with a newer timestamp instead.
+    pub fn offered_every_suite(&self) -> bool {
+        self.next_offer == 0
     }
 
     /// Our index: the one the gateway writes in its datagrams to us.
@@ -189,16 +289,26 @@ impl Initiator {
                 Some(s) if s.remote_index == receiver => Ok(Opened::SessionUnknown),
                 _ => Err(Error::UnknownSession(receiver)),
             },
-            Packet::Response { receiver, noise } => {
+            Packet::Response {
+                receiver,
+                noise,
+                cipher,
+            } => {
                 if receiver != self.index {
                     return Err(Error::UnknownSession(receiver));
                 }
                 if self.accepted_response.as_deref() == Some(d) {
                     return Err(Error::Replay(0));
                 }
-                let Some(hs) = self.handshake.as_mut() else {
+                // The response's type names the suite of the initiation it answers.
+                let Some(offer) = self
+                    .offers
+                    .iter_mut()
+                    .find(|o| o.cipher == cipher && o.handshake.is_some())
+                else {
                     return Err(Error::AuthFailed);
                 };
+                let hs = offer.handshake.as_mut().ok_or(Error::Internal)?;
                 let mut payload = [0u8; RESPONSE_LEN];
                 let n = hs
                     .read_message(noise, &mut payload)
@@ -218,10 +328,14 @@ impl Initiator {
                     instance: be(4..12)?,
                     clock_ns: be(12..20)?,
                 };
-                let mut hs = self.handshake.take().ok_or(Error::Internal)?;
-                let fresh = Session::from_handshake(&mut hs, true, remote_index)?;
+                let mut hs = offer.handshake.take().ok_or(Error::Internal)?;
+                let fresh = Session::from_handshake(&mut hs, cipher, true, remote_index)?;
                 drop(hs);
+                for o in &mut self.offers {
+                    o.handshake = None;
+                }
                 let old = self.session.replace(fresh);
+                self.fell_back = old.is_none() && self.ciphers.first() != Some(&cipher);
                 let old_index = std::mem::replace(&mut self.session_index, self.index);
                 self.accepted_response = Some(d.to_vec());
                 self.gateway = Some(info);

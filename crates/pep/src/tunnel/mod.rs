@@ -5,8 +5,10 @@
 //!
 //! # Cryptography
 //!
-//! All of it is `snow`'s implementation of the Noise protocol `Noise_IK_25519_ChaChaPoly_BLAKE2s`
-//! (the handshake WireGuard builds on). A terminal ([`Initiator`]) knows the gateway's static
+//! The handshake is `snow`'s implementation of the Noise protocol `Noise_IK_25519_ChaChaPoly_BLAKE2s`
+//! (the handshake WireGuard builds on) or, where both ends have AES instructions,
+//! `Noise_IK_25519_AESGCM_BLAKE2s` ([`Cipher`], [`CipherChoice`]: a terminal offers its suites
+//! one per retry, the initiation's type byte names the suite). A terminal ([`Initiator`]) knows the gateway's static
 //! public key in advance; the gateway ([`Responder`]) learns the terminal's static key, encrypted,
 //! from the first message and serves it only if it is on its allow-list. The prologue
 //! `"satstp-tunnel-v1"` followed by the initiator's 4-byte index is mixed into the handshake, so the
@@ -17,7 +19,8 @@
 //! ```text
 //! initiation: 0x01 | sender index u32   | Noise msg 1: e, s, es, ss + payload timestamp u64 (104) = 109 B
 //! response:   0x02 | receiver index u32 | Noise msg 2: e, ee, se + payload index u32, instance u64, clock u64 (68) = 73 B
-//! data:       0x03 | receiver index u32 | nonce u64 | ChaCha20-Poly1305(stp datagram) + tag 16
+//!             (0x05, 0x06: the same in the AES-256-GCM suite)
+//! data:       0x03 | receiver index u32 | nonce u64 | AEAD(stp datagram) + tag 16
 //! unknown:    0x04 | receiver index u32 (gateway → terminal: no session with that index) = 5 B
 //! ```
 //!
@@ -83,8 +86,12 @@ pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
 
 use thiserror::Error;
 
-/// The Noise protocol name.
+/// The Noise protocol name of the ChaCha20-Poly1305 suite (every version speaks it; the TCP
+/// hop and key generation use it).
 pub const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
+/// The Noise protocol name of the AES-256-GCM suite (offered where the CPU has AES
+/// instructions; see [`Cipher`]).
+pub const NOISE_PATTERN_AESGCM: &str = "Noise_IK_25519_AESGCM_BLAKE2s";
 /// Mixed into every handshake (followed by the initiator's index). Version 2: the response
 /// carries the gateway's instance and clock, and the unknown-session notice exists.
 pub const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
@@ -92,9 +99,109 @@ pub const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
 pub const REJECT_AFTER_MESSAGES: u64 = 1 << 60;
 
 pub(crate) fn noise_params() -> Result<snow::params::NoiseParams, Error> {
-    NOISE_PATTERN
+    noise_params_for(Cipher::ChaCha20Poly1305)
+}
+
+pub(crate) fn noise_params_for(cipher: Cipher) -> Result<snow::params::NoiseParams, Error> {
+    cipher
+        .noise_pattern()
         .parse()
         .map_err(|e: snow::Error| Error::Noise(e.to_string()))
+}
+
+/// The AEAD of a tunnel session: the Noise handshake's cipher and the data datagrams'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cipher {
+    /// `Noise_IK_25519_ChaChaPoly_BLAKE2s`: fast in software everywhere; every version of the
+    /// tunnel speaks it (initiation type 1, response type 2).
+    ChaCha20Poly1305,
+    /// `Noise_IK_25519_AESGCM_BLAKE2s`: the faster one where the CPU has AES and carry-less
+    /// multiplication instructions (initiation type 5, response type 6).
+    Aes256Gcm,
+}
+
+impl Cipher {
+    pub fn noise_pattern(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => NOISE_PATTERN,
+            Cipher::Aes256Gcm => NOISE_PATTERN_AESGCM,
+        }
+    }
+
+    /// The name the configuration and the logs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
+            Cipher::Aes256Gcm => "aes-256-gcm",
+        }
+    }
+
+    /// Whether this machine runs AES-GCM in hardware (x86: AES-NI and PCLMULQDQ; aarch64: the
+    /// AES and PMULL extensions). Without them AES-GCM runs in constant-time software, several
+    /// times slower than ChaCha20-Poly1305.
+    pub fn aes_in_hardware() -> bool {
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        {
+            std::arch::is_x86_feature_detected!("aes")
+                && std::arch::is_x86_feature_detected!("pclmulqdq")
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            std::arch::is_aarch64_feature_detected!("aes")
+                && std::arch::is_aarch64_feature_detected!("pmull")
+        }
+        #[cfg(not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            false
+        }
+    }
+}
+
+/// Which ciphers a side offers (terminal) or accepts (gateway): the `tunnel_cipher`
+/// configuration key. `docs/tunnel.md`, "Cipher".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CipherChoice {
+    /// AES-256-GCM where this machine has AES instructions, ChaCha20-Poly1305 always (a
+    /// terminal offers AES-256-GCM first and alternates with ChaCha20-Poly1305 while
+    /// unanswered; a gateway accepts what it would offer).
+    #[default]
+    Auto,
+    /// This cipher only.
+    Only(Cipher),
+}
+
+/// The values `tunnel_cipher` accepts, for error messages.
+pub const CIPHER_CHOICES: &str = "\"auto\", \"chacha20-poly1305\" or \"aes-256-gcm\"";
+
+impl CipherChoice {
+    /// Reads a `tunnel_cipher` value; the error says what is accepted.
+    pub fn parse(s: &str) -> Result<CipherChoice, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(CipherChoice::Auto),
+            "chacha20-poly1305" => Ok(CipherChoice::Only(Cipher::ChaCha20Poly1305)),
+            "aes-256-gcm" => Ok(CipherChoice::Only(Cipher::Aes256Gcm)),
+            _ => Err(format!("\"{s}\": one of {CIPHER_CHOICES}")),
+        }
+    }
+
+    /// The ciphers in order of preference: with `Auto`, AES-256-GCM where this machine has AES
+    /// instructions ([`Cipher::aes_in_hardware`]), then ChaCha20-Poly1305.
+    pub fn ciphers(self) -> Vec<Cipher> {
+        match self {
+            CipherChoice::Only(c) => vec![c],
+            CipherChoice::Auto if Cipher::aes_in_hardware() => {
+                vec![Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305]
+            }
+            CipherChoice::Auto => vec![Cipher::ChaCha20Poly1305],
+        }
+    }
+
+    /// Whether a gateway with this choice accepts an initiation in `cipher`: `Auto` accepts
+    /// the ciphers it would offer (AES-256-GCM only with AES instructions: a gateway without
+    /// them leaves AES initiations unanswered and the terminal falls back to ChaCha20-Poly1305).
+    pub fn accepts(self, cipher: Cipher) -> bool {
+        self.ciphers().contains(&cipher)
+    }
 }
 
 pub(crate) fn prologue(initiator_index: u32) -> [u8; 20] {
@@ -208,8 +315,38 @@ pub enum Opened {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn pattern_parses() {
-        assert!(super::noise_params().is_ok());
+    fn patterns_parse() {
+        assert!(noise_params_for(Cipher::ChaCha20Poly1305).is_ok());
+        assert!(noise_params_for(Cipher::Aes256Gcm).is_ok());
+    }
+
+    #[test]
+    fn cipher_choice_reads_the_documented_values() {
+        assert_eq!(CipherChoice::parse("auto"), Ok(CipherChoice::Auto));
+        assert_eq!(
+            CipherChoice::parse("AES-256-GCM"),
+            Ok(CipherChoice::Only(Cipher::Aes256Gcm))
+        );
+        assert_eq!(
+            CipherChoice::parse("chacha20-poly1305"),
+            Ok(CipherChoice::Only(Cipher::ChaCha20Poly1305))
+        );
+        let e = CipherChoice::parse("aes128").unwrap_err();
+        assert!(
+            e.contains("\"aes128\"") && e.contains("chacha20-poly1305"),
+            "{e}"
+        );
+        assert_eq!(
+            CipherChoice::Only(Cipher::Aes256Gcm).ciphers(),
+            vec![Cipher::Aes256Gcm]
+        );
+        assert_eq!(
+            CipherChoice::Auto.ciphers().len(),
+            if Cipher::aes_in_hardware() { 2 } else { 1 }
+        );
+        assert!(CipherChoice::Auto.accepts(Cipher::ChaCha20Poly1305));
     }
 }

@@ -4,8 +4,8 @@
 use super::key_table::{KeyTable, Worker};
 use super::log_limit::LogLimiter;
 use super::session::Session;
-use super::wire::{emit_header, Packet, RESPONSE_LEN, TYPE_RESPONSE};
-use super::{noise_params, prologue, Counters, Error, Opened};
+use super::wire::{emit_header, Packet, RESPONSE_LEN};
+use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
@@ -126,6 +126,8 @@ pub struct Responder {
     keys: Worker,
     /// The next session's `seq`.
     next_seq: u64,
+    /// The suites initiations may use (`tunnel_cipher`); others are dropped as malformed.
+    cipher: CipherChoice,
 }
 
 impl Responder {
@@ -162,6 +164,7 @@ impl Responder {
             rng,
             counters: Counters::default(),
             next_seq: 0,
+            cipher: CipherChoice::Auto,
         })
     }
 
@@ -214,6 +217,13 @@ impl Responder {
             .chain(self.next.as_ref())
             .filter_map(|k| k.public_key().ok())
             .collect()
+    }
+
+    /// The suites initiations may use from now on (`tunnel_cipher`; default
+    /// [`CipherChoice::Auto`]). An initiation in another is dropped and counted as malformed,
+    /// as a gateway of an older version drops it; the terminal then offers its other suite.
+    pub fn set_cipher(&mut self, choice: CipherChoice) {
+        self.cipher = choice;
     }
 
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
@@ -421,9 +431,14 @@ impl Responder {
             None | Some(Packet::Response { .. }) | Some(Packet::UnknownSession { .. }) => {
                 Err(Error::Malformed)
             }
-            Some(Packet::Initiation { sender, noise }) => {
-                self.initiation(now, udp_payload, sender, noise, from, out)
+            Some(Packet::Initiation { cipher, .. }) if !self.cipher.accepts(cipher) => {
+                Err(Error::Malformed)
             }
+            Some(Packet::Initiation {
+                sender,
+                noise,
+                cipher,
+            }) => self.initiation(now, udp_payload, (sender, cipher), noise, from, out),
             Some(Packet::Data {
                 receiver,
                 nonce,
@@ -538,7 +553,7 @@ impl Responder {
         &mut self,
         now: Instant,
         datagram: &[u8],
-        sender: u32,
+        (sender, cipher): (u32, Cipher),
         noise: &[u8],
         from: SocketAddr,
         out: &mut Vec<u8>,
@@ -568,7 +583,7 @@ impl Responder {
         // The current static key first, then (during a changeover) the next one.
         let mut read = None;
         for local in std::iter::once(&self.local).chain(self.next.as_ref()) {
-            let mut hs = snow::Builder::new(noise_params()?)
+            let mut hs = snow::Builder::new(noise_params_for(cipher)?)
                 .local_private_key(local.as_bytes())
                 .map_err(noise_err)?
                 .prologue(&prologue)
@@ -611,7 +626,7 @@ impl Responder {
         }
         let index = index.ok_or(Error::SessionLimit)?;
         let mut response = Vec::with_capacity(RESPONSE_LEN);
-        emit_header(&mut response, TYPE_RESPONSE, sender);
+        emit_header(&mut response, cipher.response_type(), sender);
         response.resize(RESPONSE_LEN, 0);
         let body = response.get_mut(5..).ok_or(Error::Internal)?;
         let mut payload = [0u8; super::wire::RESPONSE_PAYLOAD_LEN];
@@ -623,7 +638,7 @@ impl Responder {
         if written + 5 != RESPONSE_LEN {
             return Err(Error::Internal);
         }
-        let session = Session::from_handshake(&mut hs, false, sender)?;
+        let session = Session::from_handshake(&mut hs, cipher, false, sender)?;
         drop(hs);
 
         // Everything checked: now create state, first in the table the workers share (a

@@ -2,21 +2,69 @@
 //! replay window.
 //!
 //! The keys are the Noise split of the finished handshake (`snow`'s raw split), held in
-//! ChaCha20-Poly1305 ciphers that zeroize their key when dropped; the split's copies are
-//! zeroized at once. The transport is Noise's: ChaCha20-Poly1305 with empty associated data
-//! and a 96-bit nonce of 32 zero bits and the 64-bit counter, little-endian.
+//! the RustCrypto ciphers of the handshake's suite, which zeroize their keys when dropped; the
+//! split's copies are zeroized at once. The transport is Noise's, with empty associated data:
+//! ChaCha20-Poly1305 with a 96-bit nonce of 32 zero bits and the 64-bit counter little-endian,
+//! or AES-256-GCM with 32 zero bits and the counter big-endian.
 
 use super::replay::ReplayWindow;
 use super::wire::{emit_header, DATA_HEADER_LEN, MAX_PAYLOAD, TAG_LEN, TYPE_DATA};
-use super::{Error, REJECT_AFTER_MESSAGES};
+use super::{Cipher, Error, REJECT_AFTER_MESSAGES};
+use aes_gcm::Aes256Gcm;
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Nonce, Tag};
 use snow::HandshakeState;
 use zeroize::Zeroize;
 
+/// One direction's key, in its suite's cipher.
+enum Aead {
+    ChaCha(Box<ChaCha20Poly1305>),
+    Aes(Box<Aes256Gcm>),
+}
+
+impl Aead {
+    fn new(cipher: Cipher, key: &[u8; 32]) -> Aead {
+        match cipher {
+            Cipher::ChaCha20Poly1305 => Aead::ChaCha(Box::new(ChaCha20Poly1305::new(key.into()))),
+            Cipher::Aes256Gcm => Aead::Aes(Box::new(Aes256Gcm::new(key.into()))),
+        }
+    }
+
+    /// Noise's nonce for counter `n`: 32 zero bits, then `n` little-endian (ChaChaPoly) or
+    /// big-endian (AESGCM).
+    fn nonce(&self, n: u64) -> Nonce {
+        let mut b = [0u8; 12];
+        match self {
+            Aead::ChaCha(_) => b[4..].copy_from_slice(&n.to_le_bytes()),
+            Aead::Aes(_) => b[4..].copy_from_slice(&n.to_be_bytes()),
+        }
+        Nonce::from(b)
+    }
+
+    fn seal(&self, n: u64, body: &mut [u8]) -> Result<Tag, Error> {
+        let nonce = self.nonce(n);
+        match self {
+            Aead::ChaCha(c) => c.encrypt_in_place_detached(&nonce, &[], body),
+            Aead::Aes(c) => c.encrypt_in_place_detached(&nonce, &[], body),
+        }
+        .map_err(|_| Error::Internal)
+    }
+
+    fn open(&self, n: u64, body: &mut [u8], tag: &[u8]) -> Result<(), Error> {
+        let nonce = self.nonce(n);
+        let tag = Tag::from_slice(tag);
+        match self {
+            Aead::ChaCha(c) => c.decrypt_in_place_detached(&nonce, &[], body, tag),
+            Aead::Aes(c) => c.decrypt_in_place_detached(&nonce, &[], body, tag),
+        }
+        .map_err(|_| Error::AuthFailed)
+    }
+}
+
 pub(crate) struct Session {
-    send: ChaCha20Poly1305,
-    recv: ChaCha20Poly1305,
+    send: Aead,
+    recv: Aead,
+    cipher: Cipher,
     /// The peer's index: written in every data datagram we send.
     pub(crate) remote_index: u32,
     send_nonce: u64,
@@ -24,16 +72,12 @@ pub(crate) struct Session {
     window: ReplayWindow,
 }
 
-fn noise_nonce(n: u64) -> Nonce {
-    let mut b = [0u8; 12];
-    b[4..].copy_from_slice(&n.to_le_bytes());
-    Nonce::from(b)
-}
-
 impl Session {
-    /// The session of a finished handshake (`initiator`: our side started it).
+    /// The session of a finished handshake in `cipher`'s suite (`initiator`: our side
+    /// started it).
     pub(crate) fn from_handshake(
         hs: &mut HandshakeState,
+        cipher: Cipher,
         initiator: bool,
         remote_index: u32,
     ) -> Result<Self, Error> {
@@ -46,18 +90,24 @@ impl Session {
         } else {
             (&r2i, &i2r)
         };
-        let send = ChaCha20Poly1305::new(send.into());
-        let recv = ChaCha20Poly1305::new(recv.into());
+        let send = Aead::new(cipher, send);
+        let recv = Aead::new(cipher, recv);
         i2r.zeroize();
         r2i.zeroize();
         Ok(Session {
             send,
             recv,
+            cipher,
             remote_index,
             send_nonce: 0,
             received: 0,
             window: ReplayWindow::default(),
         })
+    }
+
+    /// The session's suite.
+    pub(crate) fn cipher(&self) -> Cipher {
+        self.cipher
     }
 
     /// Data datagrams sealed and opened on this session.
@@ -79,18 +129,15 @@ impl Session {
         out.extend_from_slice(&nonce.to_be_bytes());
         out.extend_from_slice(payload);
         let body = out.get_mut(DATA_HEADER_LEN..).ok_or(Error::Internal)?;
-        match self
-            .send
-            .encrypt_in_place_detached(&noise_nonce(nonce), &[], body)
-        {
+        match self.send.seal(nonce, body) {
             Ok(tag) => {
                 out.extend_from_slice(&tag);
                 self.send_nonce += 1;
                 Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 out.clear();
-                Err(Error::Internal)
+                Err(e)
             }
         }
     }
@@ -114,13 +161,9 @@ impl Session {
             .ok_or(Error::Malformed)?;
         let (body, tag) = ciphertext.split_at(len);
         out.extend_from_slice(body);
-        if self
-            .recv
-            .decrypt_in_place_detached(&noise_nonce(nonce), &[], out, Tag::from_slice(tag))
-            .is_err()
-        {
+        if let Err(e) = self.recv.open(nonce, out, tag) {
             out.clear();
-            return Err(Error::AuthFailed);
+            return Err(e);
         }
         if !self.window.update(nonce) {
             out.clear();

@@ -3,6 +3,7 @@
 //! ```text
 //! initiation: type=1 | sender index (4)   | Noise IK message 1 (104)      = 109 bytes
 //! response:   type=2 | receiver index (4) | Noise IK message 2 (68)       =  73 bytes
+//! (types 5 and 6: the same in the AES-256-GCM suite)
 //! data:       type=3 | receiver index (4) | nonce (8) | ciphertext+tag (n+16) = n + 29 bytes
 //! unknown:    type=4 | receiver index (4)                                =   5 bytes
 //! ```
@@ -12,6 +13,11 @@
 pub const TYPE_INITIATION: u8 = 1;
 pub const TYPE_RESPONSE: u8 = 2;
 pub const TYPE_DATA: u8 = 3;
+/// An initiation in the AES-256-GCM suite (`Noise_IK_25519_AESGCM_BLAKE2s`); same layout as
+/// type 1. A version that does not know it drops it as malformed.
+pub const TYPE_INITIATION_AESGCM: u8 = 5;
+/// The response to a type-5 initiation; same layout as type 2.
+pub const TYPE_RESPONSE_AESGCM: u8 = 6;
 /// Gateway → terminal, unauthenticated: "I have no session with the index you wrote" (a
 /// restarted gateway). A hint only: the terminal answers it with a new handshake.
 pub const TYPE_UNKNOWN_SESSION: u8 = 4;
@@ -36,16 +42,43 @@ pub const DATA_OVERHEAD: usize = DATA_HEADER_LEN + TAG_LEN;
 /// Largest STP datagram a data datagram can carry (Noise's 65535-byte message limit).
 pub const MAX_PAYLOAD: usize = 65535 - TAG_LEN;
 
+use super::Cipher;
+
+impl Cipher {
+    /// The type byte of an initiation in this suite.
+    pub fn initiation_type(self) -> u8 {
+        match self {
+            Cipher::ChaCha20Poly1305 => TYPE_INITIATION,
+            Cipher::Aes256Gcm => TYPE_INITIATION_AESGCM,
+        }
+    }
+
+    /// The type byte of a response in this suite.
+    pub fn response_type(self) -> u8 {
+        match self {
+            Cipher::ChaCha20Poly1305 => TYPE_RESPONSE,
+            Cipher::Aes256Gcm => TYPE_RESPONSE_AESGCM,
+        }
+    }
+}
+
+/// Whether `ty` is an initiation's type byte (either suite).
+pub fn is_initiation(ty: u8) -> bool {
+    ty == TYPE_INITIATION || ty == TYPE_INITIATION_AESGCM
+}
+
 /// A tunnel datagram split into its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Packet<'a> {
     Initiation {
         sender: u32,
         noise: &'a [u8],
+        cipher: Cipher,
     },
     Response {
         receiver: u32,
         noise: &'a [u8],
+        cipher: Cipher,
     },
     Data {
         receiver: u32,
@@ -71,15 +104,28 @@ impl<'a> Packet<'a> {
         let (&ty, rest) = d.split_first()?;
         let index = be32(rest)?;
         let body = rest.get(4..)?;
+        let cipher = |aes: bool| {
+            if aes {
+                Cipher::Aes256Gcm
+            } else {
+                Cipher::ChaCha20Poly1305
+            }
+        };
         match ty {
-            TYPE_INITIATION if body.len() == INITIATION_NOISE_LEN => Some(Packet::Initiation {
-                sender: index,
-                noise: body,
-            }),
-            TYPE_RESPONSE if body.len() == RESPONSE_NOISE_LEN => Some(Packet::Response {
-                receiver: index,
-                noise: body,
-            }),
+            TYPE_INITIATION | TYPE_INITIATION_AESGCM if body.len() == INITIATION_NOISE_LEN => {
+                Some(Packet::Initiation {
+                    sender: index,
+                    noise: body,
+                    cipher: cipher(ty == TYPE_INITIATION_AESGCM),
+                })
+            }
+            TYPE_RESPONSE | TYPE_RESPONSE_AESGCM if body.len() == RESPONSE_NOISE_LEN => {
+                Some(Packet::Response {
+                    receiver: index,
+                    noise: body,
+                    cipher: cipher(ty == TYPE_RESPONSE_AESGCM),
+                })
+            }
             TYPE_DATA if body.len() >= 8 + TAG_LEN && body.len() <= 8 + MAX_PAYLOAD + TAG_LEN => {
                 Some(Packet::Data {
                     receiver: index,
@@ -124,7 +170,20 @@ mod tests {
         i.push(0);
         assert!(matches!(
             Packet::parse(&i),
-            Some(Packet::Initiation { sender: 1, .. })
+            Some(Packet::Initiation {
+                sender: 1,
+                cipher: Cipher::ChaCha20Poly1305,
+                ..
+            })
+        ));
+        i[0] = TYPE_INITIATION_AESGCM;
+        assert!(matches!(
+            Packet::parse(&i),
+            Some(Packet::Initiation {
+                sender: 1,
+                cipher: Cipher::Aes256Gcm,
+                ..
+            })
         ));
         i[0] = 9;
         assert_eq!(Packet::parse(&i), None);

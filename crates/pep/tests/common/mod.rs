@@ -36,6 +36,7 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
         seed,
         send_rate_bps: None,
         rekey: Default::default(),
+        cipher: Default::default(),
     }
 }
 
@@ -49,6 +50,7 @@ pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
         seed,
         send_rate_bps: stp.send_rate_bps,
         rekey: stp.rekey,
+        cipher: stp.cipher,
     }
 }
 
@@ -285,6 +287,7 @@ pub fn loopback_stp(config: &HopConfig) -> StpHop {
         bind: Some("127.0.0.1:0".parse().unwrap()),
         capture: None,
         rekey: config.rekey,
+        cipher: config.cipher,
         workers: test_workers(),
     }
 }
