@@ -358,6 +358,28 @@ impl Pair {
         });
         (done, seen)
     }
+
+    /// A new stream asked for now: the gateway answers the next stream it accepts with
+    /// `served`. Whether that answer reached the terminal's reader by `limit_ns`.
+    fn served(&mut self, limit_ns: u64) -> bool {
+        let before = self.accepted.len();
+        let r = Reader::default();
+        let now = self.instant();
+        self.terminal
+            .open(now, Bytes::from_static(b"GET"), r.clone())
+            .unwrap();
+        let mut seen = Received::default();
+        let mut answered = false;
+        self.run(limit_ns, |p| {
+            if !answered && p.accepted.len() > before {
+                let id = p.accepted[before].0.id;
+                p.gateway.write(id, Bytes::from_static(b"served"), None);
+                answered = true;
+            }
+            seen.take(&r);
+            seen.bytes == b"served"
+        })
+    }
 }
 
 /// The byte pattern of stream `i`.
@@ -742,23 +764,7 @@ fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a
     // notice, the terminal re-handshakes and sends the BGN again at once.
     restart_gateway(&mut p, 123);
     let t0 = p.now;
-    let new = Reader::default();
-    p.terminal
-        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
-        .unwrap();
-    let mut seen = Received::default();
-    let mut answered = false;
-    assert!(p.run(t0 + 20 * S, |p| {
-        if !answered {
-            if let Some((info, _)) = p.accepted.first() {
-                p.gateway
-                    .write(info.id, Bytes::from_static(b"served"), None);
-                answered = true;
-            }
-        }
-        seen.take(&new);
-        seen.bytes == b"served"
-    }));
+    assert!(p.served(t0 + 20 * S));
     let took = p.now - t0;
     // BGN and notice (1 RTT), handshake (1 RTT), BGN and answer (1 RTT).
     assert!(
@@ -903,22 +909,7 @@ fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_i
 
     // A new stream: its BGN gets the notice, the terminal re-handshakes and sends it again.
     let t0 = p.now;
-    let accepted_before = p.accepted.len();
-    let new = Reader::default();
-    p.terminal
-        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
-        .unwrap();
-    let mut seen = Received::default();
-    let mut answered = false;
-    assert!(p.run(t0 + 20 * S, |p| {
-        if !answered && p.accepted.len() > accepted_before {
-            let id = p.accepted[accepted_before].0.id;
-            p.gateway.write(id, Bytes::from_static(b"served"), None);
-            answered = true;
-        }
-        seen.take(&new);
-        seen.bytes == b"served"
-    }));
+    assert!(p.served(t0 + 20 * S));
     assert!(
         unknown_sessions(&mut p) >= 1,
         "the gateway still had the session of a terminal idle for longer than {} s",
