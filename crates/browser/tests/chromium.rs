@@ -10,24 +10,17 @@ mod common;
 
 use browser::site::PAGE_PATH;
 use browser::{BrowserError, Chromium, LoadRequest, Site};
-use common::browsers;
-use loadgen::origin::{Files, Origin, OriginConfig};
+use common::{browsers, site_files, site_request};
+use loadgen::origin::{Origin, OriginConfig};
 use loadgen::tls::{Alpn, TestPki, TlsOptions};
-use std::sync::Arc;
 use std::time::Duration;
 
 fn serve(site: &Site, leave_out: Option<&str>) -> Origin {
-    let mut files = Files::new();
-    for o in site.objects() {
-        if Some(o.path.as_str()) != leave_out {
-            files.insert(&o.path, o.content_type, o.body.clone());
-        }
-    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     Origin::start_in_thread(
         listener,
         OriginConfig {
-            files: Some(Arc::new(files)),
+            files: Some(site_files(site, leave_out)),
             ..OriginConfig::default()
         },
     )
@@ -37,10 +30,6 @@ fn serve(site: &Site, leave_out: Option<&str>) -> Origin {
 /// The site over HTTPS (TLS 1.3 from a CA made for this test), `alpn` deciding HTTP/2 or
 /// HTTP/1.1; the leaf key's hash for the browser's allow-list.
 fn serve_tls(site: &Site, alpn: Alpn) -> (Origin, String) {
-    let mut files = Files::new();
-    for o in site.objects() {
-        files.insert(&o.path, o.content_type, o.body.clone());
-    }
     let pki = TestPki::generate(&["127.0.0.1".into()]).expect("test CA");
     let options = TlsOptions {
         alpn,
@@ -50,7 +39,7 @@ fn serve_tls(site: &Site, alpn: Alpn) -> (Origin, String) {
     let origin = Origin::start_in_thread(
         listener,
         OriginConfig {
-            files: Some(Arc::new(files)),
+            files: Some(site_files(site, None)),
             tls: Some(pki.server_config(options).expect("TLS config")),
             ..OriginConfig::default()
         },
@@ -162,15 +151,7 @@ fn https_loads(chromium: &Chromium) {
 }
 
 fn request(origin: &Origin, site: &Site) -> LoadRequest {
-    LoadRequest {
-        url: format!("http://{}{PAGE_PATH}", origin.addr()),
-        socks5: None,
-        netns: None,
-        timeout: Duration::from_secs(60),
-        expect_subresources: site.subresources(),
-        expect_scripts: site.scripts(),
-        trust_spki: Vec::new(),
-    }
+    site_request(format!("http://{}{PAGE_PATH}", origin.addr()), site)
 }
 
 #[test]

@@ -9,22 +9,11 @@
 mod common;
 
 use browser::site::PAGE_PATH;
-use browser::{Chromium, LoadRequest, Site};
-use common::browsers;
+use browser::{Chromium, Site};
+use common::{browsers, site_files, site_request};
 use loadgen::h3::H3Origin;
-use loadgen::origin::Files;
 use loadgen::tls::TestPki;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-fn site_files(site: &Site) -> Arc<Files> {
-    let mut files = Files::new();
-    for o in site.objects() {
-        files.insert(&o.path, o.content_type, o.body.clone());
-    }
-    Arc::new(files)
-}
 
 #[test]
 fn chromium_loads_the_site_over_http3_byte_exact() {
@@ -37,17 +26,13 @@ fn loads_over_quic(chromium: &Chromium) {
     let site = Site::standard();
     let ca = TestPki::generate(&["127.0.0.1".into()]).expect("test CA");
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
-    let origin = H3Origin::start_in_thread(socket, &ca, Some(site_files(&site))).expect("origin");
-    let req = LoadRequest {
-        url: format!("https://127.0.0.1:{}{PAGE_PATH}", origin.addr().port()),
-        socks5: None,
-        netns: None,
-        timeout: Duration::from_secs(60),
-        expect_subresources: site.subresources(),
-        expect_scripts: site.scripts(),
-        // The SPKI allow-list comes with the origin's flags.
-        trust_spki: Vec::new(),
-    };
+    let origin =
+        H3Origin::start_in_thread(socket, &ca, Some(site_files(&site, None))).expect("origin");
+    // The SPKI allow-list comes with the origin's flags.
+    let req = site_request(
+        format!("https://127.0.0.1:{}{PAGE_PATH}", origin.addr().port()),
+        &site,
+    );
     let load = chromium
         .load_with_flags(&req, &origin.chromium_flags("127.0.0.1"))
         .unwrap_or_else(|e| {

@@ -14,21 +14,13 @@ mod common;
 
 use browser::site::PAGE_PATH;
 use browser::{Chromium, LoadRequest, Site};
-use common::browsers;
+use common::{browsers, site_files, site_request};
 use loadgen::h3::H3Origin;
-use loadgen::origin::{Files, Origin, OriginConfig};
+use loadgen::origin::{Origin, OriginConfig};
 use loadgen::tls::{Alpn, TestPki, TlsOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn site_files(site: &Site) -> Arc<Files> {
-    let mut files = Files::new();
-    for o in site.objects() {
-        files.insert(&o.path, o.content_type, o.body.clone());
-    }
-    Arc::new(files)
-}
 
 /// A directory removed on drop.
 struct Dir(std::path::PathBuf);
@@ -57,7 +49,7 @@ fn repeat_visit(chromium: &Chromium, drop_quic: bool) {
         if drop_quic { "dropped" } else { "refused" }
     );
     let site = Site::standard();
-    let files = site_files(&site);
+    let files = site_files(&site, None);
     let ca = TestPki::generate(&["127.0.0.1".into()]).expect("test CA");
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
     let port = udp.local_addr().expect("UDP address").port();
@@ -81,13 +73,8 @@ fn repeat_visit(chromium: &Chromium, drop_quic: bool) {
     )
     .expect("TCP origin");
     let req = LoadRequest {
-        url: format!("https://127.0.0.1:{port}{PAGE_PATH}"),
-        socks5: None,
-        netns: None,
-        timeout: Duration::from_secs(60),
-        expect_subresources: site.subresources(),
-        expect_scripts: site.scripts(),
         trust_spki: vec![ca.spki_sha256().to_string()],
+        ..site_request(format!("https://127.0.0.1:{port}{PAGE_PATH}"), &site)
     };
     let profile = Dir(std::env::temp_dir().join(format!(
         "satstp-browser-repeat-{}-{port}",

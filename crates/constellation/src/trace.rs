@@ -172,10 +172,8 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
     let mut snap = Snapshot::default();
     let mut router = Router::new();
     let mut geo = GeoRouter::new();
-    let mut samples = Vec::new();
-    let mut events = Vec::new();
+    let mut rec = Recorder::default();
     let steps = (spec.duration_s / spec.step_s).floor() as u64;
-    let mut in_outage = false;
     for k in 0..=steps {
         let t = k as f64 * spec.step_s;
         snap.rebuild(c, spec.start_s + t);
@@ -188,16 +186,7 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
         ] {
             if let Some(h) = h {
                 if h.from.is_some() {
-                    let name = |s: Option<u32>| s.map_or("none".to_string(), |s| s.to_string());
-                    events.push((
-                        t,
-                        format!(
-                            "handoff {term}: satellite {} -> {}{}",
-                            name(h.from),
-                            name(h.to),
-                            if h.forced { " (forced)" } else { "" }
-                        ),
-                    ));
+                    rec.handoff(t, term, h.from, h.to, h.forced);
                 }
             }
         }
@@ -220,15 +209,9 @@ pub fn compute(c: &Constellation, spec: &TraceSpec) -> Result<PathTrace, Constel
             _ => None,
         };
         let sample = sample_of(&snap, t, path.as_deref(), ta.position, tb.position);
-        note_outage(&sample, &mut in_outage, &mut events);
-        samples.push(sample);
+        rec.sample(sample);
     }
-    Ok(PathTrace {
-        constellation: c.name().to_string(),
-        spec,
-        samples,
-        events,
-    })
+    Ok(rec.finish(c, spec))
 }
 
 /// The sample of `path` (satellites from `a`'s to `b`'s) at `t` since the start.
@@ -252,18 +235,53 @@ fn sample_of(snap: &Snapshot, t: f64, path: Option<&[u32]>, a: Vec3, b: Vec3) ->
     }
 }
 
-/// Notes the start or end of an outage at `sample`.
-fn note_outage(sample: &Sample, in_outage: &mut bool, events: &mut Vec<(f64, String)>) {
-    if sample.delay_s.is_none() != *in_outage {
-        *in_outage = !*in_outage;
-        events.push((
-            sample.t_s,
-            if *in_outage {
-                "outage begins: no path".into()
-            } else {
-                "outage ends".into()
-            },
+/// The samples and events of a trace as it is computed.
+#[derive(Default)]
+struct Recorder {
+    samples: Vec<Sample>,
+    events: Vec<(f64, String)>,
+    in_outage: bool,
+}
+
+impl Recorder {
+    /// A handoff of `term` at `t` from satellite `from` to `to` (`none` for no satellite).
+    fn handoff(&mut self, t: f64, term: &str, from: Option<u32>, to: Option<u32>, forced: bool) {
+        let name = |s: Option<u32>| s.map_or("none".to_string(), |s| s.to_string());
+        self.events.push((
+            t,
+            format!(
+                "handoff {term}: satellite {} -> {}{}",
+                name(from),
+                name(to),
+                if forced { " (forced)" } else { "" }
+            ),
         ));
+    }
+
+    /// The next sample; where a path is lost or found again, the outage's start or end as an
+    /// event.
+    fn sample(&mut self, sample: Sample) {
+        if sample.delay_s.is_none() != self.in_outage {
+            self.in_outage = !self.in_outage;
+            self.events.push((
+                sample.t_s,
+                if self.in_outage {
+                    "outage begins: no path".into()
+                } else {
+                    "outage ends".into()
+                },
+            ));
+        }
+        self.samples.push(sample);
+    }
+
+    fn finish(self, c: &Constellation, spec: TraceSpec) -> PathTrace {
+        PathTrace {
+            constellation: c.name().to_string(),
+            spec,
+            samples: self.samples,
+            events: self.events,
+        }
     }
 }
 
@@ -294,10 +312,8 @@ fn compute_joint(
     let mut snap = Snapshot::default();
     let mut router = Router::new();
     let mut scratch = JointScratch::default();
-    let mut samples = Vec::new();
-    let mut events = Vec::new();
+    let mut rec = Recorder::default();
     let steps = (spec.duration_s / spec.step_s).floor() as u64;
-    let mut in_outage = false;
     let mut cur: Option<(u32, u32)> = None;
     let mut next_check = f64::NEG_INFINITY;
     for k in 0..=steps {
@@ -353,7 +369,6 @@ fn compute_joint(
         let ends = chosen
             .as_ref()
             .and_then(|(p, _)| Some((*p.first()?, *p.last()?)));
-        let old = |x: Option<u32>| x.map_or("none".to_string(), |s| s.to_string());
         if let (Some((oa, ob)), new) = (cur, ends) {
             for (name, o, n, seen) in [
                 (&spec.from.name, oa, new.map(|e| e.0), &scratch.from),
@@ -361,28 +376,15 @@ fn compute_joint(
             ] {
                 if n != Some(o) {
                     let forced = !seen.iter().any(|v| v.0 == o);
-                    events.push((
-                        t,
-                        format!(
-                            "handoff {name}: satellite {o} -> {}{}",
-                            old(n),
-                            if forced { " (forced)" } else { "" }
-                        ),
-                    ));
+                    rec.handoff(t, name, Some(o), n, forced);
                 }
             }
         }
         cur = ends;
         let sample = sample_of(&snap, t, chosen.as_ref().map(|c| c.0.as_slice()), pa, pb);
-        note_outage(&sample, &mut in_outage, &mut events);
-        samples.push(sample);
+        rec.sample(sample);
     }
-    Ok(PathTrace {
-        constellation: c.name().to_string(),
-        spec,
-        samples,
-        events,
-    })
+    Ok(rec.finish(c, spec))
 }
 
 impl PathTrace {

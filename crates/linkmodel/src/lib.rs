@@ -445,13 +445,59 @@ pub struct LinkStats {
     pub corrupted: u64,
 }
 
+/// Packets queued or in service, in departure order: when each departs and its bytes. The FIFO
+/// of the fixed-rate [`Link`] and of the traced queue ([`trace::TracedQueue`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Departures {
+    queue: VecDeque<(u64, u64)>,
+    bytes: u64,
+}
+
+impl Departures {
+    /// Forgets the packets that departed by `now_ns`.
+    pub(crate) fn drain(&mut self, now_ns: u64) {
+        while let Some(&(dep, size)) = self.queue.front() {
+            if dep > now_ns {
+                break;
+            }
+            self.queue.pop_front();
+            self.bytes -= size;
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The bytes queued or in service.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether `limit` leaves no room for one more packet of `bytes`.
+    pub(crate) fn full(&self, limit: QueueLimit, bytes: u64) -> bool {
+        match limit {
+            QueueLimit::Packets(n) => self.queue.len() >= n as usize,
+            QueueLimit::Bytes(b) => self.bytes.saturating_add(bytes) > b,
+        }
+    }
+
+    /// A packet of `bytes` that departs at `depart_ns` (not before the last one's).
+    pub(crate) fn push(&mut self, depart_ns: u64, bytes: u64) {
+        self.queue.push_back((depart_ns, bytes));
+        self.bytes += bytes;
+    }
+}
+
 /// One direction of a link, with its queue state.
 #[derive(Debug, Clone)]
 pub struct Link {
     config: LinkConfig,
-    /// Departure times and sizes of packets queued or in service.
-    queue: VecDeque<(u64, u64)>,
-    queued_bytes: u64,
+    queue: Departures,
     last_departure_ns: u64,
     last_arrival_ns: u64,
     ge_bad: bool,
@@ -478,8 +524,7 @@ impl Link {
         }
         Ok(Link {
             config,
-            queue: VecDeque::new(),
-            queued_bytes: 0,
+            queue: Departures::default(),
             last_departure_ns: 0,
             last_arrival_ns: 0,
             ge_bad: false,
@@ -512,18 +557,8 @@ impl Link {
 
     /// Packets queued or in service at `now_ns` (after removing departed ones).
     pub fn queue_len(&mut self, now_ns: u64) -> usize {
-        self.drain(now_ns);
+        self.queue.drain(now_ns);
         self.queue.len()
-    }
-
-    fn drain(&mut self, now_ns: u64) {
-        while let Some(&(dep, size)) = self.queue.front() {
-            if dep > now_ns {
-                break;
-            }
-            self.queue.pop_front();
-            self.queued_bytes -= size;
-        }
     }
 
     fn in_outage(&self, t: u64) -> bool {
@@ -583,7 +618,7 @@ impl Link {
     ) -> Option<DropCause> {
         let byte_mode = matches!(self.config.queue, QueueLimit::Bytes(_));
         let q = if byte_mode {
-            self.queued_bytes as f64
+            self.queue.bytes() as f64
         } else {
             self.queue.len() as f64
         };
@@ -640,17 +675,13 @@ impl Link {
             self.stats.dropped_outage += 1;
             return Fate::Drop(DropCause::Outage);
         }
-        self.drain(now_ns);
+        self.queue.drain(now_ns);
         if let Discipline::Red(red) = self.config.discipline {
             if let Some(cause) = self.red_arrival(&red, now_ns, bytes, rng) {
                 return Fate::Drop(cause);
             }
         }
-        let full = match self.config.queue {
-            QueueLimit::Packets(n) => self.queue.len() >= n as usize,
-            QueueLimit::Bytes(b) => self.queued_bytes.saturating_add(bytes) > b,
-        };
-        if full {
+        if self.queue.full(self.config.queue, bytes) {
             // An overflow is a drop too: RED counts packets since the last one (as ns-2 does).
             self.red_count = 0;
             self.stats.dropped_queue += 1;
@@ -661,8 +692,7 @@ impl Link {
             (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(self.config.rate_bps));
         let depart = start.saturating_add(u64::try_from(tx_ns).unwrap_or(u64::MAX));
         self.last_departure_ns = depart;
-        self.queue.push_back((depart, bytes));
-        self.queued_bytes += bytes;
+        self.queue.push(depart, bytes);
         if self.lost_on_medium(bytes, rng) {
             self.stats.dropped_error += 1;
             return Fate::Drop(DropCause::Error);

@@ -25,8 +25,7 @@
 //! which the trace repeats. A packet larger than the opportunity's remaining bytes uses the
 //! following opportunities too; bytes of an opportunity that finds the queue empty are lost.
 
-use crate::{Delay, QueueLimit};
-use std::collections::VecDeque;
+use crate::{Delay, Departures, QueueLimit};
 use std::path::Path;
 use thiserror::Error;
 
@@ -260,9 +259,7 @@ impl DeliveryTrace {
 pub struct TracedQueue {
     trace: DeliveryTrace,
     limit: QueueLimit,
-    /// Departure times and sizes of queued packets.
-    queue: VecDeque<(u64, u64)>,
-    queued_bytes: u64,
+    queue: Departures,
     /// The opportunity the next byte can use, and the bytes left in it.
     cursor: u64,
     credit: u64,
@@ -274,27 +271,16 @@ impl TracedQueue {
         TracedQueue {
             trace,
             limit,
-            queue: VecDeque::new(),
-            queued_bytes: 0,
+            queue: Departures::default(),
             cursor: 0,
             credit: OPPORTUNITY_BYTES,
             last_departure_ns: 0,
         }
     }
 
-    fn drain(&mut self, now_ns: u64) {
-        while let Some(&(dep, size)) = self.queue.front() {
-            if dep > now_ns {
-                break;
-            }
-            self.queue.pop_front();
-            self.queued_bytes -= size;
-        }
-    }
-
     /// Packets queued at `now_ns` (after removing departed ones).
     pub fn queue_len(&mut self, now_ns: u64) -> usize {
-        self.drain(now_ns);
+        self.queue.drain(now_ns);
         self.queue.len()
     }
 
@@ -311,12 +297,8 @@ impl TracedQueue {
     /// Offers a packet of `bytes` at `now_ns` (non-decreasing across calls): its departure time,
     /// or `None` if the queue is full.
     pub fn offer(&mut self, now_ns: u64, bytes: u64) -> Option<u64> {
-        self.drain(now_ns);
-        let full = match self.limit {
-            QueueLimit::Packets(n) => self.queue.len() >= n as usize,
-            QueueLimit::Bytes(b) => self.queued_bytes.saturating_add(bytes) > b,
-        };
-        if full {
+        self.queue.drain(now_ns);
+        if self.queue.full(self.limit, bytes) {
             return None;
         }
         if self.trace.time_ns(self.cursor) < now_ns {
@@ -338,8 +320,7 @@ impl TracedQueue {
                 break at;
             }
         };
-        self.queue.push_back((depart, bytes));
-        self.queued_bytes += bytes;
+        self.queue.push(depart, bytes);
         self.last_departure_ns = depart;
         Some(depart)
     }

@@ -34,6 +34,15 @@ pub enum Quantity {
 }
 
 impl Quantity {
+    /// The error for `given`, with the reason `why`.
+    fn error(self, given: &str, why: String) -> UnitError {
+        UnitError {
+            quantity: self,
+            given: given.to_string(),
+            why,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Quantity::Rate => "rate",
@@ -80,11 +89,7 @@ struct Decimal {
 
 /// Splits `s` into its number and its unit (trimmed), or says why it cannot.
 fn split(s: &str, q: Quantity) -> Result<(Decimal, &str), UnitError> {
-    let err = |why: String| UnitError {
-        quantity: q,
-        given: s.to_string(),
-        why,
-    };
+    let err = |why: String| q.error(s, why);
     let t = s.trim();
     if t.is_empty() {
         return Err(err(format!("an empty {} was given", q.name())));
@@ -144,6 +149,41 @@ fn split(s: &str, q: Quantity) -> Result<(Decimal, &str), UnitError> {
     Ok((Decimal { mantissa, exp10 }, t[i..].trim()))
 }
 
+/// `s` read up to its unit, for one parser: errors quote `s`.
+struct Reading<'a> {
+    s: &'a str,
+    quantity: Quantity,
+    number: Decimal,
+    /// The unit after the number, trimmed (empty when none).
+    unit: &'a str,
+    /// The number as written (`5` of `5mbps`), for hints.
+    n: &'a str,
+}
+
+impl<'a> Reading<'a> {
+    fn new(s: &'a str, quantity: Quantity) -> Result<Reading<'a>, UnitError> {
+        let (number, unit) = split(s, quantity)?;
+        Ok(Reading {
+            s,
+            quantity,
+            number,
+            unit,
+            n: unit_number(s),
+        })
+    }
+
+    fn err(&self, why: String) -> UnitError {
+        self.quantity.error(self.s, why)
+    }
+
+    /// The number × `mult`, rounded; out of range above `max` (`max_text` in the error).
+    fn value(&self, mult: u128, max: u128, max_text: &str) -> Result<u64, UnitError> {
+        scale(&self.number, mult, max)
+            .map(|v| v as u64)
+            .ok_or_else(|| self.err(format!("'{}' is out of range (at most {max_text})", self.s)))
+    }
+}
+
 /// `d × mult`, rounded to the nearest integer; `None` when above `max`.
 fn scale(d: &Decimal, mult: u128, max: u128) -> Option<u128> {
     if d.mantissa == 0 {
@@ -199,14 +239,8 @@ const MAX_DURATION_NS: u128 = 10_000 * 86_400 * 1_000_000_000;
 
 /// Parses a rate into bit/s (see the module's rules). Zero is refused: no link has rate 0.
 pub fn parse_rate_bps(s: &str) -> Result<u64, UnitError> {
-    let q = Quantity::Rate;
-    let err = |why: String| UnitError {
-        quantity: q,
-        given: s.to_string(),
-        why,
-    };
-    let (d, unit) = split(s, q)?;
-    let n = unit_number(s);
+    let r = Reading::new(s, Quantity::Rate)?;
+    let (unit, n, err) = (r.unit, r.n, |why: String| r.err(why));
     let mult = if unit.is_empty() {
         1
     } else {
@@ -248,16 +282,11 @@ pub fn parse_rate_bps(s: &str) -> Result<u64, UnitError> {
         };
         pmult * per_unit
     };
-    let v = scale(&d, mult, MAX_RATE_BPS).ok_or_else(|| {
-        err(format!(
-            "'{s}' is out of range (at most {})",
-            format_rate_bps(MAX_RATE_BPS as u64)
-        ))
-    })?;
+    let v = r.value(mult, MAX_RATE_BPS, &format_rate_bps(MAX_RATE_BPS as u64))?;
     if v == 0 {
         return Err(err(format!("rate '{s}' is zero; a rate must be positive")));
     }
-    Ok(v as u64)
+    Ok(v)
 }
 
 /// The number as written in `s`, for hints (`5` of `5mbps`).
@@ -271,14 +300,8 @@ fn unit_number(s: &str) -> &str {
 
 /// Parses a size into bytes (see the module's rules).
 pub fn parse_bytes(s: &str) -> Result<u64, UnitError> {
-    let q = Quantity::Size;
-    let err = |why: String| UnitError {
-        quantity: q,
-        given: s.to_string(),
-        why,
-    };
-    let (d, unit) = split(s, q)?;
-    let n = unit_number(s);
+    let r = Reading::new(s, Quantity::Size)?;
+    let (unit, n, err) = (r.unit, r.n, |why: String| r.err(why));
     let mult = if unit.is_empty() {
         1
     } else {
@@ -305,21 +328,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, UnitError> {
             _ => return Err(err(format!("'{s}' has an unknown unit '{unit}'"))),
         }
     };
-    let v = scale(&d, mult, MAX_BYTES)
-        .ok_or_else(|| err(format!("'{s}' is out of range (at most 1PB)")))?;
-    Ok(v as u64)
+    r.value(mult, MAX_BYTES, "1PB")
 }
 
 /// Parses a duration into nanoseconds (see the module's rules).
 pub fn parse_duration_ns(s: &str) -> Result<u64, UnitError> {
-    let q = Quantity::Duration;
-    let err = |why: String| UnitError {
-        quantity: q,
-        given: s.to_string(),
-        why,
-    };
-    let (d, unit) = split(s, q)?;
-    let n = unit_number(s);
+    let r = Reading::new(s, Quantity::Duration)?;
+    let (unit, n, err) = (r.unit, r.n, |why: String| r.err(why));
     let mult: u128 = match unit {
         "ns" => 1,
         "us" | "µs" | "μs" => 1_000,
@@ -340,9 +355,7 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, UnitError> {
         }
         other => return Err(err(format!("'{s}' has an unknown unit '{other}'"))),
     };
-    let v = scale(&d, mult, MAX_DURATION_NS)
-        .ok_or_else(|| err(format!("'{s}' is out of range (at most 10000d)")))?;
-    Ok(v as u64)
+    r.value(mult, MAX_DURATION_NS, "10000d")
 }
 
 /// `v / div` as a decimal string without trailing zeros (exact).

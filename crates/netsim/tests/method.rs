@@ -7,6 +7,20 @@ use netsim::scenario::{run_replicated, Replication, Scenario, Summary};
 
 fn quiet(_: u32, _: u32) {}
 
+/// One replication of `sc` (seed 1, one thread).
+fn run_once(sc: &Scenario) -> Summary {
+    run_replicated(
+        sc,
+        Replication::Fixed { runs: 1 },
+        Confidence::P95,
+        1,
+        1,
+        &quiet,
+        None,
+    )
+    .unwrap()
+}
+
 /// A TCP flow over a lossy 2 Mb/s link: runs differ from seed to seed.
 const LOSSY: &str = r#"
 name = "lossy"
@@ -146,16 +160,7 @@ fn original_bit_utilization_leaves_out_retransmissions() {
         .replace("loss = 0.01", "")
         .replace("queue_packets = 40", "queue_packets = 1000");
     let clean = Scenario::from_toml(&clean).unwrap();
-    let c = run_replicated(
-        &clean,
-        Replication::Fixed { runs: 1 },
-        Confidence::P95,
-        1,
-        1,
-        &quiet,
-        None,
-    )
-    .unwrap();
+    let c = run_once(&clean);
     let ab = c.links.iter().find(|l| l.name == "a->b").unwrap();
     assert_eq!(c.flows[0].retransmissions.mean, 0.0);
     assert!(ab.utilization.mean > 0.5);
@@ -207,16 +212,7 @@ bytes = "1MB"
 #[test]
 fn simplex_links_carry_one_direction_and_the_return_takes_another_path() {
     let sc = Scenario::from_toml(SIMPLEX).unwrap();
-    let s = run_replicated(
-        &sc,
-        Replication::Fixed { runs: 1 },
-        Confidence::P95,
-        1,
-        1,
-        &quiet,
-        None,
-    )
-    .unwrap();
+    let s = run_once(&sc);
     let names: Vec<&str> = s.links.iter().map(|l| l.name.as_str()).collect();
     assert!(names.contains(&"uplink->terminal"));
     assert!(!names.contains(&"terminal->uplink"), "{names:?}");
@@ -249,16 +245,7 @@ fn static_routes_override_shortest_paths_per_direction() {
         "[[route]]\nat = \"server\"\nto = \"terminal\"\nvia = \"server->isp\"\n\n[[flow]]",
     );
     let sc = Scenario::from_toml(&forced).unwrap();
-    let s = run_replicated(
-        &sc,
-        Replication::Fixed { runs: 1 },
-        Confidence::P95,
-        1,
-        1,
-        &quiet,
-        None,
-    )
-    .unwrap();
+    let s = run_once(&sc);
     let link = |n: &str| s.links.iter().find(|l| l.name == n).unwrap();
     // (The data now crosses the 50 kb/s modem link: about 100 packets in 30 s.)
     assert!(link("server->isp").packets.mean > 50.0);
@@ -308,16 +295,7 @@ fn tcp_options_count_and_queue_convention_in_scenarios() {
     // count: identical flows NAME-1 … NAME-N.
     let three = base.replace("name = \"bulk\"", "name = \"bulk\"\ncount = 3");
     let sc = Scenario::from_toml(&three).unwrap();
-    let s = run_replicated(
-        &sc,
-        Replication::Fixed { runs: 1 },
-        Confidence::P95,
-        1,
-        1,
-        &quiet,
-        None,
-    )
-    .unwrap();
+    let s = run_once(&sc);
     let names: Vec<&str> = s.flows.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["bulk-1", "bulk-2", "bulk-3"]);
     assert!(s.fairness.is_some());

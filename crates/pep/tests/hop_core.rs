@@ -119,6 +119,38 @@ fn endpoint(dead_timeout_ms: u32) -> EndpointConfig {
     }
 }
 
+/// A hop core's configuration in these tests (no injected randomness, the wall clock at
+/// 2023-11-14 at time zero).
+fn core_config(
+    endpoint: EndpointConfig,
+    seed: u64,
+    send_rate_bps: Option<u64>,
+    local: SocketAddr,
+) -> CoreConfig {
+    CoreConfig {
+        endpoint,
+        seed,
+        rng: None,
+        send_rate_bps,
+        local,
+        wall_clock_at_zero_ns: 1_700_000_000 * S,
+    }
+}
+
+/// The gateway's side: key 2, serving the terminal's key 1, its handshakes seeded by `seed`.
+fn gateway_security(seed: u64) -> CoreSecurity {
+    let responder = Responder::new(
+        key(2),
+        [key(1).public_key().unwrap()],
+        ResponderConfig::default(),
+        Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed)),
+    )
+    .unwrap();
+    CoreSecurity::Gateway {
+        responder: Box::new(responder),
+    }
+}
+
 impl Pair {
     fn new(up: LinkConfig, down: LinkConfig, dead_timeout_ms: u32, seed: u64) -> Pair {
         let e = endpoint(dead_timeout_ms);
@@ -165,18 +197,16 @@ impl Pair {
         let [t_endpoint, g_endpoint] = endpoints;
         let t_addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
         let g_addr: SocketAddr = "198.51.100.1:7000".parse().unwrap();
-        let (tk, gk) = (key(1), key(2));
-        let (tp, gp) = (tk.public_key().unwrap(), gk.public_key().unwrap());
+        let tk = key(1);
+        let gp = key(2).public_key().unwrap();
         let t0 = Instant::ZERO;
         let terminal = HopCore::new(
-            CoreConfig {
-                endpoint: t_endpoint,
-                seed: seed.wrapping_mul(3) + 1,
-                rng: None,
-                send_rate_bps: Some(up.rate_bps * 99 / 100),
-                local: t_addr,
-                wall_clock_at_zero_ns: 1_700_000_000 * S,
-            },
+            core_config(
+                t_endpoint,
+                seed.wrapping_mul(3) + 1,
+                Some(up.rate_bps * 99 / 100),
+                t_addr,
+            ),
             CoreSecurity::Terminal {
                 local: tk,
                 gateways: gateway_keys
@@ -188,25 +218,14 @@ impl Pair {
             t0,
         )
         .unwrap();
-        let responder = Responder::new(
-            gk,
-            [tp],
-            ResponderConfig::default(),
-            Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed)),
-        )
-        .unwrap();
         let gateway = HopCore::new(
-            CoreConfig {
-                endpoint: g_endpoint,
-                seed: seed.wrapping_mul(5) + 2,
-                rng: None,
-                send_rate_bps: Some(down.rate_bps * 99 / 100),
-                local: g_addr,
-                wall_clock_at_zero_ns: 1_700_000_000 * S,
-            },
-            CoreSecurity::Gateway {
-                responder: Box::new(responder),
-            },
+            core_config(
+                g_endpoint,
+                seed.wrapping_mul(5) + 2,
+                Some(down.rate_bps * 99 / 100),
+                g_addr,
+            ),
+            gateway_security(seed),
             t0,
         )
         .unwrap();
@@ -310,6 +329,72 @@ impl Pair {
             }
             self.advance(limit_ns);
         }
+    }
+
+    /// A download asked for now: the terminal opens a stream with `GET` and closes its side,
+    /// the gateway answers the first stream it accepts with `body` and closes. Runs until the
+    /// reader finished or failed, or `limit_ns`; whether it ended in time and what it saw.
+    fn download(&mut self, body: &[u8], limit_ns: u64) -> (bool, Received) {
+        let r = Reader::default();
+        let now = self.instant();
+        let id = self
+            .terminal
+            .open(now, Bytes::from_static(b"GET"), r.clone())
+            .unwrap();
+        self.terminal.shutdown(id.id);
+        let body = Bytes::copy_from_slice(body);
+        let mut seen = Received::default();
+        let mut answered = false;
+        let done = self.run(limit_ns, |p| {
+            if !answered {
+                if let Some((info, _)) = p.accepted.first() {
+                    p.gateway.write(info.id, body.clone(), None);
+                    p.gateway.shutdown(info.id);
+                    answered = true;
+                }
+            }
+            seen.take(&r);
+            seen.finished || seen.failed.is_some()
+        });
+        (done, seen)
+    }
+
+    /// A new stream asked for now, to a gateway without the terminal's session: served within
+    /// three round trips of `rtt` ns (BGN and notice, handshake, BGN and answer) and 100 ms.
+    /// How long it took.
+    fn served_again(&mut self, rtt: u64) -> u64 {
+        let t0 = self.now;
+        assert!(self.served(t0 + 20 * S));
+        let took = self.now - t0;
+        assert!(
+            took <= 3 * rtt + 100 * MS,
+            "served {} ms after the open (3 RTT = {} ms)",
+            took / MS,
+            3 * rtt / MS
+        );
+        took
+    }
+
+    /// A new stream asked for now: the gateway answers the next stream it accepts with
+    /// `served`. Whether that answer reached the terminal's reader by `limit_ns`.
+    fn served(&mut self, limit_ns: u64) -> bool {
+        let before = self.accepted.len();
+        let r = Reader::default();
+        let now = self.instant();
+        self.terminal
+            .open(now, Bytes::from_static(b"GET"), r.clone())
+            .unwrap();
+        let mut seen = Received::default();
+        let mut answered = false;
+        self.run(limit_ns, |p| {
+            if !answered && p.accepted.len() > before {
+                let id = p.accepted[before].0.id;
+                p.gateway.write(id, Bytes::from_static(b"served"), None);
+                answered = true;
+            }
+            seen.take(&r);
+            seen.bytes == b"served"
+        })
     }
 }
 
@@ -523,27 +608,8 @@ fn download_through_outage(outage_s: u64, dead_ms: u32) -> Received {
         }];
     }
     let mut p = Pair::new(up, down, dead_ms, 7);
-    let r = Reader::default();
-    let now = p.instant();
-    let id = p
-        .terminal
-        .open(now, Bytes::from_static(b"GET"), r.clone())
-        .unwrap();
-    p.terminal.shutdown(id.id);
     let body = pattern(99, 2_000_000);
-    let mut seen = Received::default();
-    let mut answered = false;
-    p.run((outage_s + 300) * S, |p| {
-        if !answered {
-            if let Some((info, _)) = p.accepted.first() {
-                p.gateway.write(info.id, Bytes::from(body.clone()), None);
-                p.gateway.shutdown(info.id);
-                answered = true;
-            }
-        }
-        seen.take(&r);
-        seen.finished || seen.failed.is_some()
-    });
+    let (_, seen) = p.download(&body, (outage_s + 300) * S);
     if seen.finished {
         assert_eq!(seen.bytes, body, "a clean end must follow every byte");
     }
@@ -653,26 +719,14 @@ fn a_request_on_a_new_stream_costs_one_round_trip_and_its_answer_is_not_paced_ou
 /// A new gateway core in place of `p.gateway` (a restarted process: same key and address, a
 /// new instance, no sessions); datagrams in flight to the old one are lost with it.
 fn restart_gateway(p: &mut Pair, seed: u64) {
-    let tp = key(1).public_key().unwrap();
-    let responder = Responder::new(
-        key(2),
-        [tp],
-        ResponderConfig::default(),
-        Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(seed)),
-    )
-    .unwrap();
     p.gateway = HopCore::new(
-        CoreConfig {
-            endpoint: endpoint(pep::sizing::HOP_DEAD_TIMEOUT_MS),
+        core_config(
+            endpoint(pep::sizing::HOP_DEAD_TIMEOUT_MS),
             seed,
-            rng: None,
-            send_rate_bps: None,
-            local: p.g_addr,
-            wall_clock_at_zero_ns: 1_700_000_000 * S,
-        },
-        CoreSecurity::Gateway {
-            responder: Box::new(responder),
-        },
+            None,
+            p.g_addr,
+        ),
+        gateway_security(seed),
         p.instant(),
     )
     .unwrap();
@@ -725,32 +779,7 @@ fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a
     // Again, and this time a new stream opens right after the restart: its BGN gets the
     // notice, the terminal re-handshakes and sends the BGN again at once.
     restart_gateway(&mut p, 123);
-    let t0 = p.now;
-    let new = Reader::default();
-    p.terminal
-        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
-        .unwrap();
-    let mut seen = Received::default();
-    let mut answered = false;
-    assert!(p.run(t0 + 20 * S, |p| {
-        if !answered {
-            if let Some((info, _)) = p.accepted.first() {
-                p.gateway
-                    .write(info.id, Bytes::from_static(b"served"), None);
-                answered = true;
-            }
-        }
-        seen.take(&new);
-        seen.bytes == b"served"
-    }));
-    let took = p.now - t0;
-    // BGN and notice (1 RTT), handshake (1 RTT), BGN and answer (1 RTT).
-    assert!(
-        took <= 3 * rtt + 100 * MS,
-        "served {} ms after the open (3 RTT = {} ms)",
-        took / MS,
-        3 * rtt / MS
-    );
+    let took = p.served_again(rtt);
     eprintln!(
         "over geo: old stream reset {} ms after the restart; a new one served in {} ms",
         failed_at / MS,
@@ -780,27 +809,8 @@ fn a_20_mb_download_across_ten_rekeys_on_a_lossy_reordering_hop_is_byte_exact() 
         overlap: std::time::Duration::from_nanos(overlap),
         give_up_after: std::time::Duration::from_secs(10),
     });
-    let r = Reader::default();
-    let now = p.instant();
-    let id = p
-        .terminal
-        .open(now, Bytes::from_static(b"GET"), r.clone())
-        .unwrap();
-    p.terminal.shutdown(id.id);
     let body = pattern(27, 20_000_000);
-    let mut seen = Received::default();
-    let mut answered = false;
-    let done = p.run(120 * S, |p| {
-        if !answered {
-            if let Some((info, _)) = p.accepted.first() {
-                p.gateway.write(info.id, Bytes::from(body.clone()), None);
-                p.gateway.shutdown(info.id);
-                answered = true;
-            }
-        }
-        seen.take(&r);
-        seen.finished || seen.failed.is_some()
-    });
+    let (done, seen) = p.download(&body, 120 * S);
     assert!(done && seen.finished, "download failed: {:?}", seen.failed);
     assert!(seen.bytes == body, "the body arrived altered");
     let st = p.terminal.status();
@@ -836,27 +846,8 @@ fn a_terminal_with_two_gateway_keys_moves_to_the_one_the_gateway_holds() {
     let retired = key(9).public_key().unwrap();
     let current = key(2).public_key().unwrap();
     let mut p = Pair::with_keys(up, down, [e.clone(), e], 5, Some(vec![retired, current]));
-    let r = Reader::default();
-    let now = p.instant();
-    let id = p
-        .terminal
-        .open(now, Bytes::from_static(b"GET"), r.clone())
-        .unwrap();
-    p.terminal.shutdown(id.id);
     let body = pattern(5, 1_000_000);
-    let mut seen = Received::default();
-    let mut answered = false;
-    let done = p.run(60 * S, |p| {
-        if !answered {
-            if let Some((info, _)) = p.accepted.first() {
-                p.gateway.write(info.id, Bytes::from(body.clone()), None);
-                p.gateway.shutdown(info.id);
-                answered = true;
-            }
-        }
-        seen.take(&r);
-        seen.finished || seen.failed.is_some()
-    });
+    let (done, seen) = p.download(&body, 60 * S);
     assert!(done && seen.finished, "download failed: {:?}", seen.failed);
     assert!(seen.bytes == body);
     let g = p.gateway.status();
@@ -924,34 +915,11 @@ fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_i
     assert_eq!(unknown_sessions(&mut p), 0);
 
     // A new stream: its BGN gets the notice, the terminal re-handshakes and sends it again.
-    let t0 = p.now;
-    let accepted_before = p.accepted.len();
-    let new = Reader::default();
-    p.terminal
-        .open(p.instant(), Bytes::from_static(b"GET"), new.clone())
-        .unwrap();
-    let mut seen = Received::default();
-    let mut answered = false;
-    assert!(p.run(t0 + 20 * S, |p| {
-        if !answered && p.accepted.len() > accepted_before {
-            let id = p.accepted[accepted_before].0.id;
-            p.gateway.write(id, Bytes::from_static(b"served"), None);
-            answered = true;
-        }
-        seen.take(&new);
-        seen.bytes == b"served"
-    }));
+    p.served_again(rtt);
     assert!(
         unknown_sessions(&mut p) >= 1,
         "the gateway still had the session of a terminal idle for longer than {} s",
         expiry / S
-    );
-    let took = p.now - t0;
-    assert!(
-        took <= 3 * rtt + 100 * MS,
-        "served {} ms after the open (3 RTT = {} ms)",
-        took / MS,
-        3 * rtt / MS
     );
 }
 

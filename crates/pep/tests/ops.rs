@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{gateway_stack, hop_config, loopback_stp, pattern, policy, socks_connect_to};
+use common::{
+    gateway_stack, hop_config, http_get, loopback_stp, pattern, policy, socks_connect_to,
+};
 
 use pep::config::TcpOptions;
 use pep::keys::generate_keypair;
@@ -98,18 +100,6 @@ async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, 
     tokio::time::timeout(Duration::from_secs(20), socks_connect_to(proxy, host, port))
         .await
         .expect("SOCKS reply in time")
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).await.unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_owned()
 }
 
 /// The value of the sample `name{side="…",labels}` in a Prometheus text, labels given as

@@ -152,6 +152,19 @@ where
     (addr, h)
 }
 
+/// A server for one connection that reads the request to its end, only then sends `answer`
+/// and closes; the handle yields the request.
+async fn answer_after_request(answer: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    one_shot_server(move |mut s| async move {
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(&answer).await.unwrap();
+        s.shutdown().await.unwrap();
+        got
+    })
+    .await
+}
+
 /// The client sends its request and half-closes at once (with the request still in flight on
 /// the emulated link); the server reads to the end, only then answers, 3 MB, and closes. The
 /// client, which starts reading late so the terminal's buffers towards it fill, gets the whole
@@ -161,17 +174,7 @@ async fn client_half_close_still_receives_everything_after() {
     let st = setup(Some(Profile::Leo)).await;
     let request = pattern(10, 1 << 20);
     let answer = pattern(11, 3 << 20);
-    let (server, served) = one_shot_server({
-        let answer = answer.clone();
-        move |mut s| async move {
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).await.unwrap();
-            s.write_all(&answer).await.unwrap();
-            s.shutdown().await.unwrap();
-            got
-        }
-    })
-    .await;
+    let (server, served) = answer_after_request(answer.clone()).await;
     let mut c = connect_ok(st.terminal.socks, server).await;
     c.write_all(&request).await.unwrap();
     c.shutdown().await.unwrap();
@@ -210,17 +213,7 @@ async fn client_half_close_still_receives_everything_after() {
 async fn slow_reader_gets_the_whole_answer_after_the_hop_closed() {
     let st = setup(None).await;
     let answer = pattern(12, 6 << 20);
-    let (server, served) = one_shot_server({
-        let answer = answer.clone();
-        move |mut s| async move {
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).await.unwrap();
-            s.write_all(&answer).await.unwrap();
-            s.shutdown().await.unwrap();
-            got
-        }
-    })
-    .await;
+    let (server, served) = answer_after_request(answer.clone()).await;
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(8 << 10).unwrap();
     let c = sock.connect(st.terminal.socks).await.unwrap();

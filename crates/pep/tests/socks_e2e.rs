@@ -3,7 +3,7 @@
 mod common;
 
 use common::{
-    fnv, hop_config, hop_config_for, origin, pattern, profile_links, socks_connect, socks_pair,
+    fnv, hop_config, hop_config_for, origin, pattern, profile_links, socks_connect,
     socks_pair_opts, Setup,
 };
 
@@ -13,13 +13,42 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
+    setup_opts(profile, allow, false).await
+}
+
+/// [`setup`] with the terminal's SOCKS5 fast open on or off.
+async fn setup_opts(profile: Option<Profile>, allow: Vec<String>, fast_open: bool) -> Setup {
     // With a profile both sides are sized from its allocation, as the daemons do from their
     // configuration files.
     let (term, gw) = match profile.map(profile_links) {
         Some((t, g)) => (hop_config_for(1, t), hop_config_for(2, g)),
         None => (hop_config(1, 4 << 20), hop_config(2, 4 << 20)),
     };
-    socks_pair(term, gw, profile.map(|p| p.links()), allow).await
+    socks_pair_opts(term, gw, profile.map(|p| p.links()), allow, fast_open).await
+}
+
+/// Over the `geo` profile, reaching loopback, fast open on or off.
+async fn geo_pair(fast_open: bool) -> Setup {
+    setup_opts(Some(Profile::Geo), vec!["127.0.0.0/8".into()], fast_open).await
+}
+
+/// A loopback port nothing listens on (bound, then closed).
+async fn closed_port() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The client's next read, within 30 s, is a reset: a refused connect after fast open.
+async fn assert_reset(s: &mut tokio::net::TcpStream) {
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "a refused connect must reset the client"
+    );
 }
 
 /// Asks the origin for 1000 pattern bytes over `s` and checks the whole answer.
@@ -139,17 +168,9 @@ async fn loopback_is_denied_by_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
     let origin = origin().await;
-    let (t, g) = profile_links(Profile::Geo);
     let mut times = Vec::new();
     for fast_open in [false, true] {
-        let st = socks_pair_opts(
-            hop_config_for(1, t),
-            hop_config_for(2, g),
-            Some(Profile::Geo.links()),
-            vec!["127.0.0.0/8".into()],
-            fast_open,
-        )
-        .await;
+        let st = geo_pair(fast_open).await;
         // A first connection brings the tunnel up; time the second.
         for round in 0..2 {
             let t0 = Instant::now();
@@ -161,21 +182,9 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
             }
         }
         if fast_open {
-            let closed = {
-                let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-                l.local_addr().unwrap()
-            };
-            let (mut s, code) = socks_connect(st.socks, closed).await;
+            let (mut s, code) = socks_connect(st.socks, closed_port().await).await;
             assert_eq!(code, 0, "fast open answers before the verdict");
-            let mut buf = [0u8; 16];
-            let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
-                .await
-                .unwrap();
-            assert_eq!(
-                r.map_err(|e| e.kind()),
-                Err(std::io::ErrorKind::ConnectionReset),
-                "a refused connect must reset the client"
-            );
+            assert_reset(&mut s).await;
         }
     }
     eprintln!(
@@ -202,15 +211,7 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
     let origin = origin().await;
-    let (t, g) = profile_links(Profile::Geo);
-    let st = socks_pair_opts(
-        hop_config_for(1, t),
-        hop_config_for(2, g),
-        Some(Profile::Geo.links()),
-        vec!["127.0.0.0/8".into()],
-        true,
-    )
-    .await;
+    let st = geo_pair(true).await;
     let late = pep::terminal::socks5::SOCKS_EARLY_DATA_WAIT * 20;
     for round in 0..2 {
         let (mut s, code) = socks_connect(st.socks, origin).await;
@@ -228,21 +229,9 @@ async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
             );
         }
     }
-    let closed = {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap()
-    };
-    let (mut s, code) = socks_connect(st.socks, closed).await;
+    let (mut s, code) = socks_connect(st.socks, closed_port().await).await;
     assert_eq!(code, 0, "fast open answers before the verdict");
     tokio::time::sleep(late).await;
     s.write_all(b"D 1000\n").await.unwrap();
-    let mut buf = [0u8; 16];
-    let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
-        .await
-        .unwrap();
-    assert_eq!(
-        r.map_err(|e| e.kind()),
-        Err(std::io::ErrorKind::ConnectionReset),
-        "a refused connect must reset the client"
-    );
+    assert_reset(&mut s).await;
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{hop_config, loopback_stp, origin, pattern, policy, socks_connect};
+use common::{hop_config, http_get, loopback_stp, origin, pattern, policy, socks_connect};
 use pep::config::TcpOptions;
 use pep::hop::{HopConfig, HopStatus};
 use pep::keys::{generate_keypair, PublicKey};
@@ -16,7 +16,6 @@ use pep::stack::{GatewayOptions, SocksListener, TerminalHop, TerminalOptions};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const WORKERS: usize = 2;
 
@@ -30,6 +29,11 @@ struct Pair {
 
 /// A gateway and a terminal of [`WORKERS`] workers each on loopback, the gateway with limits
 /// `ops` and `/metrics`; `gw` and `term` are the hops' parameters.
+/// The pair most tests use: a 1 MiB relay buffer on both sides, seeds 2 and 1.
+async fn default_pair(ops: OpsConfig) -> Pair {
+    pair(hop_config(2, 1 << 20), hop_config(1, 1 << 20), ops).await
+}
+
 async fn pair(gw: HopConfig, term: HopConfig, ops: OpsConfig) -> Pair {
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
@@ -86,16 +90,6 @@ async fn download(socks: SocketAddr, origin: SocketAddr, n: usize) -> bool {
     matches!(ok, Ok(Ok(_))) && got == pattern(0, n)
 }
 
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).await.unwrap();
-    resp.split_once("\r\n\r\n").unwrap().1.to_owned()
-}
-
 /// The sample `name{side="gateway",labels}` of a Prometheus text.
 fn sample(text: &str, name: &str, labels: &str) -> u64 {
     let want = format!("{name}{{side=\"gateway\",{labels}}} ");
@@ -112,12 +106,7 @@ fn connections(s: &HopStatus) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_land_on_every_worker_and_the_metrics_sum() {
     let origin = origin().await;
-    let p = pair(
-        hop_config(2, 1 << 20),
-        hop_config(1, 1 << 20),
-        OpsConfig::unlimited(),
-    )
-    .await;
+    let p = default_pair(OpsConfig::unlimited()).await;
     assert_eq!((p.gw.hops()[0].workers(), p.term.hop().workers()), (2, 2));
     let loads: Vec<_> = (0..8)
         .map(|i| tokio::spawn(download(p.socks, origin, 300_000 + i * 1000)))
@@ -175,15 +164,11 @@ async fn connections_land_on_every_worker_and_the_metrics_sum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateways_limits_are_shared_by_its_workers() {
     let origin = origin().await;
-    let p = pair(
-        hop_config(2, 1 << 20),
-        hop_config(1, 1 << 20),
-        OpsConfig {
-            max_connections: 10,
-            max_connections_per_terminal: 2,
-            ..OpsConfig::unlimited()
-        },
-    )
+    let p = default_pair(OpsConfig {
+        max_connections: 10,
+        max_connections_per_terminal: 2,
+        ..OpsConfig::unlimited()
+    })
     .await;
     // Four echo connections held open, in turn on each worker: two are admitted, not four.
     let mut held = Vec::new();
@@ -247,12 +232,7 @@ async fn the_send_allocation_is_shared_by_the_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_terminal_loses_its_sessions_on_every_worker() {
     let origin = origin().await;
-    let p = pair(
-        hop_config(2, 1 << 20),
-        hop_config(1, 1 << 20),
-        OpsConfig::unlimited(),
-    )
-    .await;
+    let p = default_pair(OpsConfig::unlimited()).await;
     assert!(download(p.socks, origin, 1000).await);
     assert!(download(p.socks, origin, 1000).await);
     let change = p.gw.set_allowed_terminals(vec![]).await;

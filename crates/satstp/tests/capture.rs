@@ -7,8 +7,7 @@
 mod common;
 mod tshark;
 
-use common::{free_port, fresh_dir, satstp, wait_listening, Keys, Kill};
-use std::net::SocketAddr;
+use common::{satstp, wait_listening, Kill, Loopback};
 use std::path::Path;
 use std::process::Stdio;
 
@@ -25,23 +24,16 @@ fn daemon_capturing(side: &str, config: &Path, extra: &[&str], log: &Path) -> Ki
 
 #[test]
 fn captures_from_both_daemons_are_read_by_the_dissector() {
-    let dir = fresh_dir("capture");
-    let keys = Keys::generate(&dir);
-    let gw_port = free_port();
-    let socks_port = free_port();
-    let gw_config = keys.write_gateway_config(
-        "gateway.toml",
-        gw_port,
-        "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
-    );
-    let term_config = keys.write_terminal_config("terminal.toml", socks_port, gw_port, "");
+    let pair = Loopback::new("capture");
+    let (dir, gw_config) = (&pair.dir, &pair.gw_config);
+    let term_config = pair.write_terminal_config("");
     let gw_pcap = dir.join("gateway.pcap");
     let term_pcap = dir.join("terminal.pcap");
     let gw_arg = gw_pcap.to_str().unwrap();
     let term_arg = term_pcap.to_str().unwrap();
     let gw = daemon_capturing(
         "gateway",
-        &gw_config,
+        gw_config,
         &["--capture", gw_arg],
         &dir.join("gw.log"),
     );
@@ -51,7 +43,7 @@ fn captures_from_both_daemons_are_read_by_the_dissector() {
         &["--capture", term_arg, "--capture-headers-only"],
         &dir.join("term.log"),
     );
-    let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
+    let socks = pair.socks();
     wait_listening(&[socks]);
     let body = common::pattern(300_000);
     let got = common::download(socks, body.len());
@@ -109,7 +101,7 @@ fn captures_from_both_daemons_are_read_by_the_dissector() {
         assert_eq!(row[1], format!("0x{:08x}", h.conn_id));
         let ports = [row[4].as_str(), row[5].as_str()];
         assert!(
-            ports.contains(&gw_port.to_string().as_str()),
+            ports.contains(&pair.gw_port.to_string().as_str()),
             "frame {}: {ports:?}",
             i + 1
         );
@@ -129,5 +121,5 @@ fn captures_from_both_daemons_are_read_by_the_dissector() {
         }
     }
     assert!(sd > 0);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -57,16 +57,21 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
     );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     for n in &names {
+        // Every reproduction: its four outputs, its section of the report, its JSON.
+        for ext in ["json", "csv", "svg", "png"] {
+            let p = out.join(format!("{n}.{ext}"));
+            assert!(
+                p.exists() && std::fs::metadata(&p).unwrap().len() > 0,
+                "{} missing",
+                p.display()
+            );
+        }
+        assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap())
+                .unwrap();
         if n.starts_with("leo-") {
             // LEO reproductions (docs/leo.md): figures and checked claims, not flows.
-            for ext in ["json", "csv", "svg", "png"] {
-                assert!(out.join(format!("{n}.{ext}")).exists(), "{n}.{ext} missing");
-            }
-            assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
-            let v: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap(),
-            )
-            .unwrap();
             assert!(
                 !v["claims"].as_array().unwrap().is_empty(),
                 "{n}: no claims"
@@ -80,14 +85,6 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         if n.starts_with("web-") {
             // Short-transfer reproductions (docs/scenarios.md): rows of metrics, seeds beside
             // them, checked claims.
-            for ext in ["json", "csv", "svg", "png"] {
-                assert!(out.join(format!("{n}.{ext}")).exists(), "{n}.{ext} missing");
-            }
-            assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
-            let v: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap(),
-            )
-            .unwrap();
             let rows = v["rows"].as_array().unwrap();
             assert!(!rows.is_empty(), "{n}: no rows");
             for r in rows {
@@ -101,18 +98,6 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
             );
             continue;
         }
-        for ext in ["json", "csv", "svg", "png"] {
-            let p = out.join(format!("{n}.{ext}"));
-            assert!(
-                p.exists() && std::fs::metadata(&p).unwrap().len() > 0,
-                "{} missing",
-                p.display()
-            );
-        }
-        assert!(report.contains(&format!("## {n} — ")), "report lacks {n}");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{n}.json"))).unwrap())
-                .unwrap();
         let flows = v["flows"].as_array().unwrap();
         assert!(!flows.is_empty());
         for f in flows {
@@ -290,13 +275,16 @@ fn sim_out_plots_the_traced_flows_time_sequence_and_cwnd() {
     let f = dir.join("tr.toml");
     std::fs::write(&f, scenario(true)).unwrap();
     let out = dir.join("plots");
-    let o = satstp()
-        .arg("sim")
-        .arg(&f)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let sim_out = || {
+        satstp()
+            .arg("sim")
+            .arg(&f)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let o = sim_out();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for name in ["tr-seen-seq", "tr-cwnd"] {
         for ext in ["svg", "png"] {
@@ -312,13 +300,7 @@ fn sim_out_plots_the_traced_flows_time_sequence_and_cwnd() {
     assert!(svg.contains("highest sequence sent (KB)") && svg.contains("time (s)"));
     assert!(!out.join("tr-unseen-seq.svg").exists());
     std::fs::write(&f, scenario(false)).unwrap();
-    let o = satstp()
-        .arg("sim")
-        .arg(&f)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = sim_out();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

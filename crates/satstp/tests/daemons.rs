@@ -5,7 +5,7 @@ mod common;
 
 use common::{
     daemon, download, free_port, fresh_dir, pattern, satstp, sigterm, socks_connect, wait_exit,
-    wait_listening, Keys, Kill,
+    wait_listening, Keys, Kill, Loopback,
 };
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -13,30 +13,21 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn socks_download_through_terminal_and_gateway_processes() {
-    let dir = fresh_dir("daemons");
-    let keys = Keys::generate(&dir);
-    let gw_port = free_port();
-    let socks_port = free_port();
-    let gw_config = keys.write_gateway_config(
-        "gateway.toml",
-        gw_port,
-        "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
-    );
-    let term_config = keys.write_terminal_config("terminal.toml", socks_port, gw_port, "");
-    let _gw = daemon("gateway", &gw_config, None);
+    let pair = Loopback::new("daemons");
+    let term_config = pair.write_terminal_config("");
+    let _gw = daemon("gateway", &pair.gw_config, None);
     let _term = daemon("terminal", &term_config, None);
     // Origin: sends 1 MB to the client, then closes; the download waits for the terminal to
     // listen.
     let body = pattern(1 << 20);
-    let proxy: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
-    let got = download(proxy, body.len());
+    let got = download(pair.socks(), body.len());
     assert!(
         got == body,
         "download differs ({} of {} bytes)",
         got.len(),
         body.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&pair.dir);
 }
 
 #[test]

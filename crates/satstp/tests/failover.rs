@@ -4,37 +4,32 @@
 
 mod common;
 
-use common::{daemon, download, free_port, fresh_dir, pattern, Keys};
-use std::net::{SocketAddr, UdpSocket};
+use common::{daemon, download, pattern, Loopback};
+use std::net::UdpSocket;
 
 #[test]
 fn terminal_daemon_fails_over_to_a_backup_gateway() {
-    let dir = fresh_dir("failover");
-    let keys = Keys::generate(&dir);
+    let pair = Loopback::new("failover");
+    let dir = &pair.dir;
     // A bound UDP socket that never answers stands for a gateway that is down.
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let silent_port = silent.local_addr().unwrap().port();
-    let gw_port = free_port();
-    let socks_port = free_port();
-    let gw_config = keys.write_gateway_config(
-        "gateway.toml",
-        gw_port,
-        "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
-    );
     // Primary: the silent one; backup: the real gateway (same key, so no public_key).
-    let term_config = keys.write_terminal_config(
+    let term_config = pair.keys.write_terminal_config(
         "terminal.toml",
-        socks_port,
+        pair.socks_port,
         silent_port,
-        &format!("[[terminal.backup_gateways]]\naddress = \"127.0.0.1:{gw_port}\"\n"),
+        &format!(
+            "[[terminal.backup_gateways]]\naddress = \"127.0.0.1:{}\"\n",
+            pair.gw_port
+        ),
     );
-    let _gw = daemon("gateway", &gw_config, None);
+    let _gw = daemon("gateway", &pair.gw_config, None);
     let _term = daemon("terminal", &term_config, Some(&dir.join("terminal.log")));
-    let socks: SocketAddr = format!("127.0.0.1:{socks_port}").parse().unwrap();
     let body = pattern(200_000);
-    let got = download(socks, body.len());
+    let got = download(pair.socks(), body.len());
     assert!(got == body, "download through the backup gateway");
     let log = std::fs::read_to_string(dir.join("terminal.log")).unwrap_or_default();
     assert!(log.contains("failing over"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,23 +1,22 @@
 //! `satstp keygen`: writes a key pair the tunnel can load, with the private key readable only by
 //! its owner; prints a pair without `--out`; never overwrites a key file.
 
-use std::process::Command;
+mod common;
 
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
+use common::{fresh_dir, satstp};
 
 #[test]
 fn keygen_writes_loadable_keys_private_0600() {
-    let dir = std::env::temp_dir().join(format!("satstp-test-keygen-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("keygen");
     let prefix = dir.join("x");
-    let out = satstp()
-        .args(["keygen", "--out"])
-        .arg(&prefix)
-        .output()
-        .unwrap();
+    let keygen_out = || {
+        satstp()
+            .args(["keygen", "--out"])
+            .arg(&prefix)
+            .output()
+            .unwrap()
+    };
+    let out = keygen_out();
     assert!(
         out.status.success(),
         "{}",
@@ -38,11 +37,7 @@ fn keygen_writes_loadable_keys_private_0600() {
     }
 
     // Refuses to overwrite, naming the file.
-    let again = satstp()
-        .args(["keygen", "--out"])
-        .arg(&prefix)
-        .output()
-        .unwrap();
+    let again = keygen_out();
     assert!(!again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(

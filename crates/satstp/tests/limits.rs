@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, fresh_dir, satstp, socks_connect, wait_listening, Keys, Kill};
+use common::{free_port, satstp, socks_connect, wait_listening, Kill, Loopback};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -45,22 +45,13 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
 
 #[test]
 fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on() {
-    let dir = fresh_dir("nofile");
-    let keys = Keys::generate(&dir);
-    let (gw_port, socks_port, metrics_port) = (free_port(), free_port(), free_port());
-    let gw_config = keys.write_gateway_config(
-        "gateway.toml",
-        gw_port,
-        "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n",
-    );
+    let pair = Loopback::new("nofile");
+    let (dir, socks_port, metrics_port) = (&pair.dir, pair.socks_port, free_port());
     // Without fast open, so a refusal is a SOCKS5 reply the client can read.
-    let term_config = keys.write_terminal_config(
-        "terminal.toml",
-        socks_port,
-        gw_port,
-        &format!("socks_fast_open = false\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n"),
-    );
-    let _gw = common::daemon("gateway", &gw_config, None);
+    let term_config = pair.write_terminal_config(&format!(
+        "socks_fast_open = false\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n"
+    ));
+    let _gw = common::daemon("gateway", &pair.gw_config, None);
     let log = dir.join("terminal.log");
     let mut cmd = satstp();
     cmd.args(["terminal", "--config"])
@@ -177,5 +168,5 @@ fn at_the_open_file_limit_new_clients_are_refused_and_established_ones_carry_on(
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("admitted again after {attempts} attempt(s)");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }

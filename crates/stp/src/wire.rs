@@ -177,7 +177,8 @@ pub enum RstReason {
 }
 
 impl RstReason {
-    fn to_u8(self) -> u8 {
+    /// The reason's code on the wire.
+    pub fn to_u8(self) -> u8 {
         match self {
             RstReason::UnknownConnection => 1,
             RstReason::Refused => 2,

@@ -130,6 +130,49 @@ impl Keys {
     }
 }
 
+/// The `[gateway.policy]` the daemon tests give their gateway: every loopback address may be
+/// reached, nothing else.
+pub const LOOPBACK_POLICY: &str = "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n";
+
+/// A terminal and a gateway about to run on loopback: a fresh `dir` with both key pairs, a port
+/// for each, and the gateway's `gateway.toml` written (with [`LOOPBACK_POLICY`]).
+pub struct Loopback {
+    pub dir: PathBuf,
+    pub keys: Keys,
+    pub gw_port: u16,
+    pub socks_port: u16,
+    pub gw_config: PathBuf,
+}
+
+impl Loopback {
+    /// The pair in `fresh_dir(name)`.
+    pub fn new(name: &str) -> Loopback {
+        let dir = fresh_dir(name);
+        let keys = Keys::generate(&dir);
+        let gw_port = free_port();
+        let socks_port = free_port();
+        let gw_config = keys.write_gateway_config("gateway.toml", gw_port, LOOPBACK_POLICY);
+        Loopback {
+            dir,
+            keys,
+            gw_port,
+            socks_port,
+            gw_config,
+        }
+    }
+
+    /// Writes `terminal.toml`: the terminal on `socks_port` towards this gateway, then `extra`.
+    pub fn write_terminal_config(&self, extra: &str) -> PathBuf {
+        self.keys
+            .write_terminal_config("terminal.toml", self.socks_port, self.gw_port, extra)
+    }
+
+    /// The terminal's SOCKS5 address.
+    pub fn socks(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.socks_port))
+    }
+}
+
 /// `satstp side --config config` running; its log (at level debug) goes to `log`, or nowhere.
 pub fn daemon(side: &str, config: &Path, log: Option<&Path>) -> Kill {
     let mut cmd = satstp();

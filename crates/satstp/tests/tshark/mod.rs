@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use stp::wire::{Packet, RstReason, Types};
+use stp::wire::{Packet, Types};
 
 /// The dissector under test.
 pub fn script() -> PathBuf {
@@ -187,18 +187,6 @@ pub fn type_names(bits: u16) -> String {
         .join("|")
 }
 
-fn rst_code(r: RstReason) -> u8 {
-    match r {
-        RstReason::UnknownConnection => 1,
-        RstReason::Refused => 2,
-        RstReason::Aborted => 3,
-        RstReason::UnsupportedVersion => 4,
-        RstReason::ProtocolViolation => 5,
-        RstReason::Timeout => 6,
-        RstReason::Other(v) => v,
-    }
-}
-
 /// The values of [`FIELDS`] for a datagram the reference parser accepts; `retransmission_of`
 /// is the frame that first carried this SD, if any.
 pub fn expected(p: &Packet<'_>, retransmission_of: Option<usize>) -> Vec<String> {
@@ -228,7 +216,7 @@ pub fn expected(p: &Packet<'_>, retransmission_of: Option<usize>) -> Vec<String>
         opt(bgnak.map(|b| b.rwnd)),
         opt(bgnak.map(|b| b.max_datagram)),
         opt(bgnak.map(|b| b.echo_timestamp)),
-        opt(p.rst.map(|r| rst_code(r.reason))),
+        opt(p.rst.map(|r| r.reason.to_u8())),
         opt(p.rst.map(|r| r.detail)),
         opt(poll.map(|x| x.next_seq)),
         opt(poll.map(|x| flag(x.keepalive))),

@@ -78,17 +78,9 @@ impl WindowController {
     pub(crate) fn in_avoidance(mss: u64, cwnd: u64, collapse: u64) -> Self {
         let cwnd = cwnd.max(mss);
         WindowController {
-            mss,
-            initial: collapse.max(mss),
             cwnd,
             ssthresh: cwnd,
-            avoidance_credit: 0,
-            recovery_stamp: None,
-            rtt_backoff: None,
-            unpaced_first_flight: false,
-            pacing_gain: None,
-            acked_any: false,
-            delay_reductions: 0,
+            ..WindowController::new(mss, collapse)
         }
     }
 
