@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// Largest configuration or allowed-terminals file read (1 MiB).
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Most keys an allowed-terminals list may hold, inline and from its file together.
-pub const MAX_ALLOWED_TERMINALS: usize = 100_000;
+pub(crate) const MAX_ALLOWED_TERMINALS: usize = 100_000;
 /// Bounds of a computed relay buffer: 64 KiB and 64 MiB.
-pub const RELAY_BUFFER_MIN_BYTES: u64 = 64 << 10;
-pub const RELAY_BUFFER_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const RELAY_BUFFER_MIN_BYTES: u64 = 64 << 10;
+pub(crate) const RELAY_BUFFER_MAX_BYTES: u64 = 64 << 20;
 /// Relay buffer used when the hop's rate or RTT is not configured (4 MiB).
-pub const RELAY_BUFFER_DEFAULT_BYTES: u64 = 4 << 20;
+pub(crate) const RELAY_BUFFER_DEFAULT_BYTES: u64 = 4 << 20;
 
 /// Why a configuration could not be loaded or is invalid.
 #[derive(Debug, Error)]
@@ -73,7 +73,7 @@ impl ConfigError {
     }
 
     /// An error about the file the key `field` names: `field: path: reason`.
-    pub fn referenced(
+    pub(crate) fn referenced(
         field: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> ConfigError {
@@ -136,7 +136,7 @@ fn load_private_key_field(
 }
 
 /// `path` as written in the file at `config`: relative paths are relative to its directory.
-pub fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
+pub(crate) fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() || path.as_os_str().is_empty() {
         return path.to_path_buf();
     }
@@ -321,7 +321,7 @@ macro_rules! side_config {
 }
 
 /// Most hop workers a side may have (`workers`).
-pub const MAX_WORKERS: u32 = 1024;
+pub(crate) const MAX_WORKERS: u32 = 1024;
 
 side_config! {
     "terminal",
@@ -425,7 +425,7 @@ fn hop_tcp_tuning(options: &TcpOptions, link: Option<crate::sizing::HopLink>) ->
 }
 
 /// Largest `max_pacing_rate_bps`: `SO_MAX_PACING_RATE` as a 32-bit count of bytes per second.
-pub const MAX_PACING_RATE_BPS: u64 = (u32::MAX as u64 - 1) * 8;
+pub(crate) const MAX_PACING_RATE_BPS: u64 = (u32::MAX as u64 - 1) * 8;
 
 fn default_idle_timeout_s() -> u32 {
     300
@@ -437,7 +437,7 @@ fn default_shutdown_timeout_s() -> u32 {
     30
 }
 /// Largest `shutdown_timeout_s` accepted (one hour).
-pub const MAX_SHUTDOWN_TIMEOUT_S: u32 = 3600;
+pub(crate) const MAX_SHUTDOWN_TIMEOUT_S: u32 = 3600;
 
 fn check_shutdown_timeout(s: u32) -> Result<(), ConfigError> {
     if s > MAX_SHUTDOWN_TIMEOUT_S {
@@ -474,7 +474,7 @@ impl TerminalConfig {
     }
 
     /// Checks every field; the error names the first bad one (`terminal.<field>`).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("terminal"))
     }
 
@@ -818,7 +818,7 @@ impl GatewayConfig {
 
     /// Checks every field; the error names the first bad one (`gateway.<field>`). The
     /// allowed-terminals file is not read here (see [`Self::allowed_terminal_keys`]).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("gateway"))
     }
 
@@ -905,7 +905,7 @@ impl GatewayConfig {
 
 /// Parses an allowed-terminals list: one hex key per line; blank lines and everything after
 /// `#` are ignored. Errors give the 1-based line.
-pub fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError> {
+pub(crate) fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let content = line.split('#').next().unwrap_or("").trim();
@@ -927,7 +927,7 @@ pub fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError
 }
 
 /// Reads and parses an allowed-terminals file; errors name the file and line.
-pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
+pub(crate) fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
     let text = read_bounded(path)?;
     parse_allowed_terminals(&text).map_err(|e| e.in_file(path))
 }
@@ -938,7 +938,7 @@ pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, Config
 /// The `stp` table of either side: overrides of [`stp::Config`] in the engine's own TOML schema
 /// ([`stp::options`]), the same as a scenario's `[flow.stp]`. Field names and units are the
 /// engine's; rates take units (`"5Mbps"`), buffer sizes sizes (`"4MiB"`).
-pub type StpOptions = stp::ConfigOptions;
+pub(crate) type StpOptions = stp::ConfigOptions;
 
 /// `options` applied to `base`; errors name the field as `stp.<key>`.
 fn apply_stp(options: &StpOptions, base: stp::Config) -> Result<stp::Config, ConfigError> {
@@ -1036,7 +1036,7 @@ impl Limits {
     /// recovery; the extra half absorbs the rate mismatch between the TCP side and the hop.
     /// Past about 3 × BDP extra buffering only adds queueing delay, which the seeds warn can
     /// reach the propagation delay itself — hence 2–3 × BDP, and the 64 MiB ceiling.
-    pub fn relay_buffer(&self, rate_bps: Option<u64>, rtt_ms: Option<u32>) -> u64 {
+    pub(crate) fn relay_buffer(&self, rate_bps: Option<u64>, rtt_ms: Option<u32>) -> u64 {
         if let Some(b) = self.relay_buffer_bytes {
             return b;
         }

@@ -35,7 +35,7 @@ impl crate::sizing::HopLink {
 }
 
 /// How long relays get to reset their connections once a drain ran out of time.
-pub const CUT_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Why a side could not start. Messages start with the setting's name (`socks_listen`, ...)
 /// for the caller to prefix with its table (`terminal.`, `gateway.`).

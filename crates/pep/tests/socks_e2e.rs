@@ -211,7 +211,7 @@ async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
         true,
     )
     .await;
-    let late = pep::terminal::socks5::SOCKS_EARLY_DATA_WAIT * 20;
+    let late = pep::terminal::SOCKS_EARLY_DATA_WAIT * 20;
     for round in 0..2 {
         let (mut s, code) = socks_connect(st.socks, origin).await;
         assert_eq!(code, 0);

@@ -27,7 +27,7 @@ pub async fn serve_stream(
 
 /// [`serve_stream`] with the outbound TCP options `tcp`, counting into `conn` (refusals under
 /// their reason, bytes, the connection's `/status` record) when given.
-pub async fn serve_stream_tracked(
+pub(crate) async fn serve_stream_tracked(
     mut stream: HopStream,
     policy: &Policy,
     options: &ConnectOptions,
@@ -243,7 +243,7 @@ pub fn take_incoming(hop: &mut Hop) -> mpsc::Receiver<HopStream> {
 /// its public key; a refused stream is answered with status byte 1 (general failure) and ended.
 /// Outbound connections get the socket options `tcp`; each stream is checked against the
 /// policy in force when it arrives.
-pub async fn serve_gateway(
+pub(crate) async fn serve_gateway(
     mut incoming: mpsc::Receiver<HopStream>,
     policy: Arc<PolicyCell>,
     options: ConnectOptions,

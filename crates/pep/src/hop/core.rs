@@ -33,9 +33,9 @@ use std::time::Duration;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 
 /// Largest chunk read from STP for a reader at once.
-pub const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
 /// How often a handshake initiation is resent until answered.
-pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
@@ -43,7 +43,7 @@ pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal: handshake initiations (per gateway) left unanswered before the tunnel counts as
 /// down: the cause is logged, waiting opens that have sent nothing fail, new opens are refused.
-pub const DOWN_AFTER_HANDSHAKES: u32 = 3;
+pub(crate) const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal with open streams: after this long without hearing the gateway it sends a probe
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
@@ -57,11 +57,12 @@ pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
 /// Gateway: how often idle sessions are looked for (so one is erased at most this late).
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Gateway: unknown-session notices sent per second at most (all terminals together).
-pub const NOTICES_PER_SECOND: u32 = 200;
+pub(crate) const NOTICES_PER_SECOND: u32 = 200;
 /// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
 /// logs a failing handshake per source address.
-pub const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-pub use crate::sizing::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD};
+pub(crate) const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+pub use crate::sizing::IPV4_UDP_OVERHEAD;
+pub(crate) use crate::sizing::IPV6_UDP_OVERHEAD;
 
 /// When a terminal rekeys its tunnel session: a new Noise handshake on the live session,
 /// which keeps carrying the streams until the new one is up (`docs/tunnel.md`, "Rekeying").
@@ -145,7 +146,7 @@ pub enum TunnelState {
 }
 
 impl TunnelState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TunnelState::Up => "up",
             TunnelState::Handshaking => "handshaking",
@@ -480,7 +481,7 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Makes this core send under `other`'s allocation (one token bucket for the workers of
     /// one hop, whose clocks must be one clock), so N workers together keep to it.
-    pub fn share_allocation_of(&mut self, other: &Self) {
+    pub(crate) fn share_allocation_of(&mut self, other: &Self) {
         if let Some(s) = &other.shaper {
             self.shaper = Some(s.clone());
         }
@@ -498,12 +499,12 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
-    pub fn set_tap(&mut self, tap: Tap) {
+    pub(crate) fn set_tap(&mut self, tap: Tap) {
         self.tap = Some(tap);
     }
 
     /// Terminal: whether the tunnel session is up (always true on a gateway or a clear hop).
-    pub fn established(&self) -> bool {
+    pub(crate) fn established(&self) -> bool {
         match &self.security {
             Sec::Terminal { init, .. } => init.is_established(),
             Sec::Gateway { .. } | Sec::Clear { .. } => true,
@@ -520,7 +521,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// reset ([`AbortCode::Revoked`], the resets sealed under the revoked session while it
     /// lingers) and its reader fails with [`StreamError::Revoked`]. A terminal hop has no
     /// allow-list: `None`.
-    pub fn set_allowed_terminals(
+    pub(crate) fn set_allowed_terminals(
         &mut self,
         allowed: Vec<PublicKey>,
     ) -> Option<(Vec<PublicKey>, Vec<PublicKey>)> {
@@ -549,7 +550,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Gateway: answers handshakes with these static keys from now on
     /// ([`Responder::set_keys`]; live sessions kept); the public keys now accepted. A terminal
     /// hop has no such keys: `None`.
-    pub fn set_gateway_keys(
+    pub(crate) fn set_gateway_keys(
         &mut self,
         local: PrivateKey,
         next: Option<PrivateKey>,
@@ -643,7 +644,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// `first` begins with a stream header that has a deadline field, the field gets the
     /// deadline in the gateway's clock (`docs/gateway.md`, "At-most-once opens"). A terminal
     /// whose tunnel is down refuses at once ([`HopError::TunnelDown`]).
-    pub fn open_by(
+    pub(crate) fn open_by(
         &mut self,
         now: Instant,
         first: Bytes,

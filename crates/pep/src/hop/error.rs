@@ -36,7 +36,7 @@ pub enum AbortCode {
 
 impl AbortCode {
     /// Every code, in numeric order.
-    pub const ALL: [AbortCode; 10] = [
+    pub(crate) const ALL: [AbortCode; 10] = [
         AbortCode::Unspecified,
         AbortCode::BadHeader,
         AbortCode::Overloaded,
@@ -50,12 +50,12 @@ impl AbortCode {
     ];
 
     /// The code on the wire.
-    pub fn code(self) -> u16 {
+    pub(crate) fn code(self) -> u16 {
         self as u16
     }
 
     /// The code's meaning, `None` for a number this version does not know.
-    pub fn from_code(code: u16) -> Option<AbortCode> {
+    pub(crate) fn from_code(code: u16) -> Option<AbortCode> {
         AbortCode::ALL.get(usize::from(code)).copied()
     }
 

@@ -2,7 +2,7 @@
 //! byte streams with backpressure both ways, whichever transport carries them (STP in
 //! [`super::stp`], split TCP in [`super::tcp`]).
 
-pub use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
+pub(crate) use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
 use super::error::{AbortCode, HopError};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::Responder;
@@ -95,7 +95,7 @@ async fn worker_status(tx: &mpsc::Sender<Command>) -> Option<HopStatus> {
 
 impl HopStream {
     /// The stream's id within its hop.
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.writer.id
     }
 
@@ -130,7 +130,7 @@ impl HopStream {
     }
 
     /// Splits into a writer and a reader that can be used from different tasks.
-    pub fn split(self) -> (HopWriter, HopReader) {
+    pub(crate) fn split(self) -> (HopWriter, HopReader) {
         (self.writer, self.reader)
     }
 }
@@ -166,7 +166,7 @@ impl Drop for HopWriter {
 
 impl HopWriter {
     /// Sends bytes; waits while the relay buffer is full.
-    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
+    pub(crate) async fn write(&self, data: &[u8]) -> Result<(), HopError> {
         for piece in data.chunks(self.piece_len()) {
             self.send_piece(Bytes::copy_from_slice(piece)).await?;
         }
@@ -175,7 +175,7 @@ impl HopWriter {
 
     /// [`HopWriter::write`] without copying: the hop keeps slices of `data` until STP has taken
     /// them.
-    pub async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
+    pub(crate) async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
         let step = self.piece_len();
         let mut at = 0;
         while at < data.len() {
@@ -201,7 +201,7 @@ impl HopWriter {
             .map_err(|_| HopError::Closed)
     }
     /// Half-close: the peer sees end-of-stream after every byte written so far.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
@@ -209,7 +209,7 @@ impl HopWriter {
             .await;
     }
     /// Resets the connection.
-    pub async fn abort(&self, code: AbortCode) {
+    pub(crate) async fn abort(&self, code: AbortCode) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
@@ -227,7 +227,7 @@ pub struct HopReader {
 
 impl HopReader {
     /// The next event from the peer (`None` once the hop is gone).
-    pub async fn recv(&mut self) -> Option<StreamEvent> {
+    pub(crate) async fn recv(&mut self) -> Option<StreamEvent> {
         let ev = self.rx.recv().await;
         self.room.notify_one();
         ev
@@ -331,7 +331,7 @@ impl Hop {
     /// delivered and acknowledged, or it failed — or `deadline` passes; true if none is left.
     /// A graceful shutdown waits for this after its relays finished, so a clean close that is
     /// still crossing the hop arrives as one.
-    pub async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
         loop {
             match self.status().await {
                 None => return true,
@@ -347,7 +347,7 @@ impl Hop {
 
     /// Stops the hop now and waits for its task to end: the connections left are reset (their
     /// RSTs leave before this returns) and the socket closes.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         for tx in &self.workers {
             let _ = tx.send(Command::Close).await;
         }
@@ -362,7 +362,7 @@ impl Hop {
     /// receive window closes; on the TCP hop, that connection is not read) until it has. Call it
     /// before streams are opened or accepted.
     /// One budget serves every worker: a side's memory cap is not multiplied by them.
-    pub async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
+    pub(crate) async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
         for tx in &self.workers {
             let _ = tx.send(Command::ChargeTo(Arc::clone(&memory))).await;
         }
@@ -426,7 +426,7 @@ impl Hop {
     /// [`Hop::open`] for an opener that gives up on the gateway's verdict at `deadline`: a
     /// stream header with a deadline field (`pep::stream`, version `0x03`) at the start of
     /// `first` gets it in the gateway's clock, so the gateway never runs the stream after it.
-    pub async fn open_by(
+    pub(crate) async fn open_by(
         &self,
         first: Vec<u8>,
         deadline: Option<tokio::time::Instant>,
@@ -567,7 +567,7 @@ impl HopStatus {
     /// streams of all, the tunnel as its least ready worker's (a terminal's tunnel is up when
     /// every worker's session is), its last handshake and last error the most recent of any.
     /// The first worker's address and allocation stand for the hop's.
-    pub fn merge(all: Vec<HopStatus>) -> Option<HopStatus> {
+    pub(crate) fn merge(all: Vec<HopStatus>) -> Option<HopStatus> {
         let mut it = all.into_iter();
         let mut m = it.next()?;
         for s in it {

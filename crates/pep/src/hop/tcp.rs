@@ -72,9 +72,9 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Mixed into every handshake of the TCP hop.
-pub const PROLOGUE: &[u8] = b"satstp-tcp-hop-v1";
+pub(crate) const PROLOGUE: &[u8] = b"satstp-tcp-hop-v1";
 /// Largest frame body, bytes (Noise's message limit).
-pub const MAX_FRAME: usize = 65535;
+pub(crate) const MAX_FRAME: usize = 65535;
 /// AEAD tag length.
 const TAG_LEN: usize = 16;
 /// Noise IK message 1 without payload: ephemeral key, encrypted static key, payload tag.
@@ -82,17 +82,17 @@ const MSG1_OVERHEAD: usize = 32 + 32 + TAG_LEN + TAG_LEN;
 /// The replay counter at the start of message 1's payload.
 const COUNTER_LEN: usize = 8;
 /// Most stream bytes message 1 carries; the rest follows in DATA frames.
-pub const MAX_FIRST_BYTES: usize = MAX_FRAME - MSG1_OVERHEAD - COUNTER_LEN;
+pub(crate) const MAX_FIRST_BYTES: usize = MAX_FRAME - MSG1_OVERHEAD - COUNTER_LEN;
 /// Most stream bytes in one DATA frame.
-pub const MAX_DATA: usize = MAX_FRAME - TAG_LEN - 1;
+pub(crate) const MAX_DATA: usize = MAX_FRAME - TAG_LEN - 1;
 const KIND_DATA: u8 = 0;
 const KIND_FIN: u8 = 1;
 const KIND_ABORT: u8 = 2;
 /// Gateway: how long a new connection may take to deliver message 1.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Gateway: connections that have not completed their handshake, at most; more are closed at
 /// once (counted as `rate_limited`).
-pub const MAX_PENDING_HANDSHAKES: usize = 256;
+pub(crate) const MAX_PENDING_HANDSHAKES: usize = 256;
 /// Gateway: TCP Fast Open handshakes pending at once, at most (beyond, SYNs carry no data).
 const FAST_OPEN_QUEUE: u32 = 256;
 /// Streams accepted by the gateway and not yet taken by the relay, at most.
