@@ -641,56 +641,6 @@ impl TerminalConfig {
 // ---------------------------------------------------------------------------------------------
 // Gateway
 
-/// Which destinations the gateway may connect to: the `[gateway.policy]` table. The rules and
-/// how they apply are those of [`crate::gateway::policy`]: an address (`192.0.2.7`), a CIDR prefix
-/// (`10.0.0.0/8`, `2001:db8::/32`), a host name (`example.com`, that name only) or a domain
-/// wildcard (`*.example.com`, every name below it but not the name itself). `deny` is checked
-/// first (names before resolution, addresses after); then, if `allow` is non-empty, the
-/// destination must match one of its rules. Private, loopback, link-local, unspecified and
-/// multicast addresses are refused unless `allow_private` is set or an `allow` prefix covers
-/// them — resolved addresses of host names included, so a name cannot smuggle a private address
-/// past the policy.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Policy {
-    /// Default empty: every public destination not denied.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Default empty.
-    #[serde(default)]
-    pub deny: Vec<String>,
-    /// Default false.
-    #[serde(default)]
-    pub allow_private: bool,
-}
-
-impl Policy {
-    /// The policy the gateway enforces, with `own_addresses` denied unless allowed; errors name
-    /// the entry as `policy.allow[i]` / `policy.deny[i]`.
-    pub fn build(
-        &self,
-        own_addresses: Vec<IpAddr>,
-    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
-        crate::gateway::policy::Policy::new(crate::gateway::policy::PolicyConfig {
-            allow: self.allow.clone(),
-            deny: self.deny.clone(),
-            allow_private: self.allow_private,
-            own_addresses,
-        })
-        .map_err(|e| match e {
-            crate::gateway::policy::PolicyError::BadRule {
-                field,
-                index,
-                entry,
-                reason,
-            } => bad(
-                format!("policy.{field}[{index}]"),
-                format!("{entry:?}: {reason}"),
-            ),
-        })
-    }
-}
-
 /// Socket options of TCP connections: the gateway's outbound ones (`[gateway.tcp]`) and the
 /// split-TCP hop's (`[terminal.hop_tcp]`, `[gateway.hop_tcp]`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -787,9 +737,9 @@ side_config! {
         /// At least one of `allowed_terminals` and `allowed_terminals_file` must be set.
         #[serde(default)]
         pub allowed_terminals_file: Option<PathBuf>,
-        /// Destination policy.
+        /// Destination policy, the `[gateway.policy]` table.
         #[serde(default)]
-        pub policy: Policy,
+        pub policy: crate::gateway::policy::PolicyConfig,
         /// Outbound TCP socket options.
         #[serde(default)]
         pub tcp: TcpOptions,
@@ -854,9 +804,33 @@ impl GatewayConfig {
         if let Some(p) = &self.allowed_terminals_file {
             check_path(p, "allowed_terminals_file")?;
         }
-        self.policy.build(Vec::new())?;
+        self.build_policy(Vec::new())?;
         self.tcp.validate().map_err(|e| e.prefixed("tcp"))?;
         self.validate_shared()
+    }
+
+    /// The policy the gateway enforces, `[gateway.policy]` with `own_addresses` denied unless
+    /// allowed; errors name the entry as `policy.allow[i]` / `policy.deny[i]`.
+    pub fn build_policy(
+        &self,
+        own_addresses: Vec<IpAddr>,
+    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
+        use crate::gateway::policy::{Policy, PolicyConfig, PolicyError};
+        Policy::new(PolicyConfig {
+            own_addresses,
+            ..self.policy.clone()
+        })
+        .map_err(|e| match e {
+            PolicyError::BadRule {
+                field,
+                index,
+                entry,
+                reason,
+            } => bad(
+                format!("policy.{field}[{index}]"),
+                format!("{entry:?}: {reason}"),
+            ),
+        })
     }
 
     /// Every allowed terminal key: the inline list, then the file's (read now), duplicates

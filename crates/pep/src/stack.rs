@@ -483,7 +483,7 @@ impl Gateway {
                 )
                 .map_err(|e| StackError::Hop {
                     field: "private_key_file",
-                    source: HopError::Tunnel(e.to_string()),
+                    source: HopError::Tunnel(e),
                 })?;
                 responder.set_next_key(o.next_key.clone());
                 let sock = UdpSocket::from_std(sock).map_err(listen_err)?;
@@ -528,7 +528,7 @@ impl Gateway {
         let mut running = Vec::new();
         for mut hop in hops {
             hop.charge_to(Arc::clone(ops.memory())).await;
-            let incoming = crate::gateway::serve::take_incoming(&mut hop);
+            let incoming = hop.take_incoming();
             tokio::spawn(crate::gateway::serve::serve_gateway(
                 incoming,
                 Arc::clone(&policy),

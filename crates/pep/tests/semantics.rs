@@ -275,7 +275,7 @@ async fn a_slow_hop_reader_gets_every_byte_and_the_end() {
     let data = pattern(13, 3 << 20);
     let mut s = terminal.open(b"x".to_vec()).await.unwrap();
     s.shutdown().await;
-    let mut g = tokio::time::timeout(Duration::from_secs(10), gateway.incoming.recv())
+    let mut g = tokio::time::timeout(Duration::from_secs(10), gateway.accept())
         .await
         .expect("stream in time")
         .unwrap();

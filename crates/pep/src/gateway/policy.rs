@@ -278,18 +278,25 @@ pub(crate) fn check_hostname(h: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// What a [`Policy`] is built from. The default allows any public address and nothing else.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a [`Policy`] is built from, and the gateway configuration's `[gateway.policy]` table
+/// (`allow`, `deny`, `allow_private`; `own_addresses` is the gateway's, not the file's). The
+/// default allows any public address and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// Rules allowed; when not empty, only destinations they match are allowed (a CIDR entry
     /// also lifts the default denial of special and private addresses it covers, a name entry
     /// does not). Default empty.
+    #[serde(default)]
     pub allow: Vec<String>,
     /// Rules always denied, whatever else says. Default empty.
+    #[serde(default)]
     pub deny: Vec<String>,
     /// Allow private addresses (RFC 1918, RFC 6598, IPv6 ULA). Default false.
+    #[serde(default)]
     pub allow_private: bool,
     /// The gateway's own addresses, denied unless an `allow` entry covers them. Default empty.
+    #[serde(skip)]
     pub own_addresses: Vec<IpAddr>,
 }
 

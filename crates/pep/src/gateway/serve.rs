@@ -4,7 +4,7 @@
 use super::connect::{connect_from, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::{Policy, PolicyCell};
-use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
+use crate::hop::{AbortCode, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::splice::splice_tracked;
@@ -230,12 +230,6 @@ async fn report(stream: &HopStream, code: Verdict) -> Verdict {
     let _ = stream.write(&[code.to_byte()]).await;
     stream.shutdown().await;
     code
-}
-
-/// Takes the gateway hop's stream of incoming streams, so the [`Hop`] itself can be shared (for
-/// [`Hop::status`]) while [`serve_gateway`] serves them. `hop.incoming` yields nothing after.
-pub fn take_incoming(hop: &mut Hop) -> mpsc::Receiver<HopStream> {
-    std::mem::replace(&mut hop.incoming, mpsc::channel(1).1)
 }
 
 /// Gateway: serves the streams terminals open, each in its own task, until `ops` drains (or

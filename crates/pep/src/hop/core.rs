@@ -32,7 +32,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 
-/// Largest chunk read from STP for a reader at once.
+/// Largest chunk a stream hands over at once, either way: read from STP for a reader, or
+/// written by a `HopStream`'s writer.
 pub(crate) const CHUNK: usize = 64 * 1024;
 /// How often a handshake initiation is resent until answered.
 pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
@@ -397,7 +398,7 @@ fn new_initiator(
     index: u32,
     stamp_ns: u64,
 ) -> Result<Initiator, HopError> {
-    Initiator::new(local, gateway_key, index, stamp_ns).map_err(|e| HopError::Tunnel(e.to_string()))
+    Ok(Initiator::new(local, gateway_key, index, stamp_ns)?)
 }
 
 impl<S: EventSink, P> HopCore<S, P> {
@@ -413,8 +414,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             .unwrap_or_else(|| Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed)));
         let session_idle = SESSION_IDLE_EXPIRY
             .max(2 * Duration::from_millis(u64::from(config.endpoint.connection.dead_timeout_ms)));
-        let endpoint =
-            Endpoint::new(config.endpoint, rng).map_err(|e| HopError::Stp(e.to_string()))?;
+        let endpoint = Endpoint::new(config.endpoint, rng)?;
         if config.send_rate_bps == Some(0) {
             return Err(HopError::ZeroRate);
         }
@@ -664,10 +664,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             Sec::Clear { peer } => *peer,
             Sec::Gateway { .. } => return Err(HopError::NotTerminal),
         };
-        let h = self
-            .endpoint
-            .connect(now, to)
-            .map_err(|e| HopError::Stp(e.to_string()))?;
+        let h = self.endpoint.connect(now, to)?;
         let info = self.info_for(h);
         self.add_stream(h, info, events);
         if let Some(st) = self.streams.get_mut(&info.id) {

@@ -172,12 +172,18 @@ pub enum HopError {
     TunnelDown,
     #[error("send_rate_bps must be positive")]
     ZeroRate,
-    /// The STP endpoint refused the configuration or the connection.
-    #[error("{0}")]
-    Stp(String),
+    /// The STP endpoint refused the configuration.
+    #[error(transparent)]
+    StpConfig(#[from] stp::ConfigError),
+    /// The STP endpoint refused the connection.
+    #[error(transparent)]
+    StpConnect(#[from] stp::ConnectError),
     /// The tunnel could not be set up (a bad key, say).
     #[error("tunnel: {0}")]
-    Tunnel(String),
+    Tunnel(#[from] crate::tunnel::Error),
+    /// The split-TCP hop's Noise handshake could not be set up (a bad key, say).
+    #[error("tunnel: {0}")]
+    Noise(#[from] snow::Error),
     /// A socket could not be set up.
     #[error("{what}: {source}")]
     Io {

@@ -13,8 +13,7 @@ use std::time::Duration;
 use stp::EndpointConfig;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-/// Largest chunk a stream hands over at once.
-pub(crate) const CHUNK: usize = 64 * 1024;
+use super::core::CHUNK;
 /// Chunks buffered from the hop towards one stream's reader.
 pub(crate) const READ_CHUNKS: usize = 16;
 /// How often [`Hop::wait_quiet`] looks again.
@@ -277,8 +276,8 @@ pub struct Hop {
     pub(super) workers: Vec<mpsc::Sender<Command>>,
     /// The worker the next open goes to (modulo their number).
     pub(super) next: std::sync::atomic::AtomicUsize,
-    /// Gateway side: streams opened by terminals.
-    pub incoming: mpsc::Receiver<HopStream>,
+    /// Gateway side: streams opened by terminals ([`Hop::accept`], [`Hop::take_incoming`]).
+    pub(super) incoming: mpsc::Receiver<HopStream>,
     pub(super) local: SocketAddr,
 }
 
@@ -293,6 +292,18 @@ impl Drop for Hop {
 }
 
 impl Hop {
+    /// Gateway side: the next stream a terminal opened (`None` once the hop has stopped, or
+    /// after [`Hop::take_incoming`]). A terminal's hop accepts none.
+    pub async fn accept(&mut self) -> Option<HopStream> {
+        self.incoming.recv().await
+    }
+
+    /// Takes the stream of incoming streams, so the `Hop` itself can be shared (for
+    /// [`Hop::status`]) while another task serves them; [`Hop::accept`] yields nothing after.
+    pub fn take_incoming(&mut self) -> mpsc::Receiver<HopStream> {
+        std::mem::replace(&mut self.incoming, mpsc::channel(1).1)
+    }
+
     /// The hop's UDP address (every worker's: they share it at a gateway; a terminal's
     /// workers have their own ports, this is the first's).
     pub fn local_addr(&self) -> SocketAddr {

@@ -239,14 +239,11 @@ impl Drop for Registered<'_> {
     }
 }
 
-fn noise_builder(local: &PrivateKey) -> Result<snow::Builder<'_>, String> {
-    let params = crate::tunnel::NOISE_PATTERN
-        .parse()
-        .map_err(|e: snow::Error| e.to_string())?;
+fn noise_builder(local: &PrivateKey) -> Result<snow::Builder<'_>, snow::Error> {
+    let params = crate::tunnel::NOISE_PATTERN.parse()?;
     snow::Builder::new(params)
         .local_private_key(local.as_bytes())
         .and_then(|b| b.prologue(PROLOGUE))
-        .map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,7 +267,7 @@ pub fn start_terminal(
     config: TcpHopConfig,
 ) -> Result<Hop, HopError> {
     crate::sockopt::check_tcp_options(&config.tuning)?;
-    noise_builder(&local).map_err(HopError::Tunnel)?;
+    noise_builder(&local)?;
     if let Some((false, _)) = crate::sockopt::fast_open_sysctl() {
         tracing::warn!(
             "TCP hop: net.ipv4.tcp_fastopen does not allow clients (bit 1), so each stream costs \
@@ -384,8 +381,8 @@ async fn terminal_handshake(
     counter: u64,
     first: &[u8],
 ) -> Result<(TcpStream, StatelessTransportState), String> {
-    let mut hs = noise_builder(&side.local)?
-        .remote_public_key(side.gateway_key.as_bytes())
+    let mut hs = noise_builder(&side.local)
+        .and_then(|b| b.remote_public_key(side.gateway_key.as_bytes()))
         .and_then(|b| b.build_initiator())
         .map_err(|e| e.to_string())?;
     let mut payload = Vec::with_capacity(COUNTER_LEN + first.len());
@@ -461,9 +458,9 @@ pub fn start_gateway(
     allowed: impl IntoIterator<Item = PublicKey>,
     config: TcpHopConfig,
 ) -> Result<Hop, HopError> {
-    noise_builder(&local).map_err(HopError::Tunnel)?;
+    noise_builder(&local)?;
     if let Some(next) = &next {
-        noise_builder(next).map_err(HopError::Tunnel)?;
+        noise_builder(next)?;
     }
     let listen_err = |source| HopError::Listen {
         addr: listen,
@@ -658,9 +655,7 @@ async fn gateway_handshake(
     let mut payload = vec![0u8; MAX_FRAME];
     let mut read = None;
     for local in &keys {
-        let Ok(mut hs) =
-            noise_builder(local).and_then(|b| b.build_responder().map_err(|e| e.to_string()))
-        else {
+        let Ok(mut hs) = noise_builder(local).and_then(|b| b.build_responder()) else {
             continue;
         };
         if let Ok(n) = hs.read_message(&msg1, &mut payload) {
