@@ -628,16 +628,18 @@ impl Metrics {
         self.hop_bytes(received).set(st.bytes_received);
         self.hop_datagrams(sent).set(st.datagrams_sent);
         self.hop_datagrams(received).set(st.datagrams_received);
-        for (c, v) in self.stp_sent.iter().zip(st.totals.packets_sent.0) {
-            c.set(v);
+        if let Some(stp) = &st.stp {
+            for (c, v) in self.stp_sent.iter().zip(stp.totals.packets_sent.0) {
+                c.set(v);
+            }
+            for (c, v) in self.stp_received.iter().zip(stp.totals.packets_received.0) {
+                c.set(v);
+            }
+            self.stp_retransmissions
+                .set(stp.totals.retransmitted_packets);
+            self.stp_retransmitted_bytes
+                .set(stp.totals.retransmitted_bytes);
         }
-        for (c, v) in self.stp_received.iter().zip(st.totals.packets_received.0) {
-            c.set(v);
-        }
-        self.stp_retransmissions
-            .set(st.totals.retransmitted_packets);
-        self.stp_retransmitted_bytes
-            .set(st.totals.retransmitted_bytes);
         self.auth_failures(AuthFailure::Tunnel)
             .set(st.tunnel.auth_failures);
         self.auth_failures(AuthFailure::UnknownKey)
@@ -661,16 +663,14 @@ impl Metrics {
             c.set(v);
         }
 
-        let n = st.streams.len() as u64;
+        // The STP connections' figures (the split-TCP hop's streams have none).
+        let conns: Vec<&stp::ConnectionStats> =
+            st.streams.iter().filter_map(|s| s.stp.as_ref()).collect();
+        let n = conns.len() as u64;
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
-        let srtt_sum: u64 = st.streams.iter().map(|s| us(s.stats.srtt)).sum();
-        let srtt_max = st
-            .streams
-            .iter()
-            .map(|s| us(s.stats.srtt))
-            .max()
-            .unwrap_or(0);
-        let cwnd_sum: u64 = st.streams.iter().map(|s| s.stats.cwnd_bytes).sum();
+        let srtt_sum: u64 = conns.iter().map(|c| us(c.srtt)).sum();
+        let srtt_max = conns.iter().map(|c| us(c.srtt)).max().unwrap_or(0);
+        let cwnd_sum: u64 = conns.iter().map(|c| c.cwnd_bytes).sum();
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.stp_connections.set(g(n));
         self.stp_srtt_mean_us
@@ -686,12 +686,12 @@ impl Metrics {
             let Some(sid) = ConnTrack::opt(&t.stream_id) else {
                 continue;
             };
-            if let Some(s) = by_stream.get(&sid) {
+            if let Some(c) = by_stream.get(&sid).and_then(|s| s.stp.as_ref()) {
                 // An srtt of zero means "not measured yet".
-                if !s.stats.srtt.is_zero() {
-                    t.srtt_us.store(us(s.stats.srtt), Ordering::Relaxed);
+                if !c.srtt.is_zero() {
+                    t.srtt_us.store(us(c.srtt), Ordering::Relaxed);
                 }
-                t.cwnd_bytes.store(s.stats.cwnd_bytes, Ordering::Relaxed);
+                t.cwnd_bytes.store(c.cwnd_bytes, Ordering::Relaxed);
             }
         }
     }

@@ -128,7 +128,19 @@ pub struct StreamStatus {
     pub peer: SocketAddr,
     /// Gateway side: the terminal's public key.
     pub peer_key: Option<PublicKey>,
-    pub stats: stp::ConnectionStats,
+    /// Payload bytes the stream sent and received.
+    pub payload_bytes_sent: u64,
+    pub payload_bytes_received: u64,
+    /// The STP connection's statistics; `None` on the split-TCP hop, which runs no STP.
+    pub stp: Option<stp::ConnectionStats>,
+}
+
+/// The STP engine's figures of a hop ([`HopStatus::stp`]).
+#[derive(Debug, Clone, Default)]
+pub struct StpStatus {
+    pub endpoint: stp::EndpointStats,
+    /// Sums over every connection, closed ones included.
+    pub totals: StpTotals,
 }
 
 /// STP counters summed over every connection the hop has had (live and closed).
@@ -197,9 +209,8 @@ pub struct HopStatus {
     pub tunnel: crate::tunnel::Counters,
     /// The tunnel's state, last handshake and last error.
     pub tunnel_report: TunnelReport,
-    pub endpoint: stp::EndpointStats,
-    /// Sums over every connection, closed ones included.
-    pub totals: StpTotals,
+    /// The STP engine's figures; `None` on the split-TCP hop, which runs no STP.
+    pub stp: Option<StpStatus>,
     pub streams: Vec<StreamStatus>,
 }
 
@@ -1592,11 +1603,14 @@ impl<S: EventSink, P> HopCore<S, P> {
         let mut streams = Vec::with_capacity(self.streams.len());
         for (&id, s) in &self.streams {
             if let Some(c) = self.endpoint.connection(s.handle) {
+                let stats = c.stats();
                 streams.push(StreamStatus {
                     id,
                     peer: s.peer,
                     peer_key: s.peer_key,
-                    stats: c.stats(),
+                    payload_bytes_sent: stats.payload_bytes_sent,
+                    payload_bytes_received: stats.payload_bytes_received,
+                    stp: Some(stats),
                 });
             }
         }
@@ -1640,8 +1654,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             opens_rate_limited: self.counts.opens_rate_limited,
             send_rate_bps: self.shaper.as_ref().map(|s| s.rate_bps),
             tunnel,
-            endpoint: self.endpoint.stats().clone(),
-            totals,
+            stp: Some(StpStatus {
+                endpoint: self.endpoint.stats().clone(),
+                totals,
+            }),
             streams,
         }
     }

@@ -544,11 +544,9 @@ impl HopStatus {
                 id,
                 peer,
                 peer_key,
-                stats: stp::ConnectionStats {
-                    payload_bytes_sent: sent,
-                    payload_bytes_received: received,
-                    ..Default::default()
-                },
+                payload_bytes_sent: sent,
+                payload_bytes_received: received,
+                stp: None,
             })
             .collect();
         HopStatus {
@@ -566,8 +564,7 @@ impl HopStatus {
             send_rate_bps: None,
             tunnel: o.tunnel,
             tunnel_report: Default::default(),
-            endpoint: stp::EndpointStats::default(),
-            totals: StpTotals::default(),
+            stp: None,
             streams,
         }
     }
@@ -594,8 +591,14 @@ impl HopStatus {
             m.opens_rate_limited += s.opens_rate_limited;
             add_tunnel_counters(&mut m.tunnel, &s.tunnel);
             merge_report(&mut m.tunnel_report, s.tunnel_report);
-            add_endpoint_stats(&mut m.endpoint, &s.endpoint);
-            add_totals(&mut m.totals, &s.totals);
+            match (&mut m.stp, s.stp) {
+                (Some(a), Some(b)) => {
+                    add_endpoint_stats(&mut a.endpoint, &b.endpoint);
+                    add_totals(&mut a.totals, &b.totals);
+                }
+                (a @ None, b) => *a = b,
+                (Some(_), None) => {}
+            }
             m.streams.extend(s.streams);
         }
         Some(m)

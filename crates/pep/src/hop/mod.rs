@@ -26,8 +26,8 @@ pub mod tcp;
 pub(crate) mod udp_batch;
 
 pub use core::{
-    HopStatus, RekeyConfig, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
-    FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, PROBE_AFTER, REHANDSHAKE_AFTER,
+    HopStatus, RekeyConfig, StpStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport,
+    TunnelState, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, PROBE_AFTER, REHANDSHAKE_AFTER,
     SESSION_IDLE_EXPIRY,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
