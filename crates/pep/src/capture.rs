@@ -30,7 +30,8 @@ const RECORD_HEADER: usize = 16;
 /// Smallest size cap: the file header and one small record.
 pub const MIN_MAX_BYTES: u64 = 4096;
 /// Default size cap, 100 MiB.
-pub const DEFAULT_MAX_BYTES: u64 = 100 << 20;
+#[cfg(test)]
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 100 << 20;
 
 /// What to capture and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,17 +115,19 @@ impl Capture {
     }
 
     /// Datagrams written so far.
-    pub fn records(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn records(&self) -> u64 {
         self.records
     }
 
     /// Datagrams not written (size cap reached, or a write failed).
-    pub fn skipped(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn skipped(&self) -> u64 {
         self.skipped
     }
 
     /// Records one STP datagram travelling from `src` to `dst`, stamped with the wall clock.
-    pub fn record(&mut self, src: SocketAddr, dst: SocketAddr, datagram: &[u8]) {
+    pub(crate) fn record(&mut self, src: SocketAddr, dst: SocketAddr, datagram: &[u8]) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

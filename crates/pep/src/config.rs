@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// Largest configuration or allowed-terminals file read (1 MiB).
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Most keys an allowed-terminals list may hold, inline and from its file together.
-pub const MAX_ALLOWED_TERMINALS: usize = 100_000;
+pub(crate) const MAX_ALLOWED_TERMINALS: usize = 100_000;
 /// Bounds of a computed relay buffer: 64 KiB and 64 MiB.
-pub const RELAY_BUFFER_MIN_BYTES: u64 = 64 << 10;
-pub const RELAY_BUFFER_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const RELAY_BUFFER_MIN_BYTES: u64 = 64 << 10;
+pub(crate) const RELAY_BUFFER_MAX_BYTES: u64 = 64 << 20;
 /// Relay buffer used when the hop's rate or RTT is not configured (4 MiB).
-pub const RELAY_BUFFER_DEFAULT_BYTES: u64 = 4 << 20;
+pub(crate) const RELAY_BUFFER_DEFAULT_BYTES: u64 = 4 << 20;
 
 /// Why a configuration could not be loaded or is invalid.
 #[derive(Debug, Error)]
@@ -73,7 +73,7 @@ impl ConfigError {
     }
 
     /// An error about the file the key `field` names: `field: path: reason`.
-    pub fn referenced(
+    pub(crate) fn referenced(
         field: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> ConfigError {
@@ -136,7 +136,7 @@ fn load_private_key_field(
 }
 
 /// `path` as written in the file at `config`: relative paths are relative to its directory.
-pub fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
+pub(crate) fn relative_to_file(config: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() || path.as_os_str().is_empty() {
         return path.to_path_buf();
     }
@@ -338,7 +338,7 @@ macro_rules! side_config {
 }
 
 /// Most hop workers a side may have (`workers`).
-pub const MAX_WORKERS: u32 = 1024;
+pub(crate) const MAX_WORKERS: u32 = 1024;
 
 side_config! {
     "terminal",
@@ -442,7 +442,7 @@ fn hop_tcp_tuning(options: &TcpOptions, link: Option<crate::sizing::HopLink>) ->
 }
 
 /// Largest `max_pacing_rate_bps`: `SO_MAX_PACING_RATE` as a 32-bit count of bytes per second.
-pub const MAX_PACING_RATE_BPS: u64 = (u32::MAX as u64 - 1) * 8;
+pub(crate) const MAX_PACING_RATE_BPS: u64 = (u32::MAX as u64 - 1) * 8;
 
 fn default_idle_timeout_s() -> u32 {
     300
@@ -454,7 +454,7 @@ fn default_shutdown_timeout_s() -> u32 {
     30
 }
 /// Largest `shutdown_timeout_s` accepted (one hour).
-pub const MAX_SHUTDOWN_TIMEOUT_S: u32 = 3600;
+pub(crate) const MAX_SHUTDOWN_TIMEOUT_S: u32 = 3600;
 
 fn check_shutdown_timeout(s: u32) -> Result<(), ConfigError> {
     if s > MAX_SHUTDOWN_TIMEOUT_S {
@@ -491,7 +491,7 @@ impl TerminalConfig {
     }
 
     /// Checks every field; the error names the first bad one (`terminal.<field>`).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("terminal"))
     }
 
@@ -658,56 +658,6 @@ impl TerminalConfig {
 // ---------------------------------------------------------------------------------------------
 // Gateway
 
-/// Which destinations the gateway may connect to: the `[gateway.policy]` table. The rules and
-/// how they apply are those of [`crate::gateway::policy`]: an address (`192.0.2.7`), a CIDR prefix
-/// (`10.0.0.0/8`, `2001:db8::/32`), a host name (`example.com`, that name only) or a domain
-/// wildcard (`*.example.com`, every name below it but not the name itself). `deny` is checked
-/// first (names before resolution, addresses after); then, if `allow` is non-empty, the
-/// destination must match one of its rules. Private, loopback, link-local, unspecified and
-/// multicast addresses are refused unless `allow_private` is set or an `allow` prefix covers
-/// them — resolved addresses of host names included, so a name cannot smuggle a private address
-/// past the policy.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Policy {
-    /// Default empty: every public destination not denied.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Default empty.
-    #[serde(default)]
-    pub deny: Vec<String>,
-    /// Default false.
-    #[serde(default)]
-    pub allow_private: bool,
-}
-
-impl Policy {
-    /// The policy the gateway enforces, with `own_addresses` denied unless allowed; errors name
-    /// the entry as `policy.allow[i]` / `policy.deny[i]`.
-    pub fn build(
-        &self,
-        own_addresses: Vec<IpAddr>,
-    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
-        crate::gateway::policy::Policy::new(crate::gateway::policy::PolicyConfig {
-            allow: self.allow.clone(),
-            deny: self.deny.clone(),
-            allow_private: self.allow_private,
-            own_addresses,
-        })
-        .map_err(|e| match e {
-            crate::gateway::policy::PolicyError::BadRule {
-                field,
-                index,
-                entry,
-                reason,
-            } => bad(
-                format!("policy.{field}[{index}]"),
-                format!("{entry:?}: {reason}"),
-            ),
-        })
-    }
-}
-
 /// Socket options of TCP connections: the gateway's outbound ones (`[gateway.tcp]`) and the
 /// split-TCP hop's (`[terminal.hop_tcp]`, `[gateway.hop_tcp]`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -804,9 +754,9 @@ side_config! {
         /// At least one of `allowed_terminals` and `allowed_terminals_file` must be set.
         #[serde(default)]
         pub allowed_terminals_file: Option<PathBuf>,
-        /// Destination policy.
+        /// Destination policy, the `[gateway.policy]` table.
         #[serde(default)]
-        pub policy: Policy,
+        pub policy: crate::gateway::policy::PolicyConfig,
         /// Outbound TCP socket options.
         #[serde(default)]
         pub tcp: TcpOptions,
@@ -835,7 +785,7 @@ impl GatewayConfig {
 
     /// Checks every field; the error names the first bad one (`gateway.<field>`). The
     /// allowed-terminals file is not read here (see [`Self::allowed_terminal_keys`]).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.validate_inner().map_err(|e| e.prefixed("gateway"))
     }
 
@@ -871,9 +821,33 @@ impl GatewayConfig {
         if let Some(p) = &self.allowed_terminals_file {
             check_path(p, "allowed_terminals_file")?;
         }
-        self.policy.build(Vec::new())?;
+        self.build_policy(Vec::new())?;
         self.tcp.validate().map_err(|e| e.prefixed("tcp"))?;
         self.validate_shared()
+    }
+
+    /// The policy the gateway enforces, `[gateway.policy]` with `own_addresses` denied unless
+    /// allowed; errors name the entry as `policy.allow[i]` / `policy.deny[i]`.
+    pub fn build_policy(
+        &self,
+        own_addresses: Vec<IpAddr>,
+    ) -> Result<crate::gateway::policy::Policy, ConfigError> {
+        use crate::gateway::policy::{Policy, PolicyConfig, PolicyError};
+        Policy::new(PolicyConfig {
+            own_addresses,
+            ..self.policy.clone()
+        })
+        .map_err(|e| match e {
+            PolicyError::BadRule {
+                field,
+                index,
+                entry,
+                reason,
+            } => bad(
+                format!("policy.{field}[{index}]"),
+                format!("{entry:?}: {reason}"),
+            ),
+        })
     }
 
     /// Every allowed terminal key: the inline list, then the file's (read now), duplicates
@@ -922,7 +896,7 @@ impl GatewayConfig {
 
 /// Parses an allowed-terminals list: one hex key per line; blank lines and everything after
 /// `#` are ignored. Errors give the 1-based line.
-pub fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError> {
+pub(crate) fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let content = line.split('#').next().unwrap_or("").trim();
@@ -944,7 +918,7 @@ pub fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, ConfigError
 }
 
 /// Reads and parses an allowed-terminals file; errors name the file and line.
-pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
+pub(crate) fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
     let text = read_bounded(path)?;
     parse_allowed_terminals(&text).map_err(|e| e.in_file(path))
 }
@@ -955,7 +929,7 @@ pub fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, Config
 /// The `stp` table of either side: overrides of [`stp::Config`] in the engine's own TOML schema
 /// ([`stp::options`]), the same as a scenario's `[flow.stp]`. Field names and units are the
 /// engine's; rates take units (`"5Mbps"`), buffer sizes sizes (`"4MiB"`).
-pub type StpOptions = stp::ConfigOptions;
+pub(crate) type StpOptions = stp::ConfigOptions;
 
 /// `options` applied to `base`; errors name the field as `stp.<key>`.
 fn apply_stp(options: &StpOptions, base: stp::Config) -> Result<stp::Config, ConfigError> {
@@ -1053,7 +1027,7 @@ impl Limits {
     /// recovery; the extra half absorbs the rate mismatch between the TCP side and the hop.
     /// Past about 3 × BDP extra buffering only adds queueing delay, which the seeds warn can
     /// reach the propagation delay itself — hence 2–3 × BDP, and the 64 MiB ceiling.
-    pub fn relay_buffer(&self, rate_bps: Option<u64>, rtt_ms: Option<u32>) -> u64 {
+    pub(crate) fn relay_buffer(&self, rate_bps: Option<u64>, rtt_ms: Option<u32>) -> u64 {
         if let Some(b) = self.relay_buffer_bytes {
             return b;
         }

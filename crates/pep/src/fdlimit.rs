@@ -39,19 +39,19 @@ pub fn raise_nofile_limit() -> io::Result<(u64, u64)> {
 }
 
 /// Whether `e` says the process (EMFILE) or the system (ENFILE) has no descriptor left.
-pub fn is_descriptor_shortage(e: &io::Error) -> bool {
+pub(crate) fn is_descriptor_shortage(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 /// One descriptor held back for the moment the limit is reached.
 #[derive(Debug, Default)]
-pub struct Reserve {
+pub(crate) struct Reserve {
     spare: Mutex<Option<std::fs::File>>,
 }
 
 impl Reserve {
     /// Takes the spare descriptor if it is not held (a no-op while the limit is still reached).
-    pub fn refill(&self) {
+    pub(crate) fn refill(&self) {
         let mut g = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             *g = std::fs::File::open("/dev/null").ok();
@@ -59,7 +59,7 @@ impl Reserve {
     }
 
     /// Frees the spare descriptor for one use; false if there was none.
-    pub fn release(&self) -> bool {
+    pub(crate) fn release(&self) -> bool {
         let mut g = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         g.take().is_some()
     }

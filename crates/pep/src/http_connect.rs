@@ -75,7 +75,7 @@ const HOP_BY_HOP: [&str; 8] = [
 /// (and those the `Connection` field names), a `Host` field when the client sent none, and
 /// `Connection: close`. `lines` are the head's lines after the request line, without their
 /// ends.
-pub fn forward_head<'a>(
+pub(crate) fn forward_head<'a>(
     method: &str,
     path: &str,
     version: &str,
@@ -146,14 +146,14 @@ fn parse_http_url(url: &str) -> Result<(Target, &str, &str), HttpConnectError> {
 }
 
 /// The reply to a CONNECT that succeeded; the tunnel starts after it.
-pub fn reply_ok() -> &'static [u8] {
+pub(crate) fn reply_ok() -> &'static [u8] {
     b"HTTP/1.1 200 Connection Established\r\n\r\n"
 }
 
 /// A failure reply with `code` and `reason` (such as `403 Forbidden`, `502 Bad Gateway`,
 /// `504 Gateway Timeout`), an empty body and `Connection: close`. Control characters in
 /// `reason` are replaced by spaces so it cannot break the head.
-pub fn reply_status(code: u16, reason: &str) -> Vec<u8> {
+pub(crate) fn reply_status(code: u16, reason: &str) -> Vec<u8> {
     status_with(code, reason, "")
 }
 

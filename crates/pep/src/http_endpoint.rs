@@ -19,16 +19,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 /// Largest request head (request line and headers) accepted.
-pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 8 * 1024;
 /// Time allowed for reading a request and writing its response.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests served at once; further connections are closed unanswered until one finishes.
-pub const MAX_CONCURRENT: usize = 32;
+pub(crate) const MAX_CONCURRENT: usize = 32;
 
 /// Serves `/metrics` and `/status` for `metrics`, refreshed from `hop` when given, on
 /// `listener` until `shutdown` completes. Requests in flight when it does are left to finish
 /// (each within [`REQUEST_TIMEOUT`]).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     hop: Option<Arc<Hop>>,

@@ -16,7 +16,7 @@ use thiserror::Error;
 use zeroize::{Zeroize, Zeroizing};
 
 /// Length in bytes of an X25519 key, private or public.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 
 /// A static private key. Its `Debug` output never shows the key; its bytes are zeroized when
 /// it is dropped (and the text it was read from, or written as, when that is dropped).
@@ -92,7 +92,7 @@ impl PrivateKey {
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
         PrivateKey(bytes)
     }
-    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+    pub(crate) fn as_bytes(&self) -> &[u8; KEY_LEN] {
         &self.0
     }
     /// The matching public key (X25519 base-point multiplication, done by `snow`).
@@ -128,13 +128,13 @@ impl PublicKey {
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
         PublicKey(bytes)
     }
-    pub fn from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
+    pub(crate) fn from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
         let arr: [u8; KEY_LEN] = bytes
             .try_into()
             .map_err(|_| KeyError::Format(format!("{} bytes", bytes.len())))?;
         Ok(PublicKey(arr))
     }
-    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+    pub(crate) fn as_bytes(&self) -> &[u8; KEY_LEN] {
         &self.0
     }
     pub fn to_hex(&self) -> String {
@@ -150,7 +150,7 @@ impl PublicKey {
 
     /// Refuses a key no secure key exchange can be made with: all zeros (the placeholder in
     /// `deploy/terminal.toml`) or another point of small order.
-    pub fn check_usable(&self) -> Result<(), KeyError> {
+    pub(crate) fn check_usable(&self) -> Result<(), KeyError> {
         if self.0 == [0; KEY_LEN] {
             return Err(KeyError::Unusable(
                 "all zeros: a placeholder, not a key (put the content of the peer's .pub file \
@@ -169,7 +169,7 @@ impl PublicKey {
     }
 
     /// A short form for logs: the first 16 hex digits.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         let mut h = self.to_hex();
         h.truncate(16);
         h
@@ -278,7 +278,7 @@ pub fn load_private_key(path: &Path) -> Result<PrivateKey, KeyError> {
 }
 
 /// The file's permission bits when group or others have any access to it.
-pub fn loose_permissions(path: &Path) -> Option<u32> {
+pub(crate) fn loose_permissions(path: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -302,7 +302,7 @@ pub fn load_public_key(path: &Path) -> Result<PublicKey, KeyError> {
 }
 
 /// The two file names for a key pair: `PREFIX.key` and `PREFIX.pub`.
-pub fn keypair_paths(prefix: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn keypair_paths(prefix: &Path) -> (PathBuf, PathBuf) {
     let mut private = prefix.as_os_str().to_owned();
     private.push(".key");
     let mut public = prefix.as_os_str().to_owned();

@@ -7,12 +7,20 @@
 //!   their clients' protocols to and from it;
 //! - [`terminal`]: accepting clients (SOCKS5, HTTP CONNECT, TPROXY) and opening streams;
 //! - [`gateway`]: serving streams (policy, connect);
-//! - [`splice`]: one TCP connection and one stream relayed both ways;
+//! - `splice` (internal): one TCP connection and one stream relayed both ways;
 //! - [`sockopt`]: every socket option the gateway sets;
 //! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
-//! - [`config`], [`sizing`], [`ops`], [`metrics`], [`http_endpoint`], [`capture`], [`fdlimit`]:
-//!   configuration, sizing from the allocation, limits, metrics and their endpoint, capture;
+//! - [`config`], [`sizing`], [`ops`], [`metrics`], [`capture`], [`fdlimit`]: configuration,
+//!   sizing from the allocation, limits, metrics (served by the internal `http_endpoint`),
+//!   capture;
 //! - [`nft_rules`]: the shipped nftables files made ready to load.
+//!
+//! What is not named here is internal (`pub(crate)`): `unreachable_pub` keeps a `pub` that no
+//! user can reach from being written.
+
+#![warn(unreachable_pub)]
+// Without the tokio runtime, the items only its drivers use are unused.
+#![cfg_attr(not(feature = "runtime"), allow(dead_code, unused_imports))]
 
 pub mod capture;
 pub mod config;
@@ -23,7 +31,7 @@ pub mod hop;
 #[cfg(feature = "runtime")]
 pub mod http_connect;
 #[cfg(feature = "runtime")]
-pub mod http_endpoint;
+mod http_endpoint;
 pub mod keys;
 pub mod metrics;
 pub mod nft_rules;
@@ -36,7 +44,7 @@ pub mod sockopt;
 #[cfg(feature = "runtime")]
 pub mod socks;
 #[cfg(feature = "runtime")]
-pub mod splice;
+mod splice;
 #[cfg(feature = "runtime")]
 pub mod stack;
 pub mod stream;

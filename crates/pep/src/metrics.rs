@@ -21,17 +21,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Default bound on the per-connection status table.
-pub const DEFAULT_MAX_STATUS_ENTRIES: usize = 4096;
+pub(crate) const DEFAULT_MAX_STATUS_ENTRIES: usize = 4096;
 
 /// A monotonically increasing count.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.add(1);
     }
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
     pub fn get(&self) -> u64 {
@@ -48,16 +48,16 @@ impl Counter {
 pub struct Gauge(AtomicI64);
 
 impl Gauge {
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.add(1);
     }
-    pub fn dec(&self) {
+    pub(crate) fn dec(&self) {
         self.add(-1);
     }
-    pub fn add(&self, n: i64) {
+    pub(crate) fn add(&self, n: i64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
-    pub fn set(&self, v: i64) {
+    pub(crate) fn set(&self, v: i64) {
         self.0.store(v, Ordering::Relaxed);
     }
     pub fn get(&self) -> i64 {
@@ -90,8 +90,8 @@ pub enum Direction {
 }
 
 impl Direction {
-    pub const ALL: [Direction; 2] = [Direction::Up, Direction::Down];
-    pub fn as_str(self) -> &'static str {
+    pub(crate) const ALL: [Direction; 2] = [Direction::Up, Direction::Down];
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Direction::Up => "up",
             Direction::Down => "down",
@@ -129,7 +129,7 @@ pub enum RefusalReason {
 impl RefusalReason {
     /// The reason a terminal counts a connection refused under, for the gateway's failure
     /// verdict.
-    pub fn for_verdict(v: crate::stream::Verdict) -> RefusalReason {
+    pub(crate) fn for_verdict(v: crate::stream::Verdict) -> RefusalReason {
         match v {
             crate::stream::Verdict::PolicyDenied => RefusalReason::Policy,
             _ => RefusalReason::ConnectFailed,
@@ -138,7 +138,7 @@ impl RefusalReason {
 }
 
 impl RefusalReason {
-    pub const ALL: [RefusalReason; 9] = [
+    pub(crate) const ALL: [RefusalReason; 9] = [
         RefusalReason::ConnectionLimit,
         RefusalReason::TerminalLimit,
         RefusalReason::Memory,
@@ -149,7 +149,7 @@ impl RefusalReason {
         RefusalReason::Protocol,
         RefusalReason::Descriptors,
     ];
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RefusalReason::ConnectionLimit => "connection_limit",
             RefusalReason::TerminalLimit => "terminal_limit",
@@ -192,7 +192,7 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    pub const ALL: [CloseReason; 7] = [
+    pub(crate) const ALL: [CloseReason; 7] = [
         CloseReason::Done,
         CloseReason::IdleTimeout,
         CloseReason::Error,
@@ -201,7 +201,7 @@ impl CloseReason {
         CloseReason::HopReset,
         CloseReason::DrainTimeout,
     ];
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CloseReason::Done => "done",
             CloseReason::IdleTimeout => "idle_timeout",
@@ -218,7 +218,7 @@ impl CloseReason {
 }
 
 /// Reasons the hop drops a datagram before its STP endpoint (`satstp_hop_dropped_total`).
-pub const HOP_DROP_REASONS: [&str; 5] = [
+pub(crate) const HOP_DROP_REASONS: [&str; 5] = [
     "malformed",
     "unknown_session",
     "handshake_rate",
@@ -240,13 +240,13 @@ pub enum AuthFailure {
 }
 
 impl AuthFailure {
-    pub const ALL: [AuthFailure; 4] = [
+    pub(crate) const ALL: [AuthFailure; 4] = [
         AuthFailure::Tunnel,
         AuthFailure::UnknownKey,
         AuthFailure::Replay,
         AuthFailure::Client,
     ];
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AuthFailure::Tunnel => "tunnel",
             AuthFailure::UnknownKey => "unknown_key",
@@ -260,12 +260,12 @@ impl AuthFailure {
 }
 
 /// STP packet types counted, in the order of `stp::stats::TYPE_NAMES`.
-pub const STP_TYPES: usize = stp::stats::TYPE_NAMES.len();
+pub(crate) const STP_TYPES: usize = stp::stats::TYPE_NAMES.len();
 
 /// Life stage of a relayed connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ConnectionState {
+pub(crate) enum ConnectionState {
     /// Being opened (handshake with the client, STP BGN, or TCP connect at the gateway).
     Connecting,
     /// Relaying in both directions.
@@ -289,7 +289,7 @@ impl ConnectionState {
 
 /// One connection's row in `/status`: a snapshot of its [`ConnTrack`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConnectionStatus {
+pub(crate) struct ConnectionStatus {
     pub id: u64,
     /// The client's address as seen by the terminal (`ip:port`); on the gateway, the client
     /// address the terminal sent, when it sent one.
@@ -356,56 +356,56 @@ impl ConnTrack {
         }
     }
 
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
     /// Records the client's address (the first value set stays).
-    pub fn set_client(&self, client: impl Into<String>) {
+    pub(crate) fn set_client(&self, client: impl Into<String>) {
         let _ = self.client.set(client.into());
     }
     /// Records the destination (the first value set stays).
-    pub fn set_destination(&self, destination: impl Into<String>) {
+    pub(crate) fn set_destination(&self, destination: impl Into<String>) {
         let _ = self.destination.set(destination.into());
     }
-    pub fn destination(&self) -> Option<&str> {
+    pub(crate) fn destination(&self) -> Option<&str> {
         self.destination.get().map(String::as_str)
     }
-    pub fn client(&self) -> Option<&str> {
+    pub(crate) fn client(&self) -> Option<&str> {
         self.client.get().map(String::as_str)
     }
-    pub fn set_state(&self, state: ConnectionState) {
+    pub(crate) fn set_state(&self, state: ConnectionState) {
         self.state.store(state as u8, Ordering::Relaxed);
     }
-    pub fn state(&self) -> ConnectionState {
+    pub(crate) fn state(&self) -> ConnectionState {
         ConnectionState::from_u8(self.state.load(Ordering::Relaxed))
     }
     /// Records the STP stream carrying the connection (to join the hop's srtt and cwnd).
-    pub fn set_stream(&self, id: u64) {
+    pub(crate) fn set_stream(&self, id: u64) {
         self.stream_id.store(id, Ordering::Relaxed);
     }
     /// Counts `n` payload bytes moving in `dir` and marks the connection active.
-    pub fn add_bytes(&self, dir: Direction, n: u64) {
+    pub(crate) fn add_bytes(&self, dir: Direction, n: u64) {
         if let Some(b) = self.bytes.get(dir.index()) {
             b.fetch_add(n, Ordering::Relaxed);
         }
         self.touch();
     }
-    pub fn bytes(&self, dir: Direction) -> u64 {
+    pub(crate) fn bytes(&self, dir: Direction) -> u64 {
         self.bytes
             .get(dir.index())
             .map_or(0, |b| b.load(Ordering::Relaxed))
     }
     /// Marks the connection active now.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
         self.last_active_ms.fetch_max(ms, Ordering::Relaxed);
     }
     /// How long since a byte last moved either way (or since the connection opened).
-    pub fn idle_for(&self) -> Duration {
+    pub(crate) fn idle_for(&self) -> Duration {
         let last = Duration::from_millis(self.last_active_ms.load(Ordering::Relaxed));
         self.opened.elapsed().saturating_sub(last)
     }
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         self.opened.elapsed()
     }
 
@@ -413,7 +413,7 @@ impl ConnTrack {
         Some(v.load(Ordering::Relaxed)).filter(|v| *v != NONE)
     }
 
-    pub fn snapshot(&self) -> ConnectionStatus {
+    pub(crate) fn snapshot(&self) -> ConnectionStatus {
         ConnectionStatus {
             id: self.id,
             client: self.client.get().cloned(),
@@ -493,7 +493,7 @@ impl Metrics {
     }
 
     /// A registry whose status table holds at most `max_status_entries` connections.
-    pub fn with_status_capacity(side: Side, max_status_entries: usize) -> Self {
+    pub(crate) fn with_status_capacity(side: Side, max_status_entries: usize) -> Self {
         Metrics {
             side,
             started: Instant::now(),
@@ -530,7 +530,7 @@ impl Metrics {
         }
     }
 
-    pub fn side(&self) -> Side {
+    pub(crate) fn side(&self) -> Side {
         self.side
     }
 
@@ -543,23 +543,25 @@ impl Metrics {
         &self.connections_closed[reason.index()]
     }
     /// Payload bytes at the TCP side moving in `dir`.
-    pub fn tcp_bytes(&self, dir: Direction) -> &Counter {
+    pub(crate) fn tcp_bytes(&self, dir: Direction) -> &Counter {
         &self.tcp_bytes[dir.index()]
     }
     /// Tunnel datagram bytes on the satellite hop moving in `dir`, headers included.
-    pub fn hop_bytes(&self, dir: Direction) -> &Counter {
+    pub(crate) fn hop_bytes(&self, dir: Direction) -> &Counter {
         &self.hop_bytes[dir.index()]
     }
     /// Tunnel datagrams on the satellite hop moving in `dir`.
-    pub fn hop_datagrams(&self, dir: Direction) -> &Counter {
+    pub(crate) fn hop_datagrams(&self, dir: Direction) -> &Counter {
         &self.hop_datagrams[dir.index()]
     }
     /// STP packets of type `stp::stats::TYPE_NAMES[i]` this side sent.
-    pub fn stp_sent(&self, i: usize) -> Option<&Counter> {
+    #[cfg(test)]
+    pub(crate) fn stp_sent(&self, i: usize) -> Option<&Counter> {
         self.stp_sent.get(i)
     }
     /// STP packets of type `stp::stats::TYPE_NAMES[i]` this side received.
-    pub fn stp_received(&self, i: usize) -> Option<&Counter> {
+    #[cfg(test)]
+    pub(crate) fn stp_received(&self, i: usize) -> Option<&Counter> {
         self.stp_received.get(i)
     }
     /// Records the terminal's QUIC policy: `/metrics` then shows it, and for block and reject
@@ -575,7 +577,7 @@ impl Metrics {
     }
 
     /// Authentication failures of `kind`.
-    pub fn auth_failures(&self, kind: AuthFailure) -> &Counter {
+    pub(crate) fn auth_failures(&self, kind: AuthFailure) -> &Counter {
         &self.auth_failures[kind.index()]
     }
 
@@ -586,7 +588,7 @@ impl Metrics {
 
     /// A new connection's record, entered in the status table when there is room (otherwise
     /// counted in `status_entries_dropped`; the record still works for its relay).
-    pub fn track(&self, client: Option<String>, terminal: Option<String>) -> Arc<ConnTrack> {
+    pub(crate) fn track(&self, client: Option<String>, terminal: Option<String>) -> Arc<ConnTrack> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let t = Arc::new(ConnTrack::new(id, client, terminal));
         let mut table = self.table();
@@ -600,24 +602,24 @@ impl Metrics {
     }
 
     /// Removes a connection's record from the status table.
-    pub fn untrack(&self, id: u64) -> Option<Arc<ConnTrack>> {
+    pub(crate) fn untrack(&self, id: u64) -> Option<Arc<ConnTrack>> {
         self.table().remove(&id)
     }
 
     /// Entries in the status table now.
-    pub fn status_len(&self) -> usize {
+    pub(crate) fn status_len(&self) -> usize {
         self.table().len()
     }
 
     /// The records in the status table, by id.
-    pub fn tracked(&self) -> Vec<Arc<ConnTrack>> {
+    pub(crate) fn tracked(&self) -> Vec<Arc<ConnTrack>> {
         self.table().values().cloned().collect()
     }
 
     /// Copies a hop snapshot in: datagrams and bytes per direction, STP packets per type,
     /// retransmissions, tunnel authentication failures, and each tracked connection's srtt and
     /// cwnd (joined by stream id).
-    pub fn observe_hop(&self, st: &HopStatus) {
+    pub(crate) fn observe_hop(&self, st: &HopStatus) {
         let (sent, received) = match self.side {
             Side::Terminal => (Direction::Up, Direction::Down),
             Side::Gateway => (Direction::Down, Direction::Up),
@@ -626,16 +628,18 @@ impl Metrics {
         self.hop_bytes(received).set(st.bytes_received);
         self.hop_datagrams(sent).set(st.datagrams_sent);
         self.hop_datagrams(received).set(st.datagrams_received);
-        for (c, v) in self.stp_sent.iter().zip(st.totals.packets_sent.0) {
-            c.set(v);
+        if let Some(stp) = &st.stp {
+            for (c, v) in self.stp_sent.iter().zip(stp.totals.packets_sent.0) {
+                c.set(v);
+            }
+            for (c, v) in self.stp_received.iter().zip(stp.totals.packets_received.0) {
+                c.set(v);
+            }
+            self.stp_retransmissions
+                .set(stp.totals.retransmitted_packets);
+            self.stp_retransmitted_bytes
+                .set(stp.totals.retransmitted_bytes);
         }
-        for (c, v) in self.stp_received.iter().zip(st.totals.packets_received.0) {
-            c.set(v);
-        }
-        self.stp_retransmissions
-            .set(st.totals.retransmitted_packets);
-        self.stp_retransmitted_bytes
-            .set(st.totals.retransmitted_bytes);
         self.auth_failures(AuthFailure::Tunnel)
             .set(st.tunnel.auth_failures);
         self.auth_failures(AuthFailure::UnknownKey)
@@ -659,16 +663,14 @@ impl Metrics {
             c.set(v);
         }
 
-        let n = st.streams.len() as u64;
+        // The STP connections' figures (the split-TCP hop's streams have none).
+        let conns: Vec<&stp::ConnectionStats> =
+            st.streams.iter().filter_map(|s| s.stp.as_ref()).collect();
+        let n = conns.len() as u64;
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX - 1);
-        let srtt_sum: u64 = st.streams.iter().map(|s| us(s.stats.srtt)).sum();
-        let srtt_max = st
-            .streams
-            .iter()
-            .map(|s| us(s.stats.srtt))
-            .max()
-            .unwrap_or(0);
-        let cwnd_sum: u64 = st.streams.iter().map(|s| s.stats.cwnd_bytes).sum();
+        let srtt_sum: u64 = conns.iter().map(|c| us(c.srtt)).sum();
+        let srtt_max = conns.iter().map(|c| us(c.srtt)).max().unwrap_or(0);
+        let cwnd_sum: u64 = conns.iter().map(|c| c.cwnd_bytes).sum();
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.stp_connections.set(g(n));
         self.stp_srtt_mean_us
@@ -684,12 +686,12 @@ impl Metrics {
             let Some(sid) = ConnTrack::opt(&t.stream_id) else {
                 continue;
             };
-            if let Some(s) = by_stream.get(&sid) {
+            if let Some(c) = by_stream.get(&sid).and_then(|s| s.stp.as_ref()) {
                 // An srtt of zero means "not measured yet".
-                if !s.stats.srtt.is_zero() {
-                    t.srtt_us.store(us(s.stats.srtt), Ordering::Relaxed);
+                if !c.srtt.is_zero() {
+                    t.srtt_us.store(us(c.srtt), Ordering::Relaxed);
                 }
-                t.cwnd_bytes.store(s.stats.cwnd_bytes, Ordering::Relaxed);
+                t.cwnd_bytes.store(c.cwnd_bytes, Ordering::Relaxed);
             }
         }
     }
@@ -957,7 +959,7 @@ impl Metrics {
 
     /// The `/status` document: side, uptime, the main counters and every connection entry
     /// (ordered by id).
-    pub fn status_json(&self) -> serde_json::Value {
+    pub(crate) fn status_json(&self) -> serde_json::Value {
         let connections: Vec<serde_json::Value> = self
             .tracked()
             .iter()

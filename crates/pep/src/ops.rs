@@ -36,7 +36,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 pub const CONNECTION_BYTES: u64 = 4 * 1024;
 /// Refused connections whose client is being answered at once (a SOCKS5 or HTTP reply needs
 /// the client's request first); beyond this, refused connections are closed unanswered.
-pub const MAX_REFUSING: usize = 64;
+pub(crate) const MAX_REFUSING: usize = 64;
 
 /// The bytes the relays of one side have in use, against `memory_cap_bytes`: what connections
 /// are charged ([`CONNECTION_BYTES`]) and the buffers they fill, returned as they drain. Shared
@@ -52,7 +52,7 @@ pub struct MemoryBudget {
 
 impl MemoryBudget {
     /// A budget of `cap` bytes whose use `metrics` shows (`memory_reserved_bytes`).
-    pub fn new(cap: u64, metrics: Arc<Metrics>) -> Arc<MemoryBudget> {
+    pub(crate) fn new(cap: u64, metrics: Arc<Metrics>) -> Arc<MemoryBudget> {
         Arc::new(MemoryBudget {
             cap,
             used: Mutex::new(0),
@@ -67,12 +67,12 @@ impl MemoryBudget {
     }
 
     /// Bytes in use now.
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         *self.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Charges `n` bytes if that keeps the use within the cap.
-    pub fn try_charge(self: &Arc<Self>, n: u64) -> Option<Charge> {
+    pub(crate) fn try_charge(self: &Arc<Self>, n: u64) -> Option<Charge> {
         {
             let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
             let after = used.checked_add(n).filter(|&a| a <= self.cap)?;
@@ -88,7 +88,7 @@ impl MemoryBudget {
     }
 
     /// Charges `n` bytes (at most the cap), waiting until they fit.
-    pub async fn charge(self: &Arc<Self>, n: u64) -> Charge {
+    pub(crate) async fn charge(self: &Arc<Self>, n: u64) -> Charge {
         let n = n.min(self.cap);
         loop {
             let room = self.room.notified();
@@ -118,19 +118,20 @@ impl MemoryBudget {
 
 /// Bytes charged to a [`MemoryBudget`], returned when dropped.
 #[derive(Debug)]
-pub struct Charge {
+pub(crate) struct Charge {
     budget: Arc<MemoryBudget>,
     bytes: u64,
 }
 
 impl Charge {
     /// The bytes charged.
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// Returns what the charge holds beyond `n` bytes.
-    pub fn shrink_to(&mut self, n: u64) {
+    pub(crate) fn shrink_to(&mut self, n: u64) {
         if n < self.bytes {
             self.budget.release(self.bytes - n);
             self.bytes = n;
@@ -139,7 +140,7 @@ impl Charge {
 
     /// Ties the charge to `data`: it is returned once every slice of the returned bytes (the
     /// same bytes) is dropped.
-    pub fn attach(self, data: bytes::Bytes) -> bytes::Bytes {
+    pub(crate) fn attach(self, data: bytes::Bytes) -> bytes::Bytes {
         bytes::Bytes::from_owner(Charged {
             data,
             _charge: self,
@@ -236,7 +237,7 @@ pub struct Ops {
 }
 
 impl Ops {
-    pub fn new(cfg: OpsConfig, metrics: Arc<Metrics>) -> Arc<Ops> {
+    pub(crate) fn new(cfg: OpsConfig, metrics: Arc<Metrics>) -> Arc<Ops> {
         let (stop, _) = watch::channel(false);
         let (cut, _) = watch::channel(false);
         Arc::new(Ops {
@@ -253,11 +254,6 @@ impl Ops {
         })
     }
 
-    /// No limits and a fresh registry for `side` (what the plain `serve*` functions use).
-    pub fn unlimited(side: Side) -> Arc<Ops> {
-        Ops::new(OpsConfig::unlimited(), Arc::new(Metrics::new(side)))
-    }
-
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -267,7 +263,7 @@ impl Ops {
     }
 
     /// The side's memory budget (give it to the hop: [`crate::hop::Hop::charge_to`]).
-    pub fn memory(&self) -> &Arc<MemoryBudget> {
+    pub(crate) fn memory(&self) -> &Arc<MemoryBudget> {
         &self.memory
     }
 
@@ -277,7 +273,7 @@ impl Ops {
 
     /// Admits a new connection — from the terminal with key `terminal` on a gateway (`None` on
     /// a terminal), from `client` when known — or counts its refusal and says why.
-    pub fn admit(
+    pub(crate) fn admit(
         self: &Arc<Self>,
         terminal: Option<PublicKey>,
         client: Option<SocketAddr>,
@@ -371,18 +367,18 @@ impl Ops {
     }
 
     /// A permit to answer a refused client, if fewer than [`MAX_REFUSING`] are being answered.
-    pub fn refusing_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    pub(crate) fn refusing_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         Arc::clone(&self.refusing).try_acquire_owned().ok()
     }
 
     /// The spare descriptor of this side's listeners.
-    pub fn descriptor_reserve(&self) -> &crate::fdlimit::Reserve {
+    pub(crate) fn descriptor_reserve(&self) -> &crate::fdlimit::Reserve {
         &self.descriptor_reserve
     }
 
     /// Logs that the open-file limit was reached (`what` names the socket that could not be
     /// had), with the limit, at most once a second.
-    pub fn log_descriptor_limit(&self, what: &str) {
+    pub(crate) fn log_descriptor_limit(&self, what: &str) {
         let mut last = self
             .descriptor_logged
             .lock()
@@ -399,7 +395,7 @@ impl Ops {
     }
 
     /// Starts draining: the accept loops stop accepting; open connections carry on.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         self.stop.send_replace(true);
     }
 
@@ -408,7 +404,7 @@ impl Ops {
     }
 
     /// Completes once [`Self::drain`] has been called.
-    pub async fn drained(&self) {
+    pub(crate) async fn drained(&self) {
         let mut rx = self.stop.subscribe();
         // An error means the sender is gone, which cannot happen while `self` lives.
         let _ = rx.wait_for(|stop| *stop).await;
@@ -416,25 +412,25 @@ impl Ops {
 
     /// Ends a drain that ran out of time: every connection still relaying resets both its TCP
     /// connection and its stream, and is counted as closed by `drain_timeout`.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.send_replace(true);
     }
 
     /// Completes once [`Self::cut`] has been called.
-    pub async fn cut_called(&self) {
+    pub(crate) async fn cut_called(&self) {
         let mut rx = self.cut.subscribe();
         // An error means the sender is gone, which cannot happen while `self` lives.
         let _ = rx.wait_for(|cut| *cut).await;
     }
 
     /// Waits until no connection is open or `timeout` passes; true if none is open.
-    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+    pub(crate) async fn wait_idle(&self, timeout: Duration) -> bool {
         self.wait_idle_until(tokio::time::Instant::now() + timeout)
             .await
     }
 
     /// Waits until no connection is open or `deadline` passes; true if none is open.
-    pub async fn wait_idle_until(&self, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn wait_idle_until(&self, deadline: tokio::time::Instant) -> bool {
         loop {
             let ended = self.ended.notified();
             tokio::pin!(ended);
@@ -452,7 +448,7 @@ impl Ops {
 /// An admitted connection: holds its place under the limits, its [`CONNECTION_BYTES`] charge and
 /// its metrics record until dropped, when it is counted as closed and logged.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     ops: Arc<Ops>,
     track: Arc<ConnTrack>,
     terminal: Option<PublicKey>,
@@ -462,22 +458,22 @@ pub struct Conn {
 
 impl Conn {
     /// The connection's metrics record.
-    pub fn track(&self) -> &ConnTrack {
+    pub(crate) fn track(&self) -> &ConnTrack {
         &self.track
     }
 
-    pub fn ops(&self) -> &Arc<Ops> {
+    pub(crate) fn ops(&self) -> &Arc<Ops> {
         &self.ops
     }
 
     /// Counts `n` payload bytes moving in `dir` at the TCP side.
-    pub fn add_bytes(&self, dir: Direction, n: u64) {
+    pub(crate) fn add_bytes(&self, dir: Direction, n: u64) {
         self.track.add_bytes(dir, n);
         self.ops.metrics.tcp_bytes(dir).add(n);
     }
 
     /// Directions of this side: (TCP → hop, hop → TCP).
-    pub fn directions(&self) -> (Direction, Direction) {
+    pub(crate) fn directions(&self) -> (Direction, Direction) {
         match self.ops.metrics.side() {
             Side::Terminal => (Direction::Up, Direction::Down),
             Side::Gateway => (Direction::Down, Direction::Up),
@@ -486,7 +482,7 @@ impl Conn {
 
     /// Refuses the connection after admission (policy, failed connect, client protocol or
     /// authentication): counted under `reason`, and the connection closes as refused.
-    pub fn refuse(&mut self, reason: RefusalReason) {
+    pub(crate) fn refuse(&mut self, reason: RefusalReason) {
         self.ops.metrics.refused(reason).inc();
         self.close = CloseReason::Refused;
         tracing::info!(
@@ -499,7 +495,7 @@ impl Conn {
     }
 
     /// Records how the connection ended (default: an error).
-    pub fn set_close_reason(&mut self, reason: CloseReason) {
+    pub(crate) fn set_close_reason(&mut self, reason: CloseReason) {
         self.close = reason;
     }
 }

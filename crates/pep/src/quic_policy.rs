@@ -22,7 +22,7 @@ use thiserror::Error;
 /// The nftables table (family `inet`) the terminal owns for its QUIC policy.
 pub const TABLE: &str = "satstp_quic";
 /// The named counter in [`TABLE`] of UDP 443 packets the policy dropped or rejected.
-pub const COUNTER: &str = "quic_udp443";
+pub(crate) const COUNTER: &str = "quic_udp443";
 
 /// The terminal's QUIC policy (`quic` in the terminal's configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -38,7 +38,8 @@ pub enum QuicPolicy {
 }
 
 impl QuicPolicy {
-    pub const ALL: [QuicPolicy; 3] = [QuicPolicy::Pass, QuicPolicy::Block, QuicPolicy::Reject];
+    pub(crate) const ALL: [QuicPolicy; 3] =
+        [QuicPolicy::Pass, QuicPolicy::Block, QuicPolicy::Reject];
 
     /// The configuration word (`pass`, `block`, `reject`).
     pub fn as_str(self) -> &'static str {
@@ -167,7 +168,7 @@ pub fn read_counter() -> Result<u64, QuicPolicyError> {
 }
 
 /// The packet count in `nft list counter`'s output (`packets N bytes M`).
-pub fn parse_counter(text: &str) -> Result<u64, QuicPolicyError> {
+pub(crate) fn parse_counter(text: &str) -> Result<u64, QuicPolicyError> {
     let mut words = text.split_whitespace();
     while let Some(w) = words.next() {
         if w == "packets" {

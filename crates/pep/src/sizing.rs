@@ -23,35 +23,35 @@ use crate::tunnel::wire::DATA_OVERHEAD;
 /// IPv4 + UDP header bytes, charged to the send allocation per datagram.
 pub const IPV4_UDP_OVERHEAD: usize = 28;
 /// IPv6 + UDP header bytes.
-pub const IPV6_UDP_OVERHEAD: usize = 48;
+pub(crate) const IPV6_UDP_OVERHEAD: usize = 48;
 
 /// Share of the configured send rate the hop's shaper uses.
 pub const SHAPER_SHARE: f64 = 0.99;
 /// Smallest queueing delay the allocation controller tolerates before backing off, ms.
-pub const MIN_QUEUE_DELAY_MS: u32 = 25;
+pub(crate) const MIN_QUEUE_DELAY_MS: u32 = 25;
 
 /// Pacing granularity on an allocated hop, µs.
-pub const PACING_GRANULARITY_US: u32 = 5000;
+pub(crate) const PACING_GRANULARITY_US: u32 = 5000;
 
 /// The path MTU the hop's datagrams are sized for (Ethernet's, and a satellite modem's).
-pub const HOP_PATH_MTU_BYTES: usize = 1500;
+pub(crate) const HOP_PATH_MTU_BYTES: usize = 1500;
 
 /// Largest STP datagram whose sealed form (plus the tunnel's header and tag) travels in one IP
 /// packet of [`HOP_PATH_MTU_BYTES`] — IPv6 headers when `ipv6`, else IPv4. Larger datagrams
 /// are fragmented by the sender's kernel (or refused where it segments a batch), which costs
 /// an extra packet per datagram and loses both fragments' worth when either is lost.
-pub fn hop_max_datagram_bytes(ipv6: bool) -> u16 {
+pub(crate) fn hop_max_datagram_bytes(ipv6: bool) -> u16 {
     let ip_udp = if ipv6 { 40 + 8 } else { IPV4_UDP_OVERHEAD };
     (HOP_PATH_MTU_BYTES - ip_udp - DATA_OVERHEAD) as u16
 }
 
 /// TCP payload of a full segment on a 1500-byte IPv4 path with timestamps (20 IP, 20 TCP and 12
 /// option bytes): the segment size of the split-TCP hop.
-pub const TCP_HOP_MSS: u64 = 1448;
+pub(crate) const TCP_HOP_MSS: u64 = 1448;
 
 /// The pacing rate of a split-TCP hop socket whose side may send `link_rate_bps` (bit/s of link
 /// bytes): the shaper's share of it, counted in TCP payload as the kernel's pacing counts.
-pub fn tcp_payload_rate_bps(link_rate_bps: u64) -> u64 {
+pub(crate) fn tcp_payload_rate_bps(link_rate_bps: u64) -> u64 {
     let shaped = (link_rate_bps as f64 * SHAPER_SHARE) as u64;
     let payload = u128::from(shaped) * u128::from(TCP_HOP_MSS) / HOP_PATH_MTU_BYTES as u128;
     (payload as u64).max(8000)

@@ -96,7 +96,7 @@ pub fn set_congestion(sock: &impl std::os::fd::AsFd, name: &str) -> Result<(), S
 
 /// Sets `o` on a TCP socket: congestion control, buffer sizes and `TCP_NODELAY` (before
 /// `connect` or `listen`, so buffer sizes shape the window scale).
-pub fn apply_tcp_options(sock: &SockRef<'_>, o: &TcpOptions) -> Result<(), SockoptError> {
+pub(crate) fn apply_tcp_options(sock: &SockRef<'_>, o: &TcpOptions) -> Result<(), SockoptError> {
     if let Some(name) = &o.congestion {
         set_congestion(&**sock, name)?;
     }
@@ -131,7 +131,7 @@ pub fn apply_tcp_options(sock: &SockRef<'_>, o: &TcpOptions) -> Result<(), Socko
 /// `SO_MAX_PACING_RATE` at `bps` bit/s (the kernel takes bytes per second): the socket is
 /// paced (TCP's internal pacing, whatever the congestion control) at no more than that.
 #[cfg(target_os = "linux")]
-pub fn set_max_pacing_rate(sock: &SockRef<'_>, bps: u64) -> io::Result<()> {
+pub(crate) fn set_max_pacing_rate(sock: &SockRef<'_>, bps: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let bytes_per_s = u32::try_from(bps / 8)
         .unwrap_or(u32::MAX - 1)
@@ -161,7 +161,7 @@ pub fn set_max_pacing_rate(sock: &SockRef<'_>, bps: u64) -> io::Result<()> {
 /// take part; the kernel's `net.ipv4.tcp_fastopen` must allow the side (bit 1 client, bit 2
 /// server; the default 1 allows only clients).
 #[cfg(target_os = "linux")]
-pub fn set_fast_open(sock: &SockRef<'_>, listener_queue: Option<u32>) -> io::Result<()> {
+pub(crate) fn set_fast_open(sock: &SockRef<'_>, listener_queue: Option<u32>) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let (option, value) = match listener_queue {
         Some(q) => (libc::TCP_FASTOPEN, i32::try_from(q).unwrap_or(i32::MAX)),
@@ -185,7 +185,7 @@ pub fn set_fast_open(sock: &SockRef<'_>, listener_queue: Option<u32>) -> io::Res
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn set_fast_open(_sock: &SockRef<'_>, _listener_queue: Option<u32>) -> io::Result<()> {
+pub(crate) fn set_fast_open(_sock: &SockRef<'_>, _listener_queue: Option<u32>) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "TCP Fast Open is used only on Linux",
@@ -193,7 +193,7 @@ pub fn set_fast_open(_sock: &SockRef<'_>, _listener_queue: Option<u32>) -> io::R
 }
 
 /// What `net.ipv4.tcp_fastopen` allows: (client, server); `None` where it cannot be read.
-pub fn fast_open_sysctl() -> Option<(bool, bool)> {
+pub(crate) fn fast_open_sysctl() -> Option<(bool, bool)> {
     let v: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
         .ok()?
         .trim()
@@ -204,7 +204,8 @@ pub fn fast_open_sysctl() -> Option<(bool, bool)> {
 
 /// The pacing cap of a socket, bit/s (`None`: unlimited).
 #[cfg(target_os = "linux")]
-pub fn max_pacing_rate(sock: &SockRef<'_>) -> io::Result<Option<u64>> {
+#[cfg(test)]
+pub(crate) fn max_pacing_rate(sock: &SockRef<'_>) -> io::Result<Option<u64>> {
     use std::os::fd::AsRawFd;
     let mut v: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
@@ -228,7 +229,7 @@ pub fn max_pacing_rate(sock: &SockRef<'_>) -> io::Result<Option<u64>> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn set_max_pacing_rate(_sock: &SockRef<'_>, _bps: u64) -> io::Result<()> {
+pub(crate) fn set_max_pacing_rate(_sock: &SockRef<'_>, _bps: u64) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "SO_MAX_PACING_RATE exists only on Linux",
@@ -252,7 +253,7 @@ pub fn check_tcp_options(o: &TcpOptions) -> Result<GrantedBuffers, SockoptError>
 
 /// Sets `IP_TRANSPARENT` (IPv4 socket) or `IPV6_TRANSPARENT` (IPv6 socket, also covering
 /// IPv4-mapped traffic of a dual-stack socket) on `sock`.
-pub fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> {
+pub(crate) fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let r = if ipv6 {
@@ -294,7 +295,7 @@ pub fn reset(tcp: tokio::net::TcpStream) {
 
 /// Asks the kernel for `bytes` of receive and send buffer on the hop's UDP socket (it may grant
 /// less: `net.core.rmem_max`, `wmem_max`).
-pub fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) {
+pub(crate) fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) {
     let sref = SockRef::from(socket);
     let _ = sref.set_recv_buffer_size(bytes);
     let _ = sref.set_send_buffer_size(bytes);
@@ -309,7 +310,7 @@ pub fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) {
 /// socket, so a tunnel session stays on its worker. An address already in use fails as with one
 /// socket (another daemon sharing the port through `SO_REUSEPORT` would take its traffic).
 /// With `n` = 1, one plain socket. Non-blocking sockets.
-pub fn bind_udp_workers(
+pub(crate) fn bind_udp_workers(
     addr: std::net::SocketAddr,
     n: usize,
 ) -> io::Result<Vec<std::net::UdpSocket>> {
@@ -416,7 +417,7 @@ fn steer_by_source_port(socket: &std::net::UdpSocket, n: usize) -> io::Result<()
 /// free is given up for another, up to [`CONSECUTIVE_TRIES`] times; then (or with a fixed
 /// port) the ports after the first that are taken are replaced by ports the system chooses.
 /// Non-blocking sockets.
-pub fn bind_udp_consecutive(
+pub(crate) fn bind_udp_consecutive(
     addr: std::net::SocketAddr,
     n: usize,
 ) -> io::Result<Vec<std::net::UdpSocket>> {

@@ -18,19 +18,19 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The SOCKS protocol version this module speaks.
-pub const SOCKS_VERSION: u8 = 5;
+pub(crate) const SOCKS_VERSION: u8 = 5;
 /// The version byte of the RFC 1929 username/password sub-negotiation.
-pub const USER_PASS_VERSION: u8 = 1;
+pub(crate) const USER_PASS_VERSION: u8 = 1;
 /// Upper bound on the length of any SOCKS5 message this module reads (the largest possible is a
 /// username/password request: 3 + 255 + 255 = 513 bytes).
-pub const MAX_MESSAGE_LEN: usize = 600;
+pub(crate) const MAX_MESSAGE_LEN: usize = 600;
 
 /// Authentication method "no authentication required".
-pub const METHOD_NO_AUTH: u8 = 0x00;
+pub(crate) const METHOD_NO_AUTH: u8 = 0x00;
 /// Authentication method "username/password" (RFC 1929).
-pub const METHOD_USER_PASS: u8 = 0x02;
+pub(crate) const METHOD_USER_PASS: u8 = 0x02;
 /// Method-selection answer "no acceptable methods".
-pub const METHOD_NONE_ACCEPTABLE: u8 = 0xFF;
+pub(crate) const METHOD_NONE_ACCEPTABLE: u8 = 0xFF;
 
 const CMD_CONNECT: u8 = 1;
 
@@ -116,7 +116,7 @@ impl fmt::Debug for SocksAuth {
 
 impl SocksAuth {
     /// The method this server picks among those offered, if any.
-    pub fn select_method(&self, offered: &[u8]) -> Option<u8> {
+    pub(crate) fn select_method(&self, offered: &[u8]) -> Option<u8> {
         let wanted = match self {
             SocksAuth::None => METHOD_NO_AUTH,
             SocksAuth::UserPass(_) => METHOD_USER_PASS,
@@ -126,7 +126,7 @@ impl SocksAuth {
 
     /// Whether `credentials` match an entry (always false for [`SocksAuth::None`]). Every entry
     /// is compared in full, so the time taken does not tell which byte differed.
-    pub fn verify(&self, credentials: &UserPass) -> bool {
+    pub(crate) fn verify(&self, credentials: &UserPass) -> bool {
         match self {
             SocksAuth::None => false,
             SocksAuth::UserPass(users) => users.iter().fold(false, |found, (user, pass)| {
@@ -173,7 +173,7 @@ pub enum SocksError {
 
 impl SocksError {
     /// The reply code to send when this error ends a request, if a reply is due.
-    pub fn reply_code(&self) -> Option<Reply> {
+    pub(crate) fn reply_code(&self) -> Option<Reply> {
         match self {
             SocksError::CommandNotSupported(_) => Some(Reply::CommandNotSupported),
             SocksError::AddressTypeNotSupported(_) => Some(Reply::AddressTypeNotSupported),

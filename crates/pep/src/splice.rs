@@ -39,19 +39,11 @@ enum SpliceError {
 ///   TCP connection in turn; a failed stream, or a hop that is gone, resets the TCP connection
 ///   (SO_LINGER 0), so its peer reads ECONNRESET and never mistakes a cut transfer for a
 ///   complete one.
-pub async fn splice(
-    tcp: TcpStream,
-    stream: HopStream,
-    pre_client: Vec<u8>,
-) -> io::Result<(u64, u64)> {
-    splice_tracked(tcp, stream, pre_client, None).await
-}
-
-/// [`splice`], counting the bytes each way into `conn`'s record and the side's metrics, and,
-/// when the side has an idle timeout, closing the connection once no byte has moved either way
-/// for that long: the stream is aborted with [`AbortCode::Idle`] and the TCP connection reset, and
+///
+/// Counts the bytes each way into `conn`'s record and the side's metrics and, when the side has
+/// an idle timeout, closes the connection once no byte has moved either way for that long: the stream is aborted with [`AbortCode::Idle`] and the TCP connection reset, and
 /// the close is counted as `idle_timeout`.
-pub async fn splice_tracked(
+pub(crate) async fn splice_tracked(
     tcp: TcpStream,
     stream: HopStream,
     pre_client: Vec<u8>,
@@ -67,7 +59,7 @@ pub async fn splice_tracked(
 /// the verdict before it leaves. A success verdict is consumed and the relay goes on; a failure
 /// (or no verdict within `verdict_limit`) resets the client's connection and counts the
 /// connection as refused, as a fast-open or transparent terminal reports every failed connect.
-pub async fn splice_before_verdict(
+pub(crate) async fn splice_before_verdict(
     tcp: TcpStream,
     stream: HopStream,
     conn: &mut Conn,

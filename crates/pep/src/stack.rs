@@ -35,7 +35,7 @@ impl crate::sizing::HopLink {
 }
 
 /// How long relays get to reset their connections once a drain ran out of time.
-pub const CUT_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const CUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Why a side could not start. Messages start with the setting's name (`socks_listen`, ...)
 /// for the caller to prefix with its table (`terminal.`, `gateway.`).
@@ -491,7 +491,7 @@ impl Gateway {
                 )
                 .map_err(|e| StackError::Hop {
                     field: "private_key_file",
-                    source: HopError::Tunnel(e.to_string()),
+                    source: HopError::Tunnel(e),
                 })?;
                 responder.set_next_key(o.next_key.clone());
                 responder.join(&key_table);
@@ -538,7 +538,7 @@ impl Gateway {
         let mut running = Vec::new();
         for mut hop in hops {
             hop.charge_to(Arc::clone(ops.memory())).await;
-            let incoming = crate::gateway::serve::take_incoming(&mut hop);
+            let incoming = hop.take_incoming();
             tokio::spawn(crate::gateway::serve::serve_gateway(
                 incoming,
                 Arc::clone(&policy),

@@ -105,7 +105,7 @@ async fn an_overstated_allocation_backs_off() {
     eprintln!(
         "15 MB with a 50 Mb/s allocation over a 20 Mb/s link: {:.1} Mb/s, {} losses detected, link drops {}",
         goodput / 1e6,
-        status.totals.losses_detected,
+        status.stp.as_ref().map_or(0, |s| s.totals.losses_detected),
         stats.down.dropped()
     );
     // After a reduction the window regrows by one SD per RTT, as TCP's does, so the transfer

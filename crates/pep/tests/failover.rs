@@ -25,7 +25,7 @@ async fn named_gateway(
     let mut hop: Hop = gateway_hop(sock, key, [terminal], seed, hop_config(seed, 1 << 20));
     let addr = hop.local_addr();
     let task = tokio::spawn(async move {
-        while let Some(mut s) = hop.incoming.recv().await {
+        while let Some(mut s) = hop.accept().await {
             tokio::spawn(async move {
                 let (got, end) = read_hop_stream(&mut s).await;
                 if matches!(end, Some(StreamEvent::Finished)) {

@@ -51,7 +51,7 @@ async fn exchange(
     let server = {
         let down_data = down_data.clone();
         tokio::spawn(async move {
-            let mut s = gw.incoming.recv().await.expect("a stream arrives");
+            let mut s = gw.accept().await.expect("a stream arrives");
             let got = read_all(&mut s).await.expect("upload completes");
             s.write(&down_data).await.unwrap();
             s.shutdown().await;
@@ -119,7 +119,7 @@ async fn dropped_streams_and_hops_end_their_connections() {
 
     // A forgotten stream.
     let s = term.open(b"x".to_vec()).await.unwrap();
-    let mut far = gw.incoming.recv().await.expect("a stream arrives");
+    let mut far = gw.accept().await.expect("a stream arrives");
     drop(s);
     let t0 = std::time::Instant::now();
     let ended = tokio::time::timeout(Duration::from_secs(5), read_all(&mut far))
@@ -132,7 +132,7 @@ async fn dropped_streams_and_hops_end_their_connections() {
 
     // A dropped hop.
     let mut s = term.open(b"y".to_vec()).await.unwrap();
-    let _far = gw.incoming.recv().await.expect("a stream arrives");
+    let _far = gw.accept().await.expect("a stream arrives");
     drop(gw);
     let t0 = std::time::Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(5), read_all(&mut s))
@@ -174,7 +174,7 @@ async fn a_first_piece_larger_than_the_send_buffer_is_queued_not_cut() {
     let s = term.open(first.clone()).await.unwrap();
     s.write(&rest).await.unwrap();
     s.shutdown().await;
-    let mut far = gw.incoming.recv().await.expect("a stream arrives");
+    let mut far = gw.accept().await.expect("a stream arrives");
     let got = tokio::time::timeout(Duration::from_secs(20), read_all(&mut far))
         .await
         .expect("the upload completes within 20 s")

@@ -120,6 +120,26 @@ fn no_module_of_pep_imports_from_a_layer_above_it() {
             none_of(&["terminal", "gateway", "stack", "socks", "http_connect"]),
         ),
         ("terminal", none_of(&["gateway", "stack"])),
+        // The hop's security, sans-IO, one layer: the tunnel and the keys (which take the
+        // tunnel's Noise parameters) name nothing else.
+        ("tunnel", only(&["tunnel", "keys"])),
+        ("keys", only(&["keys", "tunnel"])),
+        // Configuration is read by the daemons and the stack, and names none of what runs.
+        (
+            "config",
+            none_of(&[
+                "stack",
+                "terminal",
+                "gateway",
+                "splice",
+                "socks",
+                "http_connect",
+                "ops",
+                "metrics",
+                "sockopt",
+                "http_endpoint",
+            ]),
+        ),
         (
             "gateway",
             none_of(&["terminal", "stack", "socks", "http_connect"]),
@@ -148,6 +168,38 @@ fn no_module_of_pep_imports_from_a_layer_above_it() {
     assert!(splice.iter().any(|p| p.starts_with("stream")), "{splice:?}");
     assert!(splice.iter().any(|p| p.starts_with("hop")), "{splice:?}");
     assert!(uses["terminal"].iter().any(|p| p.starts_with("splice")));
+}
+
+/// The sans-IO parts, which `netsim` runs in virtual time: the hop core names no driver of
+/// the hop (`handle`, `stp`, `tcp`) and none of them, nor the stream protocol, names tokio.
+#[test]
+fn the_sans_io_parts_name_no_driver_and_no_tokio() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.join("hop/core.rs"), src.join("keys.rs")];
+    for dir in ["stream", "tunnel"] {
+        sources(&src.join(dir), &mut files);
+    }
+    let mut wrong = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| !l.starts_with("//"));
+        for line in code {
+            let drivers = ["handle", "stp", "tcp"].iter().any(|d| {
+                line.contains(&format!("super::{d}")) || line.contains(&format!("hop::{d}"))
+            });
+            if line.contains("tokio") || (f.ends_with("hop/core.rs") && drivers) {
+                wrong.push(format!("{}: {line}", f.display()));
+            }
+        }
+    }
+    assert!(files.len() >= 6, "{files:?}");
+    assert!(
+        wrong.is_empty(),
+        "sans-IO code names a driver or tokio: {wrong:#?}"
+    );
 }
 
 #[test]

@@ -212,7 +212,7 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
 async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
     let origin = origin().await;
     let st = geo_pair(true).await;
-    let late = pep::terminal::socks5::SOCKS_EARLY_DATA_WAIT * 20;
+    let late = pep::terminal::SOCKS_EARLY_DATA_WAIT * 20;
     for round in 0..2 {
         let (mut s, code) = socks_connect(st.socks, origin).await;
         assert_eq!(code, 0);

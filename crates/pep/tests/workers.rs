@@ -100,7 +100,8 @@ fn sample(text: &str, name: &str, labels: &str) -> u64 {
 }
 
 fn connections(s: &HopStatus) -> u64 {
-    s.totals.connections + s.endpoint.closed.connections
+    let stp = s.stp.as_ref().expect("an STP hop reports its STP figures");
+    stp.totals.connections + stp.endpoint.closed.connections
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,9 +218,13 @@ async fn the_send_allocation_is_shared_by_the_workers() {
     }
     let secs = t0.elapsed().as_secs_f64();
     let ws = p.gw.hops()[0].worker_statuses().await;
-    assert!(ws
-        .iter()
-        .all(|w| w.totals.payload_bytes_sent >= EACH as u64));
+    assert!(ws.iter().all(|w| w
+        .stp
+        .as_ref()
+        .expect("STP figures")
+        .totals
+        .payload_bytes_sent
+        >= EACH as u64));
     // 8 MB of payload is at least 64 Mbit of link bytes: 1.6 s at 40 Mbit/s (two workers each
     // at the full rate would take 0.8 s).
     let floor = (4 * EACH) as f64 * 8.0 / rate as f64;

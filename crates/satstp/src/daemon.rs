@@ -558,8 +558,7 @@ pub(crate) fn prepare_gateway(cfg: pep::config::GatewayConfig) -> Result<Gateway
         ..EndpointConfig::default()
     };
     let policy = cfg
-        .policy
-        .build(vec![cfg.listen.ip()])
+        .build_policy(vec![cfg.listen.ip()])
         .map_err(|e| anyhow::anyhow!("gateway.{e}"))?;
     pep::sockopt::check_tcp_options(&cfg.tcp)
         .map_err(|e| anyhow::anyhow!("gateway.tcp: cannot be applied on this host: {e}"))?;

@@ -216,8 +216,8 @@ async fn demo(
         "    during the large object the uplink carried {up} bytes, {:.3} % of the downlink's {down}",
         100.0 * up as f64 / down.max(1) as f64
     );
-    if let Some(st) = stack.gateway_status().await {
-        let t = &st.totals;
+    if let Some(stp) = stack.gateway_status().await.and_then(|st| st.stp) {
+        let t = &stp.totals;
         let get = |ty| t.packets_sent.get(ty);
         use stp::wire::Types;
         outln!(

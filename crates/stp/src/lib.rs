@@ -22,16 +22,16 @@
 //! ```
 
 pub mod config;
-pub mod congestion;
+mod congestion;
 pub mod connection;
 pub mod endpoint;
 #[cfg(feature = "serde")]
 pub mod options;
-pub mod pacing;
-pub mod recv;
-pub mod rtt;
-pub mod send;
-pub mod seq;
+mod pacing;
+mod recv;
+mod rtt;
+mod send;
+mod seq;
 pub mod stats;
 pub mod time;
 pub mod wire;

@@ -75,11 +75,6 @@ impl RecvBuffer {
         self.next
     }
 
-    /// One past the highest SD received.
-    pub fn highest(&self) -> u64 {
-        self.highest
-    }
-
     /// Unread in-order bytes.
     pub fn readable(&self) -> usize {
         self.ready.len()

@@ -51,11 +51,8 @@ impl RttEstimator {
     pub fn min(&self) -> Option<Duration> {
         self.has_sample.then_some(self.min)
     }
-    /// The most recent sample (or the initial guess).
-    pub fn latest(&self) -> Duration {
-        self.latest
-    }
     /// Whether a sample has been taken.
+    #[cfg(test)]
     pub fn has_sample(&self) -> bool {
         self.has_sample
     }

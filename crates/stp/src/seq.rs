@@ -35,6 +35,7 @@ pub fn expand(wire: u32, reference: u64) -> Option<u64> {
 }
 
 /// Serial-number comparison of two 24-bit values: true if `a` precedes `b`.
+#[cfg(test)]
 pub fn wire_lt(a: u32, b: u32) -> bool {
     let d = b.wrapping_sub(a) & SEQ_MASK;
     d != 0 && u64::from(d) < SEQ_HALF

@@ -363,7 +363,13 @@ async fn bench(args: &FloodOptions) -> Result<Figures> {
     let flooded_mbps = args.size as f64 * 8.0 / flooded_secs / 1e6;
 
     let (t0c, t1c) = (before.tunnel, after.tunnel);
-    let (e0, e1) = (&before.endpoint, &after.endpoint);
+    let stp_of = |s: &HopStatus| {
+        s.stp
+            .as_ref()
+            .map(|s| s.endpoint.clone())
+            .context("the gateway's STP hop reported no STP figures")
+    };
+    let (e0, e1) = (&stp_of(&before)?, &stp_of(&after)?);
     let drops = json!({
         "tunnel_malformed": t1c.malformed - t0c.malformed,
         "tunnel_unknown_session": t1c.unknown_session - t0c.unknown_session,

@@ -75,7 +75,7 @@ fn mask_v6(prefix: u8) -> u128 {
 impl Cidr {
     /// The network of `addr` with `prefix` bits (host bits cleared; an IPv4-mapped IPv6 network
     /// of prefix 96 or more becomes IPv4).
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
+    pub(crate) fn new(addr: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
         let (addr, prefix) = match addr {
             IpAddr::V6(v6) if prefix >= 96 && v6.to_ipv4_mapped().is_some() => {
                 (canonical(addr), prefix - 96)
@@ -116,12 +116,13 @@ impl Cidr {
         self.addr
     }
 
-    pub fn prefix(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn prefix(&self) -> u8 {
         self.prefix
     }
 
     /// Whether `ip` lies in this network (an IPv4-mapped IPv6 `ip` is taken as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, canonical(ip)) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 u32::from(ip) & mask_v4(self.prefix) == u32::from(net)
@@ -228,13 +229,14 @@ impl fmt::Display for Rule {
 
 impl Rule {
     /// Whether an address falls in this rule (a name rule never matches an address).
-    pub fn matches_ip(&self, ip: IpAddr) -> bool {
+    #[cfg(test)]
+    pub(crate) fn matches_ip(&self, ip: IpAddr) -> bool {
         matches!(self, Rule::Net(c) if c.contains(ip))
     }
 
     /// Whether a host name matches this rule (case-insensitive, a trailing dot ignored; an
     /// address rule never matches a name).
-    pub fn matches_name(&self, host: &str) -> bool {
+    pub(crate) fn matches_name(&self, host: &str) -> bool {
         let Rule::Name { name, wildcard } = self else {
             return false;
         };
@@ -256,7 +258,7 @@ impl Rule {
 
 /// Checks a host name: 1..=253 characters (a trailing dot aside) of labels of 1..=63 letters,
 /// digits, '-' (not at either end) and '_'.
-pub fn check_hostname(h: &str) -> Result<(), String> {
+pub(crate) fn check_hostname(h: &str) -> Result<(), String> {
     let h = h.strip_suffix('.').unwrap_or(h);
     if h.is_empty() || h.len() > 253 {
         return Err("host name must be from 1 to 253 characters".into());
@@ -276,18 +278,25 @@ pub fn check_hostname(h: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// What a [`Policy`] is built from. The default allows any public address and nothing else.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a [`Policy`] is built from, and the gateway configuration's `[gateway.policy]` table
+/// (`allow`, `deny`, `allow_private`; `own_addresses` is the gateway's, not the file's). The
+/// default allows any public address and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// Rules allowed; when not empty, only destinations they match are allowed (a CIDR entry
     /// also lifts the default denial of special and private addresses it covers, a name entry
     /// does not). Default empty.
+    #[serde(default)]
     pub allow: Vec<String>,
     /// Rules always denied, whatever else says. Default empty.
+    #[serde(default)]
     pub deny: Vec<String>,
     /// Allow private addresses (RFC 1918, RFC 6598, IPv6 ULA). Default false.
+    #[serde(default)]
     pub allow_private: bool,
     /// The gateway's own addresses, denied unless an `allow` entry covers them. Default empty.
+    #[serde(skip)]
     pub own_addresses: Vec<IpAddr>,
 }
 
@@ -358,7 +367,7 @@ pub struct Denied {
 /// A host name denied before resolution, and the rule that denied it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("destination {name} denied: matches deny entry {rule}")]
-pub struct NameDenied {
+pub(crate) struct NameDenied {
     pub name: String,
     pub rule: Rule,
 }
@@ -366,20 +375,20 @@ pub struct NameDenied {
 /// The policy a running gateway applies, replaced whole when its configuration is reloaded
 /// (SIGHUP): a stream is checked against the policy in force when it arrives.
 #[derive(Debug)]
-pub struct PolicyCell(std::sync::RwLock<std::sync::Arc<Policy>>);
+pub(crate) struct PolicyCell(std::sync::RwLock<std::sync::Arc<Policy>>);
 
 impl PolicyCell {
-    pub fn new(policy: std::sync::Arc<Policy>) -> PolicyCell {
+    pub(crate) fn new(policy: std::sync::Arc<Policy>) -> PolicyCell {
         PolicyCell(std::sync::RwLock::new(policy))
     }
 
     /// The policy in force now.
-    pub fn current(&self) -> std::sync::Arc<Policy> {
+    pub(crate) fn current(&self) -> std::sync::Arc<Policy> {
         std::sync::Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Puts `policy` in force for the streams that arrive from now on.
-    pub fn replace(&self, policy: Policy) {
+    pub(crate) fn replace(&self, policy: Policy) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(policy);
     }
 }
@@ -486,7 +495,7 @@ impl Policy {
 
     /// Whether a destination given by name passes the name rules, before it is resolved: a
     /// `deny` name rule matching it denies it.
-    pub fn check_name(&self, name: &str) -> Result<(), NameDenied> {
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), NameDenied> {
         match self.deny_names.iter().find(|r| r.matches_name(name)) {
             Some(rule) => Err(NameDenied {
                 name: name.to_owned(),
@@ -499,7 +508,7 @@ impl Policy {
     /// Whether the gateway may connect to `ip`, an address `name` resolved to (`None` for a
     /// destination given as an address). An `allow` name rule matching `name` satisfies a
     /// non-empty allow-list; the deny CIDRs and the special and private defaults still apply.
-    pub fn check_resolved(&self, name: Option<&str>, ip: IpAddr) -> Result<(), Denied> {
+    pub(crate) fn check_resolved(&self, name: Option<&str>, ip: IpAddr) -> Result<(), Denied> {
         let ip = canonical(ip);
         let deny = |reason| Err(Denied { ip, reason });
         if let Some(rule) = self.deny.iter().find(|c| c.contains(ip)) {

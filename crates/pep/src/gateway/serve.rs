@@ -4,7 +4,7 @@
 use super::connect::{connect_from, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::{Policy, PolicyCell};
-use crate::hop::{AbortCode, Hop, HopStream, StreamEvent};
+use crate::hop::{AbortCode, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::splice::splice_tracked;
@@ -27,7 +27,7 @@ pub async fn serve_stream(
 
 /// [`serve_stream`] with the outbound TCP options `tcp`, counting into `conn` (refusals under
 /// their reason, bytes, the connection's `/status` record) when given.
-pub async fn serve_stream_tracked(
+pub(crate) async fn serve_stream_tracked(
     mut stream: HopStream,
     policy: &Policy,
     options: &ConnectOptions,
@@ -232,18 +232,12 @@ async fn report(stream: &HopStream, code: Verdict) -> Verdict {
     code
 }
 
-/// Takes the gateway hop's stream of incoming streams, so the [`Hop`] itself can be shared (for
-/// [`Hop::status`]) while [`serve_gateway`] serves them. `hop.incoming` yields nothing after.
-pub fn take_incoming(hop: &mut Hop) -> mpsc::Receiver<HopStream> {
-    std::mem::replace(&mut hop.incoming, mpsc::channel(1).1)
-}
-
 /// Gateway: serves the streams terminals open, each in its own task, until `ops` drains (or
 /// the hop is gone). Each is admitted first, against the limits of `ops` and per terminal by
 /// its public key; a refused stream is answered with status byte 1 (general failure) and ended.
 /// Outbound connections get the socket options `tcp`; each stream is checked against the
 /// policy in force when it arrives.
-pub async fn serve_gateway(
+pub(crate) async fn serve_gateway(
     mut incoming: mpsc::Receiver<HopStream>,
     policy: Arc<PolicyCell>,
     options: ConnectOptions,

@@ -18,7 +18,7 @@ fn base() -> (Instant, u64) {
 }
 
 /// The clock at `t`, ns since the Unix epoch.
-pub fn unix_ns_at(t: Instant) -> u64 {
+pub(crate) fn unix_ns_at(t: Instant) -> u64 {
     let (i0, w0) = base();
     if t >= i0 {
         w0.saturating_add(u64::try_from(t.duration_since(i0).as_nanos()).unwrap_or(u64::MAX))
@@ -28,12 +28,12 @@ pub fn unix_ns_at(t: Instant) -> u64 {
 }
 
 /// The clock now, ns since the Unix epoch.
-pub fn unix_ns_now() -> u64 {
+pub(crate) fn unix_ns_now() -> u64 {
     unix_ns_at(Instant::now())
 }
 
 /// The clock now, ms since the Unix epoch.
-pub fn unix_ms_now() -> u64 {
+pub(crate) fn unix_ms_now() -> u64 {
     unix_ns_now() / 1_000_000
 }
 

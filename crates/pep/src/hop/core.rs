@@ -32,10 +32,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 
-/// Largest chunk read from STP for a reader at once.
-pub const CHUNK: usize = 64 * 1024;
+/// Largest chunk a stream hands over at once, either way: read from STP for a reader, or
+/// written by a `HopStream`'s writer.
+pub(crate) const CHUNK: usize = 64 * 1024;
 /// How often a handshake initiation is resent until answered.
-pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// A terminal session that fell back from its preferred tunnel suite (its first initiation was
 /// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
 /// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
@@ -47,7 +48,7 @@ pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal: handshake initiations (per gateway) left unanswered before the tunnel counts as
 /// down: the cause is logged, waiting opens that have sent nothing fail, new opens are refused.
-pub const DOWN_AFTER_HANDSHAKES: u32 = 3;
+pub(crate) const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal with open streams: after this long without hearing the gateway it sends a probe
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
@@ -65,11 +66,12 @@ pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
 /// Gateway: how often idle sessions are looked for (so one is erased at most this late).
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Gateway: unknown-session notices sent per second at most (all terminals together).
-pub const NOTICES_PER_SECOND: u32 = 200;
+pub(crate) const NOTICES_PER_SECOND: u32 = 200;
 /// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
 /// logs a failing handshake per source address.
-pub const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-pub use crate::sizing::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD};
+pub(crate) const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+pub use crate::sizing::IPV4_UDP_OVERHEAD;
+pub(crate) use crate::sizing::IPV6_UDP_OVERHEAD;
 
 /// When a terminal rekeys its tunnel session: a new Noise handshake on the live session,
 /// which keeps carrying the streams until the new one is up (`docs/tunnel.md`, "Rekeying").
@@ -134,7 +136,19 @@ pub struct StreamStatus {
     pub peer: SocketAddr,
     /// Gateway side: the terminal's public key.
     pub peer_key: Option<PublicKey>,
-    pub stats: stp::ConnectionStats,
+    /// Payload bytes the stream sent and received.
+    pub payload_bytes_sent: u64,
+    pub payload_bytes_received: u64,
+    /// The STP connection's statistics; `None` on the split-TCP hop, which runs no STP.
+    pub stp: Option<stp::ConnectionStats>,
+}
+
+/// The STP engine's figures of a hop ([`HopStatus::stp`]).
+#[derive(Debug, Clone, Default)]
+pub struct StpStatus {
+    pub endpoint: stp::EndpointStats,
+    /// Sums over every connection, closed ones included.
+    pub totals: StpTotals,
 }
 
 /// STP counters summed over every connection the hop has had (live and closed).
@@ -153,7 +167,7 @@ pub enum TunnelState {
 }
 
 impl TunnelState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TunnelState::Up => "up",
             TunnelState::Handshaking => "handshaking",
@@ -203,9 +217,8 @@ pub struct HopStatus {
     pub tunnel: crate::tunnel::Counters,
     /// The tunnel's state, last handshake and last error.
     pub tunnel_report: TunnelReport,
-    pub endpoint: stp::EndpointStats,
-    /// Sums over every connection, closed ones included.
-    pub totals: StpTotals,
+    /// The STP engine's figures; `None` on the split-TCP hop, which runs no STP.
+    pub stp: Option<StpStatus>,
     pub streams: Vec<StreamStatus>,
 }
 
@@ -419,8 +432,13 @@ fn new_initiator(
     stamp_ns: u64,
     cipher: CipherChoice,
 ) -> Result<Initiator, HopError> {
-    Initiator::with_cipher(local, gateway_key, index, stamp_ns, cipher)
-        .map_err(|e| HopError::Tunnel(e.to_string()))
+    Ok(Initiator::with_cipher(
+        local,
+        gateway_key,
+        index,
+        stamp_ns,
+        cipher,
+    )?)
 }
 
 impl<S: EventSink, P> HopCore<S, P> {
@@ -436,8 +454,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             .unwrap_or_else(|| Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed)));
         let session_idle = SESSION_IDLE_EXPIRY
             .max(2 * Duration::from_millis(u64::from(config.endpoint.connection.dead_timeout_ms)));
-        let endpoint =
-            Endpoint::new(config.endpoint, rng).map_err(|e| HopError::Stp(e.to_string()))?;
+        let endpoint = Endpoint::new(config.endpoint, rng)?;
         if config.send_rate_bps == Some(0) {
             return Err(HopError::ZeroRate);
         }
@@ -505,7 +522,7 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Makes this core send under `other`'s allocation (one token bucket for the workers of
     /// one hop, whose clocks must be one clock), so N workers together keep to it.
-    pub fn share_allocation_of(&mut self, other: &Self) {
+    pub(crate) fn share_allocation_of(&mut self, other: &Self) {
         if let Some(s) = &other.shaper {
             self.shaper = Some(s.clone());
         }
@@ -555,12 +572,12 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
-    pub fn set_tap(&mut self, tap: Tap) {
+    pub(crate) fn set_tap(&mut self, tap: Tap) {
         self.tap = Some(tap);
     }
 
     /// Terminal: whether the tunnel session is up (always true on a gateway or a clear hop).
-    pub fn established(&self) -> bool {
+    pub(crate) fn established(&self) -> bool {
         match &self.security {
             Sec::Terminal { init, .. } => init.is_established(),
             Sec::Gateway { .. } | Sec::Clear { .. } => true,
@@ -577,7 +594,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// reset ([`AbortCode::Revoked`], the resets sealed under the revoked session while it
     /// lingers) and its reader fails with [`StreamError::Revoked`]. A terminal hop has no
     /// allow-list: `None`.
-    pub fn set_allowed_terminals(
+    pub(crate) fn set_allowed_terminals(
         &mut self,
         allowed: Vec<PublicKey>,
     ) -> Option<(Vec<PublicKey>, Vec<PublicKey>)> {
@@ -606,7 +623,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Gateway: answers handshakes with these static keys from now on
     /// ([`Responder::set_keys`]; live sessions kept); the public keys now accepted. A terminal
     /// hop has no such keys: `None`.
-    pub fn set_gateway_keys(
+    pub(crate) fn set_gateway_keys(
         &mut self,
         local: PrivateKey,
         next: Option<PrivateKey>,
@@ -700,7 +717,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// `first` begins with a stream header that has a deadline field, the field gets the
     /// deadline in the gateway's clock (`docs/gateway.md`, "At-most-once opens"). A terminal
     /// whose tunnel is down refuses at once ([`HopError::TunnelDown`]).
-    pub fn open_by(
+    pub(crate) fn open_by(
         &mut self,
         now: Instant,
         first: Bytes,
@@ -720,10 +737,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             Sec::Clear { peer } => *peer,
             Sec::Gateway { .. } => return Err(HopError::NotTerminal),
         };
-        let h = self
-            .endpoint
-            .connect(now, to)
-            .map_err(|e| HopError::Stp(e.to_string()))?;
+        let h = self.endpoint.connect(now, to)?;
         let info = self.info_for(h);
         self.add_stream(h, info, events);
         if let Some(st) = self.streams.get_mut(&info.id) {
@@ -1712,11 +1726,14 @@ impl<S: EventSink, P> HopCore<S, P> {
         let mut streams = Vec::with_capacity(self.streams.len());
         for (&id, s) in &self.streams {
             if let Some(c) = self.endpoint.connection(s.handle) {
+                let stats = c.stats();
                 streams.push(StreamStatus {
                     id,
                     peer: s.peer,
                     peer_key: s.peer_key,
-                    stats: c.stats(),
+                    payload_bytes_sent: stats.payload_bytes_sent,
+                    payload_bytes_received: stats.payload_bytes_received,
+                    stp: Some(stats),
                 });
             }
         }
@@ -1760,8 +1777,10 @@ impl<S: EventSink, P> HopCore<S, P> {
             opens_rate_limited: self.counts.opens_rate_limited,
             send_rate_bps: self.shaper.as_ref().map(|s| s.rate_bps),
             tunnel,
-            endpoint: self.endpoint.stats().clone(),
-            totals,
+            stp: Some(StpStatus {
+                endpoint: self.endpoint.stats().clone(),
+                totals,
+            }),
             streams,
         }
     }

@@ -36,7 +36,7 @@ pub enum AbortCode {
 
 impl AbortCode {
     /// Every code, in numeric order.
-    pub const ALL: [AbortCode; 10] = [
+    pub(crate) const ALL: [AbortCode; 10] = [
         AbortCode::Unspecified,
         AbortCode::BadHeader,
         AbortCode::Overloaded,
@@ -50,12 +50,12 @@ impl AbortCode {
     ];
 
     /// The code on the wire.
-    pub fn code(self) -> u16 {
+    pub(crate) fn code(self) -> u16 {
         self as u16
     }
 
     /// The code's meaning, `None` for a number this version does not know.
-    pub fn from_code(code: u16) -> Option<AbortCode> {
+    pub(crate) fn from_code(code: u16) -> Option<AbortCode> {
         AbortCode::ALL.get(usize::from(code)).copied()
     }
 
@@ -172,12 +172,18 @@ pub enum HopError {
     TunnelDown,
     #[error("send_rate_bps must be positive")]
     ZeroRate,
-    /// The STP endpoint refused the configuration or the connection.
-    #[error("{0}")]
-    Stp(String),
+    /// The STP endpoint refused the configuration.
+    #[error(transparent)]
+    StpConfig(#[from] stp::ConfigError),
+    /// The STP endpoint refused the connection.
+    #[error(transparent)]
+    StpConnect(#[from] stp::ConnectError),
     /// The tunnel could not be set up (a bad key, say).
     #[error("tunnel: {0}")]
-    Tunnel(String),
+    Tunnel(#[from] crate::tunnel::Error),
+    /// The split-TCP hop's Noise handshake could not be set up (a bad key, say).
+    #[error("tunnel: {0}")]
+    Noise(#[from] snow::Error),
     /// A socket could not be set up.
     #[error("{what}: {source}")]
     Io {

@@ -2,7 +2,7 @@
 //! byte streams with backpressure both ways, whichever transport carries them (STP in
 //! [`super::stp`], split TCP in [`super::tcp`]).
 
-pub use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
+pub(crate) use super::core::{HopStatus, StpTotals, StreamEvent, StreamStatus};
 use super::error::{AbortCode, HopError};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::Responder;
@@ -13,8 +13,7 @@ use std::time::Duration;
 use stp::EndpointConfig;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-/// Largest chunk a stream hands over at once.
-pub(crate) const CHUNK: usize = 64 * 1024;
+use super::core::CHUNK;
 /// Chunks buffered from the hop towards one stream's reader.
 pub(crate) const READ_CHUNKS: usize = 16;
 /// How often [`Hop::wait_quiet`] looks again.
@@ -95,7 +94,7 @@ async fn worker_status(tx: &mpsc::Sender<Command>) -> Option<HopStatus> {
 
 impl HopStream {
     /// The stream's id within its hop.
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.writer.id
     }
 
@@ -130,7 +129,7 @@ impl HopStream {
     }
 
     /// Splits into a writer and a reader that can be used from different tasks.
-    pub fn split(self) -> (HopWriter, HopReader) {
+    pub(crate) fn split(self) -> (HopWriter, HopReader) {
         (self.writer, self.reader)
     }
 }
@@ -166,7 +165,7 @@ impl Drop for HopWriter {
 
 impl HopWriter {
     /// Sends bytes; waits while the relay buffer is full.
-    pub async fn write(&self, data: &[u8]) -> Result<(), HopError> {
+    pub(crate) async fn write(&self, data: &[u8]) -> Result<(), HopError> {
         for piece in data.chunks(self.piece_len()) {
             self.send_piece(Bytes::copy_from_slice(piece)).await?;
         }
@@ -175,7 +174,7 @@ impl HopWriter {
 
     /// [`HopWriter::write`] without copying: the hop keeps slices of `data` until STP has taken
     /// them.
-    pub async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
+    pub(crate) async fn write_bytes(&self, data: Bytes) -> Result<(), HopError> {
         let step = self.piece_len();
         let mut at = 0;
         while at < data.len() {
@@ -201,7 +200,7 @@ impl HopWriter {
             .map_err(|_| HopError::Closed)
     }
     /// Half-close: the peer sees end-of-stream after every byte written so far.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
@@ -209,7 +208,7 @@ impl HopWriter {
             .await;
     }
     /// Resets the connection.
-    pub async fn abort(&self, code: AbortCode) {
+    pub(crate) async fn abort(&self, code: AbortCode) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self
             .tx
@@ -227,7 +226,7 @@ pub struct HopReader {
 
 impl HopReader {
     /// The next event from the peer (`None` once the hop is gone).
-    pub async fn recv(&mut self) -> Option<StreamEvent> {
+    pub(crate) async fn recv(&mut self) -> Option<StreamEvent> {
         let ev = self.rx.recv().await;
         self.room.notify_one();
         ev
@@ -279,8 +278,8 @@ pub struct Hop {
     pub(super) workers: Vec<mpsc::Sender<Command>>,
     /// The worker the next open goes to (modulo their number).
     pub(super) next: std::sync::atomic::AtomicUsize,
-    /// Gateway side: streams opened by terminals.
-    pub incoming: mpsc::Receiver<HopStream>,
+    /// Gateway side: streams opened by terminals ([`Hop::accept`], [`Hop::take_incoming`]).
+    pub(super) incoming: mpsc::Receiver<HopStream>,
     pub(super) local: SocketAddr,
 }
 
@@ -295,6 +294,18 @@ impl Drop for Hop {
 }
 
 impl Hop {
+    /// Gateway side: the next stream a terminal opened (`None` once the hop has stopped, or
+    /// after [`Hop::take_incoming`]). A terminal's hop accepts none.
+    pub async fn accept(&mut self) -> Option<HopStream> {
+        self.incoming.recv().await
+    }
+
+    /// Takes the stream of incoming streams, so the `Hop` itself can be shared (for
+    /// [`Hop::status`]) while another task serves them; [`Hop::accept`] yields nothing after.
+    pub fn take_incoming(&mut self) -> mpsc::Receiver<HopStream> {
+        std::mem::replace(&mut self.incoming, mpsc::channel(1).1)
+    }
+
     /// The hop's UDP address (every worker's: they share it at a gateway; a terminal's
     /// workers have their own ports, this is the first's).
     pub fn local_addr(&self) -> SocketAddr {
@@ -333,7 +344,7 @@ impl Hop {
     /// delivered and acknowledged, or it failed — or `deadline` passes; true if none is left.
     /// A graceful shutdown waits for this after its relays finished, so a clean close that is
     /// still crossing the hop arrives as one.
-    pub async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn wait_quiet(&self, deadline: tokio::time::Instant) -> bool {
         loop {
             match self.status().await {
                 None => return true,
@@ -349,7 +360,7 @@ impl Hop {
 
     /// Stops the hop now and waits for its task to end: the connections left are reset (their
     /// RSTs leave before this returns) and the socket closes.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         for tx in &self.workers {
             let _ = tx.send(Command::Close).await;
         }
@@ -364,7 +375,7 @@ impl Hop {
     /// receive window closes; on the TCP hop, that connection is not read) until it has. Call it
     /// before streams are opened or accepted.
     /// One budget serves every worker: a side's memory cap is not multiplied by them.
-    pub async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
+    pub(crate) async fn charge_to(&self, memory: Arc<crate::ops::MemoryBudget>) {
         for tx in &self.workers {
             let _ = tx.send(Command::ChargeTo(Arc::clone(&memory))).await;
         }
@@ -428,7 +439,7 @@ impl Hop {
     /// [`Hop::open`] for an opener that gives up on the gateway's verdict at `deadline`: a
     /// stream header with a deadline field (`pep::stream`, version `0x03`) at the start of
     /// `first` gets it in the gateway's clock, so the gateway never runs the stream after it.
-    pub async fn open_by(
+    pub(crate) async fn open_by(
         &self,
         first: Vec<u8>,
         deadline: Option<tokio::time::Instant>,
@@ -535,11 +546,9 @@ impl HopStatus {
                 id,
                 peer,
                 peer_key,
-                stats: stp::ConnectionStats {
-                    payload_bytes_sent: sent,
-                    payload_bytes_received: received,
-                    ..Default::default()
-                },
+                payload_bytes_sent: sent,
+                payload_bytes_received: received,
+                stp: None,
             })
             .collect();
         HopStatus {
@@ -557,8 +566,7 @@ impl HopStatus {
             send_rate_bps: None,
             tunnel: o.tunnel,
             tunnel_report: Default::default(),
-            endpoint: stp::EndpointStats::default(),
-            totals: StpTotals::default(),
+            stp: None,
             streams,
         }
     }
@@ -569,7 +577,7 @@ impl HopStatus {
     /// streams of all, the tunnel as its least ready worker's (a terminal's tunnel is up when
     /// every worker's session is), its last handshake and last error the most recent of any.
     /// The first worker's address and allocation stand for the hop's.
-    pub fn merge(all: Vec<HopStatus>) -> Option<HopStatus> {
+    pub(crate) fn merge(all: Vec<HopStatus>) -> Option<HopStatus> {
         let mut it = all.into_iter();
         let mut m = it.next()?;
         for s in it {
@@ -585,8 +593,14 @@ impl HopStatus {
             m.opens_rate_limited += s.opens_rate_limited;
             add_tunnel_counters(&mut m.tunnel, &s.tunnel);
             merge_report(&mut m.tunnel_report, s.tunnel_report);
-            add_endpoint_stats(&mut m.endpoint, &s.endpoint);
-            add_totals(&mut m.totals, &s.totals);
+            match (&mut m.stp, s.stp) {
+                (Some(a), Some(b)) => {
+                    add_endpoint_stats(&mut a.endpoint, &b.endpoint);
+                    add_totals(&mut a.totals, &b.totals);
+                }
+                (a @ None, b) => *a = b,
+                (Some(_), None) => {}
+            }
             m.streams.extend(s.streams);
         }
         Some(m)

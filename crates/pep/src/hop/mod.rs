@@ -10,29 +10,28 @@
 //!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
 
 #[cfg(feature = "runtime")]
-pub mod batch;
-pub mod clock;
+mod batch;
+pub(crate) mod clock;
 pub mod core;
-pub mod error;
+mod error;
 #[cfg(feature = "runtime")]
-pub mod handle;
-pub mod open_budget;
-pub mod shaper;
+mod handle;
+mod open_budget;
+mod shaper;
 #[cfg(feature = "runtime")]
-pub mod stp;
+pub(crate) mod stp;
 #[cfg(feature = "runtime")]
 pub mod tcp;
 #[cfg(feature = "runtime")]
 pub(crate) mod udp_batch;
 
 pub use core::{
-    HopStatus, RekeyConfig, StpTotals, StreamEvent, StreamStatus, TunnelReport, TunnelState,
-    DOWN_AFTER_HANDSHAKES, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD,
-    PROBE_AFTER, REHANDSHAKE_AFTER, SESSION_IDLE_EXPIRY,
+    HopStatus, RekeyConfig, StpStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport,
+    TunnelState, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, PROBE_AFTER, REHANDSHAKE_AFTER,
+    SESSION_IDLE_EXPIRY,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
 pub use handle::{
     AllowedChange, Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security,
 };
-pub use open_budget::{OPENS_BURST, OPENS_PER_S};

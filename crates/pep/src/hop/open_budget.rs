@@ -10,8 +10,8 @@ use stp::Instant;
 /// a stolen key) opening connections as fast as it can costs the gateway a header check per
 /// datagram, not a connection, a stream and a relay each (`satstp bench flood`: 39 % of a
 /// download's goodput kept without this budget, 98 % with it).
-pub const OPENS_PER_S: f64 = 500.0;
-pub const OPENS_BURST: f64 = 1500.0;
+pub(crate) const OPENS_PER_S: f64 = 500.0;
+pub(crate) const OPENS_BURST: f64 = 1500.0;
 
 /// The per-session token buckets behind [`OPENS_PER_S`].
 #[derive(Default)]

@@ -26,8 +26,6 @@ use stp::Instant;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
-pub use super::core::{IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD, REHANDSHAKE_AFTER};
-
 /// Most datagrams taken from the socket in one go.
 const MAX_BATCH: usize = 256;
 /// Socket buffer size asked of the kernel (it may grant less).
@@ -84,7 +82,7 @@ impl Hop {
 
     /// As [`Hop::start`], writing every STP datagram the hop sends or receives (in clear, with
     /// its UDP addresses) to `capture` ([`crate::capture`]).
-    pub fn start_with_capture(
+    pub(crate) fn start_with_capture(
         socket: UdpSocket,
         security: Security,
         config: HopConfig,
@@ -100,7 +98,7 @@ impl Hop {
     /// the capture and one `incoming`. A gateway's workers listen on one address
     /// (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a terminal's each hold a tunnel
     /// session of their own. `docs/scaling.md`, "Workers".
-    pub fn start_workers(
+    pub(crate) fn start_workers(
         workers: Vec<(UdpSocket, Security)>,
         config: HopConfig,
         capture: Option<crate::capture::Capture>,

@@ -72,9 +72,9 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Mixed into every handshake of the TCP hop.
-pub const PROLOGUE: &[u8] = b"satstp-tcp-hop-v1";
+pub(crate) const PROLOGUE: &[u8] = b"satstp-tcp-hop-v1";
 /// Largest frame body, bytes (Noise's message limit).
-pub const MAX_FRAME: usize = 65535;
+pub(crate) const MAX_FRAME: usize = 65535;
 /// AEAD tag length.
 const TAG_LEN: usize = 16;
 /// Noise IK message 1 without payload: ephemeral key, encrypted static key, payload tag.
@@ -82,17 +82,17 @@ const MSG1_OVERHEAD: usize = 32 + 32 + TAG_LEN + TAG_LEN;
 /// The replay counter at the start of message 1's payload.
 const COUNTER_LEN: usize = 8;
 /// Most stream bytes message 1 carries; the rest follows in DATA frames.
-pub const MAX_FIRST_BYTES: usize = MAX_FRAME - MSG1_OVERHEAD - COUNTER_LEN;
+pub(crate) const MAX_FIRST_BYTES: usize = MAX_FRAME - MSG1_OVERHEAD - COUNTER_LEN;
 /// Most stream bytes in one DATA frame.
-pub const MAX_DATA: usize = MAX_FRAME - TAG_LEN - 1;
+pub(crate) const MAX_DATA: usize = MAX_FRAME - TAG_LEN - 1;
 const KIND_DATA: u8 = 0;
 const KIND_FIN: u8 = 1;
 const KIND_ABORT: u8 = 2;
 /// Gateway: how long a new connection may take to deliver message 1.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Gateway: connections that have not completed their handshake, at most; more are closed at
 /// once (counted as `rate_limited`).
-pub const MAX_PENDING_HANDSHAKES: usize = 256;
+pub(crate) const MAX_PENDING_HANDSHAKES: usize = 256;
 /// Gateway: TCP Fast Open handshakes pending at once, at most (beyond, SYNs carry no data).
 const FAST_OPEN_QUEUE: u32 = 256;
 /// Streams accepted by the gateway and not yet taken by the relay, at most.
@@ -239,14 +239,11 @@ impl Drop for Registered<'_> {
     }
 }
 
-fn noise_builder(local: &PrivateKey) -> Result<snow::Builder<'_>, String> {
-    let params = crate::tunnel::NOISE_PATTERN
-        .parse()
-        .map_err(|e: snow::Error| e.to_string())?;
+fn noise_builder(local: &PrivateKey) -> Result<snow::Builder<'_>, snow::Error> {
+    let params = crate::tunnel::NOISE_PATTERN.parse()?;
     snow::Builder::new(params)
         .local_private_key(local.as_bytes())
         .and_then(|b| b.prologue(PROLOGUE))
-        .map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,7 +267,7 @@ pub fn start_terminal(
     config: TcpHopConfig,
 ) -> Result<Hop, HopError> {
     crate::sockopt::check_tcp_options(&config.tuning)?;
-    noise_builder(&local).map_err(HopError::Tunnel)?;
+    noise_builder(&local)?;
     if let Some((false, _)) = crate::sockopt::fast_open_sysctl() {
         tracing::warn!(
             "TCP hop: net.ipv4.tcp_fastopen does not allow clients (bit 1), so each stream costs \
@@ -384,8 +381,8 @@ async fn terminal_handshake(
     counter: u64,
     first: &[u8],
 ) -> Result<(TcpStream, StatelessTransportState), String> {
-    let mut hs = noise_builder(&side.local)?
-        .remote_public_key(side.gateway_key.as_bytes())
+    let mut hs = noise_builder(&side.local)
+        .and_then(|b| b.remote_public_key(side.gateway_key.as_bytes()))
         .and_then(|b| b.build_initiator())
         .map_err(|e| e.to_string())?;
     let mut payload = Vec::with_capacity(COUNTER_LEN + first.len());
@@ -461,9 +458,9 @@ pub fn start_gateway(
     allowed: impl IntoIterator<Item = PublicKey>,
     config: TcpHopConfig,
 ) -> Result<Hop, HopError> {
-    noise_builder(&local).map_err(HopError::Tunnel)?;
+    noise_builder(&local)?;
     if let Some(next) = &next {
-        noise_builder(next).map_err(HopError::Tunnel)?;
+        noise_builder(next)?;
     }
     let listen_err = |source| HopError::Listen {
         addr: listen,
@@ -658,9 +655,7 @@ async fn gateway_handshake(
     let mut payload = vec![0u8; MAX_FRAME];
     let mut read = None;
     for local in &keys {
-        let Ok(mut hs) =
-            noise_builder(local).and_then(|b| b.build_responder().map_err(|e| e.to_string()))
-        else {
+        let Ok(mut hs) = noise_builder(local).and_then(|b| b.build_responder()) else {
             continue;
         };
         if let Ok(n) = hs.read_message(&msg1, &mut payload) {

@@ -23,21 +23,21 @@ use std::net::SocketAddr;
 use thiserror::Error;
 
 /// Version byte of a stream header without the client's address.
-pub const RELAY_VERSION: u8 = 1;
+pub(crate) const RELAY_VERSION: u8 = 1;
 /// Version byte of a stream header that carries the client's address after the destination.
-pub const RELAY_VERSION_CLIENT: u8 = 2;
+pub(crate) const RELAY_VERSION_CLIENT: u8 = 2;
 /// Version byte of the deadline prefix: 8 bytes of deadline, then a version 1 or 2 header.
-pub const RELAY_VERSION_DEADLINE: u8 = 3;
+pub(crate) const RELAY_VERSION_DEADLINE: u8 = 3;
 /// Most header bytes a gateway waits for before giving up on a stream (the longest header is
 /// 9 + 1 + 258 + 19 = 287 bytes: a deadline, a 255-byte name and an IPv6 client address).
 pub const MAX_HEADER: usize = 300;
 /// A gateway refuses a stream whose deadline is less than this far ahead: its connect and its
 /// verdict's way back to the terminal must fit before the terminal gives up.
-pub const DEADLINE_MARGIN_MS: u64 = 500;
+pub(crate) const DEADLINE_MARGIN_MS: u64 = 500;
 
 /// Writes `deadline_ms` into the deadline field of the header at the start of `buf`, if it
 /// has one (version `0x03`); whether it had.
-pub fn stamp_deadline(buf: &mut [u8], deadline_ms: u64) -> bool {
+pub(crate) fn stamp_deadline(buf: &mut [u8], deadline_ms: u64) -> bool {
     match buf.get_mut(..9) {
         Some([RELAY_VERSION_DEADLINE, field @ ..]) => {
             field.copy_from_slice(&deadline_ms.to_be_bytes());
@@ -128,7 +128,8 @@ impl<'a> HeaderView<'a> {
 
 impl StreamHeader {
     /// Bytes [`Self::emit`] writes.
-    pub fn buffer_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffer_len(&self) -> usize {
         let mut v = Vec::new();
         self.emit(&mut v);
         v.len()

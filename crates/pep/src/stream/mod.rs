@@ -15,11 +15,9 @@
 mod header;
 mod target;
 
-pub use header::{
-    canonical_addr, stamp_deadline, HeaderError, HeaderView, StreamHeader, DEADLINE_MARGIN_MS,
-    MAX_HEADER, RELAY_VERSION, RELAY_VERSION_CLIENT, RELAY_VERSION_DEADLINE,
-};
-pub use target::{validate_domain, Target, TargetError, MAX_DOMAIN_LEN};
+pub use header::{canonical_addr, HeaderError, HeaderView, StreamHeader, MAX_HEADER};
+pub(crate) use header::{stamp_deadline, DEADLINE_MARGIN_MS};
+pub use target::{Target, TargetError};
 
 use std::fmt;
 use std::io;
@@ -48,7 +46,8 @@ pub enum Verdict {
 
 impl Verdict {
     /// Every verdict, in the order of their bytes.
-    pub const ALL: [Verdict; 6] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Verdict; 6] = [
         Verdict::Connected,
         Verdict::Failed,
         Verdict::PolicyDenied,
@@ -70,7 +69,7 @@ impl Verdict {
     }
 
     /// The verdict a byte names (an unknown byte is a general failure).
-    pub fn from_byte(b: u8) -> Verdict {
+    pub(crate) fn from_byte(b: u8) -> Verdict {
         match b {
             0 => Verdict::Connected,
             2 => Verdict::PolicyDenied,

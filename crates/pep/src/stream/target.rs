@@ -11,7 +11,7 @@ const ATYP_DOMAIN: u8 = 3;
 const ATYP_IPV6: u8 = 4;
 
 /// Longest domain name a [`Target`] can hold (the length travels in one byte).
-pub const MAX_DOMAIN_LEN: usize = 255;
+pub(crate) const MAX_DOMAIN_LEN: usize = 255;
 
 /// Where a terminal wants to be connected: an address, or a name the gateway resolves.
 ///
@@ -50,7 +50,7 @@ pub enum TargetError {
 }
 
 /// Checks that `host` can be a domain name in a [`Target`].
-pub fn validate_domain(host: &[u8]) -> Result<(), TargetError> {
+pub(crate) fn validate_domain(host: &[u8]) -> Result<(), TargetError> {
     if host.is_empty() {
         return Err(TargetError::EmptyDomain);
     }
@@ -69,7 +69,7 @@ pub fn validate_domain(host: &[u8]) -> Result<(), TargetError> {
 
 impl Target {
     /// A domain target, with the name checked by [`validate_domain`].
-    pub fn domain(host: impl Into<String>, port: u16) -> Result<Target, TargetError> {
+    pub(crate) fn domain(host: impl Into<String>, port: u16) -> Result<Target, TargetError> {
         let host = host.into();
         validate_domain(host.as_bytes())?;
         Ok(Target::Domain { host, port })

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// Terminal: serves HTTP CONNECT clients on `listener`, admitting each client against the limits of `ops` (a
 /// refused client gets `503 Service Unavailable`) and counting into its metrics, until `ops`
 /// drains.
-pub async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+pub(crate) async fn serve_http_connect(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
     while let Some((tcp, peer, admitted)) = next_client(&listener, &ops).await {
         let hop = Arc::clone(&hop);
         match admitted {

@@ -2,10 +2,12 @@
 //! interception), opening a stream across the hop with the stream header, and waiting for the
 //! gateway's verdict.
 
-pub mod accept;
-pub mod http_connect;
-pub mod socks5;
-pub mod tproxy;
+pub(crate) mod accept;
+pub(crate) mod http_connect;
+pub(crate) mod socks5;
+pub(crate) mod tproxy;
+
+pub use socks5::SOCKS_EARLY_DATA_WAIT;
 
 use crate::hop::{AbortCode, Hop, HopError, HopStream, StreamError, StreamEvent};
 use crate::stream::{split_verdict, StreamHeader, Target, Verdict, MAX_HEADER};
@@ -27,7 +29,7 @@ pub async fn open(
 
 /// [`open`] for a caller that gives up waiting at `deadline`: the gateway never runs the stream
 /// after it (`docs/gateway.md`, "At-most-once opens").
-pub async fn open_by(
+pub(crate) async fn open_by(
     hop: &Hop,
     target: &Target,
     early: &[u8],
@@ -61,17 +63,9 @@ pub async fn open_by(
 /// Terminal side: opens a stream to `target` carrying the header and `early` client bytes, without
 /// waiting for the gateway's verdict: the stream's first byte, when it comes, is the verdict
 /// ([`crate::splice::splice_before_verdict`] reads it).
-pub async fn open_unverified(
-    hop: &Hop,
-    target: &Target,
-    early: &[u8],
-    client: Option<SocketAddr>,
-) -> Result<HopStream, Verdict> {
-    open_unverified_by(hop, target, early, client, None).await
-}
-
-/// [`open_unverified`] for a caller that gives up on the verdict at `deadline`. The header has
-/// a deadline field, which the hop fills in the gateway's clock (`docs/gateway.md`,
+///
+/// `deadline` is when the caller gives up on the verdict (`None`: never). The header has a
+/// deadline field, which the hop fills in the gateway's clock (`docs/gateway.md`,
 /// "At-most-once opens"). A tunnel that is down refuses at once: network unreachable.
 pub async fn open_unverified_by(
     hop: &Hop,

@@ -30,7 +30,7 @@ const SOCKS_MAX_EARLY: usize = 4096;
 /// satellite round trip before the request is on its way — but a connect that then fails can
 /// only be reported by resetting the client's connection (as for TPROXY), not with a SOCKS5
 /// error code (`docs/gateway.md`, "SOCKS5 fast open").
-pub async fn serve_socks(
+pub(crate) async fn serve_socks(
     listener: TcpListener,
     hop: Arc<Hop>,
     auth: Arc<SocksAuth>,

@@ -34,7 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// How long the terminal waits for a client's first bytes before opening the stream without
 /// them. Short against a satellite round trip; protocols where the server speaks first (SSH,
 /// SMTP) pay it once per connection.
-pub const EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
+pub(crate) const EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
 /// Most client bytes carried with the header.
 const MAX_EARLY: usize = 4096;
 /// Connections waiting to be accepted.
@@ -53,7 +53,7 @@ pub enum TproxyError {
 
 /// A non-blocking listening socket on `addr` with the transparent option set, ready for
 /// `tokio::net::TcpListener::from_std`. An unspecified IPv6 address listens on both families.
-pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, TproxyError> {
+pub(crate) fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, TproxyError> {
     let domain = if addr.is_ipv6() {
         Domain::IPV6
     } else {
@@ -74,7 +74,7 @@ pub fn bind_transparent(addr: SocketAddr) -> Result<std::net::TcpListener, Tprox
 }
 
 /// The address the client of a transparently accepted connection wanted to reach.
-pub fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
+pub(crate) fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
     tcp.local_addr().map(canonical_addr)
 }
 
@@ -82,7 +82,7 @@ pub fn original_destination(tcp: &TcpStream) -> io::Result<SocketAddr> {
 /// [`bind_transparent`]), each relayed across `hop` to its original destination, admitting each
 /// connection against the limits of `ops` (a refused client
 /// is reset), counting into its metrics, closing idle connections, until `ops` drains.
-pub async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
+pub(crate) async fn serve_tproxy(listener: TcpListener, hop: Arc<Hop>, ops: Arc<Ops>) {
     let own = listener.local_addr().ok().map(canonical_addr);
     while let Some((tcp, peer, admitted)) = terminal::accept::next_client(&listener, &ops).await {
         match admitted {

@@ -147,7 +147,7 @@ impl Initiator {
     }
 
     /// Data datagrams sealed and opened on the current session.
-    pub fn session_messages(&self) -> u64 {
+    pub(crate) fn session_messages(&self) -> u64 {
         self.session.as_ref().map_or(0, Session::messages)
     }
 
@@ -244,7 +244,7 @@ impl Initiator {
     }
 
     /// Our index: the one the gateway writes in its datagrams to us.
-    pub fn index(&self) -> u32 {
+    pub(crate) fn index(&self) -> u32 {
         self.index
     }
 
@@ -257,7 +257,7 @@ impl Initiator {
     }
 
     /// Once established: the gateway's instance and clock from its response.
-    pub fn gateway_info(&self) -> Option<GatewayInfo> {
+    pub(crate) fn gateway_info(&self) -> Option<GatewayInfo> {
         self.gateway
     }
 

@@ -74,7 +74,7 @@
 mod initiator;
 mod key_table;
 pub(crate) mod log_limit;
-pub mod replay;
+pub(crate) mod replay;
 mod responder;
 mod session;
 pub mod wire;
@@ -82,7 +82,8 @@ pub mod wire;
 pub use initiator::{GatewayInfo, Initiator};
 pub use key_table::KeyTable;
 pub use responder::{Responder, ResponderConfig, REVOKED_LINGER};
-pub use wire::{DATA_OVERHEAD, INITIATION_LEN, MAX_PAYLOAD, RESPONSE_LEN};
+pub use wire::DATA_OVERHEAD;
+pub(crate) use wire::MAX_PAYLOAD;
 
 use thiserror::Error;
 
@@ -94,9 +95,9 @@ pub const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 pub const NOISE_PATTERN_AESGCM: &str = "Noise_IK_25519_AESGCM_BLAKE2s";
 /// Mixed into every handshake (followed by the initiator's index). Version 2: the response
 /// carries the gateway's instance and clock, and the unknown-session notice exists.
-pub const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
+pub(crate) const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
 /// Nonces from this value on are neither sent nor accepted.
-pub const REJECT_AFTER_MESSAGES: u64 = 1 << 60;
+pub(crate) const REJECT_AFTER_MESSAGES: u64 = 1 << 60;
 
 pub(crate) fn noise_params() -> Result<snow::params::NoiseParams, Error> {
     noise_params_for(Cipher::ChaCha20Poly1305)

@@ -3,7 +3,7 @@
 //! [`WINDOW`] − 1 below the highest nonce accepted so far. Fixed size, no allocation.
 
 /// How far behind the highest accepted nonce a datagram may still arrive (reordering tolerance).
-pub const WINDOW: u64 = 2048;
+pub(crate) const WINDOW: u64 = 2048;
 
 const WORD_BITS: u64 = 64;
 /// One word more than the window, so advancing never clears bits still inside it.
@@ -11,7 +11,7 @@ const WORDS: usize = (WINDOW / WORD_BITS) as usize + 1;
 const RING_BITS: u64 = WORDS as u64 * WORD_BITS;
 
 #[derive(Debug, Clone)]
-pub struct ReplayWindow {
+pub(crate) struct ReplayWindow {
     /// Highest nonce accepted so far (0 before any; nonce 0 is still accepted once).
     top: u64,
     bits: [u64; WORDS],
@@ -33,7 +33,7 @@ impl ReplayWindow {
     }
 
     /// Would `n` be accepted? Does not change the window: call before authenticating.
-    pub fn check(&self, n: u64) -> bool {
+    pub(crate) fn check(&self, n: u64) -> bool {
         if n > self.top {
             return true;
         }
@@ -46,7 +46,7 @@ impl ReplayWindow {
 
     /// Records `n` as seen; call only after the datagram authenticated. Returns false (and changes
     /// nothing) if `n` is a replay or too old.
-    pub fn update(&mut self, n: u64) -> bool {
+    pub(crate) fn update(&mut self, n: u64) -> bool {
         if !self.check(n) {
             return false;
         }

@@ -47,7 +47,7 @@ impl Default for ResponderConfig {
 
 impl ResponderConfig {
     /// Rejects values that would make the responder useless, naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.max_sessions == 0 {
             return Err("max_sessions must be at least 1".into());
         }
@@ -227,7 +227,7 @@ impl Responder {
     }
 
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
-    pub fn set_wall_clock(&mut self, at_zero_ns: u64) {
+    pub(crate) fn set_wall_clock(&mut self, at_zero_ns: u64) {
         self.wall_clock_at_zero_ns = at_zero_ns;
     }
 
@@ -237,7 +237,7 @@ impl Responder {
     }
 
     /// The key of the last initiation refused because it is not on the allow-list.
-    pub fn rejected_key(&self) -> Option<PublicKey> {
+    pub(crate) fn rejected_key(&self) -> Option<PublicKey> {
         self.rejected_key
     }
 
@@ -333,7 +333,7 @@ impl Responder {
     }
 
     /// Removes a session (and its address mapping).
-    pub fn remove_session(&mut self, session: u32) {
+    pub(crate) fn remove_session(&mut self, session: u32) {
         if let Some(e) = self.sessions.remove(&session) {
             self.keys.forget(&e.peer, session);
             if self.by_addr.get(&e.addr) == Some(&session) {

@@ -25,22 +25,22 @@ pub const TYPE_UNKNOWN_SESSION: u8 = 4;
 pub const UNKNOWN_SESSION_LEN: usize = 5;
 
 /// Noise IK message 1: ephemeral (32) + encrypted static (32 + 16) + encrypted 8-byte timestamp (8 + 16).
-pub const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
+pub(crate) const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
 /// The response's encrypted payload: the responder's index (4), its instance (8: random at the
 /// gateway's start, so a terminal tells a restarted gateway from the one it knew) and its clock
 /// (8: ns since the Unix epoch when the response was made).
-pub const RESPONSE_PAYLOAD_LEN: usize = 4 + 8 + 8;
+pub(crate) const RESPONSE_PAYLOAD_LEN: usize = 4 + 8 + 8;
 /// Noise IK message 2: ephemeral (32) + encrypted payload (20 + 16).
-pub const RESPONSE_NOISE_LEN: usize = 32 + RESPONSE_PAYLOAD_LEN + 16;
-pub const INITIATION_LEN: usize = 1 + 4 + INITIATION_NOISE_LEN;
-pub const RESPONSE_LEN: usize = 1 + 4 + RESPONSE_NOISE_LEN;
-pub const DATA_HEADER_LEN: usize = 1 + 4 + 8;
+pub(crate) const RESPONSE_NOISE_LEN: usize = 32 + RESPONSE_PAYLOAD_LEN + 16;
+pub(crate) const INITIATION_LEN: usize = 1 + 4 + INITIATION_NOISE_LEN;
+pub(crate) const RESPONSE_LEN: usize = 1 + 4 + RESPONSE_NOISE_LEN;
+pub(crate) const DATA_HEADER_LEN: usize = 1 + 4 + 8;
 /// AEAD tag length (ChaCha20-Poly1305).
-pub const TAG_LEN: usize = 16;
+pub(crate) const TAG_LEN: usize = 16;
 /// Bytes a data datagram adds to the STP datagram it carries.
 pub const DATA_OVERHEAD: usize = DATA_HEADER_LEN + TAG_LEN;
 /// Largest STP datagram a data datagram can carry (Noise's 65535-byte message limit).
-pub const MAX_PAYLOAD: usize = 65535 - TAG_LEN;
+pub(crate) const MAX_PAYLOAD: usize = 65535 - TAG_LEN;
 
 use super::Cipher;
 
@@ -100,7 +100,7 @@ fn be64(b: &[u8]) -> Option<u64> {
 
 impl<'a> Packet<'a> {
     /// Splits a datagram; `None` if its type is unknown or its length wrong for its type.
-    pub fn parse(d: &'a [u8]) -> Option<Packet<'a>> {
+    pub(crate) fn parse(d: &'a [u8]) -> Option<Packet<'a>> {
         let (&ty, rest) = d.split_first()?;
         let index = be32(rest)?;
         let body = rest.get(4..)?;
@@ -142,7 +142,7 @@ impl<'a> Packet<'a> {
 }
 
 /// Writes a type and an index: the first five bytes of every datagram.
-pub fn emit_header(out: &mut Vec<u8>, ty: u8, index: u32) {
+pub(crate) fn emit_header(out: &mut Vec<u8>, ty: u8, index: u32) {
     out.push(ty);
     out.extend_from_slice(&index.to_be_bytes());
 }

@@ -266,7 +266,7 @@ pub fn gateway_hop(
 /// out after 5 s), each in its own task. Takes the hop's `incoming`; the hop stays with the
 /// caller, which can read its status.
 pub fn relay_incoming(hop: &mut Hop, policy: Arc<Policy>) {
-    let mut incoming = pep::gateway::serve::take_incoming(hop);
+    let mut incoming = hop.take_incoming();
     let options = ConnectOptions::new(Duration::from_secs(5));
     tokio::spawn(async move {
         while let Some(stream) = incoming.recv().await {

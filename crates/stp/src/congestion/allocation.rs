@@ -51,6 +51,7 @@ impl AllocationController {
     }
 
     /// Window reductions caused by RTT samples above the floor.
+    #[cfg(test)]
     pub fn delay_reductions(&self) -> u64 {
         self.delay_reductions
     }

@@ -69,6 +69,7 @@ impl WindowController {
     }
 
     /// Window reductions caused by RTT samples above the floor.
+    #[cfg(test)]
     pub fn delay_reductions(&self) -> u64 {
         self.delay_reductions
     }
