@@ -87,6 +87,17 @@ pub(crate) struct Admitted {
     pub other_addrs: Vec<SocketAddr>,
 }
 
+/// The addresses other than `addr` that `sessions` come from, each once, oldest session's first.
+fn other_addresses(sessions: &VecDeque<Held>, addr: SocketAddr) -> Vec<SocketAddr> {
+    let mut others: Vec<SocketAddr> = Vec::new();
+    for h in sessions {
+        if h.addr != addr && !others.contains(&h.addr) {
+            others.push(h.addr);
+        }
+    }
+    others
+}
+
 /// One worker's handle on the [`KeyTable`].
 pub(crate) struct Worker {
     table: Arc<KeyTable>,
@@ -148,28 +159,20 @@ impl Worker {
         }
         // Other tunnels of the key: at most `limit` addresses with this one.
         loop {
-            let mut others: Vec<SocketAddr> = Vec::new();
-            for h in &state.sessions {
-                if h.addr != addr && !others.contains(&h.addr) {
-                    others.push(h.addr);
-                }
-            }
+            let others = other_addresses(&state.sessions, addr);
             if others.len() < limit.max(1) {
                 break;
             }
             // The oldest session's address first (sessions are kept oldest first).
-            let gone = others[0];
+            let Some(&gone) = others.first() else {
+                break;
+            };
             let (out, kept): (VecDeque<Held>, VecDeque<Held>) =
                 state.sessions.drain(..).partition(|h| h.addr == gone);
             state.sessions = kept;
             evicted.extend(out);
         }
-        let mut other_addrs: Vec<SocketAddr> = Vec::new();
-        for h in &state.sessions {
-            if h.addr != addr && !other_addrs.contains(&h.addr) {
-                other_addrs.push(h.addr);
-            }
-        }
+        let other_addrs = other_addresses(&state.sessions, addr);
         state.sessions.push_back(Held {
             worker: self.id,
             index,
