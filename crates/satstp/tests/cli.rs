@@ -367,9 +367,12 @@ fn sim_replicates_until_the_rule_and_reports_99_percent_intervals() {
 fn closed_pipe() -> std::process::Stdio {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe() fills two descriptors we then own; the read end is closed at once.
+    // SAFETY: pipe2() fills two descriptors we then own; the read end is closed at once. Both
+    // are close-on-exec: a child another test thread spawns in between must not inherit the
+    // read end, or the pipe stays open and the write this test expects to fail succeeds (seen
+    // in CI: `leo list` exited 0).
     unsafe {
-        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
         libc::close(fds[0]);
         std::process::Stdio::from(OwnedFd::from_raw_fd(fds[1]))
     }
