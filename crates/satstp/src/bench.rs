@@ -103,6 +103,7 @@ fn engine(args: &EngineArgs) -> Result<()> {
             "control_datagrams": r.control_datagrams,
             "idle_rss_kib": r.idle_rss_kib,
             "idle_bytes_per_connection": r.idle_per_conn(args.idle),
+            "idle_bytes_per_end": r.idle_per_end(args.idle),
         });
         crate::outpath::write_json(&args.json, &v)?;
     }
@@ -125,9 +126,9 @@ fn engine(args: &EngineArgs) -> Result<()> {
             r.control_datagrams,
             r.datagrams
         );
-        if let Some(b) = r.idle_per_conn(args.idle) {
+        if let (Some(b), Some(e)) = (r.idle_per_conn(args.idle), r.idle_per_end(args.idle)) {
             outln!(
-                "  idle connections' memory {} KiB resident: {b:.0} bytes per connection (its two ends, initiator and responder)",
+                "  idle connections' memory {} KiB resident: {b:.0} bytes per connection (its two ends, initiator and responder), {e:.0} bytes per end",
                 r.idle_rss_kib
             );
         }

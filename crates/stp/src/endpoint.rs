@@ -56,6 +56,8 @@ struct ClosedEntry {
 struct Slot {
     conn: Connection,
     key: Key,
+    /// This connection's entry in `Endpoint::deadlines`, if it has one.
+    deadline: Option<Instant>,
 }
 
 /// Hashes [`ConnectionHandle`]s with one multiplication (Fx-style) instead of SipHash. Handles are
@@ -82,6 +84,9 @@ impl Hasher for HandleHasher {
 
 /// A map keyed by connection handle.
 type HandleMap<V> = HashMap<ConnectionHandle, V, BuildHasherDefault<HandleHasher>>;
+
+/// Entries the accept queue keeps room for once drained.
+const ACCEPT_QUEUE_KEPT: usize = 16;
 
 /// Most stateless answers queued at once.
 const MAX_STATELESS_QUEUE: usize = 1024;
@@ -110,9 +115,9 @@ pub struct Endpoint {
     eventful: BTreeSet<ConnectionHandle>,
     /// The handle served last by `poll_transmit` (round robin).
     cursor: u64,
-    /// Every connection's next deadline, ordered; recomputed only for connections in `dirty`.
+    /// Every connection's next deadline, ordered (each also in its slot); recomputed only for
+    /// connections in `dirty`.
     deadlines: BTreeSet<(Instant, ConnectionHandle)>,
-    deadline_of: HandleMap<Instant>,
     /// Connections whose deadline may have changed since it was last computed.
     dirty: BTreeSet<ConnectionHandle>,
     accept_queue: VecDeque<ConnectionHandle>,
@@ -150,7 +155,6 @@ impl Endpoint {
             eventful: BTreeSet::new(),
             cursor: 0,
             deadlines: BTreeSet::new(),
-            deadline_of: HandleMap::default(),
             dirty: BTreeSet::new(),
             accept_queue: VecDeque::new(),
             closed: HashMap::new(),
@@ -224,7 +228,14 @@ impl Endpoint {
         self.next_handle += 1;
         self.recent = None;
         self.by_key.insert(key, h);
-        self.conns.insert(h, Box::new(Slot { conn, key }));
+        self.conns.insert(
+            h,
+            Box::new(Slot {
+                conn,
+                key,
+                deadline: None,
+            }),
+        );
         self.touch(h);
         h
     }
@@ -236,6 +247,8 @@ impl Endpoint {
                 return Some(h);
             }
         }
+        // Drained: give back what a burst of BGNs grew the queue to.
+        self.accept_queue.shrink_to(ACCEPT_QUEUE_KEPT);
         None
     }
 
@@ -255,19 +268,25 @@ impl Endpoint {
         self.dirty.insert(h);
     }
 
-    fn set_deadline(&mut self, h: ConnectionHandle, t: Option<Instant>) {
+    /// Records `t` as the deadline of the connection in `slot` (handle `h`).
+    fn set_deadline(
+        deadlines: &mut BTreeSet<(Instant, ConnectionHandle)>,
+        slot: &mut Slot,
+        h: ConnectionHandle,
+        t: Option<Instant>,
+    ) {
         // Unchanged: leave the ordered set alone (with many connections an update walks a deep
         // tree, and a busy connection's next deadline often stays put between datagrams).
-        if self.deadline_of.get(&h) == t.as_ref() {
+        if slot.deadline == t {
             return;
         }
-        if let Some(old) = self.deadline_of.remove(&h) {
-            self.deadlines.remove(&(old, h));
+        if let Some(old) = slot.deadline {
+            deadlines.remove(&(old, h));
         }
         if let Some(t) = t {
-            self.deadline_of.insert(h, t);
-            self.deadlines.insert((t, h));
+            deadlines.insert((t, h));
         }
+        slot.deadline = t;
     }
 
     /// The peer address of a connection.
@@ -509,11 +528,12 @@ impl Endpoint {
     /// The earliest instant at which `handle_timeout` (then `poll_transmit`) is needed.
     pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
         while let Some(h) = self.dirty.pop_first() {
-            let t = self
-                .conns
-                .get_mut(&h)
-                .and_then(|s| s.conn.poll_timeout(now));
-            self.set_deadline(h, t);
+            // A connection no longer held took its deadline with it (`reap_if_drained`).
+            let Some(slot) = self.conns.get_mut(&h) else {
+                continue;
+            };
+            let t = slot.conn.poll_timeout(now);
+            Self::set_deadline(&mut self.deadlines, slot, h, t);
         }
         if !self.stateless.is_empty() {
             return Some(now);
@@ -530,8 +550,9 @@ impl Endpoint {
             if t > now {
                 break;
             }
-            self.set_deadline(h, None);
+            self.deadlines.pop_first();
             if let Some(slot) = self.conns.get_mut(&h) {
+                slot.deadline = None;
                 slot.conn.handle_timeout(now);
                 due.push(h);
             }
@@ -558,7 +579,9 @@ impl Endpoint {
         self.active.remove(&h);
         self.eventful.remove(&h);
         self.dirty.remove(&h);
-        self.set_deadline(h, None);
+        if let Some(t) = slot.deadline {
+            self.deadlines.remove(&(t, h));
+        }
         self.stats.closed.add(&slot.conn.stats());
         self.remember_closed(now, slot.key, &slot.conn);
         self.expire_closed(now);

@@ -13,7 +13,8 @@ pub struct Pacer {
     capacity: f64,
     min_capacity: f64,
     last: Instant,
-    granularity: Duration,
+    /// The timer granularity in nanoseconds (8 bytes where a `Duration` takes 16).
+    granularity_ns: u64,
 }
 
 impl Pacer {
@@ -26,7 +27,7 @@ impl Pacer {
             capacity: initial_burst.max(min_capacity) as f64,
             min_capacity: min_capacity as f64,
             last: now,
-            granularity,
+            granularity_ns: u64::try_from(granularity.as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -36,7 +37,7 @@ impl Pacer {
         self.rate = rate;
         // Two ticks of credit: a wake-up scheduled on a tick boundary that a busy driver serves
         // late (by up to a tick) then loses nothing, while a burst stays within two ticks.
-        let per_tick = rate * self.granularity.as_secs_f64();
+        let per_tick = rate * Duration::from_nanos(self.granularity_ns).as_secs_f64();
         self.capacity = (2.0 * per_tick).max(self.min_capacity);
     }
 
@@ -81,7 +82,7 @@ impl Pacer {
         }
         let missing = bytes as f64 - self.tokens;
         let wait = Duration::from_secs_f64((missing / self.rate).min(3600.0));
-        let g = self.granularity.as_nanos().max(1) as u64;
+        let g = self.granularity_ns.max(1);
         let w = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         let rounded = w.div_ceil(g).max(1).saturating_mul(g);
         now + Duration::from_nanos(rounded)

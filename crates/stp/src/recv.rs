@@ -38,17 +38,32 @@ pub struct RecvBuffer {
     next: u64,
     /// One past the highest SD received.
     highest: u64,
-    out_of_order: BTreeMap<u64, Bytes>,
-    ooo_charge: u64,
     ready: ReadyBytes,
     /// Sequence number one past the last SD, once END arrived.
     final_seq: Option<u64>,
+    max_pending: u32,
+    reorder_threshold: u32,
+    /// What only a stream with holes needs: taken when the first hole appears, given back once
+    /// no hole is left to fill or report (an in-order stream, and an idle one, hold none).
+    holes: Option<Box<Holes>>,
+}
+
+/// Out-of-order data and the bookkeeping that reports holes.
+#[derive(Debug, Default)]
+struct Holes {
+    out_of_order: BTreeMap<u64, Bytes>,
+    ooo_charge: u64,
     pending: VecDeque<PendingGap>,
-    max_pending: usize,
-    reorder_threshold: u64,
+    /// SDs accepted since this was taken (only differences with `PendingGap::seen_at` count).
     arrivals: u64,
     /// Holes ready to be reported by USTAT.
     ustats: VecDeque<(u64, u64)>,
+}
+
+impl Holes {
+    fn is_empty(&self) -> bool {
+        self.out_of_order.is_empty() && self.pending.is_empty() && self.ustats.is_empty()
+    }
 }
 
 impl RecvBuffer {
@@ -58,15 +73,11 @@ impl RecvBuffer {
             capacity,
             next: isn,
             highest: isn,
-            out_of_order: BTreeMap::new(),
-            ooo_charge: 0,
             ready: ReadyBytes::default(),
             final_seq: None,
-            pending: VecDeque::new(),
-            max_pending: max_pending as usize,
-            reorder_threshold: u64::from(reorder_threshold.max(1)),
-            arrivals: 0,
-            ustats: VecDeque::new(),
+            max_pending,
+            reorder_threshold: reorder_threshold.max(1),
+            holes: None,
         }
     }
 
@@ -85,23 +96,40 @@ impl RecvBuffer {
         self.capacity.saturating_sub(self.ready.len() as u64)
     }
 
+    /// Charged bytes of the SDs held out of order.
+    fn ooo_charge(&self) -> u64 {
+        self.holes.as_ref().map_or(0, |h| h.ooo_charge)
+    }
+
+    /// Gives the hole bookkeeping back once nothing is left in it.
+    fn release_holes(&mut self) {
+        if self.holes.as_ref().is_some_and(|h| h.is_empty()) {
+            self.holes = None;
+        }
+    }
+
     /// Asserts (debug builds) the buffer's bounds: out-of-order data is only taken within the
     /// capacity, and in all the buffer holds at most one SD beyond it (see `on_sd`).
     pub fn check_bounds(&self) {
+        let ooo_charge = self.ooo_charge();
         debug_assert!(
-            self.ooo_charge <= self.capacity,
+            ooo_charge <= self.capacity,
             "out-of-order charge {} above capacity {}",
-            self.ooo_charge,
+            ooo_charge,
             self.capacity
         );
         debug_assert!(
-            self.ready.len() as u64 + self.ooo_charge <= self.capacity + u64::from(u16::MAX),
+            self.ready.len() as u64 + ooo_charge <= self.capacity + u64::from(u16::MAX),
             "receive buffer holds {} + {} bytes, capacity {}",
             self.ready.len(),
-            self.ooo_charge,
+            ooo_charge,
             self.capacity
         );
         debug_assert!(self.next <= self.highest);
+        debug_assert!(
+            self.next == self.highest || self.holes.is_some(),
+            "a hole without its bookkeeping"
+        );
     }
 
     /// Whether every SD before the END has arrived.
@@ -128,14 +156,15 @@ impl RecvBuffer {
 
     /// Takes in SD `seq`.
     pub fn on_sd(&mut self, seq: u64, payload: &[u8]) -> Arrival {
-        if seq < self.next || self.out_of_order.contains_key(&seq) {
+        let held = |h: &Holes| h.out_of_order.contains_key(&seq);
+        if seq < self.next || self.holes.as_deref().is_some_and(held) {
             return Arrival::Duplicate;
         }
         if seq >= self.next + MAX_SEQ_SPAN || self.final_seq.is_some_and(|f| seq >= f) {
             return Arrival::OutOfRange;
         }
         let charge = sd_charge(payload.len());
-        let used = self.ready.len() as u64 + self.ooo_charge;
+        let used = self.ready.len() as u64 + self.ooo_charge();
         // The SD at the cumulative point is always admitted when the reader has room for it, so a
         // buffer full of out-of-order data cannot wedge the stream; and when nothing waits to be
         // read, whatever its size: an SD cut before the sender learned this side's limits (fast
@@ -149,56 +178,76 @@ impl RecvBuffer {
         if !fits {
             return Arrival::NoRoom;
         }
-        self.arrivals += 1;
+        if let Some(h) = self.holes.as_mut() {
+            h.arrivals += 1;
+        }
         if seq > self.highest {
-            if self.pending.len() >= self.max_pending {
-                self.pending.pop_front();
+            let h = self.holes.get_or_insert_with(|| {
+                Box::new(Holes {
+                    arrivals: 1,
+                    ..Holes::default()
+                })
+            });
+            if h.pending.len() >= self.max_pending as usize {
+                h.pending.pop_front();
             }
-            self.pending.push_back(PendingGap {
+            h.pending.push_back(PendingGap {
                 start: self.highest,
                 end: seq,
-                seen_at: self.arrivals - 1,
+                seen_at: h.arrivals - 1,
             });
         }
         self.highest = self.highest.max(seq + 1);
         if seq == self.next {
             self.ready.push(payload);
             self.next += 1;
-            while let Some(entry) = self.out_of_order.first_entry() {
-                if *entry.key() != self.next {
-                    break;
+            if let Some(h) = self.holes.as_mut() {
+                while let Some(entry) = h.out_of_order.first_entry() {
+                    if *entry.key() != self.next {
+                        break;
+                    }
+                    let data = entry.remove();
+                    h.ooo_charge -= sd_charge(data.len());
+                    self.ready.push(&data);
+                    self.next += 1;
                 }
-                let data = entry.remove();
-                self.ooo_charge -= sd_charge(data.len());
-                self.ready.push(&data);
-                self.next += 1;
             }
         } else {
-            self.ooo_charge += charge;
-            self.out_of_order
-                .insert(seq, Bytes::copy_from_slice(payload));
+            let h = self.holes.get_or_insert_with(Box::default);
+            h.ooo_charge += charge;
+            h.out_of_order.insert(seq, Bytes::copy_from_slice(payload));
         }
         self.check_pending();
+        self.release_holes();
         Arrival::New
     }
 
     fn check_pending(&mut self) {
-        while let Some(g) = self.pending.front().copied() {
+        loop {
+            let Some(h) = self.holes.as_mut() else {
+                return;
+            };
+            let Some(g) = h.pending.front().copied() else {
+                return;
+            };
             if g.end <= self.next {
-                self.pending.pop_front();
+                h.pending.pop_front();
                 continue;
             }
-            if self.arrivals - g.seen_at < self.reorder_threshold {
-                break;
+            if h.arrivals - g.seen_at < u64::from(self.reorder_threshold) {
+                return;
             }
-            self.pending.pop_front();
+            h.pending.pop_front();
             let mut missing = Vec::new();
             self.missing_in(g.start.max(self.next), g.end, usize::MAX, &mut missing);
+            let Some(h) = self.holes.as_mut() else {
+                return;
+            };
             for m in missing {
-                if self.ustats.len() >= self.max_pending {
-                    self.ustats.pop_front();
+                if h.ustats.len() >= self.max_pending as usize {
+                    h.ustats.pop_front();
                 }
-                self.ustats.push_back(m);
+                h.ustats.push_back(m);
             }
         }
     }
@@ -211,7 +260,11 @@ impl RecvBuffer {
             // Filled meanwhile (a queued USTAT range the cumulative point has passed).
             return true;
         }
-        for (&seq, _) in self.out_of_order.range(cursor..to) {
+        let held = self
+            .holes
+            .as_deref()
+            .map(|h| h.out_of_order.range(cursor..to));
+        for (&seq, _) in held.into_iter().flatten() {
             if seq > cursor {
                 if out.len() >= limit {
                     return false;
@@ -247,27 +300,34 @@ impl RecvBuffer {
     /// The next hole to report by USTAT: the first still-missing run of a queued range (the rest
     /// stays queued), dropping ranges filled meanwhile.
     pub fn pop_ustat(&mut self) -> Option<(u64, u64)> {
-        while let Some((s, e)) = self.ustats.pop_front() {
+        while let Some((s, e)) = self.holes.as_mut().and_then(|h| h.ustats.pop_front()) {
             let mut runs = Vec::with_capacity(1);
             self.missing_in(s.max(self.next), e, 1, &mut runs);
             if let Some(&(a, b)) = runs.first() {
                 if b < e {
-                    self.ustats.push_front((b, e));
+                    if let Some(h) = self.holes.as_mut() {
+                        h.ustats.push_front((b, e));
+                    }
                 }
+                self.release_holes();
                 return Some((a, b));
             }
         }
+        self.release_holes();
         None
     }
 
     /// Forgets queued USTATs (a STAT with the full gap list is going out).
     pub fn clear_ustats(&mut self) {
-        self.ustats.clear();
+        if let Some(h) = self.holes.as_mut() {
+            h.ustats.clear();
+        }
+        self.release_holes();
     }
 
     /// Whether a USTAT is queued.
     pub fn has_ustat(&self) -> bool {
-        !self.ustats.is_empty()
+        self.holes.as_ref().is_some_and(|h| !h.ustats.is_empty())
     }
 
     /// Copies readable bytes into `buf`; returns how many.

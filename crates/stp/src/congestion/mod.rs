@@ -19,19 +19,79 @@ use std::time::Duration;
 /// The controller `config` asks for, for SDs of `mss` payload bytes: the factory every
 /// connection uses (and uses again when the peer's smaller datagram limit shrinks the MSS
 /// before any acknowledgement arrived).
-pub(crate) fn new_controller(config: &Config, mss: u64) -> Box<dyn Controller> {
+pub(crate) fn new_controller(config: &Config, mss: u64) -> AnyController {
     match config.congestion {
-        CongestionMode::Window => Box::new(WindowController::from_config(config, mss)),
-        CongestionMode::Rate { rate_bps } => Box::new(RateController::new(rate_bps)),
+        CongestionMode::Window => AnyController::Window(WindowController::from_config(config, mss)),
+        CongestionMode::Rate { rate_bps } => AnyController::Rate(RateController::new(rate_bps)),
         CongestionMode::Allocated {
             rate_bps,
             max_queue_delay_ms,
-        } => Box::new(AllocationController::new(
+        } => AnyController::Allocated(Box::new(AllocationController::new(
             mss,
             rate_bps,
             Config::ms(config.initial_rtt_ms),
             Config::ms(max_queue_delay_ms),
-        )),
+        ))),
+    }
+}
+
+/// One of the controllers, held in the connection itself (no heap allocation and no indirect
+/// call for the default window controller; the allocation controller, the largest, is boxed).
+#[derive(Debug, Clone)]
+pub(crate) enum AnyController {
+    Window(WindowController),
+    Rate(RateController),
+    Allocated(Box<AllocationController>),
+}
+
+impl AnyController {
+    fn get(&self) -> &dyn Controller {
+        match self {
+            AnyController::Window(c) => c,
+            AnyController::Rate(c) => c,
+            AnyController::Allocated(c) => c.as_ref(),
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn Controller {
+        match self {
+            AnyController::Window(c) => c,
+            AnyController::Rate(c) => c,
+            AnyController::Allocated(c) => c.as_mut(),
+        }
+    }
+}
+
+impl Controller for AnyController {
+    fn on_ack(&mut self, acked: u64, app_limited: bool) {
+        match self {
+            AnyController::Window(c) => c.on_ack(acked, app_limited),
+            c => c.get_mut().on_ack(acked, app_limited),
+        }
+    }
+    fn on_loss(&mut self, sent_stamp: u32, next_stamp: u32) {
+        self.get_mut().on_loss(sent_stamp, next_stamp);
+    }
+    fn on_rtt_sample(&mut self, sample: Duration, min_rtt: Duration, sent: u32, next: u32) {
+        self.get_mut().on_rtt_sample(sample, min_rtt, sent, next);
+    }
+    fn on_unresponsive(&mut self, next_stamp: u32) {
+        self.get_mut().on_unresponsive(next_stamp);
+    }
+    fn window(&self) -> u64 {
+        match self {
+            AnyController::Window(c) => c.window(),
+            c => c.get().window(),
+        }
+    }
+    fn pacing_rate(&self, srtt: Duration) -> f64 {
+        self.get().pacing_rate(srtt)
+    }
+    fn in_slow_start(&self) -> bool {
+        self.get().in_slow_start()
+    }
+    fn ssthresh(&self) -> u64 {
+        self.get().ssthresh()
     }
 }
 

@@ -25,8 +25,9 @@ pub struct WindowController {
     avoidance_credit: u64,
     /// Stamp of the last reduction; losses of packets sent at or before it are the same episode.
     recovery_stamp: Option<u32>,
-    /// Halve when an RTT sample exceeds the smallest RTT by more than this (None: never).
-    rtt_backoff: Option<Duration>,
+    /// Halve when an RTT sample exceeds the smallest RTT by more than this many milliseconds
+    /// (None: never).
+    rtt_backoff_ms: Option<u32>,
     /// Do not pace until the first acknowledgement arrives.
     unpaced_first_flight: bool,
     /// One pacing gain for every phase (None: SLOW_START_GAIN and AVOIDANCE_GAIN).
@@ -34,7 +35,7 @@ pub struct WindowController {
     /// An acknowledgement arrived (the first flight is over).
     acked_any: bool,
     /// Reductions caused by RTT samples.
-    delay_reductions: u64,
+    delay_reductions: u32,
 }
 
 impl WindowController {
@@ -47,7 +48,7 @@ impl WindowController {
             ssthresh: u64::MAX,
             avoidance_credit: 0,
             recovery_stamp: None,
-            rtt_backoff: None,
+            rtt_backoff_ms: None,
             unpaced_first_flight: false,
             pacing_gain: None,
             acked_any: false,
@@ -59,9 +60,7 @@ impl WindowController {
     /// initial window and the two options of the configuration.
     pub fn from_config(config: &Config, mss: u64) -> Self {
         WindowController {
-            rtt_backoff: config
-                .window_rtt_backoff_ms
-                .map(|ms| Duration::from_millis(u64::from(ms))),
+            rtt_backoff_ms: config.window_rtt_backoff_ms,
             unpaced_first_flight: config.unpaced_first_flight,
             pacing_gain: config.pacing_gain,
             ..WindowController::new(mss, config.initial_window.bytes(mss))
@@ -70,7 +69,7 @@ impl WindowController {
 
     /// Window reductions caused by RTT samples above the floor.
     #[cfg(test)]
-    pub fn delay_reductions(&self) -> u64 {
+    pub fn delay_reductions(&self) -> u32 {
         self.delay_reductions
     }
 
@@ -143,7 +142,8 @@ impl Controller for WindowController {
     }
 
     fn on_rtt_sample(&mut self, sample: Duration, min_rtt: Duration, sent_stamp: u32, next: u32) {
-        if let Some(limit) = self.rtt_backoff {
+        if let Some(ms) = self.rtt_backoff_ms {
+            let limit = Duration::from_millis(u64::from(ms));
             if sample > min_rtt + limit && self.congestion_signal(sent_stamp, next) {
                 self.delay_reductions += 1;
             }

@@ -7,6 +7,7 @@ use super::polling::PollKind;
 use super::{Connection, Phase, Role, SendEnd};
 use crate::recv::RecvBuffer;
 use crate::seq::to_wire;
+use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{
     Bgn, Bgnak, End, EndAck, Gaps, Header, Packet, Poll, Stat, Ustat, BGNAK_LEN, BGN_LEN,
@@ -58,7 +59,7 @@ impl Connection {
         if !self.is_live() {
             return self.held_endak(buf);
         }
-        let mut b = PacketBuilder::new(self.header(), self.peer_max_datagram);
+        let mut b = PacketBuilder::new(self.header(), usize::from(self.peer_max_datagram));
         self.build_handshake(now, &mut b);
         self.build_feedback(now, &mut b);
         self.build_sd(now, &mut b);
@@ -245,8 +246,9 @@ impl Connection {
         );
         self.pacer.on_sent(payload.len() + HEADER_LEN);
         if retx.is_some() {
-            self.stats.retransmitted_packets += 1;
-            self.stats.retransmitted_bytes += payload.len() as u64;
+            self.stats.count(Counter::RetransmittedPackets, 1);
+            self.stats
+                .count(Counter::RetransmittedBytes, payload.len() as u64);
         } else {
             self.sds_since_poll += 1;
         }
@@ -306,10 +308,10 @@ impl Connection {
             timestamp: stamp,
         });
         if keepalive {
-            self.stats.keepalives_sent += 1;
+            self.stats.count(Counter::KeepalivesSent, 1);
         }
         if b.sd.is_some() {
-            self.stats.polls_piggybacked += 1;
+            self.stats.count(Counter::PollsPiggybacked, 1);
         }
         // A timer POLL sent early (piggybacked) keeps its scheduled slot, so piggybacking never
         // raises the POLL rate.

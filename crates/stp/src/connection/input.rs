@@ -2,10 +2,13 @@
 //! (STAT, USTAT, ENDAK: acknowledgements, losses, RTT samples) and the receiver's side of data
 //! (SDs, POLL, END), then the events they raise (spec §6.7–§6.12).
 
-use super::{Connection, ConnectionError, DatagramError, Event, Phase, Role, SendEnd, Timer};
+use super::events::EventKind;
+use super::{Connection, ConnectionError, DatagramError, Phase, Role, SendEnd, Timer};
+use crate::congestion::Controller;
 use crate::recv::{Arrival, MAX_SEQ_SPAN};
 use crate::send::SentSd;
 use crate::seq::{expand, to_wire};
+use crate::stats::Counter;
 use crate::time::{wire_at_or_before, wire_elapsed, Instant};
 use crate::wire::{
     Bgnak, End, EndAck, Packet, Poll, Rst, RstReason, Stat, Types, Ustat, SUPPORTED_VERSIONS,
@@ -125,14 +128,14 @@ impl Connection {
         let rb = self.new_recv(u64::from(ack.isn));
         self.recv = Some(rb);
         self.update_pacing(now);
-        self.events.push_back(Event::Connected);
+        self.events.push(EventKind::Connected);
     }
 
     /// Expands a cumulative point reported by the peer; `None` if it is stale or impossible.
     fn reported_cum(&mut self, wire: u32) -> Option<u64> {
         let cum = expand(wire, self.send.una())?;
         if cum > self.send.next_seq() {
-            self.stats.protocol_errors += 1;
+            self.stats.count(Counter::ProtocolErrors, 1);
             return None;
         }
         if cum < self.send.una() {
@@ -173,7 +176,7 @@ impl Connection {
         let mut covered = match expand(stat.covered_to, cum) {
             Some(c) if c >= cum => c.min(self.send.next_seq()),
             _ => {
-                self.stats.protocol_errors += 1;
+                self.stats.count(Counter::ProtocolErrors, 1);
                 malformed = true;
                 cum
             }
@@ -183,14 +186,14 @@ impl Connection {
         let mut cursor = cum;
         for (ws, we) in stat.gaps.iter() {
             let (Some(s), Some(e)) = (expand(ws, cursor), expand(we, cursor)) else {
-                self.stats.protocol_errors += 1;
+                self.stats.count(Counter::ProtocolErrors, 1);
                 covered = cursor;
                 malformed = true;
                 break;
             };
             if s < cursor || e <= s || e > covered {
                 // A malformed list: trust nothing beyond the last valid gap.
-                self.stats.protocol_errors += 1;
+                self.stats.count(Counter::ProtocolErrors, 1);
                 covered = cursor;
                 malformed = true;
                 break;
@@ -202,7 +205,7 @@ impl Connection {
                     .mark_lost(seq, |sd: &SentSd| wire_at_or_before(sd.last_stamp, echo));
                 if let Some(stamp) = lost {
                     self.controller.on_loss(stamp, next_stamp);
-                    self.stats.losses_detected += 1;
+                    self.stats.count(Counter::LossesDetected, 1);
                 }
             }
             cursor = e;
@@ -228,12 +231,12 @@ impl Connection {
         self.peer_reporting();
         let gap = expand(u.gap_start, cum).zip(expand(u.gap_end, cum));
         let Some((s, e)) = gap else {
-            self.stats.protocol_errors += 1;
+            self.stats.count(Counter::ProtocolErrors, 1);
             self.after_ack(now, acked);
             return;
         };
         if s < cum || e < s || e > self.send.next_seq() {
-            self.stats.protocol_errors += 1;
+            self.stats.count(Counter::ProtocolErrors, 1);
         } else if e > s {
             // A USTAT carries no timestamp: resend only an SD sent once, or whose last copy has
             // had a smoothed RTT to arrive.
@@ -246,7 +249,7 @@ impl Connection {
                 });
                 if let Some(stamp) = lost {
                     self.controller.on_loss(stamp, now_stamp);
-                    self.stats.losses_detected += 1;
+                    self.stats.count(Counter::LossesDetected, 1);
                 }
             }
         }
@@ -255,7 +258,7 @@ impl Connection {
 
     /// A report (STAT or USTAT) arrived: the peer is alive and the return path carries reports.
     fn peer_reporting(&mut self) {
-        self.unanswered_polls.clear();
+        self.unanswered_polls = None;
         self.collapsed_this_silence = false;
     }
 
@@ -278,18 +281,18 @@ impl Connection {
             return;
         };
         let Some(seq) = expand(wire_seq, recv.cumulative()) else {
-            self.stats.sd_discarded += 1;
+            self.stats.count(Counter::SdDiscarded, 1);
             return;
         };
         let before = recv.readable();
         match recv.on_sd(seq, payload) {
             Arrival::New => {}
             Arrival::Duplicate => {
-                self.stats.sd_duplicates += 1;
+                self.stats.count(Counter::SdDuplicates, 1);
                 return;
             }
             Arrival::NoRoom | Arrival::OutOfRange => {
-                self.stats.sd_discarded += 1;
+                self.stats.count(Counter::SdDiscarded, 1);
                 return;
             }
         }
@@ -297,7 +300,7 @@ impl Connection {
             recv.discard_readable();
         } else if recv.readable() > before && !self.readable_signalled {
             self.readable_signalled = true;
-            self.events.push_back(Event::Readable);
+            self.events.push(EventKind::Readable);
         }
         if recv.is_complete() {
             self.pending.endak = true;
@@ -308,7 +311,7 @@ impl Connection {
     fn signal_peer_finished(&mut self) {
         if !self.peer_finished_signalled {
             self.peer_finished_signalled = true;
-            self.events.push_back(Event::PeerFinished);
+            self.events.push(EventKind::PeerFinished);
         }
     }
 
@@ -326,7 +329,7 @@ impl Connection {
             }
             // An older POLL overtaken by a newer report: nothing to answer.
             Some(ns) if ns < cum => {}
-            _ => self.stats.protocol_errors += 1,
+            _ => self.stats.count(Counter::ProtocolErrors, 1),
         }
     }
 
@@ -335,11 +338,11 @@ impl Connection {
             return;
         };
         let Some(f) = expand(end.final_seq, recv.cumulative()) else {
-            self.stats.protocol_errors += 1;
+            self.stats.count(Counter::ProtocolErrors, 1);
             return;
         };
         if !recv.set_final(f) {
-            self.stats.protocol_errors += 1;
+            self.stats.count(Counter::ProtocolErrors, 1);
             return;
         }
         if recv.is_complete() {
@@ -361,7 +364,7 @@ impl Connection {
     fn signal_writable(&mut self) {
         if self.write_blocked && self.send.free_space() > 0 && self.send_end == SendEnd::Open {
             self.write_blocked = false;
-            self.events.push_back(Event::Writable);
+            self.events.push(EventKind::Writable);
         }
     }
 }

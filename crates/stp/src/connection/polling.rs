@@ -4,6 +4,8 @@
 
 use super::{Connection, Role, SendEnd};
 use crate::config::Config;
+use crate::congestion::Controller;
+use crate::stats::Counter;
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -38,18 +40,19 @@ impl Connection {
     }
 
     /// The POLL interval outside small-window mode and before any backoff: srtt / polls_per_rtt,
-    /// clamped to the configured bounds. Kept in `regular_poll` (the engine asks for it several
+    /// clamped to the configured bounds. Kept in `regular_poll_ns` (the engine asks for it several
     /// times per datagram; it changes only with srtt).
     pub(super) fn regular_poll_interval(&self) -> Duration {
-        self.regular_poll
+        Duration::from_nanos(self.regular_poll_ns)
     }
 
-    /// Recomputes `regular_poll`; called whenever srtt changes.
+    /// Recomputes `regular_poll_ns`; called whenever srtt changes.
     pub(super) fn refresh_regular_poll(&mut self) {
-        self.regular_poll = (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
+        let interval = (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
             Config::ms(self.config.min_poll_interval_ms),
             Config::ms(self.config.max_poll_interval_ms),
         );
+        self.regular_poll_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
     }
 
     /// How long a STAT may take to answer a POLL: srtt + 4·rttvar (at least the minimum POLL
@@ -60,11 +63,11 @@ impl Connection {
 
     /// POLLs sent more than an answer time ago with no STAT since.
     pub(super) fn missed_polls(&self, now: Instant) -> u32 {
-        if self.unanswered_polls.is_empty() {
+        let Some(polls) = self.unanswered_polls.as_deref() else {
             return 0;
-        }
+        };
         let answer_time = self.answer_time();
-        self.unanswered_polls
+        polls
             .iter()
             .filter(|&&t| now.saturating_duration_since(t) >= answer_time)
             .count() as u32
@@ -103,7 +106,7 @@ impl Connection {
                 PollKind::Regular,
             ));
         }
-        if !self.unanswered_polls.is_empty() {
+        if self.unanswered_polls.is_some() {
             // Nothing outstanding: repeat an unanswered keepalive only once its answer is late.
             let retry = self.poll_interval(now).max(self.answer_time());
             return Some((self.poll_anchor + retry, PollKind::Keepalive));
@@ -139,15 +142,16 @@ impl Connection {
         self.poll_anchor = now;
         self.polled_since_report = true;
         self.sds_since_poll = 0;
-        if self.unanswered_polls.len() >= MAX_TRACKED_POLLS {
-            self.unanswered_polls.pop_front();
+        let polls = self.unanswered_polls.get_or_insert_with(Box::default);
+        if polls.len() >= MAX_TRACKED_POLLS {
+            polls.pop_front();
         }
-        self.unanswered_polls.push_back(now);
+        polls.push_back(now);
         if self.missed_polls(now) >= self.config.poll_miss_threshold && !self.collapsed_this_silence
         {
             self.collapsed_this_silence = true;
             self.controller.on_unresponsive(stamp);
-            self.stats.window_collapses += 1;
+            self.stats.count(Counter::WindowCollapses, 1);
             self.update_pacing(now);
         }
     }

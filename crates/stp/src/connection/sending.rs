@@ -4,6 +4,7 @@
 
 use super::{Connection, SendEnd};
 use crate::config::CongestionMode;
+use crate::congestion::Controller;
 use crate::recv::MAX_SEQ_SPAN;
 use crate::send::sd_charge;
 use crate::time::Instant;
@@ -42,11 +43,11 @@ impl Connection {
     pub(super) fn small_window(&self) -> bool {
         matches!(self.config.congestion, CongestionMode::Window)
             && self.controller.window()
-                < u64::from(self.config.small_window_packets) * self.mss as u64
+                < u64::from(self.config.small_window_packets) * u64::from(self.mss)
     }
 
     pub(super) fn rwnd_blocked(&self) -> bool {
-        let len = self.send.next_new_len(self.mss);
+        let len = self.send.next_new_len(usize::from(self.mss));
         len > 0 && self.send.outstanding_charge() + sd_charge(len) > self.peer_rwnd
     }
 
@@ -70,7 +71,7 @@ impl Connection {
         if !matches!(self.send_end, SendEnd::Open | SendEnd::Requested) {
             return None;
         }
-        let len = self.send.next_new_len(self.mss);
+        let len = self.send.next_new_len(usize::from(self.mss));
         if len == 0 {
             return None;
         }
