@@ -143,6 +143,8 @@ fn reproduce_quick_writes_report_data_and_plots_for_every_name() {
         "acts-traffic-mix",
         "ghani-ack-every-k",
         "ghani-window-overwrite",
+        "fig4.10-ibk-fifo",
+        "fig4.5-benchmark",
         // The LEO reproductions' full runs, recorded once (`leo-network`'s full run, 100
         // flows for 200 s under four transports, took 7.4 minutes on 27 November 2026).
         "leo-pings",
