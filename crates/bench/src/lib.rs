@@ -3,7 +3,7 @@
 //! stopped, the report's data), the gateway on loopback (`bench gateway`), the gateway under a
 //! flood (`bench flood`), many held connections (`bench soak`), the STP engine alone (`bench
 //! engine`), the simulator's speed (`bench sim`), LEO routing and the constellation as a packet
-//! network (`bench leo`), the child processes they start and read, the links and commands of
+//! network (`bench leo`), the gateway, emulator and terminal on loopback (`demo`), the child processes they start and read, the links and commands of
 //! `emulate udp` / `emulate net` (a `--leo` path's too), and the error type they share. The
 //! `satstp` binary parses the flags, calls these and prints.
 //!
@@ -18,6 +18,7 @@ pub mod flood;
 pub mod gateway;
 pub mod leo;
 pub mod link;
+pub mod loopback;
 pub mod process;
 pub mod sim;
 pub mod soak;
