@@ -1,7 +1,8 @@
 //! `satstp leo …`: LEO constellations (thesis ch. 6) from the command line: the delay trace of
 //! a terminal-to-terminal path (`trace`), the presets and cities (`list`), TLEs equivalent to a
-//! preset (`tle`), and a map of satellites and ISLs (`map`). The logic is in the
-//! `constellation` crate; `--leo` of the emulators and the LEO reproductions use it too.
+//! preset (`tle`), a map of satellites and ISLs (`map`) and the forwarding state (`fstate`).
+//! The logic is in the `constellation` crate, which the emulators' `--leo` (`bench::leo::path`)
+//! and the LEO reproductions use too.
 
 pub mod bench;
 
