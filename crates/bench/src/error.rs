@@ -34,6 +34,8 @@ pub enum Error {
     #[error(transparent)]
     Scenario(#[from] netsim::scenario::ScenarioError),
     #[error(transparent)]
+    Constellation(#[from] constellation::ConstellationError),
+    #[error(transparent)]
     StpConfig(#[from] stp::ConfigError),
     #[error(transparent)]
     StpConnect(#[from] stp::ConnectError),

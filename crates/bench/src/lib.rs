@@ -2,8 +2,9 @@
 //! over the emulated satellite link (`satstp bench link`: measuring, the daemons started and
 //! stopped, the report's data), the gateway on loopback (`bench gateway`), the gateway under a
 //! flood (`bench flood`), many held connections (`bench soak`), the STP engine alone (`bench
-//! engine`), the simulator's speed (`bench sim`), the child processes they start and read, the
-//! links and commands of `emulate udp` / `emulate net`, and the error type they share. The
+//! engine`), the simulator's speed (`bench sim`), LEO routing and the constellation as a packet
+//! network (`bench leo`), the gateway, emulator and terminal on loopback (`demo`), the child processes they start and read, the links and commands of
+//! `emulate udp` / `emulate net` (a `--leo` path's too), and the error type they share. The
 //! `satstp` binary parses the flags, calls these and prints.
 //!
 //! The crate sits above `pep`, `linkem`, `loadgen` and `browser` (it drives all four), which is
@@ -15,7 +16,9 @@ pub mod emulate;
 pub mod engine;
 pub mod flood;
 pub mod gateway;
+pub mod leo;
 pub mod link;
+pub mod loopback;
 pub mod process;
 pub mod sim;
 pub mod soak;

@@ -8,7 +8,7 @@
 //! hop. Written as CSV lines of the entries that changed since the previous step (all of them at
 //! the first), the compact form `satstp leo fstate` documents (docs/leo.md).
 
-use crate::geo::Vec3;
+use crate::geo::{Place, Vec3};
 use crate::ground::{choose, visible, AttachPolicy};
 use crate::routing::{Router, Weight};
 use crate::topology::{Constellation, Snapshot};
@@ -188,6 +188,44 @@ impl FstateComputer {
 
 /// The CSV header line of [`ForwardingState::write_changes`].
 pub const CSV_HEADER: &str = "time_ns,node,destination,next_hop";
+
+/// The node ids of a [`run`] as CSV, `id,kind,name,lat_deg,lon_deg`: the satellites (named
+/// `P<plane>-S<index>` for a Walker shell, by their TLE names otherwise) at their positions at
+/// orbit time `t_s`, then the ground stations. Commas in names become spaces.
+pub fn nodes_csv(c: &Constellation, stations: &[Place], t_s: f64) -> String {
+    use std::fmt::Write as _;
+    let snap = c.snapshot(t_s);
+    let mut t = String::from("id,kind,name,lat_deg,lon_deg\n");
+    for i in 0..snap.len() {
+        let name = match c {
+            Constellation::Walker(sh) => format!(
+                "P{}-S{}",
+                i as u32 / sh.sats_per_plane,
+                i as u32 % sh.sats_per_plane
+            ),
+            Constellation::Tle(ts) => ts
+                .satellites
+                .get(i)
+                .map_or_else(|| format!("S{i}"), |s| s.name.replace(',', " ")),
+        };
+        let _ = writeln!(
+            t,
+            "{i},satellite,{name},{:.4},{:.4}",
+            snap.lat_deg[i], snap.lon_deg[i]
+        );
+    }
+    for (k, p) in stations.iter().enumerate() {
+        let _ = writeln!(
+            t,
+            "{},station,{},{},{}",
+            snap.len() + k,
+            p.name.replace(',', " "),
+            p.lat_deg,
+            p.lon_deg
+        );
+    }
+    t
+}
 
 /// Totals of a [`run`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -413,6 +451,41 @@ mod tests {
             h.gs_delay_ns.iter().filter(|&&d| d != u64::MAX).sum(),
         );
         assert!(dj < dh, "joint {dj} ns, highest {dh} ns summed over pairs");
+    }
+
+    #[test]
+    fn nodes_are_the_satellites_then_the_stations() {
+        let c = Constellation::preset("iridium").unwrap();
+        let mut home = place("London").unwrap();
+        home.name = "Home, sweet".into();
+        let t = nodes_csv(&c, &[home, place("Tokyo").unwrap()], 0.0);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 1 + 66 + 2);
+        assert_eq!(lines[0], "id,kind,name,lat_deg,lon_deg");
+        // Iridium: 6 planes of 11; satellite 12 is the second of the second plane.
+        assert!(
+            lines[13].starts_with("12,satellite,P1-S1,"),
+            "{}",
+            lines[13]
+        );
+        let snap = c.snapshot(0.0);
+        assert_eq!(
+            lines[1],
+            format!(
+                "0,satellite,P0-S0,{:.4},{:.4}",
+                snap.lat_deg[0], snap.lon_deg[0]
+            )
+        );
+        assert!(
+            lines[67].starts_with("66,station,Home  sweet,51.5"),
+            "{}",
+            lines[67]
+        );
+        assert!(
+            lines[68].starts_with("67,station,Tokyo,35.6"),
+            "{}",
+            lines[68]
+        );
     }
 
     #[test]

@@ -6,25 +6,18 @@
 //!
 //! Both hop sides are sized from the profile's allocation exactly as the daemons size them from
 //! `up_rate_bps`, `down_rate_bps` and `rtt_ms` in their configuration files
-//! (`pep::sizing::HopLink`). `--engine` runs the older engine-only demo instead (virtual time,
-//! `demo_engine.rs`).
+//! (`pep::sizing::HopLink`; the stack is `bench::loopback`'s). `--engine` runs the older
+//! engine-only demo instead (virtual time, `demo_engine.rs`).
 
 use anyhow::{bail, Context, Result};
+use bench::loopback::{ceiling, header_share, Stack};
 use clap::Args;
-use linkem::{EmulatorConfig, Profile, UdpEmulator};
+use linkem::Profile;
 use loadgen::client::{Client, Route};
 use loadgen::origin::Origin;
 use loadgen::page::{self, Style};
 use netsim::units::parse_bytes;
-use pep::gateway::policy::{Policy, PolicyConfig};
-use pep::keys::generate_keypair;
-use pep::sizing::HopLink;
-use pep::socks::SocksAuth;
-use pep::stack::{SocksListener, StpHop, TerminalHop};
-use pep::{GatewayOptions, TerminalOptions};
 use rand_core::SeedableRng;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
@@ -216,7 +209,7 @@ async fn demo(
         "    during the large object the uplink carried {up} bytes, {:.3} % of the downlink's {down}",
         100.0 * up as f64 / down.max(1) as f64
     );
-    if let Some(stp) = stack.gateway_status().await.and_then(|st| st.stp) {
+    if let Some(stp) = stack.gateway.status().await.and_then(|st| st.stp) {
         let t = &stp.totals;
         let get = |ty| t.packets_sent.get(ty);
         use stp::wire::Types;
@@ -234,108 +227,4 @@ async fn demo(
     );
     stack.emulator.shutdown().await;
     Ok(())
-}
-
-/// The best goodput fraction of the downlink for one object: the request's round trip, then the
-/// object at the payload share of the link.
-fn ceiling(size: u64, down_bps: u64, rtt_ns: u64) -> f64 {
-    let payload_rate = down_bps as f64 * (1.0 - header_share()) * pep::sizing::SHAPER_SHARE;
-    let secs = rtt_ns as f64 / 1e9 + size as f64 * 8.0 / payload_rate;
-    size as f64 * 8.0 / secs / down_bps as f64
-}
-
-/// Share of a full SD's bytes on the link that is not payload (STP header, tunnel, UDP, IPv4),
-/// with the hop's datagram size.
-fn header_share() -> f64 {
-    let payload = pep::sizing::hop_stp_defaults(false).max_payload() as f64;
-    let headers =
-        stp::wire::HEADER_LEN + pep::tunnel::wire::DATA_OVERHEAD + pep::hop::IPV4_UDP_OVERHEAD;
-    headers as f64 / (payload + headers as f64)
-}
-
-/// Terminal, emulator and gateway, wired together on loopback.
-struct Stack {
-    socks: SocketAddr,
-    emulator: linkem::EmulatorHandle,
-    gateway: pep::Gateway,
-}
-
-impl Stack {
-    async fn start(
-        profile: Profile,
-        down_bps: u64,
-        up_bps: u64,
-        rtt_ms: u32,
-        seed: u64,
-        fast_open: bool,
-    ) -> Result<Stack> {
-        let (terminal_key, terminal_pub) = generate_keypair()?;
-        let (gateway_key, gateway_pub) = generate_keypair()?;
-        let gw_link = HopLink {
-            send_rate_bps: down_bps,
-            recv_rate_bps: up_bps,
-            rtt_ms,
-        };
-        let term_link = HopLink {
-            send_rate_bps: up_bps,
-            recv_rate_bps: down_bps,
-            rtt_ms,
-        };
-        // The origin is on loopback, which a gateway denies by default: allow it explicitly.
-        let policy = Arc::new(
-            Policy::new(PolicyConfig {
-                allow: vec!["127.0.0.0/8".into()],
-                deny: vec![],
-                allow_private: false,
-                own_addresses: vec![],
-            })
-            .map_err(anyhow::Error::msg)?,
-        );
-        let mut g = GatewayOptions::new(
-            gateway_key,
-            vec![terminal_pub],
-            "127.0.0.1:0".parse()?,
-            StpHop::sized(gw_link, false, seed.wrapping_add(2)),
-            gw_link.relay_buffer_bytes(),
-            policy,
-            Duration::from_secs(30),
-        );
-        g.responder_seed = seed ^ 0x5eed;
-        let gateway = pep::Gateway::start(g).await?;
-        let (up, down) = profile.links();
-        let emulator = UdpEmulator::start(EmulatorConfig {
-            listen: "127.0.0.1:0".parse()?,
-            to: gateway.hop_addr(),
-            up,
-            down,
-            seed,
-        })
-        .await?;
-        let mut stp = StpHop::sized(term_link, false, seed.wrapping_add(1));
-        stp.bind = Some("127.0.0.1:0".parse()?);
-        let mut t = TerminalOptions::new(
-            terminal_key,
-            emulator.local_addr(),
-            gateway_pub,
-            TerminalHop::Stp(Box::new(stp)),
-            term_link.relay_buffer_bytes(),
-        );
-        t.socks = Some(SocksListener {
-            listen: "127.0.0.1:0".parse()?,
-            auth: SocksAuth::None,
-            fast_open,
-        });
-        let terminal = pep::Terminal::start(t).await?;
-        Ok(Stack {
-            socks: terminal
-                .socks_addr()
-                .context("the terminal's SOCKS5 listener")?,
-            emulator,
-            gateway,
-        })
-    }
-
-    async fn gateway_status(&self) -> Option<pep::hop::HopStatus> {
-        self.gateway.status().await
-    }
 }

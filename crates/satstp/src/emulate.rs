@@ -133,13 +133,9 @@ pub fn leo_path(spec: Option<&str>, duration_ns: Option<u64>) -> Result<Option<L
     let Some(spec) = spec else {
         return Ok(None);
     };
-    let l = crate::leo::leo_link(spec, duration_ns.map(|d| d as f64 / 1e9))?;
-    outln!("LEO path {}", l.summary);
-    Ok(Some(LeoPath {
-        delay: l.delay,
-        outages: l.outages,
-        gsl_rate_bps: l.gsl_rate_bps,
-    }))
+    let (path, summary) = bench::leo::path(spec, duration_ns.map(|d| d as f64 / 1e9))?;
+    outln!("LEO path {summary}");
+    Ok(Some(path))
 }
 
 fn udp(args: &UdpArgs) -> Result<()> {

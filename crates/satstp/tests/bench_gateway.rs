@@ -1,30 +1,23 @@
 //! `satstp bench gateway` runs end to end on loopback and reports positive figures, the CPU
 //! time of the terminal, the gateway (each its own process) and the load generator apart.
 
-use std::process::Command;
+mod common;
+
+use common::{fails, ok, satstp};
+
+/// `satstp bench gateway --json` with `args`: its JSON report.
+fn bench_gateway(args: &[&str]) -> serde_json::Value {
+    let out = ok(satstp()
+        .args(["bench", "gateway", "--json"])
+        .args(args)
+        .output()
+        .unwrap());
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
 
 #[test]
 fn bench_gateway_json_has_positive_figures() {
-    let out = Command::new(env!("CARGO_BIN_EXE_satstp"))
-        .args([
-            "bench",
-            "gateway",
-            "--json",
-            "--bytes",
-            "20MB",
-            "--parallel",
-            "4",
-            "--idle",
-            "20",
-        ])
-        .output()
-        .expect("run satstp");
-    assert!(
-        out.status.success(),
-        "satstp bench gateway failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = bench_gateway(&["--bytes", "20MB", "--parallel", "4", "--idle", "20"]);
     for field in [
         "single_flow_gbps",
         "parallel_gbps",
@@ -65,42 +58,25 @@ fn bench_gateway_json_has_positive_figures() {
 /// gateway of two workers carry the parallel run; the gateway counted the three sessions.
 #[test]
 fn bench_gateway_with_workers_and_several_terminals() {
-    let out = Command::new(env!("CARGO_BIN_EXE_satstp"))
-        .args([
-            "bench",
-            "gateway",
-            "--json",
-            "--bytes",
-            "6MB",
-            "--parallel",
-            "6",
-            "--idle",
-            "10",
-            "--workers",
-            "2",
-            "--terminals",
-            "3",
-        ])
-        .output()
-        .expect("run satstp");
-    assert!(
-        out.status.success(),
-        "satstp bench gateway failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = bench_gateway(&[
+        "--bytes",
+        "6MB",
+        "--parallel",
+        "6",
+        "--idle",
+        "10",
+        "--workers",
+        "2",
+        "--terminals",
+        "3",
+    ]);
     assert_eq!(v["workers"].as_u64(), Some(2));
     assert_eq!(v["terminals"].as_u64(), Some(3));
     assert!(v["parallel_gbps"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
     let hs = v["gateway_tunnel_handshakes"].as_u64().unwrap_or(0);
     assert!(hs >= 3, "one session per terminal: {hs} handshakes");
     for bad in [["--workers", "0"], ["--terminals", "201"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_satstp"))
-            .args(["bench", "gateway"])
-            .args(bad)
-            .output()
-            .expect("run satstp");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(bad[0]), "{err}");
+        let err = fails(satstp().args(["bench", "gateway"]).args(bad));
+        assert!(err.contains(bad[0]), "{err}");
     }
 }

@@ -3,12 +3,11 @@
 //! plausible figures and byte-exact transfers, leaves no namespace, daemon or temporary files
 //! behind; bad flags are refused with an error naming the flag (no root needed).
 
+mod common;
+
+use common::{fails, satstp, supported};
 use std::path::PathBuf;
 use std::process::Command;
-
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
 
 /// A short browser cell of `bench link` on `leo` (200 KB down, 100 KB up, a 2-object page, one
 /// run) for `contenders` in `browser` over `http`, its JSON to `json`.
@@ -42,16 +41,6 @@ fn small_browser_bench(
     ])
     .arg(json);
     c
-}
-
-fn supported(test: &str) -> bool {
-    match linkem::net::check_support() {
-        Ok(()) => true,
-        Err(e) => {
-            testenv::cannot_run(test, &e.to_string());
-            false
-        }
-    }
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -253,18 +242,11 @@ fn small_bench_over_leo_writes_plausible_byte_exact_results() {
 }
 
 fn fails_naming(args: &[&str], flag: &str) {
-    let out = satstp()
-        .args(["bench", "link"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{args:?} succeeded");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = fails(satstp().args(["bench", "link"]).args(args));
     assert!(
         err.contains(flag),
         "{args:?}: error does not name {flag}: {err}"
     );
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
 
 #[test]
@@ -361,9 +343,7 @@ fn without_root_it_says_why() {
         // Run as nobody, as a user without privileges would.
         cmd.uid(65534).gid(65534);
     }
-    let out = cmd.output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = fails(&mut cmd);
     assert!(err.contains("needs root"), "{err}");
 }
 

@@ -8,7 +8,7 @@
 mod common;
 mod tshark;
 
-use common::{fresh_dir, satstp};
+use common::{fresh_dir, ok, satstp};
 use std::path::Path;
 use stp::wire::Types;
 use tshark::compare;
@@ -74,14 +74,13 @@ fn dissector_decodes_the_simulators_pcaps_field_for_field() {
     let file = dir.join("scenario.toml");
     std::fs::write(&file, SCENARIO).unwrap();
     let pcaps = dir.join("pcap");
-    let o = satstp()
+    ok(satstp()
         .arg("sim")
         .arg(&file)
         .arg("--pcap")
         .arg(&pcaps)
         .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        .unwrap());
     let mut types = 0;
     let mut retransmissions = 0;
     let mut files = 0;

@@ -1,19 +1,17 @@
 //! `satstp emulate udp` end to end: it relays and reports, and bad flags get an error naming the
 //! flag and a failing exit status.
 
+mod common;
+
+use common::{fails, ok, satstp, EMULATE_UDP};
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
-
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
 
 #[test]
 fn emulate_help_lists_udp() {
-    let out = satstp().args(["emulate", "--help"]).output().unwrap();
-    assert!(out.status.success());
+    let out = ok(satstp().args(["emulate", "--help"]).output().unwrap());
     assert!(String::from_utf8_lossy(&out.stdout).contains("udp"));
     let out = satstp().args(["--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("emulate"));
@@ -21,14 +19,7 @@ fn emulate_help_lists_udp() {
 
 #[test]
 fn bad_values_are_rejected_naming_the_flag() {
-    let base = [
-        "emulate",
-        "udp",
-        "--listen",
-        "127.0.0.1:0",
-        "--to",
-        "127.0.0.1:9",
-    ];
+    let base = EMULATE_UDP;
     let cases: &[(&[&str], &str)] = &[
         (&["--profile", "meo"], "--profile"),
         (
@@ -46,31 +37,22 @@ fn bad_values_are_rejected_naming_the_flag() {
         (&["--up-rate", "1Mbps", "--delay", "10ms"], "--down-rate"),
     ];
     for (extra, flag) in cases {
-        let out = satstp().args(base).args(*extra).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{extra:?} accepted");
+        let err = fails(satstp().args(base).args(*extra));
         assert!(err.contains(flag), "{extra:?}: {err}");
     }
-    let out = satstp()
-        .args([
-            "emulate",
-            "udp",
-            "--listen",
-            "nowhere",
-            "--to",
-            "127.0.0.1:9",
-        ])
-        .args(["--profile", "geo"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
-    let out = satstp()
-        .args(base)
-        .args(["--profile", "meo"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("geo-1998"));
+    let err = fails(satstp().args([
+        "emulate",
+        "udp",
+        "--listen",
+        "nowhere",
+        "--to",
+        "127.0.0.1:9",
+        "--profile",
+        "geo",
+    ]));
+    assert!(err.contains("--listen"), "{err}");
+    let err = fails(satstp().args(base).args(["--profile", "meo"]));
+    assert!(err.contains("geo-1998"), "{err}");
 }
 
 #[test]

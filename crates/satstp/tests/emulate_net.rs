@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{satstp, supported};
+use common::{ok, satstp, supported};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Stdio};
@@ -193,17 +193,12 @@ fn a_killed_run_is_cleaned_up_by_the_next() {
         ours.contains(&t) && ours.contains(&g),
         "left behind by the crash"
     );
-    let out = satstp()
+    ok(satstp()
         .args(["emulate", "net"])
         .args(SMALL)
         .args(["--", "true"])
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     let ours = linkem::net::list_ours();
     assert!(!ours.contains(&t) && !ours.contains(&g), "{ours:?}");
 }

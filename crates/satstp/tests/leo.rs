@@ -2,14 +2,12 @@
 //! read by the emulators' delay-trace parser, drives `emulate udp`, and drives a simulated STP
 //! and TCP transfer in a scenario; `--leo` works; bad input is named.
 
+mod common;
+
+use common::{fails, fresh_dir, ok, satstp, EMULATE_UDP};
 use constellation::experiments::step_window;
 use constellation::{geo, Constellation};
 use linkmodel::Delay;
-use std::process::Command;
-
-fn satstp() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_satstp"))
-}
 
 /// An orbit time from which a 60 s trace holds a seam step of more than 40 ms in its middle.
 fn seam_window() -> f64 {
@@ -47,10 +45,9 @@ queue_packets = 60
 #[test]
 fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer() {
     let start = seam_window();
-    let dir = std::env::temp_dir().join(format!("satstp-leo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("leo");
     let file = dir.join("seam.trace");
-    let out = satstp()
+    ok(satstp()
         .args([
             "leo",
             "trace",
@@ -74,12 +71,7 @@ fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer()
         ])
         .arg(&file)
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     // The emulators' parser (emulate net and udp --delay-trace) accepts it, and it holds the step.
     let Delay::Trace { points, period_ns } = linkmodel::trace::read_delay_trace(&file).unwrap()
     else {
@@ -93,14 +85,9 @@ fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer()
         .unwrap();
     assert!(step > 40_000_000, "largest step {step} ns from {start} s");
     // emulate udp runs on it.
-    let out = satstp()
+    let out = ok(satstp()
+        .args(EMULATE_UDP)
         .args([
-            "emulate",
-            "udp",
-            "--listen",
-            "127.0.0.1:0",
-            "--to",
-            "127.0.0.1:9",
             "--up-rate",
             "1.5Mbps",
             "--down-rate",
@@ -111,12 +98,7 @@ fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer()
         ])
         .arg(&file)
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     assert!(String::from_utf8_lossy(&out.stdout).contains("traced"));
     // A scenario link takes it: STP and TCP SACK run across the step.
     for flow in [
@@ -142,46 +124,22 @@ fn a_traced_iridium_seam_crossing_drives_the_emulator_and_a_simulated_transfer()
 
 #[test]
 fn leo_flag_of_emulate_udp_and_scenario_leo_field() {
-    let out = satstp()
-        .args([
-            "emulate",
-            "udp",
-            "--listen",
-            "127.0.0.1:0",
-            "--to",
-            "127.0.0.1:9",
-            "--duration",
-            "200ms",
-            "--leo",
-            "teledesic:London:Tokyo",
-        ])
+    let out = ok(satstp()
+        .args(EMULATE_UDP)
+        .args(["--duration", "200ms", "--leo", "teledesic:London:Tokyo"])
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("LEO path London -> Tokyo over teledesic"),
         "{text}"
     );
-    let out = satstp()
-        .args([
-            "emulate",
-            "udp",
-            "--listen",
-            "127.0.0.1:0",
-            "--to",
-            "127.0.0.1:9",
-            "--leo",
-            "teledesic:Atlantis:Tokyo",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Atlantis"));
+    let e = fails(
+        satstp()
+            .args(EMULATE_UDP)
+            .args(["--leo", "teledesic:Atlantis:Tokyo"]),
+    );
+    assert!(e.contains("Atlantis"), "{e}");
     let sc = r#"name = "leo-field"
 duration = "10s"
 [[node]]
@@ -233,26 +191,22 @@ fn leo_trace_names_bad_input() {
             "--handoff",
         ),
     ] {
-        let out = satstp()
-            .args(["leo", "trace", "--duration", "10s"])
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let e = String::from_utf8_lossy(&out.stderr);
+        let e = fails(
+            satstp()
+                .args(["leo", "trace", "--duration", "10s"])
+                .args(&args),
+        );
         assert!(e.contains(what), "{e}");
     }
-    let dir = std::env::temp_dir().join(format!("satstp-leo-tle-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("leo-tle");
     let tle = dir.join("bad.tle");
     std::fs::write(&tle, "SAT\n1 25544U 98067A   08264.51782528 -.00002182  00000-0 -11606-4 0  2928\n2 25544  51.6416 247.4627 0006703 130.5360 325.0288 15.72125391563537\n").unwrap();
-    let out = satstp()
-        .args(["leo", "trace", "--from", "NY", "--to", "SF", "--tle"])
-        .arg(&tle)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    let e = fails(
+        satstp()
+            .args(["leo", "trace", "--from", "NY", "--to", "SF", "--tle"])
+            .arg(&tle),
+    )
+    .to_lowercase();
     assert!(e.contains("line 2") && e.contains("checksum"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -261,9 +215,10 @@ fn leo_trace_names_bad_input() {
 /// per flow, RTT = data + ACK one-way delays, one ISL row per step); a bad `--variant` is named.
 #[test]
 fn bench_leo_network_writes_the_study_outputs() {
-    let dir = std::env::temp_dir().join(format!("satstp-leo-net-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = satstp()
+    // A directory `bench leo` creates.
+    let base = fresh_dir("leo-net");
+    let dir = base.join("out");
+    let out = ok(satstp()
         .args([
             "bench",
             "leo",
@@ -280,13 +235,8 @@ fn bench_leo_network_writes_the_study_outputs() {
         ])
         .arg(&dir)
         .output()
-        .unwrap();
+        .unwrap());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         text.contains("events/s") && text.contains("ISLs:"),
         "{text}"
@@ -329,12 +279,7 @@ fn bench_leo_network_writes_the_study_outputs() {
             "{png}"
         );
     }
-    let bad = satstp()
-        .args(["bench", "leo", "--network", "--variant", "vegas"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    let e = String::from_utf8_lossy(&bad.stderr);
+    let e = fails(satstp().args(["bench", "leo", "--network", "--variant", "vegas"]));
     assert!(e.contains("--variant") && e.contains("cubic"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&base);
 }

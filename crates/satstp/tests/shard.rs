@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::{fresh_dir, satstp};
-use std::path::Path;
-use std::process::Output;
+use common::{fails, fresh_dir, ok, satstp};
+use std::path::{Path, PathBuf};
 
 /// Two flows sharing a lossy GEO hop: every figure of the summary (fairness, drops,
 /// completions) depends on the seed.
@@ -46,23 +45,12 @@ to = "client"
 bytes = "300KB"
 "#;
 
-fn ok(o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
 fn read(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-#[test]
-fn sharded_sim_merges_to_the_unsharded_json_byte_for_byte() {
-    let dir = fresh_dir("shard-sim");
+/// [`SCENARIO`] written to `dir` and run unsharded: the scenario file and the JSON written.
+fn unsharded_sim(dir: &Path) -> (PathBuf, PathBuf) {
     let file = dir.join("s.toml");
     std::fs::write(&file, SCENARIO).unwrap();
     let one = dir.join("one.json");
@@ -73,6 +61,54 @@ fn sharded_sim_merges_to_the_unsharded_json_byte_for_byte() {
         .arg(&one)
         .output()
         .unwrap());
+    (file, one)
+}
+
+/// `satstp merge PARTS --out OUT`, which must succeed.
+fn merge(parts: &Path, out: &Path) {
+    ok(satstp()
+        .arg("merge")
+        .arg(parts)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap());
+}
+
+/// `satstp merge` of only `files` of `parts` (copied to `dir/lone`: a shard's results missing),
+/// which must fail; its error.
+fn merge_without(dir: &Path, parts: &Path, files: &[String]) -> String {
+    let lone = dir.join("lone");
+    std::fs::create_dir_all(&lone).unwrap();
+    for f in files {
+        std::fs::copy(parts.join(f), lone.join(f)).unwrap();
+    }
+    fails(
+        satstp()
+            .arg("merge")
+            .arg(&lone)
+            .arg("--out")
+            .arg(dir.join("x")),
+    )
+}
+
+/// The file `name` of `a` and of `b` are the same text but for the wall time they state; the
+/// text of `a`'s.
+fn same_but_wall_time(a: &Path, b: &Path, name: &str) -> String {
+    let (a, b) = (read(&a.join(name)), read(&b.join(name)));
+    let (a, b) = (String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+    assert_eq!(
+        without_wall_time(&a),
+        without_wall_time(&b),
+        "{name} differs"
+    );
+    a
+}
+
+#[test]
+fn sharded_sim_merges_to_the_unsharded_json_byte_for_byte() {
+    let dir = fresh_dir("shard-sim");
+    let (file, one) = unsharded_sim(&dir);
     let parts = dir.join("parts");
     // Three processes at once, as an array job runs them.
     let children: Vec<_> = (0..3)
@@ -92,31 +128,12 @@ fn sharded_sim_merges_to_the_unsharded_json_byte_for_byte() {
         assert!(c.wait().unwrap().success());
     }
     // Without shard 1 the merge names what is missing.
-    let lone = dir.join("lone");
-    std::fs::create_dir_all(&lone).unwrap();
-    for i in [0, 2] {
-        let name = format!("sim-shard-identity.shard-{i}-of-3.partial.json");
-        std::fs::copy(parts.join(&name), lone.join(&name)).unwrap();
-    }
-    let o = satstp()
-        .arg("merge")
-        .arg(&lone)
-        .arg("--out")
-        .arg(dir.join("x"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let files = [0, 2].map(|i| format!("sim-shard-identity.shard-{i}-of-3.partial.json"));
+    let err = merge_without(&dir, &parts, &files);
     assert!(err.contains("1/3"), "{err}");
 
     let merged = dir.join("merged");
-    ok(satstp()
-        .arg("merge")
-        .arg(&parts)
-        .arg("--out")
-        .arg(&merged)
-        .output()
-        .unwrap());
+    merge(&parts, &merged);
     let a = read(&one);
     let b = read(&merged.join("shard-identity.json"));
     assert!(
@@ -174,13 +191,7 @@ fn sharded_reproduction_merges_to_the_unsharded_outputs() {
         assert!(c.wait().unwrap().success());
     }
     let merged = dir.join("merged");
-    ok(satstp()
-        .arg("merge")
-        .arg(&parts)
-        .arg("--out")
-        .arg(&merged)
-        .output()
-        .unwrap());
+    merge(&parts, &merged);
     for file in [format!("{name}.csv"), format!("{name}.svg")] {
         assert!(
             read(&one.join(&file)) == read(&merged.join(&file)),
@@ -188,13 +199,7 @@ fn sharded_reproduction_merges_to_the_unsharded_outputs() {
         );
     }
     for file in [format!("{name}.json"), "report.md".to_string()] {
-        let a = String::from_utf8(read(&one.join(&file))).unwrap();
-        let b = String::from_utf8(read(&merged.join(&file))).unwrap();
-        assert_eq!(
-            without_wall_time(&a),
-            without_wall_time(&b),
-            "{file} differs"
-        );
+        let a = same_but_wall_time(&one, &merged, &file);
         assert!(a.contains("wall"), "{file} states a wall time");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -241,34 +246,17 @@ fn sharded_leo_reproductions_run_on_one_shard_each_and_merge_to_the_unsharded_ou
             .is_file());
     }
     // Shard 1's LEO result missing: the merge names it.
-    let lone = dir.join("lone");
-    std::fs::create_dir_all(&lone).unwrap();
-    for f in [
+    let files = [
         "fig5.7-ber.shard-0-of-2.partial.json",
         "fig5.7-ber.shard-1-of-2.partial.json",
         "leo-joint-attachment.shard-0-of-2.partial.json",
-    ] {
-        std::fs::copy(parts.join(f), lone.join(f)).unwrap();
-    }
-    let o = satstp()
-        .arg("merge")
-        .arg(&lone)
-        .arg("--out")
-        .arg(dir.join("x"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    ]
+    .map(String::from);
+    let err = merge_without(&dir, &parts, &files);
     assert!(err.contains("leo-table5.2"), "{err}");
 
     let merged = dir.join("merged");
-    ok(satstp()
-        .arg("merge")
-        .arg(&parts)
-        .arg("--out")
-        .arg(&merged)
-        .output()
-        .unwrap());
+    merge(&parts, &merged);
     for name in names {
         for file in [format!("{name}.csv"), format!("{name}.svg")] {
             assert!(
@@ -276,22 +264,9 @@ fn sharded_leo_reproductions_run_on_one_shard_each_and_merge_to_the_unsharded_ou
                 "{file} differs"
             );
         }
-        let file = format!("{name}.json");
-        let a = String::from_utf8(read(&one.join(&file))).unwrap();
-        let b = String::from_utf8(read(&merged.join(&file))).unwrap();
-        assert_eq!(
-            without_wall_time(&a),
-            without_wall_time(&b),
-            "{file} differs"
-        );
+        same_but_wall_time(&one, &merged, &format!("{name}.json"));
     }
-    let a = String::from_utf8(read(&one.join("report.md"))).unwrap();
-    let b = String::from_utf8(read(&merged.join("report.md"))).unwrap();
-    assert_eq!(
-        without_wall_time(&a),
-        without_wall_time(&b),
-        "report.md differs"
-    );
+    same_but_wall_time(&one, &merged, "report.md");
     let v = |d: &Path| -> serde_json::Value {
         serde_json::from_slice(&read(&d.join("verdicts.json"))).unwrap()
     };
@@ -308,16 +283,7 @@ fn the_cluster_shard_script_reads_slurm_and_kubernetes_indices() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = root.join("deploy/cluster/satstp-shard.sh");
     let dir = fresh_dir("shard-script");
-    let file = dir.join("s.toml");
-    std::fs::write(&file, SCENARIO).unwrap();
-    let one = dir.join("one.json");
-    ok(satstp()
-        .arg("sim")
-        .arg(&file)
-        .arg("--json")
-        .arg(&one)
-        .output()
-        .unwrap());
+    let (file, one) = unsharded_sim(&dir);
     let parts = dir.join("parts");
     let envs: [&[(&str, &str)]; 3] = [
         &[
@@ -346,13 +312,7 @@ fn the_cluster_shard_script_reads_slurm_and_kubernetes_indices() {
         ok(cmd.output().unwrap());
     }
     let merged = dir.join("merged");
-    ok(satstp()
-        .arg("merge")
-        .arg(&parts)
-        .arg("--out")
-        .arg(&merged)
-        .output()
-        .unwrap());
+    merge(&parts, &merged);
     assert!(read(&one) == read(&merged.join("shard-identity.json")));
     // An array that does not start at 0 is refused with the reason.
     let o = std::process::Command::new("bash")

@@ -26,7 +26,6 @@ use crate::gateway::download;
 use crate::process::rss_kib;
 use linkem::{EmulatorConfig, Profile, UdpEmulator};
 use loadgen::origin::Origin;
-use pep::gateway::policy::{Policy, PolicyConfig};
 use pep::hop::{Hop, HopConfig, HopMonitor, HopStatus, Security};
 use pep::keys::generate_keypair;
 use pep::metrics::RefusalReason;
@@ -210,25 +209,10 @@ async fn bench(args: &FloodOptions) -> Result<Figures> {
     let (gk, gp) = key("gateway")?;
     let (down, up, rtt_ns) = Profile::Geo.parameters();
     let rtt_ms = (rtt_ns / 1_000_000) as u32;
-    let gw_link = HopLink {
-        send_rate_bps: down,
-        recv_rate_bps: up,
-        rtt_ms,
-    };
-    let term_link = HopLink {
-        send_rate_bps: up,
-        recv_rate_bps: down,
-        rtt_ms,
-    };
+    let (gw_link, term_link) = crate::loopback::hop_links(down, up, rtt_ms);
 
     // Gateway: both terminals allowed, each limited to `attacker_limit` connections.
-    let policy = Policy::new(PolicyConfig {
-        allow: vec!["127.0.0.0/8".into()],
-        deny: vec![],
-        allow_private: false,
-        own_addresses: vec![],
-    })
-    .map_err(|e| err!("building the gateway policy: {e}"))?;
+    let policy = crate::loopback::loopback_origin_policy()?;
     let mut g = GatewayOptions::new(
         gk,
         vec![tp, ap, lp],

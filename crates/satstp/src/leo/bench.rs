@@ -3,14 +3,13 @@
 //! constellation's attachment, on one core or several, and (2) the full forwarding state (every
 //! satellite's and terminal's next hop towards every terminal, as `satstp leo fstate` writes
 //! it); prints wall times, paths per second, and the terminals the shell does not always cover.
+//! `--network`: the constellation as a packet network. The logic is `bench::leo`'s; here the
+//! flags and the printing.
 
 use super::parse_seconds;
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
+use bench::leo::{NetworkOptions, RoutesOptions};
 use clap::Args;
-use constellation::experiments::all_pairs;
-use constellation::fstate;
-use constellation::geo::{stations, Place};
-use constellation::{AttachPolicy, Constellation};
 
 #[derive(Debug, Args)]
 pub struct LeoBenchArgs {
@@ -64,202 +63,117 @@ pub struct LeoBenchArgs {
 
 pub fn run(a: &LeoBenchArgs) -> Result<()> {
     crate::outpath::json_start(&a.json)?;
-    if a.terminals < 2 {
-        bail!("--terminals must be at least 2");
-    }
-    if a.step <= 0.0 || a.duration <= 0.0 {
-        bail!("--step and --duration must be positive");
-    }
+    bench::leo::check(a.terminals, a.duration, a.step)?;
     if a.network {
         return network(a);
     }
-    let c = Constellation::preset(&a.constellation)?;
-    let policy = match &a.attach {
-        Some(x) => x.parse::<AttachPolicy>().context("--attach")?,
-        None => c.default_attachment().0,
-    };
-    let t = stations(a.terminals);
-    let steps = (a.duration / a.step).round() as u64;
-    let started = std::time::Instant::now();
-    let r = all_pairs(&c, &t, steps, a.step, a.threads.max(1), policy);
-    let wall = started.elapsed().as_secs_f64();
-    let pps = r.paths as f64 / wall;
-    let mean_ms = r.sum_delay_s / r.paths.max(1) as f64 * 1e3;
-    // The full forwarding state, serialised as `leo fstate` writes it (bytes counted, not kept).
-    let positions: Vec<_> = t.iter().map(Place::position).collect();
-    let mut sink = CountingSink::default();
-    let started = std::time::Instant::now();
-    let f = fstate::run(&c, &positions, 0.0, steps, a.step, &mut sink)?;
-    let fwall = started.elapsed().as_secs_f64();
-    let never: Vec<&str> = t
-        .iter()
-        .zip(&f.uncovered_steps)
-        .filter(|(_, &u)| u == f.steps)
-        .map(|(p, _)| p.name.as_str())
-        .collect();
-    let partly: Vec<String> = t
-        .iter()
-        .zip(&f.uncovered_steps)
-        .filter(|(_, &u)| u > 0 && u < f.steps)
-        .map(|(p, &u)| {
-            format!(
-                "{} ({:.0}% of instants)",
-                p.name,
-                100.0 * u as f64 / f.steps as f64
-            )
-        })
-        .collect();
-    crate::outpath::write_json(
-        &a.json,
-        &serde_json::json!({
-                "constellation": c.name(), "satellites": c.count(), "terminals": a.terminals,
-                "snapshots": r.snapshots, "threads": a.threads, "attach": policy.name(),
-                "paths": r.paths, "unreachable": r.unreachable, "wall_s": wall,
-                "paths_per_s": pps, "mean_delay_ms": mean_ms,
-                "fstate_wall_s": fwall, "fstate_steps": f.steps, "fstate_lines": f.lines,
-                "fstate_bytes": sink.bytes,
-                "fstate_entries_per_step": (c.count() + t.len()) * t.len(),
-                "never_covered": never, "partly_covered": partly,
-        }),
-    )?;
-    {
+    let r = bench::leo::routes(&RoutesOptions {
+        constellation: a.constellation.clone(),
+        attach: a.attach.clone(),
+        terminals: a.terminals,
+        duration_s: a.duration,
+        step_s: a.step,
+        threads: a.threads,
+    })?;
+    crate::outpath::write_json(&a.json, &r.json())?;
+    outln!(
+        "{} ({} satellites), {} terminals, {} instants every {} s, {} thread(s)",
+        r.constellation,
+        r.satellites,
+        a.terminals,
+        r.snapshots,
+        a.step,
+        a.threads
+    );
+    outln!(
+        "  pair delays ({} attachment): {} paths ({} pairs without a path), mean one-way {:.2} ms",
+        r.attach.name(),
+        r.paths,
+        r.unreachable,
+        r.mean_delay_ms
+    );
+    outln!(
+        "    wall time {:.2} s, {:.0} paths/s",
+        r.wall_s,
+        r.paths_per_s
+    );
+    outln!(
+        "  forwarding state (joint, min-delay; {} entries per instant): wall time {:.2} s \
+         ({:.1} ms per instant), {} CSV lines of changes, {:.1} MB",
+        r.fstate_entries_per_step,
+        r.fstate_wall_s,
+        r.fstate_wall_s * 1e3 / r.fstate_steps.max(1) as f64,
+        r.fstate_lines,
+        r.fstate_bytes as f64 / 1e6
+    );
+    if !r.never_covered.is_empty() {
         outln!(
-            "{} ({} satellites), {} terminals, {} instants every {} s, {} thread(s)",
-            c.name(),
-            c.count(),
-            a.terminals,
-            r.snapshots,
-            a.step,
-            a.threads
+            "  never covered (no satellite above the mask): {}",
+            r.never_covered.join(", ")
         );
+    }
+    if !r.partly_covered.is_empty() {
         outln!(
-            "  pair delays ({} attachment): {} paths ({} pairs without a path), mean one-way {:.2} ms",
-            policy.name(),
-            r.paths,
-            r.unreachable,
-            mean_ms
+            "  covered part of the time: {}",
+            r.partly_covered.join(", ")
         );
-        outln!("    wall time {wall:.2} s, {pps:.0} paths/s");
-        outln!(
-            "  forwarding state (joint, min-delay; {} entries per instant): wall time {fwall:.2} s \
-             ({:.1} ms per instant), {} CSV lines of changes, {:.1} MB",
-            (c.count() + t.len()) * t.len(),
-            fwall * 1e3 / f.steps.max(1) as f64,
-            f.lines,
-            sink.bytes as f64 / 1e6
-        );
-        if !never.is_empty() {
-            outln!(
-                "  never covered (no satellite above the mask): {}",
-                never.join(", ")
-            );
-        }
-        if !partly.is_empty() {
-            outln!("  covered part of the time: {}", partly.join(", "));
-        }
     }
     Ok(())
 }
 
-/// Counts the bytes written to it.
-#[derive(Default)]
-struct CountingSink {
-    bytes: u64,
-}
-
-impl std::io::Write for CountingSink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.bytes += b.len() as u64;
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// `bench leo --network`: the constellation as a packet network, `--flows` TCP bulk flows.
 fn network(a: &LeoBenchArgs) -> Result<()> {
-    use netsim::leo_net::{bulk_study, LeoNetConfig, StudyTransport};
-    use netsim::Variant;
     let rate = |flag: &str, v: &str| {
         netsim::units::parse_rate_bps(v).map_err(|e| anyhow::anyhow!("{flag} '{v}': {e}"))
     };
-    let variant = match a.variant.to_ascii_lowercase().as_str() {
-        "newreno" => StudyTransport::Tcp(Variant::NewReno),
-        "sack" | "sack-newreno" => StudyTransport::Tcp(Variant::SackNewReno),
-        "reno" => StudyTransport::Tcp(Variant::Reno),
-        "cubic" => StudyTransport::Cubic,
-        "stp" => StudyTransport::Stp,
-        v => bail!("--variant '{v}': expected newreno, sack, cubic, reno or stp"),
-    };
-    let c = Constellation::preset(&a.constellation)?;
-    let t = stations(a.terminals);
-    let cfg = LeoNetConfig {
-        constellation: c.clone(),
-        stations: t.clone(),
-        duration: (a.duration * 1e9).round() as u64,
-        step: (a.step * 1e9).round() as u64,
+    let o = NetworkOptions {
+        constellation: a.constellation.clone(),
+        terminals: a.terminals,
+        flows: a.flows,
+        duration_s: a.duration,
+        step_s: a.step,
+        transport: bench::leo::parse_variant(&a.variant)?,
+        variant: a.variant.clone(),
         isl_rate_bps: rate("--isl-rate", &a.isl_rate)?,
         gsl_rate_bps: rate("--gsl-rate", &a.gsl_rate)?,
-        queue_packets: 100,
-        seed: 1,
-        attach: constellation::ground::AttachPolicy::Joint,
     };
-    let r = bulk_study(&cfg, a.flows, variant)?;
+    let n = bench::leo::network(&o)?;
+    let r = &n.study;
     if let Some(dir) = &a.out {
         crate::outpath::dir("--out", dir)?;
-        let names: Vec<String> = t.iter().map(|p| p.name.clone()).collect();
-        let runs = [(a.variant.as_str(), &r)];
-        repro::leo::write_study_csv(dir, "leo-network", &runs, &names)?;
+        let runs = [(a.variant.as_str(), r)];
+        repro::leo::write_study_csv(dir, "leo-network", &runs, &n.stations)?;
         repro::leo::study_charts(dir, "leo-network", &runs)?;
     }
-    let busiest = r
-        .isl_links
-        .iter()
-        .map(|l| l.utilisation)
-        .fold(0.0, f64::max);
-    let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
-    let mut g = r.goodput_bps.clone();
-    g.sort_by(f64::total_cmp);
-    let eps = r.events as f64 / r.run_s.max(1e-9);
-    crate::outpath::write_json(
-        &a.json,
-        &serde_json::json!({
-                "constellation": c.name(), "satellites": c.count(), "stations": t.len(),
-                "flows": a.flows, "variant": a.variant, "duration_s": a.duration,
-                "events": r.events, "build_s": r.build_s, "run_s": r.run_s,
-                "events_per_s": eps, "route_changes": r.route_changes,
-                "received_packets": r.received_packets, "reordered_packets": r.reordered_packets,
-                "goodput_bps": r.goodput_bps, "undeliverable": r.undeliverable,
-                "reordered_per_flow": r.reordered_per_flow, "isl_links_used": r.isl_links.len(),
-                "busiest_isl_utilisation": busiest, "longest_isl_queue_ms": longest,
-        }),
-    )?;
+    crate::outpath::write_json(&a.json, &n.json(&o))?;
     outln!(
         "{} ({} satellites) as a packet network: {} ground stations, {} {} flows, {} s, routes every {} s",
-        c.name(),
-        c.count(),
-        t.len(),
+        n.constellation,
+        n.satellites,
+        n.stations.len(),
         a.flows,
         a.variant,
         a.duration,
         a.step
     );
     outln!(
-        "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {eps:.0} events/s; {} route entries changed after the first step; {} of {} packets received out of sending order",
+        "  wall time {:.1} s (building {:.1} s, run {:.1} s): {} events, {:.0} events/s; {} route entries changed after the first step; {} of {} packets received out of sending order",
         r.build_s + r.run_s,
         r.build_s,
         r.run_s,
         r.events,
+        n.events_per_s,
         r.route_changes,
         r.reordered_packets,
         r.received_packets
     );
     outln!(
-        "  ISLs: {} directions used, the busiest at {:.1} % of its rate over the run, longest queueing delay at a step {longest:.1} ms",
+        "  ISLs: {} directions used, the busiest at {:.1} % of its rate over the run, longest queueing delay at a step {:.1} ms",
         r.isl_links.len(),
-        busiest * 100.0
+        n.busiest_isl * 100.0,
+        n.longest_isl_queue_ms
     );
+    let g = &n.goodput_sorted_bps;
     if let (Some(lo), Some(hi)) = (g.first(), g.last()) {
         outln!(
             "  goodput per flow: min {:.2}, median {:.2}, max {:.2} Mb/s; total {:.1} Mb/s; {} packets without a route",

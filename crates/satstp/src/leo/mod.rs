@@ -1,7 +1,8 @@
 //! `satstp leo …`: LEO constellations (thesis ch. 6) from the command line: the delay trace of
 //! a terminal-to-terminal path (`trace`), the presets and cities (`list`), TLEs equivalent to a
-//! preset (`tle`), and a map of satellites and ISLs (`map`). The logic is in the
-//! `constellation` crate; `--leo` of the emulators and the LEO reproductions use it too.
+//! preset (`tle`), a map of satellites and ISLs (`map`) and the forwarding state (`fstate`).
+//! The logic is in the `constellation` crate, which the emulators' `--leo` (`bench::leo::path`)
+//! and the LEO reproductions use too.
 
 pub mod bench;
 
@@ -9,10 +10,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use constellation::geo::{parse_places, place, CITIES};
 use constellation::tle::{round_trip_differences, shell_to_tles, TleSet};
-use constellation::trace::{compute, PathSpec};
+use constellation::trace::compute;
 use constellation::walker::PRESETS;
 use constellation::{AttachPolicy, Constellation, HandoffMode, Routing, Shell, TraceSpec};
-use linkmodel::{Delay, Outage};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -453,33 +453,7 @@ fn fstate_cmd(a: &FstateArgs) -> Result<()> {
     }
     let positions: Vec<_> = stations.iter().map(|p| p.position()).collect();
     if let Some(np) = &a.nodes {
-        let snap = c.snapshot(a.start);
-        let mut t = String::from("id,kind,name,lat_deg,lon_deg\n");
-        for i in 0..snap.len() {
-            let name = match &c {
-                Constellation::Walker(sh) => {
-                    format!(
-                        "P{}-S{}",
-                        i as u32 / sh.sats_per_plane,
-                        i as u32 % sh.sats_per_plane
-                    )
-                }
-                Constellation::Tle(ts) => ts.satellites[i].name.replace(',', " "),
-            };
-            t.push_str(&format!(
-                "{i},satellite,{name},{:.4},{:.4}\n",
-                snap.lat_deg[i], snap.lon_deg[i]
-            ));
-        }
-        for (k, p) in stations.iter().enumerate() {
-            t.push_str(&format!(
-                "{},station,{},{},{}\n",
-                snap.len() + k,
-                p.name.replace(',', " "),
-                p.lat_deg,
-                p.lon_deg
-            ));
-        }
+        let t = constellation::fstate::nodes_csv(&c, &stations, a.start);
         std::fs::write(np, t).with_context(|| format!("cannot write {}", np.display()))?;
     }
     let started = std::time::Instant::now();
@@ -526,58 +500,6 @@ fn lookup(user: &[constellation::Place], name: &str) -> Result<constellation::Pl
     }
 }
 
-/// The link a `--leo CONSTELLATION:FROM:TO[:ROUTING]` flag describes, over `duration_s` (one
-/// hour if not given), sampled every 50 ms: its delay trace, its outages, and the preset's GSL
-/// rate (the default rate of both directions).
-pub struct LeoLink {
-    pub delay: Delay,
-    pub outages: Vec<Outage>,
-    pub gsl_rate_bps: u64,
-    pub summary: String,
-}
-
-pub fn leo_link(text: &str, duration_s: Option<f64>) -> Result<LeoLink> {
-    let p: PathSpec = text.parse().with_context(|| format!("--leo '{text}'"))?;
-    let c = Constellation::preset(&p.constellation)?;
-    let duration = duration_s.unwrap_or(3600.0).max(1.0);
-    let spec = TraceSpec::new(p.from.clone(), p.to.clone(), p.routing, duration, 0.05);
-    let tr = compute(&c, &spec)?;
-    let (lo, hi) = (tr.delays().reduce(f64::min), tr.delays().reduce(f64::max));
-    let (Some(lo), Some(hi)) = (lo, hi) else {
-        bail!(
-            "--leo '{text}': no path between {} and {} in {duration} s",
-            p.from.name,
-            p.to.name
-        );
-    };
-    let gsl = c.shell().map_or(1_500_000, |s| s.gsl_rate_bps);
-    Ok(LeoLink {
-        delay: Delay::Trace {
-            points: tr.delay_points_ns(1e-5),
-            period_ns: None,
-        },
-        outages: tr
-            .outages()
-            .into_iter()
-            .map(|(b, d)| Outage {
-                start_ns: (b * 1e9) as u64,
-                duration_ns: (d * 1e9).max(1.0) as u64,
-            })
-            .collect(),
-        gsl_rate_bps: gsl,
-        summary: format!(
-            "{} -> {} over {} ({}): one-way {:.1}..{:.1} ms over {duration} s, {} outages",
-            p.from.name,
-            p.to.name,
-            p.constellation,
-            p.routing.name(),
-            lo * 1e3,
-            hi * 1e3,
-            tr.outages().len()
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,17 +533,5 @@ mod tests {
         assert_eq!(lookup(&user, "London").unwrap().lat_deg, 1.0);
         assert_eq!(lookup(&user, "Tokyo").unwrap().name, "Tokyo");
         assert!(lookup(&user, "Atlantis").is_err());
-    }
-
-    #[test]
-    fn leo_link_is_a_valid_trace() {
-        let l = leo_link("iridium:New York:San Francisco", Some(60.0)).unwrap();
-        let Delay::Trace { points, .. } = &l.delay else {
-            panic!("not a trace")
-        };
-        assert_eq!(points[0].0, 0);
-        assert!(points.windows(2).all(|w| w[1].0 > w[0].0));
-        assert_eq!(l.gsl_rate_bps, 1_500_000);
-        assert!(leo_link("iridium:NY", None).is_err());
     }
 }

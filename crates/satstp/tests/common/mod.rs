@@ -5,12 +5,44 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `satstp` binary under test.
 pub fn satstp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_satstp"))
+}
+
+/// `satstp emulate udp` listening on a free loopback port and relaying to loopback's discard
+/// port: the arguments before a test's link flags.
+pub const EMULATE_UDP: [&str; 6] = [
+    "emulate",
+    "udp",
+    "--listen",
+    "127.0.0.1:0",
+    "--to",
+    "127.0.0.1:9",
+];
+
+/// `o`, which must be a success: if it is not, the test fails showing its standard output and
+/// error.
+pub fn ok(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Runs `cmd`, which must fail without a panic; its standard error.
+pub fn fails(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{cmd:?} succeeded: {err}");
+    assert!(!err.contains("panicked"), "{cmd:?}: {err}");
+    err
 }
 
 /// Whether this machine can run the IP-level emulator (root, /dev/net/tun); says why `test`
