@@ -32,7 +32,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Called on every accepted connection before it is served (e.g. to set its congestion control);
@@ -489,7 +489,7 @@ async fn serve<S: Stream>(
     answered: &mut u64,
 ) -> Result<(), Error> {
     let mut r = BufReader::with_capacity(HEAD_BUFFER, s);
-    let Some(first) = http::read_line(&mut r).await? else {
+    let Some(first) = next_request_line(&mut r).await? else {
         return Ok(());
     };
     Box::pin(serve_requests(r, first, config, shared, answered)).await
@@ -520,11 +520,27 @@ async fn serve_requests<S: Stream>(
             r.get_mut().shutdown().await?;
             return Ok(());
         }
-        match http::read_line(&mut r).await? {
+        match next_request_line(&mut r).await? {
             Some(next) => line = next,
             None => return Ok(()),
         }
     }
+}
+
+/// The next request's first line, or `None` when the client ended the connection between
+/// requests. Ending it with a reset is normal there: a browser that exits, or drops an idle
+/// keep-alive connection, aborts it (and a split gateway relays the abort as a reset). A reset
+/// inside a request or an answer is still an error.
+async fn next_request_line<S: Stream>(r: &mut BufReader<S>) -> Result<Option<String>, Error> {
+    if r.buffer().is_empty() {
+        match r.fill_buf().await {
+            Ok([]) => return Ok(None),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    http::read_line(r).await
 }
 
 fn bad(what: String) -> Error {
@@ -759,6 +775,31 @@ mod tests {
         assert_eq!(nf.first[0], "GET /favicon.ico HTTP/1.1");
         assert!(origin.errors().is_empty(), "{:?}", origin.errors());
         assert_eq!(origin.accepted(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_reset_between_requests_is_a_normal_end_and_inside_one_an_error() {
+        let origin = Origin::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        // What a browser does to an idle keep-alive connection when it exits: a reset after the
+        // last answer.
+        let mut c = HttpConn::new(TcpStream::connect(origin.addr()).await.unwrap());
+        c.get(1, 1000).await.unwrap();
+        c.get_mut().set_zero_linger().unwrap();
+        drop(c);
+        // A reset inside a request's head.
+        let mut s = TcpStream::connect(origin.addr()).await.unwrap();
+        s.write_all(b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        s.set_zero_linger().unwrap();
+        drop(s);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let errors = origin.errors();
+        assert!(
+            errors.len() == 1 && errors[0].contains("connection 2 "),
+            "only the reset inside a request is an error: {errors:?}"
+        );
     }
 
     #[tokio::test]
