@@ -688,9 +688,7 @@ impl Link {
             return Fate::Drop(DropCause::Queue);
         }
         let start = now_ns.max(self.last_departure_ns);
-        let tx_ns =
-            (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(self.config.rate_bps));
-        let depart = start.saturating_add(u64::try_from(tx_ns).unwrap_or(u64::MAX));
+        let depart = start.saturating_add(serialization_ns(bytes, self.config.rate_bps));
         self.last_departure_ns = depart;
         self.queue.push(depart, bytes);
         if self.lost_on_medium(bytes, rng) {
@@ -726,6 +724,19 @@ impl Link {
     }
 }
 
+/// Nanoseconds `bytes` take to serialize at `rate_bps` (rounded up; `u64::MAX` if they do not
+/// fit). In 64 bits when the bits times 10^9 fit (every packet), in 128 otherwise: the same
+/// result, without a 128-bit division per packet.
+fn serialization_ns(bytes: u64, rate_bps: u64) -> u64 {
+    match bytes.checked_mul(8_000_000_000) {
+        Some(n) if rate_bps > 0 => n.div_ceil(rate_bps),
+        _ => {
+            let tx = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate_bps));
+            u64::try_from(tx).unwrap_or(u64::MAX)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -734,6 +745,33 @@ mod tests {
 
     fn rng() -> ChaCha8Rng {
         ChaCha8Rng::seed_from_u64(7)
+    }
+
+    /// The 64-bit path gives what the 128-bit computation gives, up to where it stops fitting.
+    #[test]
+    fn serialization_time_matches_the_wide_computation() {
+        let wide = |bytes: u64, rate: u64| {
+            let t = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate));
+            u64::try_from(t).unwrap_or(u64::MAX)
+        };
+        for bytes in [
+            0,
+            1,
+            40,
+            1500,
+            65_535,
+            2_305_843_009,
+            2_305_843_010,
+            u64::MAX / 8,
+        ] {
+            for rate in [1, 7, 9_600, 1_500_000, 10_000_000_000, u64::MAX] {
+                assert_eq!(
+                    serialization_ns(bytes, rate),
+                    wide(bytes, rate),
+                    "{bytes} {rate}"
+                );
+            }
+        }
     }
 
     #[test]
