@@ -426,6 +426,22 @@ pub enum Fate {
     Drop(DropCause),
 }
 
+impl Fate {
+    /// The arrival time of a datagram delivered as it was sent (neither corrupted nor
+    /// duplicated): the one delivery `Direction::deliveries` would make, for a caller that
+    /// schedules it without building it (the simulator, at every hop of every packet).
+    pub fn intact_arrival(&self) -> Option<u64> {
+        match *self {
+            Fate::Deliver {
+                at_ns,
+                corrupt_bit: None,
+                duplicate_at_ns: None,
+            } => Some(at_ns),
+            _ => None,
+        }
+    }
+}
+
 /// Counters of one link direction.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LinkStats {
@@ -745,6 +761,30 @@ mod tests {
 
     fn rng() -> ChaCha8Rng {
         ChaCha8Rng::seed_from_u64(7)
+    }
+
+    /// Only a delivery with nothing done to the datagram has an intact arrival.
+    #[test]
+    fn intact_arrival_only_for_an_untouched_delivery() {
+        let plain = Fate::Deliver {
+            at_ns: 5,
+            corrupt_bit: None,
+            duplicate_at_ns: None,
+        };
+        assert_eq!(plain.intact_arrival(), Some(5));
+        let corrupt = Fate::Deliver {
+            at_ns: 5,
+            corrupt_bit: Some(3),
+            duplicate_at_ns: None,
+        };
+        assert_eq!(corrupt.intact_arrival(), None);
+        let duplicated = Fate::Deliver {
+            at_ns: 5,
+            corrupt_bit: None,
+            duplicate_at_ns: Some(6),
+        };
+        assert_eq!(duplicated.intact_arrival(), None);
+        assert_eq!(Fate::Drop(DropCause::Queue).intact_arrival(), None);
     }
 
     /// The 64-bit path gives what the 128-bit computation gives, up to where it stops fitting.

@@ -674,6 +674,17 @@ impl Sim {
                 tr(self.now, &pkt);
             }
         }
+        if let Some(at) = fate.intact_arrival() {
+            self.schedule(
+                at,
+                EventKind::Arrive {
+                    node: to,
+                    pkt,
+                    via: Some(link_id),
+                },
+            );
+            return;
+        }
         for d in LinkDirection::deliveries(fate, pkt) {
             self.schedule(
                 d.at_ns,
