@@ -58,6 +58,63 @@ impl LinkMetrics {
     }
 }
 
+impl Volume {
+    fn add(&mut self, other: Volume) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+    }
+}
+
+/// Counts a transmitted packet to its flow's volume on the link, to everything transmitted and,
+/// unless it is a retransmission, to the original bits.
+fn count(flow: &mut Volume, transmitted: &mut Volume, original: &mut Volume, pkt: &Packet) {
+    let one = Volume {
+        packets: 1,
+        bytes: u64::from(pkt.size),
+    };
+    flow.add(one);
+    transmitted.add(one);
+    if !pkt.retransmission {
+        original.add(one);
+    }
+}
+
+/// The packets that crossed one link since the tally was last added to the run's
+/// [`LinkMetrics`]: the simulator counts every hop of every packet here (a vector index and one
+/// cheap hash) instead of two ordered-map look-ups, and adds the tally to [`Metrics::links`]
+/// whenever a run returns.
+#[derive(Debug, Default)]
+pub(crate) struct LinkTally {
+    by_flow: std::collections::HashMap<(FlowId, bool), Volume, crate::sim::BuildNodeHasher>,
+    transmitted: Volume,
+    original: Volume,
+}
+
+impl LinkTally {
+    /// Records a packet that crossed the link (as [`Metrics::on_transmitted`]).
+    pub(crate) fn on_transmitted(&mut self, pkt: &Packet) {
+        let v = self
+            .by_flow
+            .entry((pkt.flow, pkt.direction == Direction::Forward))
+            .or_default();
+        count(v, &mut self.transmitted, &mut self.original, pkt);
+    }
+
+    /// Adds what was counted to `link`'s metrics (creating them as the first packet would have)
+    /// and starts over.
+    pub(crate) fn flush(&mut self, metrics: &mut Metrics, link: LinkId) {
+        if self.transmitted.packets == 0 {
+            return;
+        }
+        let m = metrics.links.entry(link).or_default();
+        for (k, v) in self.by_flow.drain() {
+            m.by_flow.entry(k).or_default().add(v);
+        }
+        m.transmitted.add(std::mem::take(&mut self.transmitted));
+        m.original.add(std::mem::take(&mut self.original));
+    }
+}
+
 /// All measurements of a run.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -104,14 +161,7 @@ impl Metrics {
             .by_flow
             .entry((pkt.flow, pkt.direction == Direction::Forward))
             .or_default();
-        v.packets += 1;
-        v.bytes += u64::from(pkt.size);
-        m.transmitted.packets += 1;
-        m.transmitted.bytes += u64::from(pkt.size);
-        if !pkt.retransmission {
-            m.original.packets += 1;
-            m.original.bytes += u64::from(pkt.size);
-        }
+        count(v, &mut m.transmitted, &mut m.original, pkt);
     }
 
     /// The receiving application got `bytes` more of `flow`.

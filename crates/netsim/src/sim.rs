@@ -4,7 +4,7 @@
 //! turns its deliveries into arrival events), agents bound to (node, port) addresses, one seeded
 //! random stream per component.
 
-use crate::metrics::Metrics;
+use crate::metrics::{LinkTally, Metrics};
 use crate::packet::{Addr, Direction, FlowId, LinkId, NodeId, Packet, Payload};
 use linkmodel::{Direction as LinkDirection, Fate, LinkConfig, LinkConfigError};
 use rand_chacha::ChaCha8Rng;
@@ -128,9 +128,18 @@ struct Event {
     slot: u32,
 }
 
+impl Event {
+    /// Time, then insertion order, as one number: compared without a branch per field (the heap
+    /// compares at every level of every push and pop).
+    #[inline]
+    fn key(&self) -> u128 {
+        (u128::from(self.at) << 64) | u128::from(self.seq)
+    }
+}
+
 impl PartialEq for Event {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        self.key() == other.key()
     }
 }
 impl Eq for Event {}
@@ -142,7 +151,7 @@ impl PartialOrd for Event {
 impl Ord for Event {
     fn cmp(&self, other: &Self) -> Ordering {
         // Reversed: the heap pops the earliest time, then the earliest insertion.
-        (other.at, other.seq).cmp(&(self.at, self.seq))
+        other.key().cmp(&self.key())
     }
 }
 
@@ -157,7 +166,7 @@ pub struct Node {
 /// per field instead of SipHash: a route is looked up at every hop of every packet, a port at
 /// every delivery.
 #[derive(Default, Clone, Copy)]
-struct NodeHasher(u64);
+pub(crate) struct NodeHasher(u64);
 
 impl std::hash::Hasher for NodeHasher {
     fn finish(&self) -> u64 {
@@ -176,7 +185,7 @@ impl std::hash::Hasher for NodeHasher {
     }
 }
 
-type BuildNodeHasher = std::hash::BuildHasherDefault<NodeHasher>;
+pub(crate) type BuildNodeHasher = std::hash::BuildHasherDefault<NodeHasher>;
 
 /// One direction of a link, with the model that decides packet fates.
 pub struct SimLink {
@@ -220,6 +229,8 @@ pub struct Sim {
     ports: HashMap<Addr, AgentId, BuildNodeHasher>,
     next_packet_id: u64,
     pub metrics: Metrics,
+    /// What crossed each link (by link id) since the last run returned: added to `metrics` then.
+    tally: Vec<LinkTally>,
     /// Packets that reached a node with no agent on their port.
     pub undeliverable: u64,
     /// Total events processed.
@@ -265,6 +276,7 @@ impl Sim {
             ports: HashMap::default(),
             next_packet_id: 0,
             metrics: Metrics::default(),
+            tally: Vec::new(),
             undeliverable: 0,
             events_processed: 0,
             tracers: BTreeMap::new(),
@@ -320,6 +332,7 @@ impl Sim {
             model,
             rng: stream(self.seed, 1, u64::from(id.0)),
         });
+        self.tally.push(LinkTally::default());
         Ok(id)
     }
 
@@ -535,7 +548,9 @@ impl Sim {
                     if let Some(link) = via {
                         // Counted when it has crossed the link, so packets still queued when
                         // the run ends are not.
-                        self.metrics.on_transmitted(link, &pkt);
+                        if let Some(t) = self.tally.get_mut(link.0 as usize) {
+                            t.on_transmitted(&pkt);
+                        }
                     }
                     self.arrive(node, pkt)
                 }
@@ -554,6 +569,9 @@ impl Sim {
             }
         }
         self.now = self.now.max(end);
+        for (i, t) in self.tally.iter_mut().enumerate() {
+            t.flush(&mut self.metrics, LinkId(i as u32));
+        }
         self.events_processed += n;
         n
     }
@@ -591,14 +609,21 @@ impl Sim {
             f(agent.as_mut(), &mut ctx);
         }
         self.agents[i] = Some(agent);
-        for port in binds.drain(..) {
-            self.ports.entry(Addr { node, port }).or_insert(id);
+        // Most events bind nothing and many set no timer: an empty vector is not drained.
+        if !binds.is_empty() {
+            for port in binds.drain(..) {
+                self.ports.entry(Addr { node, port }).or_insert(id);
+            }
         }
-        for (at, token) in timers.drain(..) {
-            self.schedule(at, EventKind::Timer { agent: id, token });
+        if !timers.is_empty() {
+            for (at, token) in timers.drain(..) {
+                self.schedule(at, EventKind::Timer { agent: id, token });
+            }
         }
-        for pkt in out.drain(..) {
-            self.forward(node, pkt);
+        if !out.is_empty() {
+            for pkt in out.drain(..) {
+                self.forward(node, pkt);
+            }
         }
         self.scratch = Scratch { out, timers, binds };
     }
@@ -648,6 +673,17 @@ impl Sim {
             if let Some(tr) = self.tracers.get_mut(&link_id) {
                 tr(self.now, &pkt);
             }
+        }
+        if let Some(at) = fate.intact_arrival() {
+            self.schedule(
+                at,
+                EventKind::Arrive {
+                    node: to,
+                    pkt,
+                    via: Some(link_id),
+                },
+            );
+            return;
         }
         for d in LinkDirection::deliveries(fate, pkt) {
             self.schedule(

@@ -232,10 +232,12 @@ pub fn send_stp(
     seen: &mut Option<(ConnectionHandle, u64)>,
     each: impl FnMut(&mut Ctx<'_>),
 ) -> Sent {
+    // Read only: `Endpoint::connection` would mark the connection to be polled again, and the
+    // whole statistics would be built and copied, after every datagram.
     let count = |ep: &mut Endpoint| {
         watch
-            .and_then(|h| ep.connection(h))
-            .map_or(0, |c| c.stats().retransmitted_packets)
+            .and_then(|h| ep.connection_ref(h))
+            .map_or(0, stp::Connection::retransmitted_packets)
     };
     let before = match *seen {
         Some((h, n)) if Some(h) == watch => n,

@@ -214,6 +214,8 @@ impl StpAgent {
             framing: self.framing,
         };
         let flow = self.flow;
+        // The flow starts with its first datagram: one look-up per event, not per datagram.
+        let mut first = true;
         send_stp(
             ctx,
             &mut self.ep,
@@ -221,7 +223,11 @@ impl StpAgent {
             wire,
             self.conn,
             &mut self.retx_seen,
-            |ctx| ctx.metrics.started(flow, ctx.now),
+            |ctx| {
+                if std::mem::take(&mut first) {
+                    ctx.metrics.started(flow, ctx.now);
+                }
+            },
         );
         let deadline = stp_deadline(&mut self.ep, ctx.now);
         self.timer.arm(ctx, deadline);

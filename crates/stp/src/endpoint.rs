@@ -262,6 +262,12 @@ impl Endpoint {
         Some(&mut slot.conn)
     }
 
+    /// The connection behind `handle`, for reading only: unlike [`Self::connection`] it does not
+    /// mark the connection to be polled again.
+    pub fn connection_ref(&self, handle: ConnectionHandle) -> Option<&Connection> {
+        self.conns.get(&handle).map(|slot| &slot.conn)
+    }
+
     fn touch(&mut self, h: ConnectionHandle) {
         self.active.insert(h);
         self.eventful.insert(h);

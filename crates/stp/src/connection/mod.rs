@@ -541,6 +541,12 @@ impl Connection {
         !self.events.is_empty()
     }
 
+    /// Packets retransmitted so far: the count in [`Self::stats`], read without building the
+    /// whole statistics (the simulator reads it after every datagram).
+    pub fn retransmitted_packets(&self) -> u64 {
+        self.stats.retransmitted_packets
+    }
+
     /// Statistics so far.
     pub fn stats(&self) -> ConnectionStats {
         let mut s = self.stats.to_stats();
