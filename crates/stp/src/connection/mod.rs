@@ -544,7 +544,7 @@ impl Connection {
     /// Packets retransmitted so far: the count in [`Self::stats`], read without building the
     /// whole statistics (the simulator reads it after every datagram).
     pub fn retransmitted_packets(&self) -> u64 {
-        self.stats.retransmitted_packets
+        self.stats.get(crate::stats::Counter::RetransmittedPackets)
     }
 
     /// Statistics so far.
