@@ -331,6 +331,11 @@ fn start_daemons(
         );
         configs.push((format!("terminal{i}"), text));
     }
+    // The daemons log at `warn` unless `SATSTP_BENCH_LOG` names a level (`info`, `debug`, a
+    // filter such as "info,pep=debug"): with `SATSTP_KEEP=1` their logs stay for a look.
+    let level = std::env::var("SATSTP_BENCH_LOG").unwrap_or_else(|_| "warn".to_string());
+    let deadline = Instant::now() + Duration::from_secs(20 + u64::from(args.terminals) / 5);
+    let metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
     let mut procs = Vec::new();
     for (name, text) in &configs {
         let conf = dir.join(format!("{name}.toml"));
@@ -347,11 +352,24 @@ fn start_daemons(
                 "--config",
                 &conf.to_string_lossy(),
                 "--log-level",
-                "warn",
+                &level,
             ],
             role,
             Some(&dir.join(format!("{name}.log"))),
         )?);
+        if role == "gateway" {
+            // The terminals start once the gateway listens: a terminal whose first handshake
+            // finds no gateway retries later, and its session starts on the fallback suite.
+            // The metrics endpoint is bound after the hop's socket.
+            let gateway = procs.last_mut().context("the gateway process")?;
+            while std::net::TcpStream::connect(metrics).is_err() {
+                gateway.check_running()?;
+                if Instant::now() > deadline {
+                    bail!("the gateway does not serve its metrics on {metrics} in time");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
     let mut procs = procs.into_iter();
     let gateway = procs.next().context("the gateway process")?;
@@ -362,9 +380,8 @@ fn start_daemons(
             .iter()
             .map(|(_, _, p)| SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect(),
-        metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+        metrics,
     };
-    let deadline = Instant::now() + Duration::from_secs(20 + u64::from(args.terminals) / 5);
     let mut addrs = vec![d.metrics];
     addrs.extend(d.socks.iter().copied());
     for addr in addrs {

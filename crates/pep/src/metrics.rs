@@ -891,6 +891,22 @@ impl Metrics {
             "Tunnel handshakes completed (on a terminal its own, on a gateway those of all terminals).",
             &one(self.tunnel_handshakes.get().to_string()),
         );
+        let by_cipher = self
+            .tunnel
+            .lock()
+            .map(|t| t.sessions_by_cipher)
+            .unwrap_or_default();
+        let sessions: Vec<_> = crate::tunnel::Cipher::ALL
+            .iter()
+            .zip(by_cipher)
+            .map(|(c, n)| (vec![("cipher", c.name())], n.to_string()))
+            .collect();
+        family(
+            "satstp_tunnel_sessions",
+            "gauge",
+            "Live tunnel sessions by cipher suite (on a terminal its own, one per worker; on a gateway the current session of every terminal tunnel).",
+            &sessions,
+        );
         family(
             "satstp_tunnel_rekeys_total",
             "counter",
@@ -1036,6 +1052,11 @@ impl Metrics {
             "last_handshake_s_ago": secs(t.last_handshake_ago),
             "last_error": t.last_error,
             "last_error_s_ago": secs(t.last_error_ago),
+            "sessions_by_cipher": crate::tunnel::Cipher::ALL
+                .iter()
+                .zip(t.sessions_by_cipher)
+                .map(|(c, n)| (c.name().to_string(), serde_json::json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 }
@@ -1180,6 +1201,7 @@ mod tests {
         assert!(text.contains("satstp_stp_srtt_seconds{side=\"gateway\",stat=\"max\"} 0.612000\n"));
         let t = Metrics::new(Side::Terminal).prometheus_text();
         check_exposition(&t);
+        assert!(t.contains("satstp_tunnel_sessions{side=\"terminal\",cipher=\"aes-256-gcm\"} 0\n"));
         assert!(t.contains("satstp_tcp_bytes_total{side=\"terminal\",direction=\"up\"} 0\n"));
     }
 
@@ -1211,6 +1233,8 @@ mod tests {
         assert_eq!(v["stp"]["packets_sent"]["stat"], 0);
         assert_eq!(v["tunnel"]["state"], "up");
         assert!(v["tunnel"]["last_error"].is_null());
+        assert_eq!(v["tunnel"]["sessions_by_cipher"]["aes-256-gcm"], 0);
+        assert_eq!(v["tunnel"]["sessions_by_cipher"]["chacha20-poly1305"], 0);
         let conns = v["connections"].as_array().unwrap();
         assert_eq!(conns.len(), 2);
         assert_eq!(conns[0]["id"], a.id());

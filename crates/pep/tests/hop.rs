@@ -184,3 +184,39 @@ async fn a_first_piece_larger_than_the_send_buffer_is_queued_not_cut() {
     assert_eq!(got.len(), want.len(), "bytes were lost");
     assert!(got == want, "bytes arrived out of order or corrupted");
 }
+
+/// A burst of opens while the gateway's relay takes none (on a loaded machine it falls behind a
+/// thousand parallel opens): the streams wait in the gateway's accept queue (the STP endpoint's
+/// `max_accept_queue`) and each is served once the relay takes it, none reset as "gateway
+/// overloaded". The queue was once 256 streams for the whole hop, and `satstp bench gateway
+/// --terminals 100 --parallel 1000` failed with SOCKS reply 1 that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_opens_waits_for_the_relay_instead_of_being_reset() {
+    const N: usize = 400;
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let (mut gw, gw_addr) = gateway(tp, gk).await;
+    let term = terminal_hop(tk, gp, gw_addr, cfg(1)).await;
+    let mut streams = Vec::with_capacity(N);
+    for i in 0..N {
+        streams.push(term.open(format!("open {i}").into_bytes()).await.unwrap());
+    }
+    // Every open reaches the gateway (the terminal's open budget lets 500 a second through)
+    // while nothing accepts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for i in 0..N {
+        let s = tokio::time::timeout(Duration::from_secs(10), gw.accept())
+            .await
+            .unwrap_or_else(|_| panic!("stream {i} of {N} did not arrive"))
+            .expect("the hop runs");
+        s.write(b"ok").await.unwrap();
+        s.shutdown().await;
+    }
+    for (i, s) in streams.iter_mut().enumerate() {
+        let r = tokio::time::timeout(Duration::from_secs(10), read_all(s))
+            .await
+            .unwrap_or_else(|_| panic!("stream {i}: no answer"));
+        let got = r.unwrap_or_else(|e| panic!("stream {i} of {N} failed: {e}"));
+        assert_eq!(got, b"ok", "stream {i}");
+    }
+}

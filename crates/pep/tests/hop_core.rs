@@ -953,6 +953,19 @@ fn a_terminal_that_fell_back_to_chacha_tries_aes_once_more_then_stays() {
         seen.bytes == b"hi"
     }));
     assert_eq!(p.terminal.tunnel_cipher(), Some(Cipher::ChaCha20Poly1305));
+    // `/status` and `/metrics` show the suite: the terminal's session, the gateway's.
+    let chacha = Cipher::ChaCha20Poly1305.index();
+    for (side, st) in [
+        ("terminal", p.terminal.status()),
+        ("gateway", p.gateway.status()),
+    ] {
+        let by = st.tunnel_report.sessions_by_cipher;
+        assert_eq!(
+            (by[chacha], by.iter().sum::<u64>()),
+            (1, 1),
+            "{side}: {by:?}"
+        );
+    }
     // The stream stays open (the session is in use) for 40 s.
     let end = p.now + 40 * S;
     p.run(end, |_| false);

@@ -259,8 +259,9 @@ fn an_older_terminal_is_served_by_a_newer_gateway() {
 #[test]
 fn both_suites_of_one_handshake_make_one_session() {
     // A response lost: the terminal's next send is its other suite, with the same timestamp.
-    // The gateway refuses it as a replay of that timestamp (no second session), and answers
-    // the first suite's initiation again from its cache.
+    // The gateway drops it as the same handshake offered again (no second session, and not
+    // counted as a replay: it is none), and answers the first suite's initiation again from
+    // its cache.
     let mut p = pair(CipherChoice::Auto);
     let mut ini = Initiator::with_ciphers(&p.terminal.0, &p.gw_pub, 41, 1, &BOTH).unwrap();
     let first = ini.initiation_to_send().to_vec();
@@ -286,9 +287,19 @@ fn both_suites_of_one_handshake_make_one_session() {
     ));
     assert_eq!(
         p.gw.open(Instant::ZERO, &second, ADDR, &mut Vec::new()),
-        Err(Error::Replay(1))
+        Err(Error::OtherSuite)
     );
     assert_eq!(p.gw.session_count(), 1);
+    assert_eq!(p.gw.counters().replays, 0);
+    assert_eq!(p.gw.sessions_by_cipher()[Cipher::Aes256Gcm.index()], 1);
+    assert_eq!(p.gw.sessions_by_cipher().iter().sum::<u64>(), 1);
+    // The same bytes from another address are a replay, as is an older timestamp.
+    let elsewhere = SocketAddr::new(ADDR.ip(), 5);
+    assert_eq!(
+        p.gw.open(Instant::ZERO, &second, elsewhere, &mut Vec::new()),
+        Err(Error::Replay(1))
+    );
+    assert_eq!(p.gw.counters().replays, 1);
     let third = ini.initiation_to_send().to_vec();
     assert_eq!(third, first, "each suite's initiation bytes never change");
     let mut reply = Vec::new();

@@ -186,6 +186,10 @@ pub struct TunnelReport {
     /// refused handshake (with the source address).
     pub last_error: Option<String>,
     pub last_error_ago: Option<Duration>,
+    /// Live tunnel sessions by cipher suite, in [`crate::tunnel::Cipher`] order
+    /// (ChaCha20-Poly1305, AES-256-GCM): a terminal's one session (per worker), a gateway's
+    /// current session of every terminal tunnel (a rekey's previous one not counted).
+    pub sessions_by_cipher: [u64; 2],
 }
 
 /// A snapshot of a hop, for metrics and `/status`.
@@ -1385,6 +1389,16 @@ impl<S: EventSink, P> HopCore<S, P> {
         key: Option<PublicKey>,
     ) {
         use crate::tunnel::Error as E;
+        if *e == E::OtherSuite {
+            // The terminal offered one handshake in each of its suites and the first to arrive
+            // was accepted: routine, neither a replay nor an error.
+            tracing::debug!(
+                source = %from,
+                "tunnel handshake offered again in another cipher suite: one offer was accepted, \
+                 this one is dropped"
+            );
+            return;
+        }
         let what = match (e, key) {
             (E::AuthFailed, _) => "failed authentication: the terminal's gateway_public_key is \
                                    not this gateway's public key (or it is not a satstp terminal)"
@@ -1758,6 +1772,17 @@ impl<S: EventSink, P> HopCore<S, P> {
             last_handshake_ago: ago(self.watch.last_handshake),
             last_error: self.watch.last_error.as_ref().map(|(_, e)| e.clone()),
             last_error_ago: ago(self.watch.last_error.as_ref().map(|(t, _)| *t)),
+            sessions_by_cipher: match &self.security {
+                Sec::Terminal { init, .. } => {
+                    let mut n = [0; 2];
+                    if let Some(c) = init.cipher() {
+                        n[c.index()] = 1;
+                    }
+                    n
+                }
+                Sec::Gateway { responder } => responder.sessions_by_cipher(),
+                Sec::Clear { .. } => [0; 2],
+            },
         };
         HopStatus {
             tunnel_report,

@@ -638,6 +638,9 @@ fn merge_report(a: &mut super::TunnelReport, b: super::TunnelReport) {
         (None, Some(_)) => true,
         _ => false,
     };
+    for (x, y) in a.sessions_by_cipher.iter_mut().zip(b.sessions_by_cipher) {
+        *x += y;
+    }
     if b_newer {
         a.last_error = b.last_error;
         a.last_error_ago = b.last_error_ago;

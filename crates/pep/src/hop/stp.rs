@@ -105,7 +105,12 @@ impl Hop {
     ) -> Result<Hop, HopError> {
         let start = tokio::time::Instant::now();
         let wall_clock_at_zero_ns = super::clock::unix_ns_at(start.into_std());
-        let (in_tx, in_rx) = mpsc::channel(256);
+        // The streams accepted and not yet taken by the relay: the STP endpoints' accept queue
+        // (`max_accept_queue` each), which the workers empty into this channel at every pump.
+        // A smaller channel refused a burst of opens the endpoints would have queued: a
+        // thousand parallel opens reset as "gateway overloaded" on a busy machine.
+        let queue = accept_queue(&config.endpoint, workers.len());
+        let (in_tx, in_rx) = mpsc::channel(queue);
         let capture = capture.map(|c| Arc::new(std::sync::Mutex::new(c)));
         let mut tasks: Vec<HopTask> = Vec::with_capacity(workers.len());
         let mut txs = Vec::with_capacity(workers.len());
@@ -165,6 +170,8 @@ impl Hop {
                 core,
                 commands: rx,
                 incoming: in_tx.clone(),
+                queue,
+                queue_full_logged: None,
                 self_tx: tx.clone(),
                 relay_buffer: config.relay_buffer_bytes.max(CHUNK as u32),
                 start,
@@ -196,6 +203,18 @@ impl Hop {
     }
 }
 
+/// How many accepted streams may wait for the relay, all workers together: each worker's STP
+/// endpoint queues `max_accept_queue` (and refuses opens beyond it), so the hop does as well.
+fn accept_queue(endpoint: &stp::EndpointConfig, workers: usize) -> usize {
+    (endpoint.max_accept_queue as usize)
+        .max(1)
+        .saturating_mul(workers.max(1))
+        .min(1 << 20)
+}
+
+/// At most one log line a worker about its full queue of accepted streams, this often.
+const QUEUE_FULL_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Worker `i`'s seed: the hop's own for the first, distinct ones for the others (their
 /// connection ids, sequence numbers and session indices must differ).
 fn worker_seed(seed: u64, i: usize) -> u64 {
@@ -215,6 +234,9 @@ struct HopTask {
     core: Core,
     commands: mpsc::Receiver<Command>,
     incoming: mpsc::Sender<HopStream>,
+    /// `incoming`'s capacity ([`accept_queue`]), and when its being full was last logged.
+    queue: usize,
+    queue_full_logged: Option<Instant>,
     self_tx: mpsc::Sender<Command>,
     relay_buffer: u32,
     start: tokio::time::Instant,
@@ -337,9 +359,17 @@ impl HopTask {
         let mut accepted = Vec::new();
         let incoming = self.incoming.clone();
         let memory = self.memory.clone();
+        let mut refused = 0u64;
         let mut accept = |info: StreamInfo| {
             // A slot in `incoming` first, so a refused stream costs no channel.
-            let permit = incoming.clone().try_reserve_owned().ok()?;
+            let permit = match incoming.clone().try_reserve_owned() {
+                Ok(p) => p,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    refused += 1;
+                    return None;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return None,
+            };
             let (ev_tx, ev_rx) = mpsc::channel(READ_CHUNKS);
             accepted.push((info, ev_rx, permit));
             Some(Sink {
@@ -350,6 +380,23 @@ impl HopTask {
         self.core.pump(now, &mut accept);
         for (info, events, permit) in accepted {
             permit.send(self.stream_handle(info, events));
+        }
+        if refused > 0
+            && self
+                .queue_full_logged
+                .is_none_or(|t| now.saturating_duration_since(t) >= QUEUE_FULL_LOG_EVERY)
+        {
+            self.queue_full_logged = Some(now);
+            tracing::warn!(
+                refused,
+                waiting = self.queue,
+                "streams refused (reset as \"gateway overloaded\", the client gets a general \
+                 failure): {} accepted streams already wait for the relay, the limit \
+                 (the STP endpoint's max_accept_queue = {} per worker); the relay is not \
+                 keeping up with the opens (CPU starved?)",
+                self.queue,
+                self.queue as u64 / self.ids.workers.max(1),
+            );
         }
     }
 

@@ -52,7 +52,19 @@ pub(crate) async fn open_by(
             Some(StreamEvent::Failed(StreamError::TunnelDown)) => {
                 return Err(Verdict::NetworkUnreachable)
             }
-            _ => {
+            other => {
+                // The stream ended before the gateway's verdict: say why, or the client's
+                // general failure has no cause anywhere (a gateway resets a stream it has no
+                // room for as "gateway overloaded", and logs the limit on its side).
+                let why = match &other {
+                    Some(StreamEvent::Failed(e)) => e.to_string(),
+                    Some(StreamEvent::Finished) => "the gateway ended it".to_string(),
+                    _ => "the hop closed".to_string(),
+                };
+                tracing::info!(
+                    destination = %target,
+                    "open failed before the gateway's verdict: {why}"
+                );
                 stream.abort(AbortCode::TcpFailed).await;
                 return Err(Verdict::Failed);
             }

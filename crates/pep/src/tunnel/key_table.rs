@@ -35,6 +35,10 @@ pub(crate) struct Held {
 struct KeyState {
     /// Largest initiation timestamp accepted from this key by any worker.
     last_timestamp: Option<u64>,
+    /// The address and initiator index of the initiation accepted with `last_timestamp`: a
+    /// terminal offers one handshake in each of its suites with the same index and timestamp,
+    /// so a second offer of the accepted handshake matches them.
+    last_offer: Option<(SocketAddr, u32)>,
     /// The key's sessions on all workers, oldest first.
     sessions: VecDeque<Held>,
 }
@@ -98,6 +102,18 @@ fn other_addresses(sessions: &VecDeque<Held>, addr: SocketAddr) -> Vec<SocketAdd
     others
 }
 
+/// What the key's replay state says of an initiation ([`Worker::check_initiation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Newer than every initiation accepted from the key.
+    Fresh,
+    /// The handshake accepted last, offered again in another suite (same address, initiator
+    /// index and timestamp): not a replay, but no second session either.
+    OtherSuite,
+    /// Not newer than one accepted: a replay, or the terminal's clock went back.
+    Replay,
+}
+
 /// One worker's handle on the [`KeyTable`].
 pub(crate) struct Worker {
     table: Arc<KeyTable>,
@@ -110,14 +126,26 @@ impl Worker {
         self.id
     }
 
-    /// Whether `timestamp` is older than or equal to one already accepted from `key`.
-    pub(crate) fn is_replay(&self, key: &PublicKey, timestamp: u64) -> bool {
-        self.table
-            .lock()
-            .keys
-            .get(key)
-            .and_then(|k| k.last_timestamp)
-            .is_some_and(|t| timestamp <= t)
+    /// Whether an initiation of `key` with `timestamp`, from `addr` with initiator index
+    /// `sender`, may start a session: its timestamp newer than every one accepted from the key.
+    pub(crate) fn check_initiation(
+        &self,
+        key: &PublicKey,
+        timestamp: u64,
+        addr: SocketAddr,
+        sender: u32,
+    ) -> Freshness {
+        let inner = self.table.lock();
+        let Some(state) = inner.keys.get(key) else {
+            return Freshness::Fresh;
+        };
+        match state.last_timestamp {
+            Some(t) if timestamp == t && state.last_offer == Some((addr, sender)) => {
+                Freshness::OtherSuite
+            }
+            Some(t) if timestamp <= t => Freshness::Replay,
+            _ => Freshness::Fresh,
+        }
     }
 
     /// Records a new session of `key` from `addr` on this worker. A key's sessions from one
@@ -134,7 +162,7 @@ impl Worker {
         key: PublicKey,
         timestamp: u64,
         index: u32,
-        addr: SocketAddr,
+        (addr, sender): (SocketAddr, u32),
         limit: usize,
     ) -> Result<Admitted, ()> {
         let mut inner = self.table.lock();
@@ -143,6 +171,7 @@ impl Worker {
             return Err(());
         }
         state.last_timestamp = Some(timestamp);
+        state.last_offer = Some((addr, sender));
         let mut evicted = Vec::new();
         // The tunnel's own sessions: keep room for the new one.
         while state.sessions.iter().filter(|h| h.addr == addr).count() >= SESSIONS_PER_ADDRESS {
@@ -251,12 +280,16 @@ mod tests {
         let table = KeyTable::new();
         let (w0, w1) = (table.join(), table.join());
         let k = key(1);
-        assert!(w0.admit(k, 1, 10, at(1), 2).unwrap().evicted.is_empty());
-        let second = w1.admit(k, 2, 20, at(2), 2).unwrap();
+        assert!(w0
+            .admit(k, 1, 10, (at(1), 7), 2)
+            .unwrap()
+            .evicted
+            .is_empty());
+        let second = w1.admit(k, 2, 20, (at(2), 7), 2).unwrap();
         assert_eq!(second.other_addrs, vec![at(1)]);
         assert!(!w0.has_evictions());
         // A third address: the oldest address's sessions go, wherever they are.
-        let third = w1.admit(k, 3, 21, at(3), 2).unwrap();
+        let third = w1.admit(k, 3, 21, (at(3), 7), 2).unwrap();
         assert_eq!(
             third.evicted,
             vec![Held {
@@ -278,18 +311,22 @@ mod tests {
         let (w0, w1) = (table.join(), table.join());
         let k = key(2);
         // Two tunnels of one key (a terminal's two workers).
-        w0.admit(k, 1, 10, at(1), 2).unwrap();
-        w1.admit(k, 2, 20, at(2), 2).unwrap();
+        w0.admit(k, 1, 10, (at(1), 7), 2).unwrap();
+        w1.admit(k, 2, 20, (at(2), 7), 2).unwrap();
         w1.confirm(&k, 20);
         // The tunnel at port 2 rekeys: nothing goes (the current and the next session).
-        assert!(w1.admit(k, 3, 21, at(2), 2).unwrap().evicted.is_empty());
+        assert!(w1
+            .admit(k, 3, 21, (at(2), 7), 2)
+            .unwrap()
+            .evicted
+            .is_empty());
         // Its answer was lost and it tries again: the unconfirmed 21 goes, the live 20 stays.
-        let again = w1.admit(k, 4, 22, at(2), 2).unwrap();
+        let again = w1.admit(k, 4, 22, (at(2), 7), 2).unwrap();
         assert_eq!(again.evicted.len(), 1);
         assert_eq!(again.evicted[0].index, 21);
         // With both confirmed, the oldest of the tunnel goes; the tunnel at port 1 never does.
         w1.confirm(&k, 22);
-        let next = w1.admit(k, 5, 23, at(2), 2).unwrap();
+        let next = w1.admit(k, 5, 23, (at(2), 7), 2).unwrap();
         assert_eq!(next.evicted.len(), 1);
         assert_eq!(next.evicted[0].index, 20);
         assert!(!w0.has_evictions());
@@ -300,13 +337,22 @@ mod tests {
         let table = KeyTable::new();
         let (w0, w1) = (table.join(), table.join());
         let k = key(3);
-        w0.admit(k, 5, 10, at(1), 2).unwrap();
-        assert!(w1.is_replay(&k, 5) && w1.is_replay(&k, 4) && !w1.is_replay(&k, 6));
-        assert!(w1.admit(k, 5, 20, at(2), 2).is_err());
+        w0.admit(k, 5, 10, (at(1), 7), 2).unwrap();
+        let check = |w: &Worker, t, port, sender| w.check_initiation(&k, t, at(port), sender);
+        assert_eq!(check(&w1, 5, 2, 7), Freshness::Replay);
+        assert_eq!(check(&w1, 4, 1, 7), Freshness::Replay);
+        assert_eq!(check(&w1, 6, 2, 7), Freshness::Fresh);
+        // The accepted handshake offered again (its other suite): same address, index and
+        // timestamp, on either worker. Another index or address at that timestamp is a replay.
+        assert_eq!(check(&w0, 5, 1, 7), Freshness::OtherSuite);
+        assert_eq!(check(&w1, 5, 1, 7), Freshness::OtherSuite);
+        assert_eq!(check(&w1, 5, 1, 8), Freshness::Replay);
+        assert_eq!(check(&w1, 5, 3, 7), Freshness::Replay);
+        assert!(w1.admit(k, 5, 20, (at(2), 7), 2).is_err());
         w0.forget(&k, 10);
-        let next = w1.admit(k, 6, 20, at(2), 1).unwrap();
+        let next = w1.admit(k, 6, 20, (at(2), 7), 1).unwrap();
         assert!(next.evicted.is_empty() && next.other_addrs.is_empty());
         // Another key is independent.
-        assert!(!w0.is_replay(&key(4), 1));
+        assert_eq!(w0.check_initiation(&key(4), 1, at(1), 7), Freshness::Fresh);
     }
 }

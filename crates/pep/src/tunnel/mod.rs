@@ -129,6 +129,17 @@ impl Cipher {
         }
     }
 
+    /// Every suite, in the order of [`Cipher::index`].
+    pub const ALL: [Cipher; 2] = [Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm];
+
+    /// The suite's place in [`Cipher::ALL`] (and in per-suite counts).
+    pub fn index(self) -> usize {
+        match self {
+            Cipher::ChaCha20Poly1305 => 0,
+            Cipher::Aes256Gcm => 1,
+        }
+    }
+
     /// The name the configuration and the logs use.
     pub fn name(self) -> &'static str {
         match self {
@@ -228,6 +239,11 @@ pub enum Error {
     /// is not newer than the last accepted from that key.
     #[error("replayed or too old (nonce or timestamp {0})")]
     Replay(u64),
+    /// An initiation of the handshake accepted last from its key, in another of the terminal's
+    /// suites (same address, index and timestamp): the terminal offered the handshake once per
+    /// suite and the gateway took the first. Not a replay; dropped.
+    #[error("the accepted handshake offered again in another cipher suite")]
+    OtherSuite,
     /// A well-formed initiation from a static key not on the allow-list.
     #[error("terminal key not on the allow-list")]
     UnknownKey,

@@ -1,7 +1,7 @@
 //! The gateway's side of the tunnel: answers initiations from allowed terminal keys and holds
 //! the sessions of many terminals behind one socket, found by index.
 
-use super::key_table::{KeyTable, Worker};
+use super::key_table::{Freshness, KeyTable, Worker};
 use super::log_limit::LogLimiter;
 use super::session::Session;
 use super::wire::{emit_header, Packet, RESPONSE_LEN};
@@ -173,6 +173,20 @@ impl Responder {
     /// first datagram (sessions made earlier stay outside the table).
     pub fn join(&mut self, table: &Arc<KeyTable>) {
         self.keys = table.join();
+    }
+
+    /// Live sessions by suite ([`super::Cipher::index`]), a rekey's superseded session and
+    /// revoked ones not counted: one per terminal tunnel.
+    pub fn sessions_by_cipher(&self) -> [u64; 2] {
+        let mut n = [0; 2];
+        for e in self.sessions.values() {
+            if e.superseded_at.is_none() && e.revoked_at.is_none() {
+                if let Some(c) = n.get_mut(e.session.cipher().index()) {
+                    *c += 1;
+                }
+            }
+        }
+        n
     }
 
     pub fn counters(&self) -> &Counters {
@@ -608,8 +622,10 @@ impl Responder {
             self.rejected_key = Some(key);
             return Err(Error::UnknownKey);
         };
-        if self.keys.is_replay(&key, timestamp) {
-            return Err(Error::Replay(timestamp));
+        match self.keys.check_initiation(&key, timestamp, from, sender) {
+            Freshness::Fresh => {}
+            Freshness::OtherSuite => return Err(Error::OtherSuite),
+            Freshness::Replay => return Err(Error::Replay(timestamp)),
         }
         let replaces_own = peer.sessions.len() >= self.config.max_sessions_per_key;
         if !replaces_own && self.sessions.len() >= self.config.max_sessions {
@@ -649,7 +665,7 @@ impl Responder {
                 key,
                 timestamp,
                 index,
-                from,
+                (from, sender),
                 self.config.max_sessions_per_key,
             )
             .map_err(|()| Error::Replay(timestamp))?;
