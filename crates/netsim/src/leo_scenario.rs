@@ -617,8 +617,7 @@ bytes = "2MB"
     /// light time through the shell and that plus the queues.
     #[test]
     fn a_small_constellation_scenario_runs_with_sensible_goodput() {
-        let s = Scenario::from_toml(SMALL).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(SMALL);
         assert_eq!(plan.stations, ["New York", "la", "madrid"]);
         assert_eq!(plan.flows[1].start, SEC);
         let r = plan.run().unwrap();
@@ -647,6 +646,11 @@ bytes = "2MB"
             // at most ~120 ms a direction.
             assert!(rtt > 25.0 && rtt < 350.0, "{}: RTT {rtt} ms", x.name);
         }
+    }
+
+    /// The plan of a constellation scenario that is valid.
+    fn plan_of(text: &str) -> LeoPlan {
+        Scenario::from_toml(text).unwrap().leo_plan().unwrap()
     }
 
     fn error_of(text: &str) -> String {
@@ -763,8 +767,7 @@ bytes = "500KB"
     /// exactly, and so does the end-to-end flow from an origin host.
     #[test]
     fn split_flows_at_ground_stations_deliver_every_byte() {
-        let s = Scenario::from_toml(SPLIT).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(SPLIT);
         let split = plan.flows[0].split.expect("flow s is split");
         assert_eq!(split.hop, StudyTransport::Stp);
         assert_eq!(split.relay_buffer, 256 * 1024);
@@ -929,8 +932,7 @@ bytes = "500KB"
              [[flow]]\nname = \"x\"\nprotocol = \"sack\"\nfrom = \"New York\"\nto = \"London\"\n",
             path.display()
         );
-        let s = Scenario::from_toml(&text).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(&text);
         let _ = std::fs::remove_file(&path);
         assert!(matches!(plan.config.constellation, Constellation::Tle(_)));
         assert_eq!(plan.config.constellation.elevation_mask_deg(), 30.0);
@@ -946,19 +948,14 @@ bytes = "500KB"
     /// its own flow list (so the reproductions' figures stay the same).
     #[test]
     fn bulk_study_is_flow_study_with_its_flow_list() {
+        let stations = ["New York", "London", "Tokyo", "Sydney"]
+            .iter()
+            .map(|n| constellation::geo::place(n).unwrap())
+            .collect();
+        let starlink = Constellation::preset("starlink-550").unwrap();
         let cfg = LeoNetConfig {
-            constellation: Constellation::preset("starlink-550").unwrap(),
-            stations: ["New York", "London", "Tokyo", "Sydney"]
-                .iter()
-                .map(|n| constellation::geo::place(n).unwrap())
-                .collect(),
-            duration: 3 * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
-            gsl_rate_bps: 10_000_000,
-            queue_packets: 100,
             seed: 3,
-            attach: AttachPolicy::Joint,
+            ..LeoNetConfig::study(starlink, stations, 3 * SEC)
         };
         let t = StudyTransport::Tcp(Variant::NewReno);
         let a = crate::leo_net::bulk_study(&cfg, 3, t).unwrap();

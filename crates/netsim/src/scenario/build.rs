@@ -286,10 +286,7 @@ impl Scenario {
         e: &FlowEnds,
     ) -> Result<(), ScenarioError> {
         let cfg = self.stp_config(f)?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
-        };
+        let peer = e.peer();
         let sender = StpAgent::new(
             e.src_port,
             e.id,
@@ -310,19 +307,11 @@ impl Scenario {
         )
         .map_err(|err| field(format!("flow {}.stp", f.name), err.to_string()))?;
         let framing = self.stp_framing(f)?;
-        sim.add_agent(
-            e.from,
-            e.src_port,
-            e.start,
+        e.add_ends(
+            sim,
             Box::new(sender.with_framing(framing)),
-        )?;
-        sim.add_agent(
-            e.to,
-            e.dst_port,
-            e.start,
             Box::new(sink.with_framing(framing)),
-        )?;
-        Ok(())
+        )
     }
 
     /// A TCP transfer striped over `stripes` connections.
@@ -349,13 +338,8 @@ impl Scenario {
             .chain((1..n as usize).map(|k| (base + k) as u16))
             .collect();
         let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
-        };
-        let tcp_err = |err: crate::tcp::TcpConfigError| {
-            field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
-        };
+        let peer = e.peer();
+        let tcp_err = tcp_field_error(f);
         let mut sender =
             crate::striping::StripedSender::new(e.id, ports, peer, e.bytes, cfg.clone())
                 .map_err(tcp_err)?;
@@ -367,27 +351,18 @@ impl Scenario {
             sender = sender.with_block(b);
         }
         let sink = crate::striping::StripedSink::new(e.dst_port, e.id, n, cfg).map_err(tcp_err)?;
-        sim.add_agent(e.from, e.src_port, e.start, Box::new(sender))?;
-        sim.add_agent(e.to, e.dst_port, e.start, Box::new(sink))?;
-        Ok(())
+        e.add_ends(sim, Box::new(sender), Box::new(sink))
     }
 
     /// A TCP sender and sink (the TCP model).
     fn add_tcp_flow(&self, sim: &mut Sim, f: &FlowSpec, e: &FlowEnds) -> Result<(), ScenarioError> {
         let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
-        };
-        let tcp_err = |err: crate::tcp::TcpConfigError| {
-            field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
-        };
+        let peer = e.peer();
+        let tcp_err = tcp_field_error(f);
         let sender =
             TcpAgent::bulk_sender(e.id, e.src_port, peer, e.bytes, cfg.clone()).map_err(tcp_err)?;
         let sink = TcpAgent::sink(e.dst_port, cfg).map_err(tcp_err)?;
-        sim.add_agent(e.from, e.src_port, e.start, Box::new(sender))?;
-        sim.add_agent(e.to, e.dst_port, e.start, Box::new(sink))?;
-        Ok(())
+        e.add_ends(sim, Box::new(sender), Box::new(sink))
     }
 
     /// A TCP sender, the split gateway at `split_at`, and the hop's far end (an STP
@@ -616,6 +591,36 @@ struct FlowEnds {
     dst_port: u16,
     bytes: Option<u64>,
     start: Time,
+}
+
+impl FlowEnds {
+    /// The receiving end's address, which the sender connects to.
+    fn peer(&self) -> Addr {
+        Addr {
+            node: self.to,
+            port: self.dst_port,
+        }
+    }
+
+    /// Adds the flow's sender at its source and its sink at its destination (in that order),
+    /// both starting with the flow.
+    fn add_ends(
+        &self,
+        sim: &mut Sim,
+        sender: Box<dyn crate::sim::Agent>,
+        sink: Box<dyn crate::sim::Agent>,
+    ) -> Result<(), ScenarioError> {
+        sim.add_agent(self.from, self.src_port, self.start, sender)?;
+        sim.add_agent(self.to, self.dst_port, self.start, sink)?;
+        Ok(())
+    }
+}
+
+/// A TCP model's configuration error as the error of flow `f`'s `tcp.<field>` key.
+fn tcp_field_error(
+    f: &FlowSpec,
+) -> impl Fn(crate::tcp::TcpConfigError) -> ScenarioError + Copy + '_ {
+    |err| field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
 }
 
 /// The slowest link on the path from `from` to `to` (the first such, on ties).

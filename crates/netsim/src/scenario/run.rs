@@ -138,20 +138,15 @@ pub fn run_replicated(
         progress(d, total);
     };
     let mut results: Vec<RunResult> = Vec::new();
-    match rule {
-        Replication::Fixed { runs } => {
-            for r in run_batch(
-                scenario,
-                0..runs.max(1),
-                seed,
-                end,
-                threads,
-                &tick,
-                pcap_dir,
-            ) {
-                results.push(r?);
-            }
+    // Runs the replications `range` and appends their results (stopping at the first failure).
+    let batch = |results: &mut Vec<RunResult>, range: std::ops::Range<u32>| {
+        for r in run_batch(scenario, range, seed, end, threads, &tick, pcap_dir) {
+            results.push(r?);
         }
+        Ok::<(), ScenarioError>(())
+    };
+    match rule {
+        Replication::Fixed { runs } => batch(&mut results, 0..runs.max(1))?,
         Replication::Until {
             percent,
             min_runs,
@@ -164,17 +159,7 @@ pub fn run_replicated(
             while (results.len() as u32) < max_runs {
                 let have = results.len() as u32;
                 let want = if have == 0 { min.max(BATCH) } else { BATCH }.min(max_runs - have);
-                for r in run_batch(
-                    scenario,
-                    have..have + want,
-                    seed,
-                    end,
-                    threads,
-                    &tick,
-                    pcap_dir,
-                ) {
-                    results.push(r?);
-                }
+                batch(&mut results, have..have + want)?;
                 let from = (have + 1).max(min) as usize;
                 if let Some(n) =
                     (from..=results.len()).find(|&n| worst_relative_se(&results[..n]) <= limit)

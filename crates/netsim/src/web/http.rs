@@ -43,6 +43,16 @@ pub enum HttpVersion {
 }
 
 impl HttpVersion {
+    /// The versions the web reproductions compare: HTTP/1.0 with one and with four
+    /// connections, persistent, pipelined, and six parallel persistent connections.
+    pub const COMPARED: [HttpVersion; 5] = [
+        HttpVersion::Http10 { parallel: 1 },
+        HttpVersion::Http10 { parallel: 4 },
+        HttpVersion::Persistent,
+        HttpVersion::Pipelined,
+        HttpVersion::Parallel { connections: 6 },
+    ];
+
     pub fn label(self) -> String {
         match self {
             HttpVersion::Http10 { parallel: 1 } => "HTTP/1.0".into(),
@@ -215,15 +225,12 @@ pub struct HttpClient {
     workload: Workload,
     log: SharedLog,
     table: SharedExchanges,
-    ep: Option<Endpoint>,
-    framing: u32,
+    io: EndIo,
     conns: Vec<ClientConn>,
     page: Option<Page>,
     pages_started: u32,
     next_id: u64,
     next_port: u16,
-    wakeups: Wakeups,
-    buf: Vec<u8>,
 }
 
 impl HttpClient {
@@ -240,16 +247,7 @@ impl HttpClient {
         table: SharedExchanges,
         seed: u64,
     ) -> Result<Self, stp::ConfigError> {
-        let (ep, framing) = match &transport {
-            Transport::Tcp(_) => (None, 0),
-            Transport::Stp { config, framing } => (
-                Some(Endpoint::new(
-                    config.clone(),
-                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
-                )?),
-                framing.overhead(),
-            ),
-        };
+        let io = EndIo::new(&transport, seed)?;
         Ok(HttpClient {
             port,
             server,
@@ -258,15 +256,12 @@ impl HttpClient {
             workload,
             log,
             table,
-            ep,
-            framing,
+            io,
             conns: Vec::new(),
             page: None,
             pages_started: 0,
             next_id: 1,
             next_port: port.wrapping_add(1),
-            wakeups: Wakeups::default(),
-            buf: Vec::with_capacity(2048),
         })
     }
 
@@ -347,7 +342,7 @@ impl HttpClient {
                 }
             }
             Transport::Stp { .. } => {
-                let ep = self.ep.as_mut()?;
+                let ep = self.io.ep.as_mut()?;
                 match ep.connect(Instant::from_nanos(ctx.now), socket_of(self.server)) {
                     Ok(h) => Link::Stp(h),
                     Err(_) => {
@@ -420,7 +415,7 @@ impl HttpClient {
                 conn.close();
             }
         }
-        if let (Link::Stp(h), Some(ep)) = (&c.link, self.ep.as_mut()) {
+        if let (Link::Stp(h), Some(ep)) = (&c.link, self.io.ep.as_mut()) {
             // STP's fast start: the request (and, for HTTP/1.0, the END) goes with the BGN, as
             // a sendto does with T/TCP.
             if let Some(sc) = ep.connection(*h) {
@@ -600,7 +595,9 @@ impl HttpClient {
                 }
                 Link::Stp(h) => {
                     let h = *h;
-                    let Some(ep) = self.ep.as_mut() else { continue };
+                    let Some(ep) = self.io.ep.as_mut() else {
+                        continue;
+                    };
                     let Some(sc) = ep.connection(h) else {
                         self.conns[i].done = true;
                         continue;
@@ -617,7 +614,7 @@ impl HttpClient {
                 self.received(ctx, i, n);
             }
         }
-        if let Some(ep) = self.ep.as_mut() {
+        if let Some(ep) = self.io.ep.as_mut() {
             while let Some((h, ev)) = ep.poll_event() {
                 if matches!(ev, Event::Closed | Event::Failed(_)) {
                     if matches!(ev, Event::Failed(_)) {
@@ -635,10 +632,8 @@ impl HttpClient {
 
     /// Sends what every connection has ready now and re-arms the wake-up.
     fn transmit(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        let mut next: Option<Time> = None;
         let (server, flow) = (self.server, self.flow);
-        let mut sent = (0u64, 0u64);
+        let mut tally = Tally::default();
         for c in &mut self.conns {
             if let Link::Tcp { conn, port } = &mut c.link {
                 let route = Route {
@@ -647,28 +642,15 @@ impl HttpClient {
                     flow,
                     direction: Direction::Reverse,
                 };
-                let s = send_tcp(ctx, conn, route, |_, _| {});
-                sent.0 += s.segments as u64;
-                sent.1 += s.bytes;
-                if s.more {
-                    next = earliest(next, Some(now));
-                }
-                next = earliest(next, conn.poll_timeout());
+                tally.send_tcp(ctx, conn, route);
                 if c.closing && conn.is_send_complete() && conn.peer_finished() {
                     c.done = true;
                 }
             }
         }
-        let from = (self.port, flow, Direction::Reverse);
-        let (packets, bytes) = finish_pump(
-            self.ep.as_mut(),
-            &mut self.buf,
-            (self.framing, from),
-            ctx,
-            sent,
-            next,
-            &mut self.wakeups,
-        );
+        let (packets, bytes) =
+            self.io
+                .finish_pump(ctx, (self.port, flow, Direction::Reverse), tally);
         let mut log = self.log.borrow_mut();
         log.client_packets += packets;
         log.client_bytes += bytes;
@@ -691,33 +673,99 @@ fn write_unsent(sc: &mut stp::Connection, c: &mut ClientConn) {
     }
 }
 
-/// The end of both HTTP ends' pump: sends what the STP endpoint (if any) has ready now from
-/// `from` (port, flow, direction; no datagram marked as a retransmission, the endpoint serving
-/// many connections), arms the next wake-up, and returns the packets and bytes sent in this
-/// pump (TCP's `sent` included).
-fn finish_pump(
-    ep: Option<&mut Endpoint>,
-    buf: &mut Vec<u8>,
-    (framing, (port, flow, direction)): (u32, (u16, FlowId, Direction)),
-    ctx: &mut Ctx<'_>,
-    mut sent: (u64, u64),
-    mut next: Option<Time>,
-    wakeups: &mut Wakeups,
-) -> (u64, u64) {
-    if let Some(ep) = ep {
-        let wire = StpWire {
-            port,
-            flow,
-            direction,
-            framing,
+/// What both HTTP ends hold alike: the STP endpoint (for the STP transport), its framing
+/// overhead, the datagram buffer and the wake-up timer.
+struct EndIo {
+    ep: Option<Endpoint>,
+    framing: u32,
+    buf: Vec<u8>,
+    wakeups: Wakeups,
+}
+
+impl EndIo {
+    /// No endpoint for TCP; for STP an endpoint of the transport's configuration whose random
+    /// numbers are seeded from `seed`.
+    fn new(transport: &Transport, seed: u64) -> Result<Self, stp::ConfigError> {
+        let (ep, framing) = match transport {
+            Transport::Tcp(_) => (None, 0),
+            Transport::Stp { config, framing } => (
+                Some(Endpoint::new(
+                    config.clone(),
+                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
+                )?),
+                framing.overhead(),
+            ),
         };
-        let s = send_stp(ctx, ep, buf, wire, None, &mut None, |_| {});
-        sent.0 += s.segments as u64;
-        sent.1 += s.bytes;
-        next = earliest(next, stp_deadline(ep, ctx.now));
+        Ok(EndIo {
+            ep,
+            framing,
+            buf: Vec::with_capacity(2048),
+            wakeups: Wakeups::default(),
+        })
     }
-    wakeups.arm(ctx, next);
-    sent
+
+    /// Hands an STP datagram from `src` to the endpoint (dropped without one).
+    fn handle_datagram(&mut self, now: Time, src: Addr, bytes: &[u8]) {
+        if let Some(ep) = self.ep.as_mut() {
+            ep.handle_datagram(Instant::from_nanos(now), socket_of(src), bytes);
+        }
+    }
+
+    /// The wake-up fired at `now`: the endpoint's timers act.
+    fn fired(&mut self, now: Time) {
+        self.wakeups.fired(now);
+        if let Some(ep) = self.ep.as_mut() {
+            ep.handle_timeout(Instant::from_nanos(now));
+        }
+    }
+
+    /// The end of both HTTP ends' pump: sends what the STP endpoint (if any) has ready now from
+    /// `from` (port, flow, direction; no datagram marked as a retransmission, the endpoint
+    /// serving many connections), arms the next wake-up, and returns the packets and bytes sent
+    /// in this pump (the TCP connections' `tally` included).
+    fn finish_pump(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        (port, flow, direction): (u16, FlowId, Direction),
+        mut tally: Tally,
+    ) -> (u64, u64) {
+        if let Some(ep) = self.ep.as_mut() {
+            let wire = StpWire {
+                port,
+                flow,
+                direction,
+                framing: self.framing,
+            };
+            let s = send_stp(ctx, ep, &mut self.buf, wire, None, &mut None, |_| {});
+            tally.packets += s.segments as u64;
+            tally.bytes += s.bytes;
+            tally.next = earliest(tally.next, stp_deadline(ep, ctx.now));
+        }
+        self.wakeups.arm(ctx, tally.next);
+        (tally.packets, tally.bytes)
+    }
+}
+
+/// What one pump of an HTTP end has sent so far, and when it must run again.
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    bytes: u64,
+    next: Option<Time>,
+}
+
+impl Tally {
+    /// Sends what `conn` has due now along `route`, counts it, and notes when the connection
+    /// wants to run again (now, if it stopped at the per-event cap).
+    fn send_tcp(&mut self, ctx: &mut Ctx<'_>, conn: &mut TcpConnection, route: Route) {
+        let s = send_tcp(ctx, conn, route, |_, _| {});
+        self.packets += s.segments as u64;
+        self.bytes += s.bytes;
+        if s.more {
+            self.next = earliest(self.next, Some(ctx.now));
+        }
+        self.next = earliest(self.next, conn.poll_timeout());
+    }
 }
 
 impl Agent for HttpClient {
@@ -738,11 +786,7 @@ impl Agent for HttpClient {
                     }
                 }
             }
-            Payload::Stp(bytes) => {
-                if let Some(ep) = self.ep.as_mut() {
-                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
-                }
-            }
+            Payload::Stp(bytes) => self.io.handle_datagram(ctx.now, pkt.src, bytes),
         }
         self.pump(ctx);
     }
@@ -752,14 +796,11 @@ impl Agent for HttpClient {
             self.start_page(ctx);
         } else {
             let now = ctx.now;
-            self.wakeups.fired(now);
+            self.io.fired(now);
             for c in &mut self.conns {
                 if let Link::Tcp { conn, .. } = &mut c.link {
                     tcp_timer(conn, now);
                 }
-            }
-            if let Some(ep) = self.ep.as_mut() {
-                ep.handle_timeout(Instant::from_nanos(now));
             }
         }
         self.pump(ctx);
@@ -799,11 +840,8 @@ pub struct HttpServer {
     tcp: BTreeMap<Addr, ServerConn>,
     /// T/TCP: the client hosts whose connection counts this host has cached (RFC 1644 TAO).
     tao_cache: BTreeSet<crate::packet::NodeId>,
-    ep: Option<Endpoint>,
+    io: EndIo,
     stp: BTreeMap<ConnectionHandle, StpServerConn>,
-    framing: u32,
-    wakeups: Wakeups,
-    buf: Vec<u8>,
 }
 
 impl HttpServer {
@@ -815,16 +853,7 @@ impl HttpServer {
         table: SharedExchanges,
         seed: u64,
     ) -> Result<Self, stp::ConfigError> {
-        let (ep, framing) = match &transport {
-            Transport::Tcp(_) => (None, 0),
-            Transport::Stp { config, framing } => (
-                Some(Endpoint::new(
-                    config.clone(),
-                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
-                )?),
-                framing.overhead(),
-            ),
-        };
+        let io = EndIo::new(&transport, seed)?;
         Ok(HttpServer {
             port,
             flow,
@@ -833,11 +862,8 @@ impl HttpServer {
             table,
             tcp: BTreeMap::new(),
             tao_cache: BTreeSet::new(),
-            ep,
+            io,
             stp: BTreeMap::new(),
-            framing,
-            wakeups: Wakeups::default(),
-            buf: Vec::with_capacity(2048),
         })
     }
 
@@ -882,7 +908,9 @@ impl HttpServer {
             }
         }
         // STP.
-        let Some(ep) = self.ep.as_mut() else { return };
+        let Some(ep) = self.io.ep.as_mut() else {
+            return;
+        };
         while let Some(h) = ep.accept() {
             self.stp.insert(h, StpServerConn::default());
         }
@@ -947,9 +975,7 @@ impl HttpServer {
 
     /// Sends what every connection has ready now and re-arms the wake-up.
     fn transmit(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        let mut next: Option<Time> = None;
-        let mut sent = (0u64, 0u64);
+        let mut tally = Tally::default();
         for (addr, sc) in self.tcp.iter_mut() {
             let route = Route {
                 port: self.port,
@@ -957,26 +983,13 @@ impl HttpServer {
                 flow: self.flow,
                 direction: Direction::Forward,
             };
-            let s = send_tcp(ctx, &mut sc.conn, route, |_, _| {});
-            sent.0 += s.segments as u64;
-            sent.1 += s.bytes;
-            if s.more {
-                next = earliest(next, Some(now));
-            }
-            next = earliest(next, sc.conn.poll_timeout());
+            tally.send_tcp(ctx, &mut sc.conn, route);
         }
         self.tcp
             .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
-        let from = (self.port, self.flow, Direction::Forward);
-        let (packets, bytes) = finish_pump(
-            self.ep.as_mut(),
-            &mut self.buf,
-            (self.framing, from),
-            ctx,
-            sent,
-            next,
-            &mut self.wakeups,
-        );
+        let (packets, bytes) =
+            self.io
+                .finish_pump(ctx, (self.port, self.flow, Direction::Forward), tally);
         let mut log = self.log.borrow_mut();
         log.server_packets += packets;
         log.server_bytes += bytes;
@@ -1011,23 +1024,16 @@ impl Agent for HttpServer {
                     sc.conn.on_segment(ctx.now, seg);
                 }
             }
-            Payload::Stp(bytes) => {
-                if let Some(ep) = self.ep.as_mut() {
-                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
-                }
-            }
+            Payload::Stp(bytes) => self.io.handle_datagram(ctx.now, pkt.src, bytes),
         }
         self.pump(ctx);
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
-        self.wakeups.fired(now);
+        self.io.fired(now);
         for sc in self.tcp.values_mut() {
             tcp_timer(&mut sc.conn, now);
-        }
-        if let Some(ep) = self.ep.as_mut() {
-            ep.handle_timeout(Instant::from_nanos(now));
         }
         self.pump(ctx);
     }
@@ -1365,13 +1371,7 @@ mod tests {
 
     #[test]
     fn every_version_loads_pages() {
-        for version in [
-            HttpVersion::Http10 { parallel: 1 },
-            HttpVersion::Http10 { parallel: 4 },
-            HttpVersion::Persistent,
-            HttpVersion::Pipelined,
-            HttpVersion::Parallel { connections: 6 },
-        ] {
+        for version in HttpVersion::COMPARED {
             for transport in [
                 Transport::Tcp(TcpConfig::default()),
                 Transport::Stp {

@@ -195,15 +195,10 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
     let c = Constellation::preset(&a.constellation)?;
     let t = stations(a.terminals);
     let cfg = LeoNetConfig {
-        constellation: c.clone(),
-        stations: t.clone(),
-        duration: (a.duration * 1e9).round() as u64,
         step: (a.step * 1e9).round() as u64,
         isl_rate_bps: rate("--isl-rate", &a.isl_rate)?,
         gsl_rate_bps: rate("--gsl-rate", &a.gsl_rate)?,
-        queue_packets: 100,
-        seed: 1,
-        attach: constellation::ground::AttachPolicy::Joint,
+        ..LeoNetConfig::study(c.clone(), t.clone(), (a.duration * 1e9).round() as u64)
     };
     let r = bulk_study(&cfg, a.flows, variant)?;
     if let Some(dir) = &a.out {
@@ -213,12 +208,8 @@ fn network(a: &LeoBenchArgs) -> Result<()> {
         repro::leo::write_study_csv(dir, "leo-network", &runs, &names)?;
         repro::leo::study_charts(dir, "leo-network", &runs)?;
     }
-    let busiest = r
-        .isl_links
-        .iter()
-        .map(|l| l.utilisation)
-        .fold(0.0, f64::max);
-    let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
+    let busiest = r.busiest_isl_utilisation();
+    let longest = r.longest_isl_queue_ms();
     let mut g = r.goodput_bps.clone();
     g.sort_by(f64::total_cmp);
     let eps = r.events as f64 / r.run_s.max(1e-9);
