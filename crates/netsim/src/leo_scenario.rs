@@ -822,47 +822,70 @@ bytes = "500KB"
     /// The split keys' errors, one line each naming the key.
     #[test]
     fn bad_split_and_attachment_keys_name_the_key() {
-        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"New York\""));
-        assert!(
-            e.contains("flow s.split_at") && e.contains("not the flow's from station"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"Paris\""));
-        assert!(
-            e.contains("flow s.split_at") && e.contains("not a ground station"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("hop = \"newreno\"", "hop = \"quic\""));
-        assert!(e.contains("flow t.hop") && e.contains("'quic'"), "{e}");
-        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"stp\""));
-        assert!(
-            e.contains("flow t.protocol") && e.contains("origin speaks TCP"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"split\""));
-        assert!(
-            e.contains("flow t.protocol") && e.contains("split_at"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("relay_buffer = \"128KB\"", "relay_buffer = \"1KB\""));
-        assert!(e.contains("flow t.relay_buffer"), "{e}");
-        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "origin_rate = \"fast\""));
-        assert!(e.contains("flow e.origin_rate"), "{e}");
-        let e = error_of(&SPLIT.replace(
-            "origin_delay = \"10ms\"\norigin_rate",
-            "origin_delay = \"soon\"\norigin_rate",
-        ));
-        assert!(e.contains("flow e.origin_delay"), "{e}");
-        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "hop = \"stp\""));
-        assert!(e.contains("flow e.hop") && e.contains("split_at"), "{e}");
+        // (text replaced, by what, what the error says)
+        let cases: [(&str, &str, &[&str]); 10] = [
+            (
+                "split_at = \"London\"",
+                "split_at = \"New York\"",
+                &["flow s.split_at", "not the flow's from station"],
+            ),
+            (
+                "split_at = \"London\"",
+                "split_at = \"Paris\"",
+                &["flow s.split_at", "not a ground station"],
+            ),
+            (
+                "hop = \"newreno\"",
+                "hop = \"quic\"",
+                &["flow t.hop", "'quic'"],
+            ),
+            (
+                "protocol = \"cubic\"",
+                "protocol = \"stp\"",
+                &["flow t.protocol", "origin speaks TCP"],
+            ),
+            (
+                "protocol = \"cubic\"",
+                "protocol = \"split\"",
+                &["flow t.protocol", "split_at"],
+            ),
+            (
+                "relay_buffer = \"128KB\"",
+                "relay_buffer = \"1KB\"",
+                &["flow t.relay_buffer"],
+            ),
+            (
+                "origin_rate = \"100Mbps\"",
+                "origin_rate = \"fast\"",
+                &["flow e.origin_rate"],
+            ),
+            (
+                "origin_delay = \"10ms\"\norigin_rate",
+                "origin_delay = \"soon\"\norigin_rate",
+                &["flow e.origin_delay"],
+            ),
+            (
+                "origin_rate = \"100Mbps\"",
+                "hop = \"stp\"",
+                &["flow e.hop", "split_at"],
+            ),
+            (
+                "gsl_rate = \"10Mbps\"",
+                "isl_latitude_deg = 95.0",
+                &["constellation.isl_latitude_deg"],
+            ),
+        ];
+        for (text, by, says) in cases {
+            assert!(SPLIT.contains(text), "{text}");
+            let e = error_of(&SPLIT.replace(text, by));
+            assert!(says.iter().all(|s| e.contains(s)), "{by}: {e}");
+        }
         let c = |k: &str| SPLIT.replace("gsl_rate = \"10Mbps\"", k);
         let e = error_of(&c("attach = \"nearest\""));
         assert!(
             e.contains("constellation.attach") && e.contains("joint, highest or first"),
             "{e}"
         );
-        let e = error_of(&c("isl_latitude_deg = 95.0"));
-        assert!(e.contains("constellation.isl_latitude_deg"), "{e}");
         let e = Scenario::from_toml(&c("cross_seam = \"yes\""))
             .unwrap_err()
             .to_string();

@@ -253,12 +253,13 @@ impl Scenario {
             dst_port: 10_001 + i as u16 * 2,
             bytes,
             start,
+            seed,
         };
         match f.protocol.as_str() {
-            "stp" => self.add_stp_flow(sim, seed, f, &ends)?,
+            "stp" => self.add_stp_flow(sim, f, &ends)?,
             "tcp" if f.stripes.is_some_and(|n| n != 1) => self.add_striped_flow(sim, f, &ends)?,
             "tcp" => self.add_tcp_flow(sim, f, &ends)?,
-            "split" => self.add_split_flow(sim, seed, f, &ends)?,
+            "split" => self.add_split_flow(sim, f, &ends)?,
             other => {
                 return Err(field(
                     format!("flow {}.protocol", f.name),
@@ -278,34 +279,18 @@ impl Scenario {
     }
 
     /// An STP sender and sink (the real engine).
-    fn add_stp_flow(
-        &self,
-        sim: &mut Sim,
-        seed: u64,
-        f: &FlowSpec,
-        e: &FlowEnds,
-    ) -> Result<(), ScenarioError> {
+    fn add_stp_flow(&self, sim: &mut Sim, f: &FlowSpec, e: &FlowEnds) -> Result<(), ScenarioError> {
         let cfg = self.stp_config(f)?;
-        let peer = e.peer();
-        let sender = StpAgent::new(
-            e.src_port,
-            e.id,
-            StpRole::Sender {
-                peer,
-                bytes: e.bytes,
-            },
-            cfg.clone(),
-            seed ^ (u64::from(e.id.0) << 20),
-        )
-        .map_err(|err| field(format!("flow {}.stp", f.name), err.to_string()))?;
-        let sink = StpAgent::new(
-            e.dst_port,
-            e.id,
-            StpRole::Sink,
-            cfg,
-            seed ^ (u64::from(e.id.0) << 21) ^ 0x5a5a,
-        )
-        .map_err(|err| field(format!("flow {}.stp", f.name), err.to_string()))?;
+        let stp_err =
+            |err: stp::ConfigError| field(format!("flow {}.stp", f.name), err.to_string());
+        let role = StpRole::Sender {
+            peer: e.peer(),
+            bytes: e.bytes,
+        };
+        let sender =
+            StpAgent::new(e.src_port, e.id, role, cfg.clone(), e.sender_seed()).map_err(stp_err)?;
+        let sink =
+            StpAgent::new(e.dst_port, e.id, StpRole::Sink, cfg, e.sink_seed()).map_err(stp_err)?;
         let framing = self.stp_framing(f)?;
         e.add_ends(
             sim,
@@ -370,7 +355,6 @@ impl Scenario {
     fn add_split_flow(
         &self,
         sim: &mut Sim,
-        seed: u64,
         f: &FlowSpec,
         e: &FlowEnds,
     ) -> Result<(), ScenarioError> {
@@ -395,11 +379,7 @@ impl Scenario {
         };
         let in_cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
         let (gw_in, gw_out) = (20_000 + i as u16 * 2, 20_001 + i as u16 * 2);
-        let sink_addr = Addr {
-            node: to,
-            port: e.dst_port,
-        };
-        let gw_seed = seed ^ (u64::from(id.0) << 22) ^ 0xa5a5;
+        let sink_addr = e.peer();
         let hop = match f.hop.as_deref() {
             Some("stp") => {
                 let cfg = self.stp_config(f)?;
@@ -413,7 +393,7 @@ impl Scenario {
                     port: e.dst_port,
                     origin: sink_addr,
                     config: cfg.clone(),
-                    seed: seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
+                    seed: e.sink_seed(),
                     framing: self.stp_framing(f)?,
                     read_rate_bps: None,
                     reader_buffer: u64::MAX,
@@ -444,7 +424,7 @@ impl Scenario {
             in_config: in_cfg.clone(),
             hop,
             relay_buffer: relay,
-            seed: gw_seed,
+            seed: e.gateway_seed(),
             framing: self.stp_framing(f)?,
         });
         sim.add_agent(at, gw_in, start, Box::new(gw))?;
@@ -591,9 +571,26 @@ struct FlowEnds {
     dst_port: u16,
     bytes: Option<u64>,
     start: Time,
+    /// The replication's seed, from which the agents' own derive.
+    seed: u64,
 }
 
 impl FlowEnds {
+    /// The seed of the sender's STP endpoint.
+    fn sender_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 20)
+    }
+
+    /// The seed of the sink's STP endpoint (also the far end of a split flow's STP hop).
+    fn sink_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 21) ^ 0x5a5a
+    }
+
+    /// The seed of a split flow's gateway.
+    fn gateway_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 22) ^ 0xa5a5
+    }
+
     /// The receiving end's address, which the sender connects to.
     fn peer(&self) -> Addr {
         Addr {

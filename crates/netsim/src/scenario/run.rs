@@ -35,6 +35,16 @@ pub fn run_with_pcap(
     run_replicated(scenario, rule, level, seed, threads, progress, pcap_dir)
 }
 
+/// The callback run after each finished replication: `progress` with (replications done so far,
+/// `total`).
+fn counted(progress: &(dyn Fn(u32, u32) + Sync), total: u32) -> impl Fn(u32) + Sync + '_ {
+    let done = std::sync::atomic::AtomicU32::new(0);
+    move |_replication| {
+        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        progress(d, total);
+    }
+}
+
 /// Runs the replications numbered `indices` (replication i has seed `seed + i`; replication 0
 /// writes the pcaps) in parallel over `threads`, and returns their results in the order of
 /// `indices`. `progress` is called after each with (done, total).
@@ -47,12 +57,7 @@ pub(crate) fn run_replications(
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Vec<RunResult>, ScenarioError> {
     let end = scenario.duration_ns()?;
-    let total = indices.len() as u32;
-    let done = std::sync::atomic::AtomicU32::new(0);
-    let tick = |_k: u32| {
-        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        progress(d, total);
-    };
+    let tick = counted(progress, indices.len() as u32);
     run_indexed(scenario, indices, seed, end, threads, &tick, pcap_dir)
         .into_iter()
         .collect()
@@ -128,15 +133,11 @@ pub fn run_replicated(
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Summary, ScenarioError> {
     let end = scenario.duration_ns()?;
-    let done = std::sync::atomic::AtomicU32::new(0);
     let (total, mut converged) = match rule {
         Replication::Fixed { runs } => (runs.max(1), None),
         Replication::Until { max_runs, .. } => (max_runs.max(1), Some(false)),
     };
-    let tick = |_k: u32| {
-        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        progress(d, total);
-    };
+    let tick = counted(progress, total);
     let mut results: Vec<RunResult> = Vec::new();
     // Runs the replications `range` and appends their results (stopping at the first failure).
     let batch = |results: &mut Vec<RunResult>, range: std::ops::Range<u32>| {
