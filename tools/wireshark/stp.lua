@@ -44,16 +44,17 @@ local f = stp.fields
 f.version = ProtoField.uint8("satstp.version", "Version", base.DEC, nil, 0xF0)
 f.types = ProtoField.uint16("satstp.types", "Types", base.HEX, nil, 0x0FFF)
 f.type_names = ProtoField.string("satstp.type_names", "Packet types")
-f.t_sd = ProtoField.bool("satstp.types.sd", "SD", 16, nil, T_SD)
-f.t_poll = ProtoField.bool("satstp.types.poll", "POLL", 16, nil, T_POLL)
-f.t_stat = ProtoField.bool("satstp.types.stat", "STAT", 16, nil, T_STAT)
-f.t_ustat = ProtoField.bool("satstp.types.ustat", "USTAT", 16, nil, T_USTAT)
-f.t_bgn = ProtoField.bool("satstp.types.bgn", "BGN", 16, nil, T_BGN)
-f.t_bgnak = ProtoField.bool("satstp.types.bgnak", "BGNAK", 16, nil, T_BGNAK)
-f.t_end = ProtoField.bool("satstp.types.end", "END", 16, nil, T_END)
-f.t_endak = ProtoField.bool("satstp.types.endak", "ENDAK", 16, nil, T_ENDAK)
-f.t_rst = ProtoField.bool("satstp.types.rst", "RST", 16, nil, T_RST)
+-- One flag per type bit, in the order of the bits (and of the tree).
+local type_bits = {}
+for _, b in ipairs({ { T_SD, "SD" }, { T_POLL, "POLL" }, { T_STAT, "STAT" }, { T_USTAT, "USTAT" },
+    { T_BGN, "BGN" }, { T_BGNAK, "BGNAK" }, { T_END, "END" }, { T_ENDAK, "ENDAK" },
+    { T_RST, "RST" } }) do
+    local key = string.lower(b[2])
+    f["t_" .. key] = ProtoField.bool("satstp.types." .. key, b[2], 16, nil, b[1])
+    type_bits[#type_bits + 1] = f["t_" .. key]
+end
 f.t_reserved = ProtoField.uint16("satstp.types.reserved", "Reserved type bits", base.HEX, nil, 0x0E00)
+type_bits[#type_bits + 1] = f.t_reserved
 f.checksum = ProtoField.uint16("satstp.checksum", "Checksum", base.HEX)
 f.checksum_status = ProtoField.string("satstp.checksum.status", "Checksum status")
 f.checksum_computed = ProtoField.uint16("satstp.checksum.computed", "Checksum computed", base.HEX)
@@ -62,51 +63,68 @@ f.initiator = ProtoField.bool("satstp.initiator", "I (from initiator)", 8, nil, 
 f.instance = ProtoField.uint8("satstp.instance", "Instance", base.DEC, nil, 0x7F)
 f.seq = ProtoField.uint24("satstp.seq", "Sequence Number", base.DEC)
 
-f.bgn_isn = ProtoField.uint24("satstp.bgn.isn", "ISN", base.DEC)
-f.bgn_flags = ProtoField.uint8("satstp.bgn.flags", "Flags", base.HEX)
-f.bgn_rwnd = ProtoField.uint32("satstp.bgn.rwnd", "Receive Window", base.DEC)
-f.bgn_max_datagram = ProtoField.uint16("satstp.bgn.max_datagram", "Max Datagram", base.DEC)
-f.bgn_versions = ProtoField.uint16("satstp.bgn.versions", "Versions", base.HEX)
-f.bgn_timestamp = ProtoField.uint32("satstp.bgn.timestamp", "Timestamp", base.DEC)
+-- The fixed fields of the bodies (§3.4-§3.11), each declared as f.<body>_<name> with the filter
+-- name satstp.<body>.<name>, and added to the tree in this order by add_body:
+-- { name, label, offset in the body, width in bytes, display base (base.DEC), mask, value names,
+-- what is wrong when the field is not zero (§3.14 rule 8) }. A field whose width is "flag" is the
+-- bit `mask` of the byte at its offset.
+local BODY_FIELDS = {
+    bgn = {
+        { "isn", "ISN", 0, 3 },
+        { "flags", "Flags", 3, 1, base.HEX, nil, nil, "BGN flags must be 0" },
+        { "rwnd", "Receive Window", 4, 4 }, { "max_datagram", "Max Datagram", 8, 2 },
+        { "versions", "Versions", 10, 2, base.HEX }, { "timestamp", "Timestamp", 12, 4 },
+    },
+    bgnak = {
+        { "isn", "ISN", 0, 3 }, { "version", "Version", 3, 1 },
+        { "rwnd", "Receive Window", 4, 4 }, { "max_datagram", "Max Datagram", 8, 2 },
+        { "reserved", "Reserved", 10, 2, base.HEX },
+        { "echo_timestamp", "Echoed Timestamp", 12, 4 },
+    },
+    rst = {
+        { "reason", "Reason", 0, 1, base.DEC, nil, rst_reasons },
+        { "reserved", "Reserved", 1, 1, base.HEX }, { "detail", "Detail", 2, 2 },
+    },
+    poll = {
+        { "ns", "N(S)", 0, 3 },
+        { "reserved", "Reserved", 3, 1, base.HEX, 0xFE, nil, "POLL reserved bits set" },
+        { "keepalive", "K (keepalive)", 3, "flag", nil, 0x01 }, { "timestamp", "Timestamp", 4, 4 },
+    },
+    stat = {
+        { "nr", "N(R)", 0, 3 },
+        { "reserved", "Reserved", 3, 1, base.HEX, 0xFE, nil, "STAT reserved bits set" },
+        { "partial", "P (partial)", 3, "flag", nil, 0x01 }, { "covered_to", "Covered To", 4, 3 },
+        { "echo_timestamp", "Echoed Timestamp", 8, 4 }, { "rwnd", "Receive Window", 12, 4 },
+        { "gap_count", "Gap Count", 16, 2 },
+    },
+    ustat = {
+        { "nr", "N(R)", 0, 3 }, { "rwnd", "Receive Window", 4, 4 },
+        { "gap_start", "Gap Start", 8, 3 }, { "gap_end", "Gap End", 12, 3 },
+    },
+    ["end"] = { { "final_seq", "Final Sequence", 0, 3 } },
+    endak = { { "final_seq", "Final Sequence", 0, 3 } },
+}
+local UINT = { ProtoField.uint8, ProtoField.uint16, ProtoField.uint24, ProtoField.uint32 }
+for body, fields in pairs(BODY_FIELDS) do
+    for _, d in ipairs(fields) do
+        local name, label, width, mask = d[1], d[2], d[4], d[6]
+        local filter = "satstp." .. body .. "." .. name
+        if width == "flag" then
+            f[body .. "_" .. name] = ProtoField.bool(filter, label, 8, nil, mask)
+        else
+            f[body .. "_" .. name] = UINT[width](filter, label, d[5] or base.DEC, d[7], mask)
+        end
+    end
+end
 
-f.bgnak_isn = ProtoField.uint24("satstp.bgnak.isn", "ISN", base.DEC)
-f.bgnak_version = ProtoField.uint8("satstp.bgnak.version", "Version", base.DEC)
-f.bgnak_rwnd = ProtoField.uint32("satstp.bgnak.rwnd", "Receive Window", base.DEC)
-f.bgnak_max_datagram = ProtoField.uint16("satstp.bgnak.max_datagram", "Max Datagram", base.DEC)
-f.bgnak_reserved = ProtoField.uint16("satstp.bgnak.reserved", "Reserved", base.HEX)
-f.bgnak_echo = ProtoField.uint32("satstp.bgnak.echo_timestamp", "Echoed Timestamp", base.DEC)
-
-f.rst_reason = ProtoField.uint8("satstp.rst.reason", "Reason", base.DEC, rst_reasons)
-f.rst_reserved = ProtoField.uint8("satstp.rst.reserved", "Reserved", base.HEX)
-f.rst_detail = ProtoField.uint16("satstp.rst.detail", "Detail", base.DEC)
-
-f.poll_ns = ProtoField.uint24("satstp.poll.ns", "N(S)", base.DEC)
-f.poll_reserved = ProtoField.uint8("satstp.poll.reserved", "Reserved", base.HEX, nil, 0xFE)
-f.poll_keepalive = ProtoField.bool("satstp.poll.keepalive", "K (keepalive)", 8, nil, 0x01)
-f.poll_timestamp = ProtoField.uint32("satstp.poll.timestamp", "Timestamp", base.DEC)
-
-f.stat_nr = ProtoField.uint24("satstp.stat.nr", "N(R)", base.DEC)
-f.stat_reserved = ProtoField.uint8("satstp.stat.reserved", "Reserved", base.HEX, nil, 0xFE)
-f.stat_partial = ProtoField.bool("satstp.stat.partial", "P (partial)", 8, nil, 0x01)
-f.stat_covered_to = ProtoField.uint24("satstp.stat.covered_to", "Covered To", base.DEC)
-f.stat_echo = ProtoField.uint32("satstp.stat.echo_timestamp", "Echoed Timestamp", base.DEC)
-f.stat_rwnd = ProtoField.uint32("satstp.stat.rwnd", "Receive Window", base.DEC)
-f.stat_gap_count = ProtoField.uint16("satstp.stat.gap_count", "Gap Count", base.DEC)
 f.stat_gap = ProtoField.bytes("satstp.stat.gap", "Gap")
 f.stat_gap_start = ProtoField.uint24("satstp.stat.gap_start", "Gap Start", base.DEC)
 f.stat_gap_end = ProtoField.uint24("satstp.stat.gap_end", "Gap End", base.DEC)
 f.stat_gaps = ProtoField.string("satstp.stat.gaps", "Gaps (missing SDs)")
 f.stat_missing = ProtoField.uint32("satstp.stat.missing", "Missing SDs", base.DEC)
 
-f.ustat_nr = ProtoField.uint24("satstp.ustat.nr", "N(R)", base.DEC)
-f.ustat_rwnd = ProtoField.uint32("satstp.ustat.rwnd", "Receive Window", base.DEC)
-f.ustat_gap_start = ProtoField.uint24("satstp.ustat.gap_start", "Gap Start", base.DEC)
-f.ustat_gap_end = ProtoField.uint24("satstp.ustat.gap_end", "Gap End", base.DEC)
 f.ustat_gaps = ProtoField.string("satstp.ustat.gaps", "Gap (missing SDs)")
 f.ustat_window_update = ProtoField.bool("satstp.ustat.window_update", "Window update (empty gap)")
-
-f.end_final = ProtoField.uint24("satstp.end.final_seq", "Final Sequence", base.DEC)
-f.endak_final = ProtoField.uint24("satstp.endak.final_seq", "Final Sequence", base.DEC)
 
 f.payload = ProtoField.bytes("satstp.payload", "SD payload")
 f.payload_len = ProtoField.uint32("satstp.payload_len", "SD payload length", base.DEC)
@@ -115,21 +133,20 @@ f.retransmission = ProtoField.framenum("satstp.analysis.retransmission",
     "Retransmission of the SD first sent in frame")
 f.stream = ProtoField.uint32("satstp.analysis.stream", "STP connection index", base.DEC)
 
-local ef = {
-    bad_checksum = ProtoExpert.new("satstp.expert.bad_checksum", "Bad STP checksum",
-        expert.group.CHECKSUM, expert.severity.ERROR),
-    malformed = ProtoExpert.new("satstp.expert.malformed", "Malformed STP datagram",
-        expert.group.MALFORMED, expert.severity.ERROR),
-    retransmission = ProtoExpert.new("satstp.expert.retransmission", "SD retransmission",
-        expert.group.SEQUENCE, expert.severity.NOTE),
-    gaps = ProtoExpert.new("satstp.expert.gaps", "Receiver reports missing SDs",
-        expert.group.SEQUENCE, expert.severity.NOTE),
-    rst = ProtoExpert.new("satstp.expert.rst", "Connection reset",
-        expert.group.RESPONSE_CODE, expert.severity.WARN),
-    bad_gaps = ProtoExpert.new("satstp.expert.bad_gaps", "Gap list breaks spec §3.8",
-        expert.group.PROTOCOL, expert.severity.WARN),
-}
-stp.experts = { ef.bad_checksum, ef.malformed, ef.retransmission, ef.gaps, ef.rst, ef.bad_gaps }
+-- Expert infos, as ef.<key>: key (satstp.expert.<key>), summary, group, severity.
+local ef, experts = {}, {}
+for _, e in ipairs({
+    { "bad_checksum", "Bad STP checksum", expert.group.CHECKSUM, expert.severity.ERROR },
+    { "malformed", "Malformed STP datagram", expert.group.MALFORMED, expert.severity.ERROR },
+    { "retransmission", "SD retransmission", expert.group.SEQUENCE, expert.severity.NOTE },
+    { "gaps", "Receiver reports missing SDs", expert.group.SEQUENCE, expert.severity.NOTE },
+    { "rst", "Connection reset", expert.group.RESPONSE_CODE, expert.severity.WARN },
+    { "bad_gaps", "Gap list breaks spec §3.8", expert.group.PROTOCOL, expert.severity.WARN },
+}) do
+    ef[e[1]] = ProtoExpert.new("satstp.expert." .. e[1], e[2], e[3], e[4])
+    experts[#experts + 1] = ef[e[1]]
+end
+stp.experts = experts
 
 stp.prefs.udp_ports = Pref.range("STP UDP ports", "",
     "UDP ports always decoded as STP (the heuristic finds STP on other ports)", 65535)
@@ -275,6 +292,81 @@ local function gap_text(list)
     return table.concat(parts, " "), missing
 end
 
+-- Adds body `body`'s fixed fields (BODY_FIELDS) at `off` to `t`, flagging a field that must be
+-- zero and is not (under its mask: a byte's mask here covers its bits from the lowest up).
+local function add_body(t, tvb, off, body)
+    for _, d in ipairs(BODY_FIELDS[body]) do
+        local width = d[4] == "flag" and 1 or d[4]
+        local item = t:add(f[body .. "_" .. d[1]], tvb(off + d[3], width))
+        local lowest = 1
+        while d[6] and d[6] % (lowest * 2) == 0 do
+            lowest = lowest * 2
+        end
+        if d[8] and math.floor(tvb(off + d[3], width):uint() / lowest) ~= 0 then
+            item:add_proto_expert_info(ef.malformed, d[8] .. " (§3.14 rule 8)")
+        end
+    end
+end
+
+-- The Info column's label for the first field of a body (a sequence number), by body.
+local INFO_LABEL = { BGN = "ISN=", POLL = "N(S)=", STAT = "N(R)=", USTAT = "N(R)=", END = "END=",
+    ENDAK = "ENDAK=" }
+
+-- An RST's reason as expert info and in the Info column.
+local function rst_reason(t, tvb, off, info)
+    local r = tvb(off, 1):uint()
+    t:add_proto_expert_info(ef.rst, "Reset: " .. (rst_reasons[r] or ("reason " .. r)))
+    info[#info + 1] = "Reason=" .. (rst_reasons[r] or tostring(r))
+end
+
+-- The SDs the gaps of a `body` (STAT or USTAT) name: as text and a count, as expert info, and in
+-- the Info column after `label`.
+local function show_missing(t, list, body, label, info)
+    local text, missing = gap_text(list)
+    t:add(f[string.lower(body) .. "_gaps"], text):set_generated()
+    t:add(f.stat_missing, missing):set_generated()
+    t:add_proto_expert_info(ef.gaps,
+        string.format("%s reports %d missing SDs: %s", body, missing, text))
+    info[#info + 1] = label .. text
+end
+
+-- A STAT's `n` gaps (as far as the capture holds them), checked against §3.8, with the SDs they
+-- name.
+local function stat_gaps(t, tvb, off, n, info)
+    local list = {}
+    local g = off + 20
+    for _ = 1, n do
+        if tvb:len() - g < GAP_LEN then
+            break
+        end
+        local a, b = tvb(g, 3):uint(), tvb(g + 3, 3):uint()
+        local gt = t:add(f.stat_gap, tvb(g, GAP_LEN))
+        gt:set_text(string.format("Gap [%d, %d)", a, b))
+        gt:add(f.stat_gap_start, tvb(g, 3))
+        gt:add(f.stat_gap_end, tvb(g + 3, 3))
+        list[#list + 1] = { a, b }
+        g = g + GAP_LEN
+    end
+    local fault = gap_list_fault(tvb(off, 3):uint(), tvb(off + 4, 3):uint(), list)
+    if fault ~= nil then
+        t:add_proto_expert_info(ef.bad_gaps, "Gap list breaks spec §3.8: " .. fault)
+    end
+    if #list > 0 then
+        show_missing(t, list, "STAT", "Gaps=", info)
+    end
+end
+
+-- A USTAT's one gap, or that it is a window update (empty gap).
+local function ustat_gap(t, tvb, off, info)
+    local a, b = tvb(off + 8, 3):uint(), tvb(off + 12, 3):uint()
+    if a == b then
+        t:add(f.ustat_window_update, true):set_generated()
+        info[#info + 1] = "window update"
+    else
+        show_missing(t, { { a, b } }, "USTAT", "Gap=", info)
+    end
+end
+
 local function dissect(tvb, pinfo, tree)
     -- Bodies are read from the captured bytes; lengths on the wire come from reported_len.
     local len = tvb:len()
@@ -291,8 +383,7 @@ local function dissect(tvb, pinfo, tree)
     root:add(f.version, tvb(0, 1))
     local traw = tvb(0, 2):uint() % 4096
     local tt = root:add(f.types, tvb(0, 2))
-    for _, fld in ipairs({ f.t_sd, f.t_poll, f.t_stat, f.t_ustat, f.t_bgn, f.t_bgnak, f.t_end,
-        f.t_endak, f.t_rst, f.t_reserved }) do
+    for _, fld in ipairs(type_bits) do
         tt:add(fld, tvb(0, 2))
     end
     local names = type_names(traw)
@@ -343,132 +434,27 @@ local function dissect(tvb, pinfo, tree)
         info[#info + 1] = "Seq=" .. seq
     end
 
-    -- Bodies in their fixed order (§3.1); stop at the first one that does not fit.
+    -- Bodies in their fixed order (§3.1); one that does not fit is left out.
     local off = HEADER_LEN
-    local function fits(n)
-        return len - off >= n
-    end
-    if has(types, T_BGN) and fits(16) then
-        local t = root:add(stp, tvb(off, 16), "BGN")
-        t:add(f.bgn_isn, tvb(off, 3))
-        local fl = t:add(f.bgn_flags, tvb(off + 3, 1))
-        if tvb(off + 3, 1):uint() ~= 0 then
-            fl:add_proto_expert_info(ef.malformed, "BGN flags must be 0 (§3.14 rule 8)")
-        end
-        t:add(f.bgn_rwnd, tvb(off + 4, 4))
-        t:add(f.bgn_max_datagram, tvb(off + 8, 2))
-        t:add(f.bgn_versions, tvb(off + 10, 2))
-        t:add(f.bgn_timestamp, tvb(off + 12, 4))
-        info[#info + 1] = "ISN=" .. tvb(off, 3):uint()
-        off = off + 16
-    end
-    if has(types, T_BGNAK) and fits(16) then
-        local t = root:add(stp, tvb(off, 16), "BGNAK")
-        t:add(f.bgnak_isn, tvb(off, 3))
-        t:add(f.bgnak_version, tvb(off + 3, 1))
-        t:add(f.bgnak_rwnd, tvb(off + 4, 4))
-        t:add(f.bgnak_max_datagram, tvb(off + 8, 2))
-        t:add(f.bgnak_reserved, tvb(off + 10, 2))
-        t:add(f.bgnak_echo, tvb(off + 12, 4))
-        off = off + 16
-    end
-    if has(types, T_RST) and fits(4) then
-        local t = root:add(stp, tvb(off, 4), "RST")
-        local r = tvb(off, 1):uint()
-        t:add(f.rst_reason, tvb(off, 1))
-        t:add(f.rst_reserved, tvb(off + 1, 1))
-        t:add(f.rst_detail, tvb(off + 2, 2))
-        t:add_proto_expert_info(ef.rst, "Reset: " .. (rst_reasons[r] or ("reason " .. r)))
-        info[#info + 1] = "Reason=" .. (rst_reasons[r] or tostring(r))
-        off = off + 4
-    end
-    if has(types, T_POLL) and fits(8) then
-        local t = root:add(stp, tvb(off, 8), "POLL")
-        t:add(f.poll_ns, tvb(off, 3))
-        local rs = t:add(f.poll_reserved, tvb(off + 3, 1))
-        if tvb(off + 3, 1):uint() >= 2 then
-            rs:add_proto_expert_info(ef.malformed, "POLL reserved bits set (§3.14 rule 8)")
-        end
-        t:add(f.poll_keepalive, tvb(off + 3, 1))
-        t:add(f.poll_timestamp, tvb(off + 4, 4))
-        info[#info + 1] = "N(S)=" .. tvb(off, 3):uint()
-        off = off + 8
-    end
-    if has(types, T_STAT) and fits(20) then
-        local n = tvb(off + 16, 2):uint()
-        local body = math.min(20 + GAP_LEN * n, len - off)
-        local t = root:add(stp, tvb(off, body), "STAT")
-        t:add(f.stat_nr, tvb(off, 3))
-        local rs = t:add(f.stat_reserved, tvb(off + 3, 1))
-        if tvb(off + 3, 1):uint() >= 2 then
-            rs:add_proto_expert_info(ef.malformed, "STAT reserved bits set (§3.14 rule 8)")
-        end
-        t:add(f.stat_partial, tvb(off + 3, 1))
-        t:add(f.stat_covered_to, tvb(off + 4, 3))
-        t:add(f.stat_echo, tvb(off + 8, 4))
-        t:add(f.stat_rwnd, tvb(off + 12, 4))
-        t:add(f.stat_gap_count, tvb(off + 16, 2))
-        info[#info + 1] = "N(R)=" .. tvb(off, 3):uint()
-        local list = {}
-        local g = off + 20
-        for _ = 1, n do
-            if len - g < GAP_LEN then
-                break
+    for _, b in ipairs(BODY_ORDER) do
+        local name, size = b[2], b[3]
+        if has(types, b[1]) and len - off >= size then
+            -- A STAT's gap list follows its fixed part.
+            local gaps = name == "STAT" and tvb(off + 16, 2):uint() or 0
+            local t = root:add(stp, tvb(off, math.min(size + GAP_LEN * gaps, len - off)), name)
+            add_body(t, tvb, off, string.lower(name))
+            if name == "RST" then
+                rst_reason(t, tvb, off, info)
+            elseif INFO_LABEL[name] then
+                info[#info + 1] = INFO_LABEL[name] .. tvb(off, 3):uint()
             end
-            local a, b = tvb(g, 3):uint(), tvb(g + 3, 3):uint()
-            local gt = t:add(f.stat_gap, tvb(g, GAP_LEN))
-            gt:set_text(string.format("Gap [%d, %d)", a, b))
-            gt:add(f.stat_gap_start, tvb(g, 3))
-            gt:add(f.stat_gap_end, tvb(g + 3, 3))
-            list[#list + 1] = { a, b }
-            g = g + GAP_LEN
+            if name == "STAT" then
+                stat_gaps(t, tvb, off, gaps, info)
+            elseif name == "USTAT" then
+                ustat_gap(t, tvb, off, info)
+            end
+            off = off + size + GAP_LEN * gaps
         end
-        local fault = gap_list_fault(tvb(off, 3):uint(), tvb(off + 4, 3):uint(), list)
-        if fault ~= nil then
-            t:add_proto_expert_info(ef.bad_gaps, "Gap list breaks spec §3.8: " .. fault)
-        end
-        if #list > 0 then
-            local text, missing = gap_text(list)
-            t:add(f.stat_gaps, text):set_generated()
-            t:add(f.stat_missing, missing):set_generated()
-            t:add_proto_expert_info(ef.gaps,
-                string.format("STAT reports %d missing SDs: %s", missing, text))
-            info[#info + 1] = "Gaps=" .. text
-        end
-        off = off + 20 + GAP_LEN * n
-    end
-    if has(types, T_USTAT) and fits(16) then
-        local t = root:add(stp, tvb(off, 16), "USTAT")
-        t:add(f.ustat_nr, tvb(off, 3))
-        t:add(f.ustat_rwnd, tvb(off + 4, 4))
-        t:add(f.ustat_gap_start, tvb(off + 8, 3))
-        t:add(f.ustat_gap_end, tvb(off + 12, 3))
-        local a, b = tvb(off + 8, 3):uint(), tvb(off + 12, 3):uint()
-        info[#info + 1] = "N(R)=" .. tvb(off, 3):uint()
-        if a == b then
-            t:add(f.ustat_window_update, true):set_generated()
-            info[#info + 1] = "window update"
-        else
-            local text, missing = gap_text({ { a, b } })
-            t:add(f.ustat_gaps, text):set_generated()
-            t:add(f.stat_missing, missing):set_generated()
-            t:add_proto_expert_info(ef.gaps,
-                string.format("USTAT reports %d missing SDs: %s", missing, text))
-            info[#info + 1] = "Gap=" .. text
-        end
-        off = off + 16
-    end
-    if has(types, T_END) and fits(4) then
-        local t = root:add(stp, tvb(off, 4), "END")
-        t:add(f.end_final, tvb(off, 3))
-        info[#info + 1] = "END=" .. tvb(off, 3):uint()
-        off = off + 4
-    end
-    if has(types, T_ENDAK) and fits(4) then
-        local t = root:add(stp, tvb(off, 4), "ENDAK")
-        t:add(f.endak_final, tvb(off, 3))
-        info[#info + 1] = "ENDAK=" .. tvb(off, 3):uint()
-        off = off + 4
     end
 
     -- SD payload (§3.12) and retransmission analysis.

@@ -225,23 +225,14 @@ pub fn network(o: &NetworkOptions) -> Result<Network> {
     let c = Constellation::preset(&o.constellation)?;
     let t = stations(o.terminals);
     let cfg = LeoNetConfig {
-        constellation: c.clone(),
-        stations: t.clone(),
-        duration: (o.duration_s * 1e9).round() as u64,
         step: (o.step_s * 1e9).round() as u64,
         isl_rate_bps: o.isl_rate_bps,
         gsl_rate_bps: o.gsl_rate_bps,
-        queue_packets: 100,
-        seed: 1,
-        attach: AttachPolicy::Joint,
+        ..LeoNetConfig::study(c.clone(), t.clone(), (o.duration_s * 1e9).round() as u64)
     };
     let study = bulk_study(&cfg, o.flows, o.transport).context("the constellation network")?;
-    let busiest_isl = study
-        .isl_links
-        .iter()
-        .map(|l| l.utilisation)
-        .fold(0.0, f64::max);
-    let longest_isl_queue_ms = study.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
+    let busiest_isl = study.busiest_isl_utilisation();
+    let longest_isl_queue_ms = study.longest_isl_queue_ms();
     let mut goodput_sorted_bps = study.goodput_bps.clone();
     goodput_sorted_bps.sort_by(f64::total_cmp);
     Ok(Network {

@@ -40,6 +40,26 @@ pub struct LeoNetConfig {
     pub attach: AttachPolicy,
 }
 
+impl LeoNetConfig {
+    /// The network of the modern LEO study: `constellation` over `stations` for `duration`,
+    /// routes and delays recomputed every second, 100 Mb/s ISLs, 10 Mb/s GSLs, 100-packet
+    /// drop-tail queues, joint attachment, seed 1. Other settings by struct update, e.g.
+    /// `LeoNetConfig { gsl_rate_bps: 2_000_000, ..LeoNetConfig::study(c, stations, duration) }`.
+    pub fn study(constellation: Constellation, stations: Vec<Place>, duration: Time) -> Self {
+        LeoNetConfig {
+            constellation,
+            stations,
+            duration,
+            step: crate::sim::SEC,
+            isl_rate_bps: 100_000_000,
+            gsl_rate_bps: 10_000_000,
+            queue_packets: 100,
+            seed: 1,
+            attach: AttachPolicy::Joint,
+        }
+    }
+}
+
 /// Why a constellation network could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum LeoNetError {
@@ -506,6 +526,21 @@ pub struct BulkStudy {
     /// Wall time of building the network and of the run (s).
     pub build_s: f64,
     pub run_s: f64,
+}
+
+impl BulkStudy {
+    /// The utilisation over the run of the busiest ISL direction used (0 when none was).
+    pub fn busiest_isl_utilisation(&self) -> f64 {
+        self.isl_links
+            .iter()
+            .map(|l| l.utilisation)
+            .fold(0.0, f64::max)
+    }
+
+    /// The longest ISL queueing delay at any step, in ms (0 without ISLs).
+    pub fn longest_isl_queue_ms(&self) -> f64 {
+        self.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max)
+    }
 }
 
 /// One flow over one second of a [`bulk_study`]: the one-way delays (sending station's uplink
@@ -987,19 +1022,14 @@ mod tests {
     }
 
     fn net(stations: &[&str], secs: u64) -> LeoNet {
+        let places = stations
+            .iter()
+            .map(|n| constellation::geo::place(n).unwrap())
+            .collect();
+        let starlink = Constellation::preset("starlink-550").unwrap();
         LeoNet::build(&LeoNetConfig {
-            constellation: Constellation::preset("starlink-550").unwrap(),
-            stations: stations
-                .iter()
-                .map(|n| constellation::geo::place(n).unwrap())
-                .collect(),
-            duration: secs * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
             gsl_rate_bps: 20_000_000,
-            queue_packets: 100,
-            seed: 1,
-            attach: AttachPolicy::Joint,
+            ..LeoNetConfig::study(starlink, places, secs * SEC)
         })
         .unwrap()
     }
@@ -1076,19 +1106,14 @@ mod tests {
     /// The study's three transports run over a small network and deliver.
     #[test]
     fn bulk_study_runs_tcp_and_stp() {
+        let stations = ["New York", "Los Angeles", "London", "Tokyo"]
+            .iter()
+            .map(|n| constellation::geo::place(n).unwrap())
+            .collect();
+        let starlink = Constellation::preset("starlink-550").unwrap();
         let cfg = LeoNetConfig {
-            constellation: Constellation::preset("starlink-550").unwrap(),
-            stations: ["New York", "Los Angeles", "London", "Tokyo"]
-                .iter()
-                .map(|n| constellation::geo::place(n).unwrap())
-                .collect(),
-            duration: 5 * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
             gsl_rate_bps: 5_000_000,
-            queue_packets: 100,
-            seed: 1,
-            attach: AttachPolicy::Joint,
+            ..LeoNetConfig::study(starlink, stations, 5 * SEC)
         };
         for t in [
             StudyTransport::Tcp(Variant::NewReno),
@@ -1148,17 +1173,11 @@ mod tests {
             .ok()
             .and_then(|x| x.parse().ok())
             .unwrap_or(200);
-        let cfg = LeoNetConfig {
-            constellation: Constellation::preset("starlink-550").unwrap(),
-            stations: constellation::geo::stations(100),
-            duration: secs * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
-            gsl_rate_bps: 10_000_000,
-            queue_packets: 100,
-            seed: 1,
-            attach: AttachPolicy::Joint,
-        };
+        let cfg = LeoNetConfig::study(
+            Constellation::preset("starlink-550").unwrap(),
+            constellation::geo::stations(100),
+            secs * SEC,
+        );
         let transport = match std::env::var("LEO_STUDY_TRANSPORT").as_deref() {
             Ok("stp") => StudyTransport::Stp,
             Ok("sack") => StudyTransport::Tcp(Variant::SackNewReno),
@@ -1174,12 +1193,8 @@ mod tests {
             .flat_map(|f| f.iter().filter_map(FlowSecond::rtt_ms))
             .collect();
         rtt.sort_by(f64::total_cmp);
-        let busiest = r
-            .isl_links
-            .iter()
-            .map(|l| l.utilisation)
-            .fold(0.0, f64::max);
-        let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
+        let busiest = r.busiest_isl_utilisation();
+        let longest = r.longest_isl_queue_ms();
         eprintln!(
             "{transport:?}, {secs} s: {} events, build {:.1} s, run {:.1} s, {:.0} events/s, {} route changes, \
              goodput min {:.2} median {:.2} max {:.2} total {:.1} Mb/s, {} without route; \

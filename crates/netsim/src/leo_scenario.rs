@@ -617,8 +617,7 @@ bytes = "2MB"
     /// light time through the shell and that plus the queues.
     #[test]
     fn a_small_constellation_scenario_runs_with_sensible_goodput() {
-        let s = Scenario::from_toml(SMALL).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(SMALL);
         assert_eq!(plan.stations, ["New York", "la", "madrid"]);
         assert_eq!(plan.flows[1].start, SEC);
         let r = plan.run().unwrap();
@@ -647,6 +646,11 @@ bytes = "2MB"
             // at most ~120 ms a direction.
             assert!(rtt > 25.0 && rtt < 350.0, "{}: RTT {rtt} ms", x.name);
         }
+    }
+
+    /// The plan of a constellation scenario that is valid.
+    fn plan_of(text: &str) -> LeoPlan {
+        Scenario::from_toml(text).unwrap().leo_plan().unwrap()
     }
 
     fn error_of(text: &str) -> String {
@@ -763,8 +767,7 @@ bytes = "500KB"
     /// exactly, and so does the end-to-end flow from an origin host.
     #[test]
     fn split_flows_at_ground_stations_deliver_every_byte() {
-        let s = Scenario::from_toml(SPLIT).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(SPLIT);
         let split = plan.flows[0].split.expect("flow s is split");
         assert_eq!(split.hop, StudyTransport::Stp);
         assert_eq!(split.relay_buffer, 256 * 1024);
@@ -819,47 +822,70 @@ bytes = "500KB"
     /// The split keys' errors, one line each naming the key.
     #[test]
     fn bad_split_and_attachment_keys_name_the_key() {
-        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"New York\""));
-        assert!(
-            e.contains("flow s.split_at") && e.contains("not the flow's from station"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("split_at = \"London\"", "split_at = \"Paris\""));
-        assert!(
-            e.contains("flow s.split_at") && e.contains("not a ground station"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("hop = \"newreno\"", "hop = \"quic\""));
-        assert!(e.contains("flow t.hop") && e.contains("'quic'"), "{e}");
-        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"stp\""));
-        assert!(
-            e.contains("flow t.protocol") && e.contains("origin speaks TCP"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("protocol = \"cubic\"", "protocol = \"split\""));
-        assert!(
-            e.contains("flow t.protocol") && e.contains("split_at"),
-            "{e}"
-        );
-        let e = error_of(&SPLIT.replace("relay_buffer = \"128KB\"", "relay_buffer = \"1KB\""));
-        assert!(e.contains("flow t.relay_buffer"), "{e}");
-        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "origin_rate = \"fast\""));
-        assert!(e.contains("flow e.origin_rate"), "{e}");
-        let e = error_of(&SPLIT.replace(
-            "origin_delay = \"10ms\"\norigin_rate",
-            "origin_delay = \"soon\"\norigin_rate",
-        ));
-        assert!(e.contains("flow e.origin_delay"), "{e}");
-        let e = error_of(&SPLIT.replace("origin_rate = \"100Mbps\"", "hop = \"stp\""));
-        assert!(e.contains("flow e.hop") && e.contains("split_at"), "{e}");
+        // (text replaced, by what, what the error says)
+        let cases: [(&str, &str, &[&str]); 10] = [
+            (
+                "split_at = \"London\"",
+                "split_at = \"New York\"",
+                &["flow s.split_at", "not the flow's from station"],
+            ),
+            (
+                "split_at = \"London\"",
+                "split_at = \"Paris\"",
+                &["flow s.split_at", "not a ground station"],
+            ),
+            (
+                "hop = \"newreno\"",
+                "hop = \"quic\"",
+                &["flow t.hop", "'quic'"],
+            ),
+            (
+                "protocol = \"cubic\"",
+                "protocol = \"stp\"",
+                &["flow t.protocol", "origin speaks TCP"],
+            ),
+            (
+                "protocol = \"cubic\"",
+                "protocol = \"split\"",
+                &["flow t.protocol", "split_at"],
+            ),
+            (
+                "relay_buffer = \"128KB\"",
+                "relay_buffer = \"1KB\"",
+                &["flow t.relay_buffer"],
+            ),
+            (
+                "origin_rate = \"100Mbps\"",
+                "origin_rate = \"fast\"",
+                &["flow e.origin_rate"],
+            ),
+            (
+                "origin_delay = \"10ms\"\norigin_rate",
+                "origin_delay = \"soon\"\norigin_rate",
+                &["flow e.origin_delay"],
+            ),
+            (
+                "origin_rate = \"100Mbps\"",
+                "hop = \"stp\"",
+                &["flow e.hop", "split_at"],
+            ),
+            (
+                "gsl_rate = \"10Mbps\"",
+                "isl_latitude_deg = 95.0",
+                &["constellation.isl_latitude_deg"],
+            ),
+        ];
+        for (text, by, says) in cases {
+            assert!(SPLIT.contains(text), "{text}");
+            let e = error_of(&SPLIT.replace(text, by));
+            assert!(says.iter().all(|s| e.contains(s)), "{by}: {e}");
+        }
         let c = |k: &str| SPLIT.replace("gsl_rate = \"10Mbps\"", k);
         let e = error_of(&c("attach = \"nearest\""));
         assert!(
             e.contains("constellation.attach") && e.contains("joint, highest or first"),
             "{e}"
         );
-        let e = error_of(&c("isl_latitude_deg = 95.0"));
-        assert!(e.contains("constellation.isl_latitude_deg"), "{e}");
         let e = Scenario::from_toml(&c("cross_seam = \"yes\""))
             .unwrap_err()
             .to_string();
@@ -929,8 +955,7 @@ bytes = "500KB"
              [[flow]]\nname = \"x\"\nprotocol = \"sack\"\nfrom = \"New York\"\nto = \"London\"\n",
             path.display()
         );
-        let s = Scenario::from_toml(&text).unwrap();
-        let plan = s.leo_plan().unwrap();
+        let plan = plan_of(&text);
         let _ = std::fs::remove_file(&path);
         assert!(matches!(plan.config.constellation, Constellation::Tle(_)));
         assert_eq!(plan.config.constellation.elevation_mask_deg(), 30.0);
@@ -946,19 +971,14 @@ bytes = "500KB"
     /// its own flow list (so the reproductions' figures stay the same).
     #[test]
     fn bulk_study_is_flow_study_with_its_flow_list() {
+        let stations = ["New York", "London", "Tokyo", "Sydney"]
+            .iter()
+            .map(|n| constellation::geo::place(n).unwrap())
+            .collect();
+        let starlink = Constellation::preset("starlink-550").unwrap();
         let cfg = LeoNetConfig {
-            constellation: Constellation::preset("starlink-550").unwrap(),
-            stations: ["New York", "London", "Tokyo", "Sydney"]
-                .iter()
-                .map(|n| constellation::geo::place(n).unwrap())
-                .collect(),
-            duration: 3 * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
-            gsl_rate_bps: 10_000_000,
-            queue_packets: 100,
             seed: 3,
-            attach: AttachPolicy::Joint,
+            ..LeoNetConfig::study(starlink, stations, 3 * SEC)
         };
         let t = StudyTransport::Tcp(Variant::NewReno);
         let a = crate::leo_net::bulk_study(&cfg, 3, t).unwrap();

@@ -254,8 +254,8 @@ impl Confidence {
     /// Two-sided quantile of Student's t distribution with `df` degrees of freedom.
     pub fn t(self, df: usize) -> f64 {
         match self {
-            Confidence::P95 => t_975(df),
-            Confidence::P99 => t_995(df),
+            Confidence::P95 => t_quantile(df, |(p95, _)| p95),
+            Confidence::P99 => t_quantile(df, |(_, p99)| p99),
         }
     }
 }
@@ -284,35 +284,55 @@ pub fn mean_ci(values: &[f64], level: Confidence) -> (f64, f64) {
     (mean, level.t(n - 1) * sample_sd(values) / (n as f64).sqrt())
 }
 
-/// Two-sided 95 % quantile of Student's t distribution with `df` degrees of freedom.
-fn t_975(df: usize) -> f64 {
-    const TABLE: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => TABLE[df - 1],
-        31..=60 => 2.042 - (df - 30) as f64 * (2.042 - 2.000) / 30.0,
-        61..=120 => 2.000 - (df - 60) as f64 * (2.000 - 1.980) / 60.0,
-        _ => 1.960,
-    }
-}
+/// Two-sided quantiles of Student's t distribution, (95 %, 99 %), for 1 to 30 degrees of freedom.
+const T_TABLE: [(f64, f64); 30] = [
+    (12.706, 63.657),
+    (4.303, 9.925),
+    (3.182, 5.841),
+    (2.776, 4.604),
+    (2.571, 4.032),
+    (2.447, 3.707),
+    (2.365, 3.499),
+    (2.306, 3.355),
+    (2.262, 3.250),
+    (2.228, 3.169),
+    (2.201, 3.106),
+    (2.179, 3.055),
+    (2.160, 3.012),
+    (2.145, 2.977),
+    (2.131, 2.947),
+    (2.120, 2.921),
+    (2.110, 2.898),
+    (2.101, 2.878),
+    (2.093, 2.861),
+    (2.086, 2.845),
+    (2.080, 2.831),
+    (2.074, 2.819),
+    (2.069, 2.807),
+    (2.064, 2.797),
+    (2.060, 2.787),
+    (2.056, 2.779),
+    (2.052, 2.771),
+    (2.048, 2.763),
+    (2.045, 2.756),
+    (2.042, 2.750),
+];
+/// The same at 60 and 120 degrees of freedom, and the normal quantiles (infinite df).
+const T_60: (f64, f64) = (2.000, 2.660);
+const T_120: (f64, f64) = (1.980, 2.617);
+const T_NORMAL: (f64, f64) = (1.960, 2.576);
 
-/// Two-sided 99 % quantile of Student's t distribution with `df` degrees of freedom.
-fn t_995(df: usize) -> f64 {
-    const TABLE: [f64; 30] = [
-        63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012,
-        2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779,
-        2.771, 2.763, 2.756, 2.750,
-    ];
+/// The two-sided quantile of Student's t distribution with `df` degrees of freedom in the column
+/// `level` picks from [`T_TABLE`]: tabulated up to 30, linear in df between the rows for 30, 60
+/// and 120, the normal quantile beyond.
+fn t_quantile(df: usize, level: fn((f64, f64)) -> f64) -> f64 {
+    let (t30, t60, t120) = (level(T_TABLE[29]), level(T_60), level(T_120));
     match df {
         0 => f64::NAN,
-        1..=30 => TABLE[df - 1],
-        31..=60 => 2.750 - (df - 30) as f64 * (2.750 - 2.660) / 30.0,
-        61..=120 => 2.660 - (df - 60) as f64 * (2.660 - 2.617) / 60.0,
-        _ => 2.576,
+        1..=30 => level(T_TABLE[df - 1]),
+        31..=60 => t30 - (df - 30) as f64 * (t30 - t60) / 30.0,
+        61..=120 => t60 - (df - 60) as f64 * (t60 - t120) / 60.0,
+        _ => level(T_NORMAL),
     }
 }
 
@@ -330,6 +350,44 @@ pub fn jain_index(values: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The t quantiles follow the printed table (df 1, 10, 30, 60, 120, ∞) at both levels and
+    /// lie on the straight line between the tabulated df in between.
+    #[test]
+    fn t_quantiles_follow_the_table_and_interpolate_between_its_rows() {
+        for (level, rows) in [
+            (
+                Confidence::P95,
+                [
+                    (1, 12.706),
+                    (10, 2.228),
+                    (30, 2.042),
+                    (60, 2.000),
+                    (120, 1.980),
+                ],
+            ),
+            (
+                Confidence::P99,
+                [
+                    (1, 63.657),
+                    (10, 3.169),
+                    (30, 2.750),
+                    (60, 2.660),
+                    (120, 2.617),
+                ],
+            ),
+        ] {
+            for (df, t) in rows {
+                assert_eq!(level.t(df), t, "{level:?} df {df}");
+            }
+            let mid = |a: usize, b: usize| (level.t(a) + level.t(b)) / 2.0;
+            assert!((level.t(45) - mid(30, 60)).abs() < 1e-12, "{level:?}");
+            assert!((level.t(90) - mid(60, 120)).abs() < 1e-12, "{level:?}");
+            assert!(level.t(0).is_nan());
+        }
+        assert_eq!(Confidence::P95.t(121), 1.960);
+        assert_eq!(Confidence::P99.t(10_000), 2.576);
+    }
 
     #[test]
     fn confidence_interval() {

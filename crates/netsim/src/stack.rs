@@ -291,13 +291,38 @@ impl Reported {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::packet::Packet;
+    use crate::packet::{LinkId, NodeId, Packet};
     use crate::sim::{Agent, Sim, MS, SEC};
     use crate::tcp::{TcpAgent, TcpConfig};
     use linkmodel::LinkConfig;
     use std::any::Any;
+
+    /// Two nodes joined by 2 Mb/s, 100 ms links whose queues never overflow, the forward one
+    /// losing packets at random with probability `p`: the sending node, the receiving end's
+    /// address (port 2000) and the forward link.
+    pub(crate) fn lossy_forward_path(seed: u64, p: f64) -> (Sim, NodeId, Addr, LinkId) {
+        let mut sim = Sim::new(seed);
+        let a = sim.add_node("a");
+        let b = sim.add_node("b");
+        let mut fwd = LinkConfig::simple(2_000_000, 100 * MS, 100_000);
+        fwd.loss = linkmodel::Loss::Random { p };
+        let ab = sim.add_link("a->b", a, b, fwd).unwrap();
+        sim.add_link(
+            "b->a",
+            b,
+            a,
+            LinkConfig::simple(2_000_000, 100 * MS, 100_000),
+        )
+        .unwrap();
+        sim.compute_routes();
+        let peer = Addr {
+            node: b,
+            port: 2000,
+        };
+        (sim, a, peer, ab)
+    }
 
     /// Arms the given deadlines at start through a [`Wakeups`] and records when it wakes.
     struct Sleeper {
@@ -389,30 +414,13 @@ mod tests {
     /// ones are the sender's retransmitted segments.
     #[test]
     fn tcp_retransmissions_are_marked_on_the_link_one_for_one() {
-        let mut sim = Sim::new(5);
-        let a = sim.add_node("a");
-        let b = sim.add_node("b");
-        let mut fwd = LinkConfig::simple(2_000_000, 100 * MS, 100_000);
-        fwd.loss = linkmodel::Loss::Random { p: 0.02 };
-        let ab = sim.add_link("a->b", a, b, fwd).unwrap();
-        sim.add_link(
-            "b->a",
-            b,
-            a,
-            LinkConfig::simple(2_000_000, 100 * MS, 100_000),
-        )
-        .unwrap();
-        sim.compute_routes();
+        let (mut sim, a, peer, ab) = lossy_forward_path(5, 0.02);
         let flow = FlowId(1);
-        let peer = Addr {
-            node: b,
-            port: 2000,
-        };
         let cfg = TcpConfig::default();
         let sender = TcpAgent::bulk_sender(flow, 1000, peer, Some(2_000_000), cfg.clone()).unwrap();
         let id = sim.add_agent(a, 1000, 0, Box::new(sender)).unwrap();
-        sim.add_agent(b, 2000, 0, Box::new(TcpAgent::sink(2000, cfg).unwrap()))
-            .unwrap();
+        let sink = TcpAgent::sink(2000, cfg).unwrap();
+        sim.add_agent(peer.node, 2000, 0, Box::new(sink)).unwrap();
         sim.run_until(300 * SEC);
         sim.finish();
         assert_eq!(sim.metrics.flows[&flow].delivered_bytes, 2_000_000);

@@ -305,25 +305,8 @@ mod tests {
     /// sender's retransmitted packets, whichever event sent them.
     #[test]
     fn retransmissions_are_marked_on_the_link_one_for_one() {
-        let mut sim = Sim::new(3);
-        let a = sim.add_node("a");
-        let b = sim.add_node("b");
-        let mut fwd = LinkConfig::simple(2_000_000, 100 * MS, 100_000);
-        fwd.loss = linkmodel::Loss::Random { p: 0.03 };
-        let ab = sim.add_link("a->b", a, b, fwd).unwrap();
-        sim.add_link(
-            "b->a",
-            b,
-            a,
-            LinkConfig::simple(2_000_000, 100 * MS, 100_000),
-        )
-        .unwrap();
-        sim.compute_routes();
+        let (mut sim, a, peer, ab) = crate::stack::tests::lossy_forward_path(3, 0.03);
         let flow = FlowId(1);
-        let peer = Addr {
-            node: b,
-            port: 2000,
-        };
         let cfg = EndpointConfig::default();
         let role = StpRole::Sender {
             peer,
@@ -332,7 +315,7 @@ mod tests {
         let sender = StpAgent::new(1000, flow, role, cfg.clone(), 1).unwrap();
         let sink = StpAgent::new(2000, flow, StpRole::Sink, cfg, 2).unwrap();
         let sender_id = sim.add_agent(a, 1000, 0, Box::new(sender)).unwrap();
-        sim.add_agent(b, 2000, 0, Box::new(sink)).unwrap();
+        sim.add_agent(peer.node, 2000, 0, Box::new(sink)).unwrap();
         sim.run_until(120 * SEC);
         sim.finish();
         assert_eq!(sim.metrics.flows[&flow].delivered_bytes, 3_000_000);

@@ -92,6 +92,32 @@ const COLORS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
+/// The frame of a plot area `w` × `h` at (`left`, `top`), with `x_label` centred below it at
+/// height `x_label_y` and `y_label` turned along its left side at `y_label_x`.
+pub(crate) fn frame(
+    s: &mut String,
+    (left, top, w, h): (f64, f64, f64, f64),
+    (x_label, x_label_y): (&str, f64),
+    (y_label, y_label_x): (&str, f64),
+) {
+    let _ = write!(
+        s,
+        r#"<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="none" stroke="black"/>"#
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{x_label_y:.1}" text-anchor="middle">{}</text>"#,
+        left + w / 2.0,
+        esc(x_label)
+    );
+    let _ = write!(
+        s,
+        r#"<text transform="translate({y_label_x} {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        top + h / 2.0,
+        esc(y_label)
+    );
+}
+
 /// Width of `text` in pixels at `size`, a generous estimate for DejaVu Sans (whose average
 /// glyph is about 0.6 em wide), so that text laid out by it never overflows.
 pub(crate) fn text_width(text: &str, size: f64) -> f64 {
@@ -331,22 +357,11 @@ impl Chart {
                 }
             }
         }
-        let _ = write!(
-            s,
-            r#"<rect x="{LEFT}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-        );
-        let _ = write!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + pw / 2.0,
-            H - 16.0,
-            esc(&self.x_label)
-        );
-        let _ = write!(
-            s,
-            r#"<text transform="translate(20 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            top + ph / 2.0,
-            esc(&self.y_label)
+        frame(
+            &mut s,
+            (LEFT, top, pw, ph),
+            (&self.x_label, H - 16.0),
+            (&self.y_label, 20.0),
         );
         let nser = self.series.len().max(1) as f64;
         let slot = pw / ncat.max(1) as f64 * 0.8;
@@ -431,6 +446,11 @@ impl Chart {
                 y = ymap(y)
             );
         }
+        // The legend's "seeds" entry (its key drawn before it), and the next entry's line.
+        let seeds_entry = |s: &mut String, ly: &mut f64| {
+            text_lines(s, &["seeds".into()], legend_x + 20.0, *ly, LEGEND_LINE, "");
+            *ly += LEGEND_LINE + 5.0;
+        };
         if !self.seed_levels.is_empty() {
             let _ = write!(
                 s,
@@ -439,28 +459,12 @@ impl Chart {
                 y = ly - 4.0
             );
             if self.seeds.is_empty() {
-                text_lines(
-                    &mut s,
-                    &["seeds".into()],
-                    legend_x + 20.0,
-                    ly,
-                    LEGEND_LINE,
-                    "",
-                );
-                ly += LEGEND_LINE + 5.0;
+                seeds_entry(&mut s, &mut ly);
             }
         }
         if !self.seeds.is_empty() {
             diamond(&mut s, legend_x + 7.0, ly - 4.0, "black");
-            text_lines(
-                &mut s,
-                &["seeds".into()],
-                legend_x + 20.0,
-                ly,
-                LEGEND_LINE,
-                "",
-            );
-            ly += LEGEND_LINE + 5.0;
+            seeds_entry(&mut s, &mut ly);
         }
         if has_bars {
             let what = self

@@ -253,12 +253,13 @@ impl Scenario {
             dst_port: 10_001 + i as u16 * 2,
             bytes,
             start,
+            seed,
         };
         match f.protocol.as_str() {
-            "stp" => self.add_stp_flow(sim, seed, f, &ends)?,
+            "stp" => self.add_stp_flow(sim, f, &ends)?,
             "tcp" if f.stripes.is_some_and(|n| n != 1) => self.add_striped_flow(sim, f, &ends)?,
             "tcp" => self.add_tcp_flow(sim, f, &ends)?,
-            "split" => self.add_split_flow(sim, seed, f, &ends)?,
+            "split" => self.add_split_flow(sim, f, &ends)?,
             other => {
                 return Err(field(
                     format!("flow {}.protocol", f.name),
@@ -278,51 +279,24 @@ impl Scenario {
     }
 
     /// An STP sender and sink (the real engine).
-    fn add_stp_flow(
-        &self,
-        sim: &mut Sim,
-        seed: u64,
-        f: &FlowSpec,
-        e: &FlowEnds,
-    ) -> Result<(), ScenarioError> {
+    fn add_stp_flow(&self, sim: &mut Sim, f: &FlowSpec, e: &FlowEnds) -> Result<(), ScenarioError> {
         let cfg = self.stp_config(f)?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
+        let stp_err =
+            |err: stp::ConfigError| field(format!("flow {}.stp", f.name), err.to_string());
+        let role = StpRole::Sender {
+            peer: e.peer(),
+            bytes: e.bytes,
         };
-        let sender = StpAgent::new(
-            e.src_port,
-            e.id,
-            StpRole::Sender {
-                peer,
-                bytes: e.bytes,
-            },
-            cfg.clone(),
-            seed ^ (u64::from(e.id.0) << 20),
-        )
-        .map_err(|err| field(format!("flow {}.stp", f.name), err.to_string()))?;
-        let sink = StpAgent::new(
-            e.dst_port,
-            e.id,
-            StpRole::Sink,
-            cfg,
-            seed ^ (u64::from(e.id.0) << 21) ^ 0x5a5a,
-        )
-        .map_err(|err| field(format!("flow {}.stp", f.name), err.to_string()))?;
+        let sender =
+            StpAgent::new(e.src_port, e.id, role, cfg.clone(), e.sender_seed()).map_err(stp_err)?;
+        let sink =
+            StpAgent::new(e.dst_port, e.id, StpRole::Sink, cfg, e.sink_seed()).map_err(stp_err)?;
         let framing = self.stp_framing(f)?;
-        sim.add_agent(
-            e.from,
-            e.src_port,
-            e.start,
+        e.add_ends(
+            sim,
             Box::new(sender.with_framing(framing)),
-        )?;
-        sim.add_agent(
-            e.to,
-            e.dst_port,
-            e.start,
             Box::new(sink.with_framing(framing)),
-        )?;
-        Ok(())
+        )
     }
 
     /// A TCP transfer striped over `stripes` connections.
@@ -349,13 +323,8 @@ impl Scenario {
             .chain((1..n as usize).map(|k| (base + k) as u16))
             .collect();
         let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
-        };
-        let tcp_err = |err: crate::tcp::TcpConfigError| {
-            field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
-        };
+        let peer = e.peer();
+        let tcp_err = tcp_field_error(f);
         let mut sender =
             crate::striping::StripedSender::new(e.id, ports, peer, e.bytes, cfg.clone())
                 .map_err(tcp_err)?;
@@ -367,27 +336,18 @@ impl Scenario {
             sender = sender.with_block(b);
         }
         let sink = crate::striping::StripedSink::new(e.dst_port, e.id, n, cfg).map_err(tcp_err)?;
-        sim.add_agent(e.from, e.src_port, e.start, Box::new(sender))?;
-        sim.add_agent(e.to, e.dst_port, e.start, Box::new(sink))?;
-        Ok(())
+        e.add_ends(sim, Box::new(sender), Box::new(sink))
     }
 
     /// A TCP sender and sink (the TCP model).
     fn add_tcp_flow(&self, sim: &mut Sim, f: &FlowSpec, e: &FlowEnds) -> Result<(), ScenarioError> {
         let cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
-        let peer = Addr {
-            node: e.to,
-            port: e.dst_port,
-        };
-        let tcp_err = |err: crate::tcp::TcpConfigError| {
-            field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
-        };
+        let peer = e.peer();
+        let tcp_err = tcp_field_error(f);
         let sender =
             TcpAgent::bulk_sender(e.id, e.src_port, peer, e.bytes, cfg.clone()).map_err(tcp_err)?;
         let sink = TcpAgent::sink(e.dst_port, cfg).map_err(tcp_err)?;
-        sim.add_agent(e.from, e.src_port, e.start, Box::new(sender))?;
-        sim.add_agent(e.to, e.dst_port, e.start, Box::new(sink))?;
-        Ok(())
+        e.add_ends(sim, Box::new(sender), Box::new(sink))
     }
 
     /// A TCP sender, the split gateway at `split_at`, and the hop's far end (an STP
@@ -395,7 +355,6 @@ impl Scenario {
     fn add_split_flow(
         &self,
         sim: &mut Sim,
-        seed: u64,
         f: &FlowSpec,
         e: &FlowEnds,
     ) -> Result<(), ScenarioError> {
@@ -420,11 +379,7 @@ impl Scenario {
         };
         let in_cfg = self.tcp_config(f, f.tcp.as_ref(), "tcp")?;
         let (gw_in, gw_out) = (20_000 + i as u16 * 2, 20_001 + i as u16 * 2);
-        let sink_addr = Addr {
-            node: to,
-            port: e.dst_port,
-        };
-        let gw_seed = seed ^ (u64::from(id.0) << 22) ^ 0xa5a5;
+        let sink_addr = e.peer();
         let hop = match f.hop.as_deref() {
             Some("stp") => {
                 let cfg = self.stp_config(f)?;
@@ -438,7 +393,7 @@ impl Scenario {
                     port: e.dst_port,
                     origin: sink_addr,
                     config: cfg.clone(),
-                    seed: seed ^ (u64::from(id.0) << 21) ^ 0x5a5a,
+                    seed: e.sink_seed(),
                     framing: self.stp_framing(f)?,
                     read_rate_bps: None,
                     reader_buffer: u64::MAX,
@@ -469,7 +424,7 @@ impl Scenario {
             in_config: in_cfg.clone(),
             hop,
             relay_buffer: relay,
-            seed: gw_seed,
+            seed: e.gateway_seed(),
             framing: self.stp_framing(f)?,
         });
         sim.add_agent(at, gw_in, start, Box::new(gw))?;
@@ -616,6 +571,53 @@ struct FlowEnds {
     dst_port: u16,
     bytes: Option<u64>,
     start: Time,
+    /// The replication's seed, from which the agents' own derive.
+    seed: u64,
+}
+
+impl FlowEnds {
+    /// The seed of the sender's STP endpoint.
+    fn sender_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 20)
+    }
+
+    /// The seed of the sink's STP endpoint (also the far end of a split flow's STP hop).
+    fn sink_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 21) ^ 0x5a5a
+    }
+
+    /// The seed of a split flow's gateway.
+    fn gateway_seed(&self) -> u64 {
+        self.seed ^ (u64::from(self.id.0) << 22) ^ 0xa5a5
+    }
+
+    /// The receiving end's address, which the sender connects to.
+    fn peer(&self) -> Addr {
+        Addr {
+            node: self.to,
+            port: self.dst_port,
+        }
+    }
+
+    /// Adds the flow's sender at its source and its sink at its destination (in that order),
+    /// both starting with the flow.
+    fn add_ends(
+        &self,
+        sim: &mut Sim,
+        sender: Box<dyn crate::sim::Agent>,
+        sink: Box<dyn crate::sim::Agent>,
+    ) -> Result<(), ScenarioError> {
+        sim.add_agent(self.from, self.src_port, self.start, sender)?;
+        sim.add_agent(self.to, self.dst_port, self.start, sink)?;
+        Ok(())
+    }
+}
+
+/// A TCP model's configuration error as the error of flow `f`'s `tcp.<field>` key.
+fn tcp_field_error(
+    f: &FlowSpec,
+) -> impl Fn(crate::tcp::TcpConfigError) -> ScenarioError + Copy + '_ {
+    |err| field(format!("flow {}.tcp.{}", f.name, err.field), err.reason)
 }
 
 /// The slowest link on the path from `from` to `to` (the first such, on ties).

@@ -35,6 +35,16 @@ pub fn run_with_pcap(
     run_replicated(scenario, rule, level, seed, threads, progress, pcap_dir)
 }
 
+/// The callback run after each finished replication: `progress` with (replications done so far,
+/// `total`).
+fn counted(progress: &(dyn Fn(u32, u32) + Sync), total: u32) -> impl Fn(u32) + Sync + '_ {
+    let done = std::sync::atomic::AtomicU32::new(0);
+    move |_replication| {
+        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        progress(d, total);
+    }
+}
+
 /// Runs the replications numbered `indices` (replication i has seed `seed + i`; replication 0
 /// writes the pcaps) in parallel over `threads`, and returns their results in the order of
 /// `indices`. `progress` is called after each with (done, total).
@@ -47,12 +57,7 @@ pub(crate) fn run_replications(
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Vec<RunResult>, ScenarioError> {
     let end = scenario.duration_ns()?;
-    let total = indices.len() as u32;
-    let done = std::sync::atomic::AtomicU32::new(0);
-    let tick = |_k: u32| {
-        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        progress(d, total);
-    };
+    let tick = counted(progress, indices.len() as u32);
     run_indexed(scenario, indices, seed, end, threads, &tick, pcap_dir)
         .into_iter()
         .collect()
@@ -128,30 +133,21 @@ pub fn run_replicated(
     pcap_dir: Option<&std::path::Path>,
 ) -> Result<Summary, ScenarioError> {
     let end = scenario.duration_ns()?;
-    let done = std::sync::atomic::AtomicU32::new(0);
     let (total, mut converged) = match rule {
         Replication::Fixed { runs } => (runs.max(1), None),
         Replication::Until { max_runs, .. } => (max_runs.max(1), Some(false)),
     };
-    let tick = |_k: u32| {
-        let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        progress(d, total);
-    };
+    let tick = counted(progress, total);
     let mut results: Vec<RunResult> = Vec::new();
-    match rule {
-        Replication::Fixed { runs } => {
-            for r in run_batch(
-                scenario,
-                0..runs.max(1),
-                seed,
-                end,
-                threads,
-                &tick,
-                pcap_dir,
-            ) {
-                results.push(r?);
-            }
+    // Runs the replications `range` and appends their results (stopping at the first failure).
+    let batch = |results: &mut Vec<RunResult>, range: std::ops::Range<u32>| {
+        for r in run_batch(scenario, range, seed, end, threads, &tick, pcap_dir) {
+            results.push(r?);
         }
+        Ok::<(), ScenarioError>(())
+    };
+    match rule {
+        Replication::Fixed { runs } => batch(&mut results, 0..runs.max(1))?,
         Replication::Until {
             percent,
             min_runs,
@@ -164,17 +160,7 @@ pub fn run_replicated(
             while (results.len() as u32) < max_runs {
                 let have = results.len() as u32;
                 let want = if have == 0 { min.max(BATCH) } else { BATCH }.min(max_runs - have);
-                for r in run_batch(
-                    scenario,
-                    have..have + want,
-                    seed,
-                    end,
-                    threads,
-                    &tick,
-                    pcap_dir,
-                ) {
-                    results.push(r?);
-                }
+                batch(&mut results, have..have + want)?;
                 let from = (have + 1).max(min) as usize;
                 if let Some(n) =
                     (from..=results.len()).find(|&n| worst_relative_se(&results[..n]) <= limit)

@@ -43,6 +43,16 @@ pub enum HttpVersion {
 }
 
 impl HttpVersion {
+    /// The versions the web reproductions compare: HTTP/1.0 with one and with four
+    /// connections, persistent, pipelined, and six parallel persistent connections.
+    pub const COMPARED: [HttpVersion; 5] = [
+        HttpVersion::Http10 { parallel: 1 },
+        HttpVersion::Http10 { parallel: 4 },
+        HttpVersion::Persistent,
+        HttpVersion::Pipelined,
+        HttpVersion::Parallel { connections: 6 },
+    ];
+
     pub fn label(self) -> String {
         match self {
             HttpVersion::Http10 { parallel: 1 } => "HTTP/1.0".into(),
@@ -208,66 +218,30 @@ struct Page {
 
 /// The browser-like client.
 pub struct HttpClient {
-    port: u16,
+    end: HttpEnd,
     server: Addr,
-    flow: FlowId,
-    transport: Transport,
     workload: Workload,
-    log: SharedLog,
-    table: SharedExchanges,
-    ep: Option<Endpoint>,
-    framing: u32,
     conns: Vec<ClientConn>,
     page: Option<Page>,
     pages_started: u32,
     next_id: u64,
     next_port: u16,
-    wakeups: Wakeups,
-    buf: Vec<u8>,
 }
 
 impl HttpClient {
-    /// A client on `port` fetching from `server`; its STP endpoint (if any) is seeded from
-    /// `seed`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        port: u16,
-        server: Addr,
-        flow: FlowId,
-        transport: Transport,
-        workload: Workload,
-        log: SharedLog,
-        table: SharedExchanges,
-        seed: u64,
-    ) -> Result<Self, stp::ConfigError> {
-        let (ep, framing) = match &transport {
-            Transport::Tcp(_) => (None, 0),
-            Transport::Stp { config, framing } => (
-                Some(Endpoint::new(
-                    config.clone(),
-                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
-                )?),
-                framing.overhead(),
-            ),
-        };
-        Ok(HttpClient {
-            port,
+    /// A client at `end` fetching from `server`.
+    fn new(end: HttpEnd, server: Addr, workload: Workload) -> Self {
+        let next_port = end.port.wrapping_add(1);
+        HttpClient {
+            end,
             server,
-            flow,
-            transport,
             workload,
-            log,
-            table,
-            ep,
-            framing,
             conns: Vec::new(),
             page: None,
             pages_started: 0,
             next_id: 1,
-            next_port: port.wrapping_add(1),
-            wakeups: Wakeups::default(),
-            buf: Vec::with_capacity(2048),
-        })
+            next_port,
+        }
     }
 
     fn start_page(&mut self, ctx: &mut Ctx<'_>) {
@@ -318,13 +292,13 @@ impl HttpClient {
 
     /// Opens a connection; returns its index.
     fn open(&mut self, ctx: &mut Ctx<'_>, one_shot: bool) -> Option<usize> {
-        let link = match &self.transport {
+        let link = match &self.end.transport {
             Transport::Tcp(cfg) => {
                 let mut port = 0;
                 for _ in 0..CLIENT_PORTS {
                     let p = self.next_port;
-                    self.next_port = if p >= self.port.wrapping_add(CLIENT_PORTS) {
-                        self.port.wrapping_add(1)
+                    self.next_port = if p >= self.end.port.wrapping_add(CLIENT_PORTS) {
+                        self.end.port.wrapping_add(1)
                     } else {
                         p + 1
                     };
@@ -347,17 +321,17 @@ impl HttpClient {
                 }
             }
             Transport::Stp { .. } => {
-                let ep = self.ep.as_mut()?;
+                let ep = self.end.ep.as_mut()?;
                 match ep.connect(Instant::from_nanos(ctx.now), socket_of(self.server)) {
                     Ok(h) => Link::Stp(h),
                     Err(_) => {
-                        self.log.borrow_mut().failures += 1;
+                        self.end.log.borrow_mut().failures += 1;
                         return None;
                     }
                 }
             }
         };
-        self.log.borrow_mut().connections += 1;
+        self.end.log.borrow_mut().connections += 1;
         self.conns.push(ClientConn {
             link,
             outstanding: VecDeque::new(),
@@ -393,7 +367,8 @@ impl HttpClient {
                     c.unsent_tcp += req;
                 }
                 close_now = c.one_shot && ttcp;
-                self.table
+                self.end
+                    .table
                     .borrow_mut()
                     .by_addr
                     .entry(Addr { node, port: *port })
@@ -402,7 +377,7 @@ impl HttpClient {
             }
             Link::Stp(_) => {
                 let req = req.max(ID_BYTES);
-                self.table.borrow_mut().by_id.insert(id, (req, reply));
+                self.end.table.borrow_mut().by_id.insert(id, (req, reply));
                 c.unsent.extend_from_slice(&id.to_le_bytes());
                 c.unsent
                     .resize(c.unsent.len() + (req - ID_BYTES) as usize, b'r');
@@ -420,7 +395,7 @@ impl HttpClient {
                 conn.close();
             }
         }
-        if let (Link::Stp(h), Some(ep)) = (&c.link, self.ep.as_mut()) {
+        if let (Link::Stp(h), Some(ep)) = (&c.link, self.end.ep.as_mut()) {
             // STP's fast start: the request (and, for HTTP/1.0, the END) goes with the BGN, as
             // a sendto does with T/TCP.
             if let Some(sc) = ep.connection(*h) {
@@ -496,7 +471,7 @@ impl HttpClient {
 
     /// Counts `n` reply bytes on connection `i`; completes transfers.
     fn received(&mut self, ctx: &mut Ctx<'_>, i: usize, mut n: u64) {
-        ctx.metrics.delivered(self.flow, n);
+        ctx.metrics.delivered(self.end.flow, n);
         let mut completed = Vec::new();
         if let Some(c) = self.conns.get_mut(i) {
             while n > 0 {
@@ -522,7 +497,7 @@ impl HttpClient {
             }
         }
         for r in completed {
-            self.log.borrow_mut().transfers.push(TransferLog {
+            self.end.log.borrow_mut().transfers.push(TransferLog {
                 reply_bytes: r.reply,
                 latency_ns: ctx.now - r.issued,
             });
@@ -543,7 +518,7 @@ impl HttpClient {
                 }
             }
             if let Some(pl) = page_done {
-                self.log.borrow_mut().pages.push(pl);
+                self.end.log.borrow_mut().pages.push(pl);
                 self.page = None;
                 self.end_page(ctx);
             } else {
@@ -600,7 +575,9 @@ impl HttpClient {
                 }
                 Link::Stp(h) => {
                     let h = *h;
-                    let Some(ep) = self.ep.as_mut() else { continue };
+                    let Some(ep) = self.end.ep.as_mut() else {
+                        continue;
+                    };
                     let Some(sc) = ep.connection(h) else {
                         self.conns[i].done = true;
                         continue;
@@ -617,11 +594,11 @@ impl HttpClient {
                 self.received(ctx, i, n);
             }
         }
-        if let Some(ep) = self.ep.as_mut() {
+        if let Some(ep) = self.end.ep.as_mut() {
             while let Some((h, ev)) = ep.poll_event() {
                 if matches!(ev, Event::Closed | Event::Failed(_)) {
                     if matches!(ev, Event::Failed(_)) {
-                        self.log.borrow_mut().failures += 1;
+                        self.end.log.borrow_mut().failures += 1;
                     }
                     for c in &mut self.conns {
                         if matches!(c.link, Link::Stp(x) if x == h) {
@@ -635,10 +612,8 @@ impl HttpClient {
 
     /// Sends what every connection has ready now and re-arms the wake-up.
     fn transmit(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        let mut next: Option<Time> = None;
-        let (server, flow) = (self.server, self.flow);
-        let mut sent = (0u64, 0u64);
+        let (server, flow) = (self.server, self.end.flow);
+        let mut tally = Tally::default();
         for c in &mut self.conns {
             if let Link::Tcp { conn, port } = &mut c.link {
                 let route = Route {
@@ -647,29 +622,14 @@ impl HttpClient {
                     flow,
                     direction: Direction::Reverse,
                 };
-                let s = send_tcp(ctx, conn, route, |_, _| {});
-                sent.0 += s.segments as u64;
-                sent.1 += s.bytes;
-                if s.more {
-                    next = earliest(next, Some(now));
-                }
-                next = earliest(next, conn.poll_timeout());
+                tally.send_tcp(ctx, conn, route);
                 if c.closing && conn.is_send_complete() && conn.peer_finished() {
                     c.done = true;
                 }
             }
         }
-        let from = (self.port, flow, Direction::Reverse);
-        let (packets, bytes) = finish_pump(
-            self.ep.as_mut(),
-            &mut self.buf,
-            (self.framing, from),
-            ctx,
-            sent,
-            next,
-            &mut self.wakeups,
-        );
-        let mut log = self.log.borrow_mut();
+        let (packets, bytes) = self.end.finish_pump(ctx, Direction::Reverse, tally);
+        let mut log = self.end.log.borrow_mut();
         log.client_packets += packets;
         log.client_bytes += bytes;
     }
@@ -691,38 +651,121 @@ fn write_unsent(sc: &mut stp::Connection, c: &mut ClientConn) {
     }
 }
 
-/// The end of both HTTP ends' pump: sends what the STP endpoint (if any) has ready now from
-/// `from` (port, flow, direction; no datagram marked as a retransmission, the endpoint serving
-/// many connections), arms the next wake-up, and returns the packets and bytes sent in this
-/// pump (TCP's `sent` included).
-fn finish_pump(
-    ep: Option<&mut Endpoint>,
-    buf: &mut Vec<u8>,
-    (framing, (port, flow, direction)): (u32, (u16, FlowId, Direction)),
-    ctx: &mut Ctx<'_>,
-    mut sent: (u64, u64),
-    mut next: Option<Time>,
-    wakeups: &mut Wakeups,
-) -> (u64, u64) {
-    if let Some(ep) = ep {
-        let wire = StpWire {
+/// What both HTTP ends hold alike: their port and flow, the transport, the log and exchange table
+/// they share, the STP endpoint (for the STP transport), its framing overhead, the datagram
+/// buffer and the wake-up timer.
+struct HttpEnd {
+    port: u16,
+    flow: FlowId,
+    transport: Transport,
+    log: SharedLog,
+    table: SharedExchanges,
+    ep: Option<Endpoint>,
+    framing: u32,
+    buf: Vec<u8>,
+    wakeups: Wakeups,
+}
+
+impl HttpEnd {
+    /// An end on `port`; no endpoint for TCP, for STP an endpoint of the transport's
+    /// configuration whose random numbers are seeded from `seed`.
+    fn new(
+        port: u16,
+        flow: FlowId,
+        transport: Transport,
+        (log, table): (SharedLog, SharedExchanges),
+        seed: u64,
+    ) -> Result<Self, stp::ConfigError> {
+        let (ep, framing) = match &transport {
+            Transport::Tcp(_) => (None, 0),
+            Transport::Stp { config, framing } => (
+                Some(Endpoint::new(
+                    config.clone(),
+                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
+                )?),
+                framing.overhead(),
+            ),
+        };
+        Ok(HttpEnd {
             port,
             flow,
-            direction,
+            transport,
+            log,
+            table,
+            ep,
             framing,
-        };
-        let s = send_stp(ctx, ep, buf, wire, None, &mut None, |_| {});
-        sent.0 += s.segments as u64;
-        sent.1 += s.bytes;
-        next = earliest(next, stp_deadline(ep, ctx.now));
+            buf: Vec::with_capacity(2048),
+            wakeups: Wakeups::default(),
+        })
     }
-    wakeups.arm(ctx, next);
-    sent
+
+    /// Hands an STP datagram from `src` to the endpoint (dropped without one).
+    fn handle_datagram(&mut self, now: Time, src: Addr, bytes: &[u8]) {
+        if let Some(ep) = self.ep.as_mut() {
+            ep.handle_datagram(Instant::from_nanos(now), socket_of(src), bytes);
+        }
+    }
+
+    /// The wake-up fired at `now`: the endpoint's timers act.
+    fn fired(&mut self, now: Time) {
+        self.wakeups.fired(now);
+        if let Some(ep) = self.ep.as_mut() {
+            ep.handle_timeout(Instant::from_nanos(now));
+        }
+    }
+
+    /// The end of both HTTP ends' pump: sends what the STP endpoint (if any) has ready now in
+    /// `direction` (no datagram marked as a retransmission, the endpoint serving many
+    /// connections), arms the next wake-up, and returns the packets and bytes sent in this pump
+    /// (the TCP connections' `tally` included).
+    fn finish_pump(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        direction: Direction,
+        mut tally: Tally,
+    ) -> (u64, u64) {
+        if let Some(ep) = self.ep.as_mut() {
+            let wire = StpWire {
+                port: self.port,
+                flow: self.flow,
+                direction,
+                framing: self.framing,
+            };
+            let s = send_stp(ctx, ep, &mut self.buf, wire, None, &mut None, |_| {});
+            tally.packets += s.segments as u64;
+            tally.bytes += s.bytes;
+            tally.next = earliest(tally.next, stp_deadline(ep, ctx.now));
+        }
+        self.wakeups.arm(ctx, tally.next);
+        (tally.packets, tally.bytes)
+    }
+}
+
+/// What one pump of an HTTP end has sent so far, and when it must run again.
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    bytes: u64,
+    next: Option<Time>,
+}
+
+impl Tally {
+    /// Sends what `conn` has due now along `route`, counts it, and notes when the connection
+    /// wants to run again (now, if it stopped at the per-event cap).
+    fn send_tcp(&mut self, ctx: &mut Ctx<'_>, conn: &mut TcpConnection, route: Route) {
+        let s = send_tcp(ctx, conn, route, |_, _| {});
+        self.packets += s.segments as u64;
+        self.bytes += s.bytes;
+        if s.more {
+            self.next = earliest(self.next, Some(ctx.now));
+        }
+        self.next = earliest(self.next, conn.poll_timeout());
+    }
 }
 
 impl Agent for HttpClient {
     fn start(&mut self, ctx: &mut Ctx<'_>) {
-        ctx.metrics.started(self.flow, ctx.now);
+        ctx.metrics.started(self.end.flow, ctx.now);
         self.start_page(ctx);
         self.pump(ctx);
     }
@@ -738,11 +781,7 @@ impl Agent for HttpClient {
                     }
                 }
             }
-            Payload::Stp(bytes) => {
-                if let Some(ep) = self.ep.as_mut() {
-                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
-                }
-            }
+            Payload::Stp(bytes) => self.end.handle_datagram(ctx.now, pkt.src, bytes),
         }
         self.pump(ctx);
     }
@@ -752,14 +791,11 @@ impl Agent for HttpClient {
             self.start_page(ctx);
         } else {
             let now = ctx.now;
-            self.wakeups.fired(now);
+            self.end.fired(now);
             for c in &mut self.conns {
                 if let Link::Tcp { conn, .. } = &mut c.link {
                     tcp_timer(conn, now);
                 }
-            }
-            if let Some(ep) = self.ep.as_mut() {
-                ep.handle_timeout(Instant::from_nanos(now));
             }
         }
         self.pump(ctx);
@@ -791,54 +827,22 @@ struct StpServerConn {
 
 /// Answers a client's requests over TCP or STP.
 pub struct HttpServer {
-    port: u16,
-    flow: FlowId,
-    transport: Transport,
-    log: SharedLog,
-    table: SharedExchanges,
+    end: HttpEnd,
     tcp: BTreeMap<Addr, ServerConn>,
     /// T/TCP: the client hosts whose connection counts this host has cached (RFC 1644 TAO).
     tao_cache: BTreeSet<crate::packet::NodeId>,
-    ep: Option<Endpoint>,
     stp: BTreeMap<ConnectionHandle, StpServerConn>,
-    framing: u32,
-    wakeups: Wakeups,
-    buf: Vec<u8>,
 }
 
 impl HttpServer {
-    pub fn new(
-        port: u16,
-        flow: FlowId,
-        transport: Transport,
-        log: SharedLog,
-        table: SharedExchanges,
-        seed: u64,
-    ) -> Result<Self, stp::ConfigError> {
-        let (ep, framing) = match &transport {
-            Transport::Tcp(_) => (None, 0),
-            Transport::Stp { config, framing } => (
-                Some(Endpoint::new(
-                    config.clone(),
-                    Box::new(ChaCha8Rng::seed_from_u64(seed)),
-                )?),
-                framing.overhead(),
-            ),
-        };
-        Ok(HttpServer {
-            port,
-            flow,
-            transport,
-            log,
-            table,
+    /// A server at `end`.
+    fn new(end: HttpEnd) -> Self {
+        HttpServer {
+            end,
             tcp: BTreeMap::new(),
             tao_cache: BTreeSet::new(),
-            ep,
             stp: BTreeMap::new(),
-            framing,
-            wakeups: Wakeups::default(),
-            buf: Vec::with_capacity(2048),
-        })
+        }
     }
 
     /// Runs the server after an input or timer: the transports answer first (as a kernel does
@@ -860,7 +864,7 @@ impl HttpServer {
             }
             let n = sc.conn.readable();
             sc.got += sc.conn.read(n);
-            let mut table = self.table.borrow_mut();
+            let mut table = self.end.table.borrow_mut();
             if let Some(q) = table.by_addr.get_mut(addr) {
                 while let Some(&(req, reply, close)) = q.front() {
                     if sc.got < req {
@@ -882,11 +886,13 @@ impl HttpServer {
             }
         }
         // STP.
-        let Some(ep) = self.ep.as_mut() else { return };
+        let Some(ep) = self.end.ep.as_mut() else {
+            return;
+        };
         while let Some(h) = ep.accept() {
             self.stp.insert(h, StpServerConn::default());
         }
-        let table = self.table.borrow();
+        let table = self.end.table.borrow();
         for (&h, st) in self.stp.iter_mut() {
             let Some(c) = ep.connection(h) else { continue };
             loop {
@@ -947,37 +953,20 @@ impl HttpServer {
 
     /// Sends what every connection has ready now and re-arms the wake-up.
     fn transmit(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        let mut next: Option<Time> = None;
-        let mut sent = (0u64, 0u64);
+        let mut tally = Tally::default();
         for (addr, sc) in self.tcp.iter_mut() {
             let route = Route {
-                port: self.port,
+                port: self.end.port,
                 peer: *addr,
-                flow: self.flow,
+                flow: self.end.flow,
                 direction: Direction::Forward,
             };
-            let s = send_tcp(ctx, &mut sc.conn, route, |_, _| {});
-            sent.0 += s.segments as u64;
-            sent.1 += s.bytes;
-            if s.more {
-                next = earliest(next, Some(now));
-            }
-            next = earliest(next, sc.conn.poll_timeout());
+            tally.send_tcp(ctx, &mut sc.conn, route);
         }
         self.tcp
             .retain(|_, sc| !(sc.closed && sc.conn.is_send_complete() && sc.conn.peer_finished()));
-        let from = (self.port, self.flow, Direction::Forward);
-        let (packets, bytes) = finish_pump(
-            self.ep.as_mut(),
-            &mut self.buf,
-            (self.framing, from),
-            ctx,
-            sent,
-            next,
-            &mut self.wakeups,
-        );
-        let mut log = self.log.borrow_mut();
+        let (packets, bytes) = self.end.finish_pump(ctx, Direction::Forward, tally);
+        let mut log = self.end.log.borrow_mut();
         log.server_packets += packets;
         log.server_bytes += bytes;
     }
@@ -987,7 +976,7 @@ impl Agent for HttpServer {
     fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
         match &pkt.payload {
             Payload::Tcp(seg) => {
-                let Transport::Tcp(cfg) = &self.transport else {
+                let Transport::Tcp(cfg) = &self.end.transport else {
                     return;
                 };
                 let fresh = seg.syn && !seg.ack_flag;
@@ -1011,23 +1000,16 @@ impl Agent for HttpServer {
                     sc.conn.on_segment(ctx.now, seg);
                 }
             }
-            Payload::Stp(bytes) => {
-                if let Some(ep) = self.ep.as_mut() {
-                    ep.handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
-                }
-            }
+            Payload::Stp(bytes) => self.end.handle_datagram(ctx.now, pkt.src, bytes),
         }
         self.pump(ctx);
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_>, _token: u64) {
         let now = ctx.now;
-        self.wakeups.fired(now);
+        self.end.fired(now);
         for sc in self.tcp.values_mut() {
             tcp_timer(&mut sc.conn, now);
-        }
-        if let Some(ep) = self.ep.as_mut() {
-            ep.handle_timeout(Instant::from_nanos(now));
         }
         self.pump(ctx);
     }
@@ -1065,24 +1047,18 @@ pub fn add_http_pair(
         node: server_node,
         port: ports.1,
     };
-    let server = HttpServer::new(
+    let server = HttpServer::new(HttpEnd::new(
         ports.1,
         flow,
         transport.clone(),
-        log.clone(),
-        table.clone(),
+        (log.clone(), table.clone()),
         seed ^ 0x5e,
-    )?;
+    )?);
     let client = HttpClient::new(
-        ports.0,
+        HttpEnd::new(ports.0, flow, transport, (log.clone(), table), seed ^ 0xc1)?,
         server_addr,
-        flow,
-        transport,
         workload,
-        log.clone(),
-        table,
-        seed ^ 0xc1,
-    )?;
+    );
     sim.add_agent(server_node, ports.1, 0, Box::new(server))?;
     sim.add_agent(client_node, ports.0, start, Box::new(client))?;
     Ok(log)
@@ -1365,13 +1341,7 @@ mod tests {
 
     #[test]
     fn every_version_loads_pages() {
-        for version in [
-            HttpVersion::Http10 { parallel: 1 },
-            HttpVersion::Http10 { parallel: 4 },
-            HttpVersion::Persistent,
-            HttpVersion::Pipelined,
-            HttpVersion::Parallel { connections: 6 },
-        ] {
+        for version in HttpVersion::COMPARED {
             for transport in [
                 Transport::Tcp(TcpConfig::default()),
                 Transport::Stp {

@@ -568,13 +568,7 @@ fn versions_jobs() -> Vec<Job> {
         ("LEO, model pages", 80 * MS, Pages::Model, 1),
         ("GEO, 30-object pages", 600 * MS, Pages::Objects(30), 10),
     ] {
-        for version in [
-            HttpVersion::Http10 { parallel: 1 },
-            HttpVersion::Http10 { parallel: 4 },
-            HttpVersion::Persistent,
-            HttpVersion::Pipelined,
-            HttpVersion::Parallel { connections: 6 },
-        ] {
+        for version in HttpVersion::COMPARED {
             v.push(job(
                 group,
                 &version.label(),

@@ -2,7 +2,7 @@
 //! plots (delay against distance) and map snapshots of satellites and active ISLs on a
 //! rectangular projection (like the thesis' figs. 6.2 and 6.3). SVG, rendered to PNG.
 
-use crate::plot::{esc, fmt_num, nice_ticks, render_png};
+use crate::plot::{esc, fmt_num, frame, nice_ticks, render_png};
 use crate::{write_file, Result};
 use constellation::Snapshot;
 use std::fmt::Write as _;
@@ -118,23 +118,8 @@ pub fn scatter(
             W - r + 30.0
         );
     }
-    let _ = write!(
-        s,
-        r#"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-    );
-    let _ = write!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-        l + pw / 2.0,
-        H - 14.0,
-        esc(x_label)
-    );
-    let _ = write!(
-        s,
-        r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">{}</text></svg>"#,
-        t + ph / 2.0,
-        esc(y_label)
-    );
+    frame(&mut s, (l, t, pw, ph), (x_label, H - 14.0), (y_label, 18.0));
+    s.push_str("</svg>");
     write(dir, name, &s)
 }
 

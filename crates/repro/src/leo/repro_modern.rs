@@ -139,17 +139,7 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
     let (n, flows, secs) = if quick { (20, 20, 20) } else { (100, 100, 200) };
     let c = Constellation::preset("starlink-550")?;
     let t = stations(n);
-    let cfg = LeoNetConfig {
-        constellation: c.clone(),
-        stations: t.clone(),
-        duration: secs * SEC,
-        step: SEC,
-        isl_rate_bps: 100_000_000,
-        gsl_rate_bps: 10_000_000,
-        queue_packets: 100,
-        seed: 1,
-        attach: constellation::ground::AttachPolicy::Joint,
-    };
+    let cfg = LeoNetConfig::study(c.clone(), t.clone(), secs * SEC);
     // Which stations saw a satellite at every step (their flows must deliver).
     let pos: Vec<_> = t.iter().map(Place::position).collect();
     let cover = constellation::fstate::run(&c, &pos, 0.0, secs + 1, 1.0, &mut std::io::sink())
@@ -226,12 +216,8 @@ pub(super) fn network(quick: bool, out: &Path) -> Result<Section> {
     write_study_csv(out, "leo-network", &runs, &names)?;
     study_charts(out, "leo-network", &runs)?;
     for (name, r) in &results {
-        let busiest = r
-            .isl_links
-            .iter()
-            .map(|l| l.utilisation)
-            .fold(0.0, f64::max);
-        let longest = r.isl.iter().map(|x| x.max_queue_ms).fold(0.0, f64::max);
+        let busiest = r.busiest_isl_utilisation();
+        let longest = r.longest_isl_queue_ms();
         s.row(
             &format!("{name}: ISL directions used; busiest ISL's utilisation over the run; longest ISL queueing delay at a step"),
             "—",
@@ -325,17 +311,11 @@ pub(super) fn split(out: &Path) -> Result<Section> {
         .flat_map(|(a, b)| [*a, *b])
         .map(constellation::geo::place)
         .collect::<Result<_, _>>()?;
-    let cfg = LeoNetConfig {
-        constellation: Constellation::preset("starlink-550")?,
-        stations: stations.clone(),
-        duration: 15 * SEC,
-        step: SEC,
-        isl_rate_bps: 100_000_000,
-        gsl_rate_bps: 10_000_000,
-        queue_packets: 100,
-        seed: 1,
-        attach: AttachPolicy::Joint,
-    };
+    let cfg = LeoNetConfig::study(
+        Constellation::preset("starlink-550")?,
+        stations.clone(),
+        15 * SEC,
+    );
     let origin = Origin {
         rate_bps: 1_000_000_000,
         delay: 20 * netsim::MS,
@@ -479,15 +459,8 @@ pub(super) fn table52(quick: bool, out: &Path) -> Result<Section> {
     let mut data = Vec::new();
     for name in ["iridium", "teledesic"] {
         let cfg = LeoNetConfig {
-            constellation: Constellation::preset(name)?,
-            stations: places.clone(),
-            duration: secs * SEC,
-            step: SEC,
-            isl_rate_bps: 100_000_000,
             gsl_rate_bps: 2_000_000,
-            queue_packets: 100,
-            seed: 1,
-            attach: constellation::ground::AttachPolicy::Joint,
+            ..LeoNetConfig::study(Constellation::preset(name)?, places.clone(), secs * SEC)
         };
         let mut got = Vec::new();
         for (proto, tr, seed) in runs {
