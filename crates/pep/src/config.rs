@@ -6,7 +6,11 @@
 //! commented examples.
 //!
 //! A terminal file holds one `[terminal]` table, a gateway file one `[gateway]` table, so the
-//! field names in error messages are exactly the paths a user edits. Unknown keys are errors.
+//! field names in error messages are exactly the paths a user edits. The keys both sides take
+//! are one struct, [`SharedConfig`] (the `shared` field of each side's config), written in the
+//! same table as the side's own keys; [`SideConfig`] is what both sides derive from them. Unknown
+//! keys are errors (naming the key, its line and the keys accepted; the other side's keys as the
+//! other side's); `pep::setup` makes a loaded configuration into a side's options.
 //! Loading does no other I/O: key files and the allowed-terminals file are read by the caller
 //! (see [`GatewayConfig::allowed_terminal_keys`]), so they can be re-read without a restart.
 //! A relative path in a file ([`load_terminal`], [`load_gateway`]) is relative to the file's
@@ -314,21 +318,12 @@ impl SharedConfig {
         let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
         self.limits.relay_buffer(rate, self.rtt_ms)
     }
-
-    /// The side's limits and timeouts for its [`crate::ops::Ops`].
-    #[cfg(feature = "runtime")]
-    pub fn ops_config(&self) -> crate::ops::OpsConfig {
-        crate::ops::OpsConfig::from_limits(
-            &self.limits,
-            self.idle_timeout_s,
-            self.connect_timeout_s,
-        )
-    }
 }
 
-/// What a side's configuration is to the code both sides share: its table, its
-/// [`SharedConfig`], how it sees the hop; and what follows from those alone.
-pub trait Side {
+/// What a side's configuration ([`TerminalConfig`], [`GatewayConfig`]) is to the code both
+/// sides share: its table, its [`SharedConfig`], how it sees the hop; and what follows from
+/// those alone.
+pub trait SideConfig {
     /// The side's TOML table (`terminal`, `gateway`), the prefix of field names in errors.
     const TABLE: &'static str;
     /// The keys a running side re-reads on SIGHUP ([`changed_keys`] leaves them out).
@@ -677,7 +672,7 @@ impl TerminalConfig {
     }
 }
 
-impl Side for TerminalConfig {
+impl SideConfig for TerminalConfig {
     const TABLE: &'static str = "terminal";
     const RELOADABLE: &'static [&'static str] = &["log_level"];
     fn shared(&self) -> &SharedConfig {
@@ -924,7 +919,7 @@ impl GatewayConfig {
     }
 }
 
-impl Side for GatewayConfig {
+impl SideConfig for GatewayConfig {
     const TABLE: &'static str = "gateway";
     const RELOADABLE: &'static [&'static str] = &[
         "log_level",
@@ -1125,9 +1120,9 @@ pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
 }
 
 /// The keys of a side's table (and its sub-tables, as `limits`, `stp`) whose values differ
-/// between two texts of its configuration file, but those it reloads ([`Side::RELOADABLE`]):
+/// between two texts of its configuration file, but those it reloads ([`SideConfig::RELOADABLE`]):
 /// what a reload must say waits for a restart (`terminal.rtt_ms`).
-pub fn changed_keys<C: Side>(old: &str, new: &str) -> Vec<String> {
+pub fn changed_keys<C: SideConfig>(old: &str, new: &str) -> Vec<String> {
     let table = |text: &str| -> toml::Table {
         text.parse::<toml::Table>()
             .ok()
@@ -1164,8 +1159,8 @@ struct KnownKeys<C, O>(std::marker::PhantomData<(C, O)>);
 
 impl<'de, C, O> Deserialize<'de> for KnownKeys<C, O>
 where
-    C: Side + serde::de::DeserializeOwned,
-    O: Side + serde::de::DeserializeOwned,
+    C: SideConfig + serde::de::DeserializeOwned,
+    O: SideConfig + serde::de::DeserializeOwned,
 {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(KnownKeys(std::marker::PhantomData))
@@ -1174,8 +1169,8 @@ where
 
 impl<'de, C, O> serde::de::Visitor<'de> for KnownKeys<C, O>
 where
-    C: Side + serde::de::DeserializeOwned,
-    O: Side + serde::de::DeserializeOwned,
+    C: SideConfig + serde::de::DeserializeOwned,
+    O: SideConfig + serde::de::DeserializeOwned,
 {
     type Value = Self;
 

@@ -7,10 +7,11 @@
 //! (`terminal.gateway_public_key: ...`).
 
 use crate::capture::Capture;
-use crate::config::{ConfigError, GatewayConfig, Limits, Side, TerminalConfig};
+use crate::config::{ConfigError, GatewayConfig, Limits, SharedConfig, SideConfig, TerminalConfig};
 use crate::gateway::connect::ConnectOptions;
 use crate::gateway::policy::Policy;
 use crate::keys::{PrivateKey, PublicKey};
+use crate::ops::OpsConfig;
 use crate::socks::SocksAuth;
 use crate::stack::{GatewayHops, SocksListener, StpHop, TerminalHop};
 use crate::{GatewayOptions, TerminalOptions};
@@ -35,7 +36,7 @@ fn hop_connection_limit(limits: &Limits) -> u32 {
 }
 
 /// The hop's STP endpoint: the side's STP parameters, its connection limit.
-fn endpoint<C: Side>(cfg: &C) -> Result<EndpointConfig, ConfigError> {
+fn endpoint<C: SideConfig>(cfg: &C) -> Result<EndpointConfig, ConfigError> {
     Ok(EndpointConfig {
         connection: cfg.stp_config()?,
         max_connections: hop_connection_limit(&cfg.shared().limits),
@@ -45,7 +46,7 @@ fn endpoint<C: Side>(cfg: &C) -> Result<EndpointConfig, ConfigError> {
 
 /// With the TCP hop, checks its socket options on this host (an error names the field, e.g.
 /// `terminal.hop_tcp.congestion`) and warns when the kernel grants smaller buffers than asked.
-fn check_hop_tcp<C: Side>(cfg: &C) -> Result<(), ConfigError> {
+fn check_hop_tcp<C: SideConfig>(cfg: &C) -> Result<(), ConfigError> {
     if !cfg.shared().hop_transport.tcp() {
         return Ok(());
     }
@@ -81,7 +82,7 @@ fn check_hop_tcp<C: Side>(cfg: &C) -> Result<(), ConfigError> {
 
 /// The side's STP hop: its endpoint, seeded with `seed`, paced at its allocation, capturing to
 /// `capture`, with its workers and cipher.
-fn stp_hop<C: Side>(
+fn stp_hop<C: SideConfig>(
     cfg: &C,
     endpoint: EndpointConfig,
     seed: u64,
@@ -96,8 +97,17 @@ fn stp_hop<C: Side>(
     })
 }
 
+/// The side's limits and timeouts for its [`crate::ops::Ops`].
+fn ops_config(shared: &SharedConfig) -> OpsConfig {
+    OpsConfig::from_limits(
+        &shared.limits,
+        shared.idle_timeout_s,
+        shared.connect_timeout_s,
+    )
+}
+
 /// The relay buffer of the side's connections, bytes.
-fn relay_buffer<C: Side>(cfg: &C) -> u32 {
+fn relay_buffer<C: SideConfig>(cfg: &C) -> u32 {
     u32::try_from(cfg.shared().relay_buffer_bytes()).unwrap_or(u32::MAX)
 }
 
@@ -214,7 +224,7 @@ impl TerminalSetup {
             }),
             http_connect: cfg.http_connect_listen,
             tproxy: cfg.tproxy_listen,
-            ops: cfg.shared.ops_config(),
+            ops: ops_config(&cfg.shared),
             metrics_listen: cfg.shared.metrics_listen,
         })
     }
@@ -322,7 +332,7 @@ impl GatewaySetup {
                 source_transparent: cfg.source_transparent,
             },
             outbound_tcp: cfg.tcp.clone(),
-            ops: cfg.shared.ops_config(),
+            ops: ops_config(&cfg.shared),
             metrics_listen: cfg.shared.metrics_listen,
         })
     }

@@ -624,7 +624,7 @@ async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
 
 #[test]
 fn hop_transport_configuration() {
-    use pep::config::{parse_gateway, parse_terminal, HopTransport, Side};
+    use pep::config::{parse_gateway, parse_terminal, HopTransport, SideConfig};
     let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let terminal = |extra: &str| {
         parse_terminal(&format!(

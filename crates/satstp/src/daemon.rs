@@ -12,7 +12,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use pep::config::{changed_keys, load_gateway, load_terminal, GatewayConfig, SharedConfig};
-use pep::config::{Side, TerminalConfig};
+use pep::config::{SideConfig, TerminalConfig};
 use pep::keys::PublicKey;
 use pep::ops::Ops;
 use pep::setup::{GatewaySetup, QuicPolicyGuard, TerminalSetup};
@@ -365,7 +365,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// What both daemons do first, in this order: the flags checked (`--log-level`, the capture),
 /// the configuration file read (its text kept for reload comparisons) and parsed, then logging
 /// started at the flag's level, else the file's `log_level`.
-fn start_side<C: Side>(
+fn start_side<C: SideConfig>(
     args: &DaemonArgs,
     load: impl Fn(&Path) -> Result<C, pep::config::ConfigError>,
 ) -> Result<(String, C, Logging)> {
