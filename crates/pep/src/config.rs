@@ -6,7 +6,11 @@
 //! commented examples.
 //!
 //! A terminal file holds one `[terminal]` table, a gateway file one `[gateway]` table, so the
-//! field names in error messages are exactly the paths a user edits. Unknown keys are errors.
+//! field names in error messages are exactly the paths a user edits. The keys both sides take
+//! are one struct, [`SharedConfig`] (the `shared` field of each side's config), written in the
+//! same table as the side's own keys; [`SideConfig`] is what both sides derive from them. Unknown
+//! keys are errors (naming the key, its line and the keys accepted; the other side's keys as the
+//! other side's); `pep::setup` makes a loaded configuration into a side's options.
 //! Loading does no other I/O: key files and the allowed-terminals file are read by the caller
 //! (see [`GatewayConfig::allowed_terminal_keys`]), so they can be re-read without a restart.
 //! A relative path in a file ([`load_terminal`], [`load_gateway`]) is relative to the file's
@@ -83,7 +87,7 @@ impl ConfigError {
         }
     }
 
-    fn prefixed(self, prefix: &str) -> ConfigError {
+    pub(crate) fn prefixed(self, prefix: &str) -> ConfigError {
         match self {
             ConfigError::Invalid { field, reason } => ConfigError::Invalid {
                 field: format!("{prefix}.{field}"),
@@ -178,221 +182,254 @@ pub struct BackupGateway {
     pub public_key: Option<String>,
 }
 
-/// Declares one side's configuration: its own fields, then the fields both sides share —
-/// declared here once, with their documentation — and the methods that only read those.
-/// `$side` is the side's TOML table (`terminal`, `gateway`), the prefix of field names in
-/// errors.
-macro_rules! side_config {
-    ($side:literal, $(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
-        $(#[$attr])*
-        pub struct $name {
-            $($own)*
-            /// This side's private key file (written by `satstp keygen`). Required.
-            pub private_key_file: PathBuf,
-            /// Capacity of the hop from terminal to gateway, bit/s, as a number or with a unit
-            /// (`"5Mbps"`) (default unknown). With `down_rate_bps` and `rtt_ms` it is the hop's
-            /// allocation: STP starts at it and buffers are sized from it (`pep::sizing`).
-            #[serde(default, deserialize_with = "rate_bps")]
-            pub up_rate_bps: Option<u64>,
-            /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
-            #[serde(default, deserialize_with = "rate_bps")]
-            pub down_rate_bps: Option<u64>,
-            /// The hop's base round-trip time, ms, used for buffer sizing (default unknown):
-            /// a number of ms or a duration with a unit (`"600ms"`).
-            #[serde(default, deserialize_with = "duration_ms")]
-            pub rtt_ms: Option<u32>,
-            /// HTTP listener for `/metrics` and `/status` (default none).
-            #[serde(default)]
-            pub metrics_listen: Option<SocketAddr>,
-            /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
-            /// directives such as `"info,pep=debug"`; reloaded on SIGHUP. `--log-level` wins
-            /// over it (default: the `RUST_LOG` environment variable, else `info`).
-            #[serde(default)]
-            pub log_level: Option<String>,
-            /// STP parameters for the hop (default: the engine's defaults, sized from the
-            /// allocation when it is set), in the engine's schema ([`StpOptions`]).
-            #[serde(default)]
-            pub stp: StpOptions,
-            /// Resource limits.
-            #[serde(default)]
-            pub limits: Limits,
-            /// Close a relayed connection idle in both directions for this long, s (default 300).
-            #[serde(default = "default_idle_timeout_s")]
-            pub idle_timeout_s: u32,
-            /// Give up opening a connection after this long, s (default 30): at the terminal,
-            /// through the gateway; at the gateway, to the destination.
-            #[serde(default = "default_connect_timeout_s")]
-            pub connect_timeout_s: u32,
-            /// On SIGTERM or SIGINT, stop accepting and let open connections finish for at most
-            /// this long, s, before exiting (default 30; 0 exits at once).
-            #[serde(default = "default_shutdown_timeout_s")]
-            pub shutdown_timeout_s: u32,
-            /// How the satellite hop carries connections: "stp" (default: STP over the
-            /// Noise-encrypted UDP tunnel), "tcp" (split TCP, one encrypted TCP connection per
-            /// client connection; `docs/gateway.md`) or, at a gateway only, "both" (UDP and TCP
-            /// on the same `listen` address and port).
-            #[serde(default)]
-            pub hop_transport: HopTransport,
-            /// Socket options of the hop's TCP connections with `hop_transport = "tcp"`
-            /// (buffers default to 2 × the hop's bandwidth-delay product when the rates and
-            /// `rtt_ms` are set).
-            #[serde(default)]
-            pub hop_tcp: TcpOptions,
-            /// STP hop: workers, each a task with its own UDP socket and hop core that the
-            /// runtime runs on its own core (1 to 1024; default: at a gateway the cores
-            /// available, at a terminal 1). A gateway's share its `listen` address
-            /// (`SO_REUSEPORT`); a terminal's each hold a tunnel session (one handshake each)
-            /// and its connections go to them in turn (`docs/scaling.md`, "Workers").
-            #[serde(default)]
-            pub workers: Option<u32>,
-            /// STP hop: the tunnel's cipher suite, "auto" (default: AES-256-GCM where this
-            /// machine has AES instructions, else ChaCha20-Poly1305; a terminal offers its
-            /// preferred first and the other on the next retry), "chacha20-poly1305" or
-            /// "aes-256-gcm" (that one only: a terminal offers it, a gateway accepts only it).
-            /// `docs/tunnel.md`, "Cipher".
-            #[serde(default)]
-            pub tunnel_cipher: Option<String>,
+/// The settings both sides take, written in the side's own table (`[terminal]`, `[gateway]`)
+/// beside its own settings: the `shared` field of [`TerminalConfig`] and [`GatewayConfig`].
+/// Names in [`SharedConfig::validate`]'s errors are relative to the side's table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SharedConfig {
+    /// This side's private key file (written by `satstp keygen`). Required.
+    pub private_key_file: PathBuf,
+    /// Capacity of the hop from terminal to gateway, bit/s, as a number or with a unit
+    /// (`"5Mbps"`) (default unknown). With `down_rate_bps` and `rtt_ms` it is the hop's
+    /// allocation: STP starts at it and buffers are sized from it (`pep::sizing`).
+    #[serde(default, deserialize_with = "rate_bps")]
+    pub up_rate_bps: Option<u64>,
+    /// Capacity of the hop from gateway to terminal, bit/s (default unknown).
+    #[serde(default, deserialize_with = "rate_bps")]
+    pub down_rate_bps: Option<u64>,
+    /// The hop's base round-trip time, ms, used for buffer sizing (default unknown):
+    /// a number of ms or a duration with a unit (`"600ms"`).
+    #[serde(default, deserialize_with = "duration_ms")]
+    pub rtt_ms: Option<u32>,
+    /// HTTP listener for `/metrics` and `/status` (default none).
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
+    /// directives such as `"info,pep=debug"`; reloaded on SIGHUP. `--log-level` wins
+    /// over it (default: the `RUST_LOG` environment variable, else `info`).
+    #[serde(default)]
+    pub log_level: Option<String>,
+    /// STP parameters for the hop (default: the engine's defaults, sized from the
+    /// allocation when it is set), in the engine's schema ([`StpOptions`]).
+    #[serde(default)]
+    pub stp: StpOptions,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Close a relayed connection idle in both directions for this long, s (default 300).
+    #[serde(default = "default_idle_timeout_s")]
+    pub idle_timeout_s: u32,
+    /// Give up opening a connection after this long, s (default 30): at the terminal,
+    /// through the gateway; at the gateway, to the destination.
+    #[serde(default = "default_connect_timeout_s")]
+    pub connect_timeout_s: u32,
+    /// On SIGTERM or SIGINT, stop accepting and let open connections finish for at most
+    /// this long, s, before exiting (default 30; 0 exits at once).
+    #[serde(default = "default_shutdown_timeout_s")]
+    pub shutdown_timeout_s: u32,
+    /// How the satellite hop carries connections: "stp" (default: STP over the
+    /// Noise-encrypted UDP tunnel), "tcp" (split TCP, one encrypted TCP connection per
+    /// client connection; `docs/gateway.md`) or, at a gateway only, "both" (UDP and TCP
+    /// on the same `listen` address and port).
+    #[serde(default)]
+    pub hop_transport: HopTransport,
+    /// Socket options of the hop's TCP connections with `hop_transport = "tcp"`
+    /// (buffers default to 2 × the hop's bandwidth-delay product when the rates and
+    /// `rtt_ms` are set).
+    #[serde(default)]
+    pub hop_tcp: TcpOptions,
+    /// STP hop: workers, each a task with its own UDP socket and hop core that the
+    /// runtime runs on its own core (1 to 1024; default: at a gateway the cores
+    /// available, at a terminal 1). A gateway's share its `listen` address
+    /// (`SO_REUSEPORT`); a terminal's each hold a tunnel session (one handshake each)
+    /// and its connections go to them in turn (`docs/scaling.md`, "Workers").
+    #[serde(default)]
+    pub workers: Option<u32>,
+    /// STP hop: the tunnel's cipher suite, "auto" (default: AES-256-GCM where this
+    /// machine has AES instructions, else ChaCha20-Poly1305; a terminal offers its
+    /// preferred first and the other on the next retry), "chacha20-poly1305" or
+    /// "aes-256-gcm" (that one only: a terminal offers it, a gateway accepts only it).
+    /// `docs/tunnel.md`, "Cipher".
+    #[serde(default)]
+    pub tunnel_cipher: Option<String>,
+}
+
+impl Default for SharedConfig {
+    /// The documented defaults and no key file (which [`SharedConfig::validate`] refuses).
+    fn default() -> Self {
+        SharedConfig {
+            private_key_file: PathBuf::new(),
+            up_rate_bps: None,
+            down_rate_bps: None,
+            rtt_ms: None,
+            metrics_listen: None,
+            log_level: None,
+            stp: StpOptions::default(),
+            limits: Limits::default(),
+            idle_timeout_s: default_idle_timeout_s(),
+            connect_timeout_s: default_connect_timeout_s(),
+            shutdown_timeout_s: default_shutdown_timeout_s(),
+            hop_transport: HopTransport::default(),
+            hop_tcp: TcpOptions::default(),
+            workers: None,
+            tunnel_cipher: None,
         }
+    }
+}
 
-        impl $name {
-            /// Checks the shared fields (names relative to the side's table).
-            fn validate_shared(&self) -> Result<(), ConfigError> {
-                check_path(&self.private_key_file, "private_key_file")?;
-                check_common(
-                    self.up_rate_bps,
-                    self.down_rate_bps,
-                    self.rtt_ms,
-                    self.idle_timeout_s,
-                    self.connect_timeout_s,
-                )?;
-                check_shutdown_timeout(self.shutdown_timeout_s)?;
-                if let Some(n) = self.workers {
-                    if !(1..=MAX_WORKERS).contains(&n) {
-                        return Err(bad(
-                            "workers",
-                            format!("{n}: 1 to {MAX_WORKERS} (default: the cores available)"),
-                        ));
-                    }
-                }
-                self.tunnel_cipher()?;
-                self.limits.validate().map_err(|e| e.prefixed("limits"))?;
-                apply_stp(&self.stp, stp::Config::default())?;
-                self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
-                Ok(())
-            }
-
-            /// This side's private key, read from `private_key_file` now; errors start with
-            /// the key (`gateway.private_key_file: /tmp: is a directory`).
-            pub fn private_key(&self) -> Result<crate::keys::PrivateKey, ConfigError> {
-                load_private_key_field(concat!($side, ".private_key_file"), &self.private_key_file)
-            }
-
-            /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with
-            /// buffers sized from the allocation when not set (send: this side's sending
-            /// direction, receive: the other).
-            pub fn hop_tcp_tuning(&self) -> TcpOptions {
-                hop_tcp_tuning(&self.hop_tcp, self.hop_link())
-            }
-
-            /// The STP connection parameters: the engine's defaults for the hop's address
-            /// family, sized from the allocation when it is known ([`crate::sizing`]), with the
-            /// `stp` table applied on top.
-            fn stp_config_for(&self, ipv6: bool) -> Result<stp::Config, ConfigError> {
-                let defaults = crate::sizing::hop_stp_defaults(ipv6);
-                let base = match self.hop_link() {
-                    Some(l) => l.stp_config(defaults),
-                    None => defaults,
-                };
-                apply_stp(&self.stp, base).map_err(|e| e.prefixed($side))
-            }
-
-            /// The tunnel suites of `tunnel_cipher` (default "auto").
-            pub fn tunnel_cipher(&self) -> Result<crate::tunnel::CipherChoice, ConfigError> {
-                match &self.tunnel_cipher {
-                    None => Ok(crate::tunnel::CipherChoice::Auto),
-                    Some(s) => crate::tunnel::CipherChoice::parse(s)
-                        .map_err(|r| bad("tunnel_cipher", r)),
-                }
-            }
-
-            /// The STP hop's workers: `workers`, else at a gateway the cores available and at
-            /// a terminal 1.
-            pub fn hop_workers(&self) -> usize {
-                match self.workers {
-                    Some(n) => n as usize,
-                    None if $side == "gateway" => {
-                        std::thread::available_parallelism().map_or(1, |n| n.get())
-                    }
-                    None => 1,
-                }
-            }
-
-            /// Per-connection relay buffer for this hop, sized on the faster of its two
-            /// directions (see [`Limits::relay_buffer`]).
-            pub fn relay_buffer_bytes(&self) -> u64 {
-                let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
-                self.limits.relay_buffer(rate, self.rtt_ms)
+impl SharedConfig {
+    /// Checks every shared setting (names relative to the side's table).
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check_path(&self.private_key_file, "private_key_file")?;
+        check_common(
+            self.up_rate_bps,
+            self.down_rate_bps,
+            self.rtt_ms,
+            self.idle_timeout_s,
+            self.connect_timeout_s,
+        )?;
+        check_shutdown_timeout(self.shutdown_timeout_s)?;
+        if let Some(n) = self.workers {
+            if !(1..=MAX_WORKERS).contains(&n) {
+                return Err(bad(
+                    "workers",
+                    format!("{n}: 1 to {MAX_WORKERS} (default: the cores available)"),
+                ));
             }
         }
-    };
+        self.tunnel_cipher()?;
+        self.limits.validate().map_err(|e| e.prefixed("limits"))?;
+        apply_stp(&self.stp, stp::Config::default())?;
+        self.hop_tcp.validate().map_err(|e| e.prefixed("hop_tcp"))?;
+        Ok(())
+    }
+
+    /// The tunnel suites of `tunnel_cipher` (default "auto").
+    pub fn tunnel_cipher(&self) -> Result<crate::tunnel::CipherChoice, ConfigError> {
+        match &self.tunnel_cipher {
+            None => Ok(crate::tunnel::CipherChoice::Auto),
+            Some(s) => crate::tunnel::CipherChoice::parse(s).map_err(|r| bad("tunnel_cipher", r)),
+        }
+    }
+
+    /// Per-connection relay buffer for this hop, sized on the faster of its two directions
+    /// (see [`Limits::relay_buffer`]).
+    pub fn relay_buffer_bytes(&self) -> u64 {
+        let rate = max_opt(self.up_rate_bps, self.down_rate_bps);
+        self.limits.relay_buffer(rate, self.rtt_ms)
+    }
+}
+
+/// What a side's configuration ([`TerminalConfig`], [`GatewayConfig`]) is to the code both
+/// sides share: its table, its [`SharedConfig`], how it sees the hop; and what follows from
+/// those alone.
+pub trait SideConfig {
+    /// The side's TOML table (`terminal`, `gateway`), the prefix of field names in errors.
+    const TABLE: &'static str;
+    /// The keys a running side re-reads on SIGHUP ([`changed_keys`] leaves them out).
+    const RELOADABLE: &'static [&'static str];
+    /// The settings both sides take.
+    fn shared(&self) -> &SharedConfig;
+    /// The hop's allocation as this side sees it, when `up_rate_bps`, `down_rate_bps` and
+    /// `rtt_ms` are all set.
+    fn hop_link(&self) -> Option<crate::sizing::HopLink>;
+    /// Whether the hop may run over IPv6 (datagrams are sized for it).
+    fn hop_ipv6(&self) -> bool;
+
+    /// This side's private key, read from `private_key_file` now; errors start with the key
+    /// (`gateway.private_key_file: /tmp: is a directory`).
+    fn private_key(&self) -> Result<crate::keys::PrivateKey, ConfigError> {
+        let field = format!("{}.private_key_file", Self::TABLE);
+        load_private_key_field(&field, &self.shared().private_key_file)
+    }
+
+    /// The socket options of the TCP hop (`hop_transport = "tcp"`): `hop_tcp`, with buffers
+    /// sized from the allocation when not set (send: this side's sending direction, receive:
+    /// the other).
+    fn hop_tcp_tuning(&self) -> TcpOptions {
+        hop_tcp_tuning(&self.shared().hop_tcp, self.hop_link())
+    }
+
+    /// The STP connection parameters: the engine's defaults for the hop's address family,
+    /// sized from the allocation when it is known ([`crate::sizing`]), with the `stp` table
+    /// applied on top.
+    fn stp_config(&self) -> Result<stp::Config, ConfigError> {
+        let defaults = crate::sizing::hop_stp_defaults(self.hop_ipv6());
+        let base = match self.hop_link() {
+            Some(l) => l.stp_config(defaults),
+            None => defaults,
+        };
+        apply_stp(&self.shared().stp, base).map_err(|e| e.prefixed(Self::TABLE))
+    }
+
+    /// The STP hop's workers: `workers`, else at a gateway the cores available and at a
+    /// terminal 1.
+    fn hop_workers(&self) -> usize {
+        match self.shared().workers {
+            Some(n) => n as usize,
+            None if Self::TABLE == "gateway" => {
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            }
+            None => 1,
+        }
+    }
 }
 
 /// Most hop workers a side may have (`workers`).
 pub(crate) const MAX_WORKERS: u32 = 1024;
 
-side_config! {
-    "terminal",
-    /// The terminal: accepts client TCP and carries it over STP to the gateway.
-    #[derive(Debug, Clone, PartialEq, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct TerminalConfig {
-        /// SOCKS5 listener (default none). At least one of the three listeners must be set.
-        #[serde(default)]
-        pub socks_listen: Option<SocketAddr>,
-        /// SOCKS5 users; empty means no authentication (default empty).
-        #[serde(default)]
-        pub socks_users: Vec<SocksUser>,
-        /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
-        /// destination, saving a satellite round trip per connection; a failed connect then
-        /// resets the client instead of returning a SOCKS5 error code (default true).
-        #[serde(default = "default_true")]
-        pub socks_fast_open: bool,
-        /// HTTP CONNECT proxy listener (default none).
-        #[serde(default)]
-        pub http_connect_listen: Option<SocketAddr>,
-        /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
-        #[serde(default)]
-        pub tproxy_listen: Option<SocketAddr>,
-        /// Transparent mode: what happens to QUIC (UDP 443) from the LAN: `"pass"` (to the
-        /// satellite link as it is), `"block"` (dropped: browsers fall back to TCP after their
-        /// QUIC timeout) or `"reject"` (ICMP port unreachable: they fall back at once); default
-        /// `"pass"`; `docs/quic.md`.
-        #[serde(default)]
-        pub quic: crate::quic_policy::QuicPolicy,
-        /// The gateway's address, `host:port` (`[v6addr]:port` for an IPv6 literal): UDP with
-        /// `hop_transport = "stp"`, TCP with `"tcp"`. Required.
-        pub gateway: String,
-        /// The gateway's static public key, 64 hex digits. Required.
-        pub gateway_public_key: String,
-        /// Further public keys of the same gateway (a key rotation): when the gateway leaves
-        /// handshakes to `gateway_public_key` unanswered, the terminal tries these in order, as
-        /// it fails over between gateways, without resetting connections (default none; STP hop
-        /// only; `docs/gateway.md`, "Rotating the gateway's key").
-        #[serde(default)]
-        pub gateway_public_keys: Vec<String>,
-        /// Gateways to fail over to, in order, when the one in use stops answering (STP hop
-        /// only; default none; `docs/scaling.md`).
-        #[serde(default)]
-        pub backup_gateways: Vec<BackupGateway>,
-        /// STP hop: the tunnel session is rekeyed (a new handshake, seamless for the streams)
-        /// after this many seconds of use (default 120; at least 10; `docs/tunnel.md`).
-        #[serde(default = "default_rekey_after_s")]
-        pub rekey_after_s: u64,
-        /// ... or after this many datagrams sealed and opened on it (default 4294967296; at
-        /// least 1000).
-        #[serde(default = "default_rekey_after_messages")]
-        pub rekey_after_messages: u64,
-    }
+/// The terminal: accepts client TCP and carries it over STP to the gateway.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TerminalConfig {
+    /// SOCKS5 listener (default none). At least one of the three listeners must be set.
+    #[serde(default)]
+    pub socks_listen: Option<SocketAddr>,
+    /// SOCKS5 users; empty means no authentication (default empty).
+    #[serde(default)]
+    pub socks_users: Vec<SocksUser>,
+    /// SOCKS5 fast open: answer success at once and carry the client's first bytes with the
+    /// destination, saving a satellite round trip per connection; a failed connect then
+    /// resets the client instead of returning a SOCKS5 error code (default true).
+    #[serde(default = "default_true")]
+    pub socks_fast_open: bool,
+    /// HTTP CONNECT proxy listener (default none).
+    #[serde(default)]
+    pub http_connect_listen: Option<SocketAddr>,
+    /// Transparent (Linux TPROXY) listener (default none); see `deploy/nftables-tproxy.nft`.
+    #[serde(default)]
+    pub tproxy_listen: Option<SocketAddr>,
+    /// Transparent mode: what happens to QUIC (UDP 443) from the LAN: `"pass"` (to the
+    /// satellite link as it is), `"block"` (dropped: browsers fall back to TCP after their
+    /// QUIC timeout) or `"reject"` (ICMP port unreachable: they fall back at once); default
+    /// `"pass"`; `docs/quic.md`.
+    #[serde(default)]
+    pub quic: crate::quic_policy::QuicPolicy,
+    /// The gateway's address, `host:port` (`[v6addr]:port` for an IPv6 literal): UDP with
+    /// `hop_transport = "stp"`, TCP with `"tcp"`. Required.
+    pub gateway: String,
+    /// The gateway's static public key, 64 hex digits. Required.
+    pub gateway_public_key: String,
+    /// Further public keys of the same gateway (a key rotation): when the gateway leaves
+    /// handshakes to `gateway_public_key` unanswered, the terminal tries these in order, as
+    /// it fails over between gateways, without resetting connections (default none; STP hop
+    /// only; `docs/gateway.md`, "Rotating the gateway's key").
+    #[serde(default)]
+    pub gateway_public_keys: Vec<String>,
+    /// Gateways to fail over to, in order, when the one in use stops answering (STP hop
+    /// only; default none; `docs/scaling.md`).
+    #[serde(default)]
+    pub backup_gateways: Vec<BackupGateway>,
+    /// STP hop: the tunnel session is rekeyed (a new handshake, seamless for the streams)
+    /// after this many seconds of use (default 120; at least 10; `docs/tunnel.md`).
+    #[serde(default = "default_rekey_after_s")]
+    pub rekey_after_s: u64,
+    /// ... or after this many datagrams sealed and opened on it (default 4294967296; at
+    /// least 1000).
+    #[serde(default = "default_rekey_after_messages")]
+    pub rekey_after_messages: u64,
+    /// The settings both sides take, in the same table.
+    #[serde(skip)]
+    pub shared: SharedConfig,
 }
 
 /// How the satellite hop carries connections (`hop_transport`).
@@ -466,10 +503,11 @@ fn check_shutdown_timeout(s: u32) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A terminal file: its one table, read as `T` ([`TerminalConfig`], then [`SharedConfig`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TerminalFile {
-    terminal: TerminalConfig,
+struct TerminalFile<T> {
+    terminal: T,
 }
 
 fn default_rekey_after_s() -> u64 {
@@ -546,14 +584,14 @@ impl TerminalConfig {
             PublicKey::from_hex(k)
                 .map_err(|e| bad(format!("gateway_public_keys[{i}]"), e.to_string()))?;
         }
-        if !self.gateway_public_keys.is_empty() && self.hop_transport.tcp() {
+        if !self.gateway_public_keys.is_empty() && self.shared.hop_transport.tcp() {
             return Err(bad(
                 "gateway_public_keys",
                 "several gateway keys need hop_transport = \"stp\"",
             ));
         }
-        self.validate_shared()?;
-        if self.hop_transport == HopTransport::Both {
+        self.shared.validate()?;
+        if self.shared.hop_transport == HopTransport::Both {
             return Err(bad(
                 "hop_transport",
                 "\"both\" is for a gateway; a terminal uses \"stp\" or \"tcp\"",
@@ -582,7 +620,7 @@ impl TerminalConfig {
                 ),
             ));
         }
-        if !self.backup_gateways.is_empty() && self.hop_transport.tcp() {
+        if !self.backup_gateways.is_empty() && self.shared.hop_transport.tcp() {
             return Err(bad(
                 "backup_gateways",
                 "failover needs hop_transport = \"stp\"",
@@ -632,26 +670,29 @@ impl TerminalConfig {
         PublicKey::from_hex(&self.gateway_public_key)
             .map_err(|e| bad("terminal.gateway_public_key", e.to_string()))
     }
+}
 
-    /// The hop's allocation as this side sees it, when `up_rate_bps`, `down_rate_bps` and
-    /// `rtt_ms` are all set.
-    pub fn hop_link(&self) -> Option<crate::sizing::HopLink> {
+impl SideConfig for TerminalConfig {
+    const TABLE: &'static str = "terminal";
+    const RELOADABLE: &'static [&'static str] = &["log_level"];
+    fn shared(&self) -> &SharedConfig {
+        &self.shared
+    }
+    /// Sends up, receives down.
+    fn hop_link(&self) -> Option<crate::sizing::HopLink> {
+        let s = &self.shared;
         Some(crate::sizing::HopLink {
-            send_rate_bps: self.up_rate_bps?,
-            recv_rate_bps: self.down_rate_bps?,
-            rtt_ms: self.rtt_ms?,
+            send_rate_bps: s.up_rate_bps?,
+            recv_rate_bps: s.down_rate_bps?,
+            rtt_ms: s.rtt_ms?,
         })
     }
-
-    /// The STP connection parameters: the engine's defaults, sized from the allocation when it
-    /// is known ([`crate::sizing`]), with `[terminal.stp]` applied on top.
-    pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
-        // Datagrams sized for the gateway's address family; a host name may resolve to IPv6.
-        let ipv4 = self
+    /// The gateway's address family; a host name may resolve to IPv6.
+    fn hop_ipv6(&self) -> bool {
+        !self
             .gateway
             .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| a.is_ipv4());
-        self.stp_config_for(!ipv4)
+            .is_ok_and(|a| a.is_ipv4())
     }
 }
 
@@ -734,43 +775,43 @@ impl TcpOptions {
     }
 }
 
-side_config! {
-    "gateway",
-    /// The gateway: accepts terminals on one UDP socket and connects to destinations over TCP.
-    #[derive(Debug, Clone, PartialEq, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct GatewayConfig {
-        /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the
-        /// TCP hop. Required.
-        pub listen: SocketAddr,
-        /// During a rotation of the gateway's key: the next private key file; terminals may
-        /// address either key (default none; `docs/gateway.md`, "Rotating the gateway's key").
-        #[serde(default)]
-        pub next_private_key_file: Option<PathBuf>,
-        /// Public keys (64 hex digits) of the terminals allowed in (default empty).
-        #[serde(default)]
-        pub allowed_terminals: Vec<String>,
-        /// A file of further allowed keys, one per line, `#` starts a comment (default none).
-        /// At least one of `allowed_terminals` and `allowed_terminals_file` must be set.
-        #[serde(default)]
-        pub allowed_terminals_file: Option<PathBuf>,
-        /// Destination policy, the `[gateway.policy]` table.
-        #[serde(default)]
-        pub policy: crate::gateway::policy::PolicyConfig,
-        /// Outbound TCP socket options.
-        #[serde(default)]
-        pub tcp: TcpOptions,
-        /// Connect to destinations from the client's own address (IP_TRANSPARENT; needs
-        /// CAP_NET_ADMIN and routing set up for the return traffic) (default false).
-        #[serde(default)]
-        pub source_transparent: bool,
-    }
+/// The gateway: accepts terminals on one UDP socket and connects to destinations over TCP.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct GatewayConfig {
+    /// Address terminals reach: UDP for the STP hop, TCP (same address and port) for the
+    /// TCP hop. Required.
+    pub listen: SocketAddr,
+    /// During a rotation of the gateway's key: the next private key file; terminals may
+    /// address either key (default none; `docs/gateway.md`, "Rotating the gateway's key").
+    #[serde(default)]
+    pub next_private_key_file: Option<PathBuf>,
+    /// Public keys (64 hex digits) of the terminals allowed in (default empty).
+    #[serde(default)]
+    pub allowed_terminals: Vec<String>,
+    /// A file of further allowed keys, one per line, `#` starts a comment (default none).
+    /// At least one of `allowed_terminals` and `allowed_terminals_file` must be set.
+    #[serde(default)]
+    pub allowed_terminals_file: Option<PathBuf>,
+    /// Destination policy, the `[gateway.policy]` table.
+    #[serde(default)]
+    pub policy: crate::gateway::policy::PolicyConfig,
+    /// Outbound TCP socket options.
+    #[serde(default)]
+    pub tcp: TcpOptions,
+    /// Connect to destinations from the client's own address (IP_TRANSPARENT; needs
+    /// CAP_NET_ADMIN and routing set up for the return traffic) (default false).
+    #[serde(default)]
+    pub source_transparent: bool,
+    /// The settings both sides take, in the same table.
+    #[serde(skip)]
+    pub shared: SharedConfig,
 }
 
+/// A gateway file: its one table, read as `T` ([`GatewayConfig`], then [`SharedConfig`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct GatewayFile {
-    gateway: GatewayConfig,
+struct GatewayFile<T> {
+    gateway: T,
 }
 
 impl GatewayConfig {
@@ -811,7 +852,7 @@ impl GatewayConfig {
         }
         if let Some(p) = &self.next_private_key_file {
             check_path(p, "next_private_key_file")?;
-            if *p == self.private_key_file {
+            if *p == self.shared.private_key_file {
                 return Err(bad(
                     "next_private_key_file",
                     "the same file as private_key_file: a rotation needs a new key",
@@ -823,7 +864,7 @@ impl GatewayConfig {
         }
         self.build_policy(Vec::new())?;
         self.tcp.validate().map_err(|e| e.prefixed("tcp"))?;
-        self.validate_shared()
+        self.shared.validate()
     }
 
     /// The policy the gateway enforces, `[gateway.policy]` with `own_addresses` denied unless
@@ -876,21 +917,32 @@ impl GatewayConfig {
         }
         Ok(keys)
     }
+}
 
-    /// The hop's allocation as this side sees it (sends down, receives up), when
-    /// `up_rate_bps`, `down_rate_bps` and `rtt_ms` are all set.
-    pub fn hop_link(&self) -> Option<crate::sizing::HopLink> {
+impl SideConfig for GatewayConfig {
+    const TABLE: &'static str = "gateway";
+    const RELOADABLE: &'static [&'static str] = &[
+        "log_level",
+        "policy",
+        "allowed_terminals",
+        "allowed_terminals_file",
+        "private_key_file",
+        "next_private_key_file",
+    ];
+    fn shared(&self) -> &SharedConfig {
+        &self.shared
+    }
+    /// Sends down, receives up.
+    fn hop_link(&self) -> Option<crate::sizing::HopLink> {
+        let s = &self.shared;
         Some(crate::sizing::HopLink {
-            send_rate_bps: self.down_rate_bps?,
-            recv_rate_bps: self.up_rate_bps?,
-            rtt_ms: self.rtt_ms?,
+            send_rate_bps: s.down_rate_bps?,
+            recv_rate_bps: s.up_rate_bps?,
+            rtt_ms: s.rtt_ms?,
         })
     }
-
-    /// The STP connection parameters: the engine's defaults, sized from the allocation when it
-    /// is known ([`crate::sizing`]), with `[gateway.stp]` applied on top.
-    pub fn stp_config(&self) -> Result<stp::Config, ConfigError> {
-        self.stp_config_for(self.listen.is_ipv6())
+    fn hop_ipv6(&self) -> bool {
+        self.listen.is_ipv6()
     }
 }
 
@@ -1051,30 +1103,180 @@ impl Limits {
 
 /// Parses the text of a terminal file (`[terminal]` table) and validates it.
 pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
-    let f: TerminalFile = toml::from_str(text).map_err(|e| {
-        ConfigError::Parse(stp::options::toml_error_in_words(
-            text,
-            &e.to_string(),
-            e.message(),
-            e.span(),
-        ))
-    })?;
-    f.terminal.validate()?;
-    Ok(f.terminal)
+    from_toml::<TerminalFile<KnownKeys<TerminalConfig, GatewayConfig>>>(text)?;
+    let mut c = from_toml::<TerminalFile<TerminalConfig>>(text)?.terminal;
+    c.shared = from_toml::<TerminalFile<SharedConfig>>(text)?.terminal;
+    c.validate()?;
+    Ok(c)
 }
 
 /// Parses the text of a gateway file (`[gateway]` table) and validates it.
 pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
-    let f: GatewayFile = toml::from_str(text).map_err(|e| {
+    from_toml::<GatewayFile<KnownKeys<GatewayConfig, TerminalConfig>>>(text)?;
+    let mut c = from_toml::<GatewayFile<GatewayConfig>>(text)?.gateway;
+    c.shared = from_toml::<GatewayFile<SharedConfig>>(text)?.gateway;
+    c.validate()?;
+    Ok(c)
+}
+
+/// The keys of a side's table (and its sub-tables, as `limits`, `stp`) whose values differ
+/// between two texts of its configuration file, but those it reloads ([`SideConfig::RELOADABLE`]):
+/// what a reload must say waits for a restart (`terminal.rtt_ms`).
+pub fn changed_keys<C: SideConfig>(old: &str, new: &str) -> Vec<String> {
+    let table = |text: &str| -> toml::Table {
+        text.parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get(C::TABLE).and_then(|v| v.as_table()).cloned())
+            .unwrap_or_default()
+    };
+    let (old, new) = (table(old), table(new));
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !C::RELOADABLE.contains(&k.as_str()) && old.get(*k) != new.get(*k))
+        .map(|k| format!("{}.{k}", C::TABLE))
+        .collect()
+}
+
+/// `text` read as `T`; an error shows the line and says serde's words in a user's.
+fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
         ConfigError::Parse(stp::options::toml_error_in_words(
             text,
             &e.to_string(),
             e.message(),
             e.span(),
         ))
-    })?;
-    f.gateway.validate()?;
-    Ok(f.gateway)
+    })
+}
+
+/// Reads a side's table and refuses a key that neither the side (`C`) nor [`SharedConfig`]
+/// takes, as serde's `deny_unknown_fields` would (which a side cannot use: its table is read
+/// twice, once for each part, so each part must pass over the other's keys); a key of the other
+/// side (`O`) is said to be the other side's.
+struct KnownKeys<C, O>(std::marker::PhantomData<(C, O)>);
+
+impl<'de, C, O> Deserialize<'de> for KnownKeys<C, O>
+where
+    C: SideConfig + serde::de::DeserializeOwned,
+    O: SideConfig + serde::de::DeserializeOwned,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(KnownKeys(std::marker::PhantomData))
+    }
+}
+
+impl<'de, C, O> serde::de::Visitor<'de> for KnownKeys<C, O>
+where
+    C: SideConfig + serde::de::DeserializeOwned,
+    O: SideConfig + serde::de::DeserializeOwned,
+{
+    type Value = Self;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "the [{}] table", C::TABLE)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let known: Vec<&str> = [struct_fields::<C>(), struct_fields::<SharedConfig>()].concat();
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            if !known.contains(&key.as_str()) {
+                let other = struct_fields::<O>().contains(&key.as_str());
+                return Err(serde::de::Error::custom(unknown_key(
+                    &key,
+                    &known,
+                    other,
+                    C::TABLE,
+                    O::TABLE,
+                )));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// The words for a key `key` that the table `side` does not take: the other side's key, or the
+/// nearest known one and all of them (`unknown field `...`` first, as serde says it).
+fn unknown_key(key: &str, known: &[&str], other: bool, side: &str, other_side: &str) -> String {
+    if other {
+        return format!(
+            "unknown field `{key}`: it is a {other_side} setting (the [{other_side}] table of a \
+             {other_side} file); a {side} does not take it"
+        );
+    }
+    let near = known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min();
+    let listed: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+    format!(
+        "unknown field `{key}`{}, expected one of {}",
+        near.map_or(String::new(), |(_, k)| format!(" (did you mean `{k}`?)")),
+        listed.join(", ")
+    )
+}
+
+/// Levenshtein distance of two keys, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// The keys a struct's derived `Deserialize` takes, as serde hands them to a deserializer's
+/// `deserialize_struct` (skipped fields left out): asked of a deserializer that only records them.
+fn struct_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    #[derive(Debug)]
+    struct Fields(&'static [&'static str]);
+    impl std::fmt::Display for Fields {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "fields {:?}", self.0)
+        }
+    }
+    impl std::error::Error for Fields {}
+    impl serde::de::Error for Fields {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Fields(&[])
+        }
+    }
+    struct Probe;
+    impl<'de> serde::Deserializer<'de> for Probe {
+        type Error = Fields;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Fields> {
+            Err(Fields(&[]))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Fields> {
+            Err(Fields(fields))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    match T::deserialize(Probe) {
+        Err(Fields(f)) => f,
+        Ok(_) => &[],
+    }
 }
 
 /// Reads, parses and validates a terminal file; errors name the file and the field. Relative
@@ -1082,7 +1284,7 @@ pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
 pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
     let text = read_bounded(path)?;
     let mut c = parse_terminal(&text).map_err(|e| e.in_file(path))?;
-    c.private_key_file = relative_to_file(path, &c.private_key_file);
+    c.shared.private_key_file = relative_to_file(path, &c.shared.private_key_file);
     Ok(c)
 }
 
@@ -1091,7 +1293,7 @@ pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
 pub fn load_gateway(path: &Path) -> Result<GatewayConfig, ConfigError> {
     let text = read_bounded(path)?;
     let mut c = parse_gateway(&text).map_err(|e| e.in_file(path))?;
-    c.private_key_file = relative_to_file(path, &c.private_key_file);
+    c.shared.private_key_file = relative_to_file(path, &c.shared.private_key_file);
     c.allowed_terminals_file = c.allowed_terminals_file.map(|f| relative_to_file(path, &f));
     c.next_private_key_file = c.next_private_key_file.map(|f| relative_to_file(path, &f));
     Ok(c)
@@ -1333,15 +1535,15 @@ mod tests {
     fn tunnel_cipher_is_read_and_checked() {
         use crate::tunnel::{Cipher, CipherChoice};
         let g = parse_gateway(&gateway_text("")).unwrap();
-        assert_eq!(g.tunnel_cipher().unwrap(), CipherChoice::Auto);
+        assert_eq!(g.shared.tunnel_cipher().unwrap(), CipherChoice::Auto);
         let t = parse_terminal(&terminal_text("tunnel_cipher = \"aes-256-gcm\"\n")).unwrap();
         assert_eq!(
-            t.tunnel_cipher().unwrap(),
+            t.shared.tunnel_cipher().unwrap(),
             CipherChoice::Only(Cipher::Aes256Gcm)
         );
         let g = parse_gateway(&gateway_text("tunnel_cipher = \"chacha20-poly1305\"\n")).unwrap();
         assert_eq!(
-            g.tunnel_cipher().unwrap(),
+            g.shared.tunnel_cipher().unwrap(),
             CipherChoice::Only(Cipher::ChaCha20Poly1305)
         );
         let e = parse_gateway(&gateway_text("tunnel_cipher = \"aes-128\"\n")).unwrap_err();
@@ -1409,8 +1611,10 @@ mod tests {
             allocated(t.stp_config().unwrap()),
             allocated(g.stp_config().unwrap()),
         );
-        assert!(tr < t.up_rate_bps.unwrap() && tr > t.up_rate_bps.unwrap() * 9 / 10);
-        assert!(gr < g.down_rate_bps.unwrap() && gr > g.down_rate_bps.unwrap() * 9 / 10);
+        assert!(tr < t.shared.up_rate_bps.unwrap() && tr > t.shared.up_rate_bps.unwrap() * 9 / 10);
+        assert!(
+            gr < g.shared.down_rate_bps.unwrap() && gr > g.shared.down_rate_bps.unwrap() * 9 / 10
+        );
     }
 
     #[test]
@@ -1445,7 +1649,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            (t.up_rate_bps, t.down_rate_bps),
+            (t.shared.up_rate_bps, t.shared.down_rate_bps),
             (Some(5_000_000), Some(1_500_000))
         );
         let t = parse_terminal(&terminal_text(
@@ -1453,7 +1657,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            (t.up_rate_bps, t.down_rate_bps),
+            (t.shared.up_rate_bps, t.shared.down_rate_bps),
             (Some(5_000_000), Some(512_000))
         );
         let e = parse_terminal(&terminal_text(
@@ -1468,7 +1672,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            (t.up_rate_bps, t.down_rate_bps, t.rtt_ms),
+            (
+                t.shared.up_rate_bps,
+                t.shared.down_rate_bps,
+                t.shared.rtt_ms
+            ),
             (Some(512_000), Some(40_000_000), Some(600))
         );
         for (text, says) in [
@@ -1496,13 +1704,13 @@ mod tests {
     #[test]
     fn minimal_files_get_documented_defaults() {
         let t = parse_terminal(&terminal_text("")).unwrap();
-        assert_eq!(t.idle_timeout_s, 300);
-        assert_eq!(t.connect_timeout_s, 30);
-        assert_eq!(t.shutdown_timeout_s, 30);
-        assert_eq!(t.limits, Limits::default());
-        assert_eq!(t.limits.max_connections_per_terminal, 16_384);
-        assert_eq!(t.limits.max_connections, 131_072);
-        assert_eq!(t.limits.memory_cap_bytes, 512 << 20);
+        assert_eq!(t.shared.idle_timeout_s, 300);
+        assert_eq!(t.shared.connect_timeout_s, 30);
+        assert_eq!(t.shared.shutdown_timeout_s, 30);
+        assert_eq!(t.shared.limits, Limits::default());
+        assert_eq!(t.shared.limits.max_connections_per_terminal, 16_384);
+        assert_eq!(t.shared.limits.max_connections, 131_072);
+        assert_eq!(t.shared.limits.memory_cap_bytes, 512 << 20);
         // gw.example.net may resolve to IPv6: datagrams sized for it.
         assert_eq!(
             t.stp_config().unwrap(),
@@ -1524,6 +1732,77 @@ mod tests {
         assert!(e.to_string().contains("max_conns"), "{e}");
         let e = parse_gateway(&gateway_text("[gateway.stp]\npolls = 3")).unwrap_err();
         assert!(e.to_string().contains("polls"), "{e}");
+    }
+
+    /// The side's table is read in two parts (its own keys, then [`SharedConfig`]'s), and still
+    /// a key neither takes is refused with its line, the keys accepted or the nearest one; a key
+    /// of the other side is said to be the other side's.
+    #[test]
+    fn unknown_keys_are_refused_in_either_part_and_the_other_sides_are_named() {
+        let shown = |e: ConfigError| e.to_string();
+        // In the shared part: a misspelt shared key, with the nearest one.
+        let e = shown(parse_terminal(&terminal_text("idle_timout_s = 3\n")).unwrap_err());
+        assert!(e.contains("unknown field `idle_timout_s`"), "{e}");
+        assert!(e.contains("did you mean `idle_timeout_s`?"), "{e}");
+        assert!(e.contains("line 6") && e.contains("^^^^^^^^^^^^^"), "{e}");
+        let e = shown(parse_gateway(&gateway_text("rtt = 600\n")).unwrap_err());
+        assert!(e.contains("unknown field `rtt`"), "{e}");
+        assert!(e.contains("`rtt_ms`") && e.contains("`listen`"), "{e}");
+        // In each side's own part, with every accepted key listed.
+        let e = shown(parse_terminal(&terminal_text("gateway_key = \"x\"\n")).unwrap_err());
+        assert!(e.contains("unknown field `gateway_key`"), "{e}");
+        assert!(
+            e.contains("`gateway_public_key`") && e.contains("`private_key_file`"),
+            "{e}"
+        );
+        let e = shown(parse_gateway(&gateway_text("allowed = []\n")).unwrap_err());
+        assert!(e.contains("unknown field `allowed`"), "{e}");
+        assert!(e.contains("`allowed_terminals`"), "{e}");
+        // The other side's keys.
+        let e = shown(parse_terminal(&terminal_text("listen = \"0.0.0.0:1\"\n")).unwrap_err());
+        assert!(e.contains("`listen`: it is a gateway setting"), "{e}");
+        let e =
+            shown(parse_gateway(&gateway_text("socks_listen = \"127.0.0.1:1\"\n")).unwrap_err());
+        assert!(
+            e.contains("`socks_listen`: it is a terminal setting"),
+            "{e}"
+        );
+        // Outside the table and in its sub-tables as before.
+        let e = shown(parse_terminal(&format!("{}[gateway]\n", terminal_text(""))).unwrap_err());
+        assert!(
+            e.contains("unknown field `gateway`, expected `terminal`"),
+            "{e}"
+        );
+        let e = shown(
+            parse_terminal(&terminal_text("[terminal.hop_tcp]\nnodelai = true")).unwrap_err(),
+        );
+        assert!(e.contains("unknown field `nodelai`"), "{e}");
+        // Both parts are read: values of each land where they belong.
+        let t = parse_terminal(&terminal_text(
+            "idle_timeout_s = 7\nsocks_fast_open = false\n",
+        ))
+        .unwrap();
+        assert_eq!((t.shared.idle_timeout_s, t.socks_fast_open), (7, false));
+    }
+
+    #[test]
+    fn keys_changed_between_two_texts_but_the_reloadable_ones() {
+        let old = gateway_text("rtt_ms = 600\nup_rate_bps = 1000000\ndown_rate_bps = 1000000\n");
+        let new = old
+            .replace("600", "700")
+            .replace("0.0.0.0:4433", "0.0.0.0:4434")
+            + "log_level = \"debug\"\n[gateway.policy]\nallow_private = true\n";
+        assert_eq!(
+            changed_keys::<GatewayConfig>(&old, &new),
+            ["gateway.listen", "gateway.rtt_ms"]
+        );
+        assert_eq!(
+            changed_keys::<TerminalConfig>(
+                &terminal_text(""),
+                &terminal_text("[terminal.limits]\nmax_connections = 5")
+            ),
+            ["terminal.limits"]
+        );
     }
 
     #[test]
@@ -1738,7 +2017,10 @@ mod tests {
             "up_rate_bps = 256000\ndown_rate_bps = 8000000\nrtt_ms = 600",
         ))
         .unwrap();
-        assert_eq!(t.relay_buffer_bytes(), 8_000_000 * 600 / 8000 * 5 / 2);
+        assert_eq!(
+            t.shared.relay_buffer_bytes(),
+            8_000_000 * 600 / 8000 * 5 / 2
+        );
     }
 
     #[test]
@@ -1793,16 +2075,16 @@ mod tests {
         .unwrap();
         // Loaded from elsewhere: the paths are the file's neighbours, not the working directory's.
         let g = load_gateway(&gw).unwrap();
-        assert_eq!(g.private_key_file, dir.join("keys/gw.key"));
+        assert_eq!(g.shared.private_key_file, dir.join("keys/gw.key"));
         assert_eq!(g.allowed_terminals_file, Some(dir.join("terminals.allow")));
         assert_eq!(g.private_key().unwrap().to_hex(), private.to_hex());
         assert_eq!(g.allowed_terminal_keys().unwrap().len(), 1);
         // Absolute paths stay; errors about the files name the key, the file and the cause.
-        let g = GatewayConfig {
-            private_key_file: PathBuf::from("/tmp"),
+        let mut g = GatewayConfig {
             allowed_terminals_file: Some(dir.join("nope")),
             ..g
         };
+        g.shared.private_key_file = PathBuf::from("/tmp");
         assert_eq!(
             g.private_key().unwrap_err().to_string(),
             "gateway.private_key_file: /tmp: is a directory"
@@ -1823,7 +2105,7 @@ mod tests {
         )
         .unwrap();
         let t = load_terminal(&t).unwrap();
-        assert_eq!(t.private_key_file, dir.join("none.key"));
+        assert_eq!(t.shared.private_key_file, dir.join("none.key"));
         assert_eq!(
             t.private_key().unwrap_err().to_string(),
             format!(

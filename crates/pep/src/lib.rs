@@ -10,6 +10,7 @@
 //! - `splice` (internal): one TCP connection and one stream relayed both ways;
 //! - [`sockopt`]: every socket option the gateway sets;
 //! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
+//! - [`setup`]: a side's configuration ([`config`]) checked and made into its options;
 //! - [`config`], [`sizing`], [`ops`], [`metrics`], [`capture`], [`fdlimit`]: configuration,
 //!   sizing from the allocation, limits, metrics (served by the internal `http_endpoint`),
 //!   capture;
@@ -38,6 +39,8 @@ pub mod nft_rules;
 #[cfg(feature = "runtime")]
 pub mod ops;
 pub mod quic_policy;
+#[cfg(feature = "runtime")]
+pub mod setup;
 pub mod sizing;
 #[cfg(feature = "runtime")]
 pub mod sockopt;

@@ -624,7 +624,7 @@ async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
 
 #[test]
 fn hop_transport_configuration() {
-    use pep::config::{parse_gateway, parse_terminal, HopTransport};
+    use pep::config::{parse_gateway, parse_terminal, HopTransport, SideConfig};
     let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let terminal = |extra: &str| {
         parse_terminal(&format!(
@@ -640,7 +640,7 @@ fn hop_transport_configuration() {
     };
     // Default: STP; system congestion control, kernel-tuned buffers.
     let t = terminal("").unwrap();
-    assert_eq!(t.hop_transport, HopTransport::Stp);
+    assert_eq!(t.shared.hop_transport, HopTransport::Stp);
     assert_eq!(t.hop_tcp_tuning(), TcpOptions::default());
     // With the allocation known, buffers are 2 × the BDP of their direction.
     let t = terminal(
@@ -648,7 +648,7 @@ fn hop_transport_configuration() {
          [terminal.hop_tcp]\ncongestion = \"bbr\"",
     )
     .unwrap();
-    assert_eq!(t.hop_transport, HopTransport::Tcp);
+    assert_eq!(t.shared.hop_transport, HopTransport::Tcp);
     let tuning = t.hop_tcp_tuning();
     assert_eq!(tuning.congestion.as_deref(), Some("bbr"));
     assert_eq!(tuning.send_buffer_bytes, Some(750_000));
@@ -661,7 +661,7 @@ fn hop_transport_configuration() {
          [gateway.hop_tcp]\nrecv_buffer_bytes = 65536\nnodelay = false",
     )
     .unwrap();
-    assert!(g.hop_transport.stp() && g.hop_transport.tcp());
+    assert!(g.shared.hop_transport.stp() && g.shared.hop_transport.tcp());
     let tuning = g.hop_tcp_tuning();
     assert_eq!(tuning.send_buffer_bytes, Some(7_500_000));
     assert_eq!(tuning.recv_buffer_bytes, Some(65_536));

@@ -3,10 +3,10 @@
 //! as the daemon or `satstp sim` would before starting, and prints the effective settings with
 //! their units. A bad file fails with the same one-line error the daemon would give.
 
-use crate::daemon::{prepare_gateway, prepare_terminal, resolve_gateways};
 use anyhow::{Context, Result};
 use clap::Args;
-use pep::config::{load_gateway, load_terminal, Limits};
+use pep::config::{load_gateway, load_terminal, Limits, SharedConfig};
+use pep::setup::{GatewaySetup, TerminalSetup};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -99,59 +99,44 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 }
 
 /// The settings both sides share, as the daemon applies them.
-macro_rules! shared_lines {
-    ($side:literal, $cfg:expr, $lines:expr) => {{
-        let cfg = $cfg;
-        let l: &mut Lines = $lines;
-        let allocation = cfg.up_rate_bps.is_some();
-        l.push(("up_rate_bps".into(), rate(cfg.up_rate_bps)));
-        l.push(("down_rate_bps".into(), rate(cfg.down_rate_bps)));
-        l.push((
-            "rtt_ms".into(),
-            cfg.rtt_ms.map_or("not set".into(), |r| format!("{r} ms")),
-        ));
-        l.push((
-            "relay_buffer_bytes".into(),
-            format!(
-                "{}{}",
-                bytes(cfg.relay_buffer_bytes()),
-                if cfg.limits.relay_buffer_bytes.is_some() {
-                    ""
-                } else if allocation {
-                    ", 2.5 × the hop's bandwidth-delay product"
-                } else {
-                    ", the default without an allocation"
-                }
-            ),
-        ));
-        limits_lines(&cfg.limits, l);
-        l.push(("idle_timeout_s".into(), format!("{} s", cfg.idle_timeout_s)));
-        l.push((
-            "connect_timeout_s".into(),
-            format!("{} s", cfg.connect_timeout_s),
-        ));
-        l.push((
-            "shutdown_timeout_s".into(),
-            format!("{} s", cfg.shutdown_timeout_s),
-        ));
-        l.push((
-            "hop_transport".into(),
-            format!("{:?}", cfg.hop_transport).to_lowercase(),
-        ));
-        l.push(("metrics_listen".into(), opt(&cfg.metrics_listen)));
-        let (filter, _) = crate::daemon::log_filter(None, cfg.log_level.as_deref(), $side)?;
-        l.push((
-            "log_level".into(),
-            format!(
-                "{filter}{}",
-                if cfg.log_level.is_some() {
-                    ""
-                } else {
-                    " (not set in the file)"
-                }
-            ),
-        ));
-    }};
+fn shared_lines(side: &str, cfg: &SharedConfig, l: &mut Lines) -> Result<()> {
+    let allocation = cfg.up_rate_bps.is_some();
+    l.push(("up_rate_bps".into(), rate(cfg.up_rate_bps)));
+    l.push(("down_rate_bps".into(), rate(cfg.down_rate_bps)));
+    l.push((
+        "rtt_ms".into(),
+        cfg.rtt_ms.map_or("not set".into(), |r| format!("{r} ms")),
+    ));
+    let sized = if cfg.limits.relay_buffer_bytes.is_some() {
+        ""
+    } else if allocation {
+        ", 2.5 × the hop's bandwidth-delay product"
+    } else {
+        ", the default without an allocation"
+    };
+    let relay = bytes(cfg.relay_buffer_bytes());
+    l.push(("relay_buffer_bytes".into(), format!("{relay}{sized}")));
+    limits_lines(&cfg.limits, l);
+    for (key, s) in [
+        ("idle_timeout_s", cfg.idle_timeout_s),
+        ("connect_timeout_s", cfg.connect_timeout_s),
+        ("shutdown_timeout_s", cfg.shutdown_timeout_s),
+    ] {
+        l.push((key.into(), format!("{s} s")));
+    }
+    l.push((
+        "hop_transport".into(),
+        format!("{:?}", cfg.hop_transport).to_lowercase(),
+    ));
+    l.push(("metrics_listen".into(), opt(&cfg.metrics_listen)));
+    let (filter, _) = crate::daemon::log_filter(None, cfg.log_level.as_deref(), side)?;
+    let unset = if cfg.log_level.is_some() {
+        ""
+    } else {
+        " (not set in the file)"
+    };
+    l.push(("log_level".into(), format!("{filter}{unset}")));
+    Ok(())
 }
 
 fn limits_lines(limits: &Limits, l: &mut Lines) {
@@ -174,19 +159,19 @@ fn limits_lines(limits: &Limits, l: &mut Lines) {
 }
 
 fn terminal(path: &Path) -> Result<Lines> {
-    let setup = prepare_terminal(load_terminal(path)?)?;
+    let setup = TerminalSetup::prepare(load_terminal(path)?)?;
     let cfg = &setup.cfg;
     let gateways = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?
-        .block_on(resolve_gateways(cfg, setup.gateway_key))?;
+        .block_on(setup.gateways())?;
     println!("{}: terminal configuration, OK", path.display());
     let mut l: Lines = vec![(
         "private_key_file".into(),
         format!(
             "{} (public key {})",
-            cfg.private_key_file.display(),
+            cfg.shared.private_key_file.display(),
             setup.key.public_key()?.to_hex()
         ),
     )];
@@ -214,12 +199,12 @@ fn terminal(path: &Path) -> Result<Lines> {
     if cfg.tproxy_listen.is_some() {
         l.push(("quic".into(), cfg.quic.describe()));
     }
-    shared_lines!("terminal", cfg, &mut l);
+    shared_lines("terminal", &cfg.shared, &mut l)?;
     Ok(l)
 }
 
 fn gateway(path: &Path) -> Result<Lines> {
-    let setup = prepare_gateway(load_gateway(path)?)?;
+    let setup = GatewaySetup::prepare(load_gateway(path)?)?;
     let cfg = &setup.cfg;
     println!("{}: gateway configuration, OK", path.display());
     let mut l: Lines = vec![
@@ -228,7 +213,7 @@ fn gateway(path: &Path) -> Result<Lines> {
             "private_key_file".into(),
             format!(
                 "{} (public key {})",
-                cfg.private_key_file.display(),
+                cfg.shared.private_key_file.display(),
                 setup.key.public_key()?.to_hex()
             ),
         ),
@@ -281,7 +266,7 @@ fn gateway(path: &Path) -> Result<Lines> {
             cfg.source_transparent.to_string(),
         ),
     ]);
-    shared_lines!("gateway", cfg, &mut l);
+    shared_lines("gateway", &cfg.shared, &mut l)?;
     Ok(l)
 }
 

@@ -14,7 +14,6 @@ mod daemon;
 mod demo;
 mod demo_engine;
 mod emulate;
-mod failover;
 mod keygen;
 mod leo;
 mod outpath;
