@@ -268,7 +268,7 @@ pub fn parse_authority(authority: &str) -> Result<Target, HttpConnectError> {
 /// with `405 Method Not Allowed` (with `Allow: CONNECT`); both end with an error. The caller
 /// sends [`reply_ok`] or a [`reply_status`] failure for a valid CONNECT, a failure for a
 /// forwarded request that could not be.
-pub async fn accept<S>(stream: &mut S) -> Result<(Request, Vec<u8>), HttpConnectError>
+pub(crate) async fn accept<S>(stream: &mut S) -> Result<(Request, Vec<u8>), HttpConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

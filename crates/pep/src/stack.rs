@@ -647,7 +647,7 @@ impl Gateway {
 /// the timeout is reset on both sides (counted as `drain_timeout`), never closed with a FIN that
 /// would pass a cut transfer off as a complete one. Then the hops close (their RSTs leave before
 /// this returns). True when every connection finished in time.
-pub async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout: Duration) -> bool {
+pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout: Duration) -> bool {
     ops.drain();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut clean = ops.wait_idle_until(deadline).await;

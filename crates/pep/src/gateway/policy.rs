@@ -112,10 +112,6 @@ impl Cidr {
         }
     }
 
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
     #[cfg(test)]
     pub(crate) fn prefix(&self) -> u8 {
         self.prefix
@@ -489,7 +485,8 @@ impl Policy {
     }
 
     /// Whether the gateway may connect to `ip`, given as an address, and if not, why.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Denied> {
+    #[cfg(test)]
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Denied> {
         self.check_resolved(None, ip)
     }
 

@@ -40,7 +40,7 @@ pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// A terminal session that fell back from its preferred tunnel suite (its first initiation was
 /// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
 /// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
-pub const UPGRADE_AFTER: Duration = Duration::from_secs(3);
+pub(crate) const UPGRADE_AFTER: Duration = Duration::from_secs(3);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
@@ -52,7 +52,7 @@ pub(crate) const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal with open streams: after this long without hearing the gateway it sends a probe
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
-pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(1);
 
 /// After a rekey, the least time between probes asking the gateway to use the new session
 /// while its datagrams still arrive on the old one.
@@ -62,7 +62,7 @@ const SWITCH_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// connection is never this quiet (STP polls every `keepalive_interval_ms`), so only sessions
 /// of terminals that went away or fell idle go; an idle terminal that comes back gets the
 /// unknown-session notice on its first datagram and re-handshakes at once (one round trip).
-pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
+pub(crate) const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
 /// Gateway: how often idle sessions are looked for (so one is erased at most this late).
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Gateway: unknown-session notices sent per second at most (all terminals together).
@@ -70,7 +70,7 @@ pub(crate) const NOTICES_PER_SECOND: u32 = 200;
 /// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
 /// logs a failing handshake per source address.
 pub(crate) const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-pub use crate::sizing::IPV4_UDP_OVERHEAD;
+use crate::sizing::IPV4_UDP_OVERHEAD;
 pub(crate) use crate::sizing::IPV6_UDP_OVERHEAD;
 
 /// When a terminal rekeys its tunnel session: a new Noise handshake on the live session,
@@ -276,7 +276,7 @@ pub struct StreamInfo {
 }
 
 /// Sees every STP datagram in clear: (source, destination, datagram).
-pub type Tap = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) + Send>;
+pub(crate) type Tap = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) + Send>;
 
 #[derive(Default)]
 struct Counts {
@@ -529,14 +529,14 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Terminal: when to rekey (default [`RekeyConfig::default`]).
-    pub fn set_rekey(&mut self, config: RekeyConfig) {
+    pub(crate) fn set_rekey(&mut self, config: RekeyConfig) {
         self.rekey.config = config;
     }
 
     /// The tunnel suites this side offers (terminal) or accepts (gateway): `tunnel_cipher`,
     /// default [`CipherChoice::Auto`]. Set it before the first [`Self::pump`]: a terminal's
     /// pending handshake is made again with the new offers.
-    pub fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
+    pub(crate) fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
         let stamp = self.now_stamp(self.last_now);
         match &mut self.security {
             Sec::Terminal {
@@ -567,7 +567,8 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Terminal: whether the session replaced by the last rekey is still kept (it is erased,
     /// keys zeroized, [`RekeyConfig::overlap`] after the rekey).
-    pub fn previous_session_kept(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn previous_session_kept(&self) -> bool {
         matches!(&self.security, Sec::Terminal { init, .. } if init.has_previous())
     }
 
@@ -585,7 +586,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// The live streams.
-    pub fn stream_count(&self) -> usize {
+    pub(crate) fn stream_count(&self) -> usize {
         self.streams.len()
     }
 
@@ -790,7 +791,7 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Resets every connection with `code` (their RSTs leave with the next transmits) and fails
     /// every stream with `error`.
-    pub fn abort_all(&mut self, code: AbortCode, error: StreamError) {
+    pub(crate) fn abort_all(&mut self, code: AbortCode, error: StreamError) {
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
             if let Some(mut s) = self.remove_stream(id) {
@@ -1710,13 +1711,13 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// The driver sent `datagrams` counted datagrams of `bytes` in all.
-    pub fn note_sent(&mut self, _now: Instant, datagrams: u64, bytes: u64) {
+    pub(crate) fn note_sent(&mut self, _now: Instant, datagrams: u64, bytes: u64) {
         self.counts.datagrams_sent += datagrams;
         self.counts.bytes_sent += bytes;
     }
 
     /// A snapshot of the counters and connections.
-    pub fn status(&mut self) -> HopStatus {
+    pub(crate) fn status(&mut self) -> HopStatus {
         let mut totals = self.endpoint.stats().closed.clone();
         for h in self.endpoint.handles() {
             if let Some(c) = self.endpoint.connection(h) {

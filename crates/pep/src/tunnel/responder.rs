@@ -90,7 +90,7 @@ struct Entry {
 
 /// How long a revoked terminal's session still seals (so the resets of its connections reach
 /// it) before it is erased, keys and all.
-pub const REVOKED_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const REVOKED_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Token bucket in milli-tokens, refilled from the driver's `now`.
 struct Bucket {
@@ -171,11 +171,11 @@ impl Responder {
     /// Makes this responder one of a gateway's workers sharing `table`: replay protection and
     /// `max_sessions_per_key` then hold across all responders that joined it. Call before the
     /// first datagram (sessions made earlier stay outside the table).
-    pub fn join(&mut self, table: &Arc<KeyTable>) {
+    pub(crate) fn join(&mut self, table: &Arc<KeyTable>) {
         self.keys = table.join();
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 
@@ -184,14 +184,15 @@ impl Responder {
     /// initiation for `next` costs a second Diffie–Hellman try (es, ss) after the first key's
     /// failed, within the same handshake token. `None` ends the changeover. `docs/gateway.md`,
     /// "Rotating the gateway's key".
-    pub fn set_next_key(&mut self, next: Option<PrivateKey>) {
+    pub(crate) fn set_next_key(&mut self, next: Option<PrivateKey>) {
         self.next = next;
     }
 
     /// Ends a changeover: the next key becomes the only one (initiations to the old key then
     /// fail authentication). Live sessions are kept whichever key they were made with: their
     /// keys do not depend on the static key any more. False without a next key.
-    pub fn promote_next_key(&mut self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn promote_next_key(&mut self) -> bool {
         match self.next.take() {
             Some(next) => {
                 self.local = next;
@@ -205,14 +206,14 @@ impl Responder {
     /// answered with `local` from now on, and also with `next` during a changeover (`None`:
     /// none). Live sessions are kept whichever key they were made with; so are the replay
     /// state and the answer to a retransmitted initiation.
-    pub fn set_keys(&mut self, local: PrivateKey, next: Option<PrivateKey>) {
+    pub(crate) fn set_keys(&mut self, local: PrivateKey, next: Option<PrivateKey>) {
         self.local = local;
         self.next = next;
     }
 
     /// The public keys initiations may be addressed to: the current one, then the next one
     /// during a changeover (a key whose public half cannot be computed is left out).
-    pub fn public_keys(&self) -> Vec<PublicKey> {
+    pub(crate) fn public_keys(&self) -> Vec<PublicKey> {
         std::iter::once(&self.local)
             .chain(self.next.as_ref())
             .filter_map(|k| k.public_key().ok())
@@ -231,11 +232,6 @@ impl Responder {
         self.wall_clock_at_zero_ns = at_zero_ns;
     }
 
-    /// This responder's instance: random at its start, sent in every response.
-    pub fn instance(&self) -> u64 {
-        self.instance
-    }
-
     /// The key of the last initiation refused because it is not on the allow-list.
     pub(crate) fn rejected_key(&self) -> Option<PublicKey> {
         self.rejected_key
@@ -248,7 +244,7 @@ impl Responder {
     /// [`REVOKED_LINGER`], so the driver can send the resets of their connections
     /// ([`Self::session_revoked`]), and [`Self::expire_revoked`] then erases them. Returns the
     /// keys added and removed.
-    pub fn set_allowed(
+    pub(crate) fn set_allowed(
         &mut self,
         now: Instant,
         allowed: impl IntoIterator<Item = PublicKey>,
@@ -290,13 +286,8 @@ impl Responder {
     }
 
     /// The terminal key a session belongs to.
-    pub fn session_peer(&self, session: u32) -> Option<&PublicKey> {
+    pub(crate) fn session_peer(&self, session: u32) -> Option<&PublicKey> {
         self.sessions.get(&session).map(|e| &e.peer)
-    }
-
-    /// The address a session's last authenticated datagram came from.
-    pub fn session_addr(&self, session: u32) -> Option<SocketAddr> {
-        self.sessions.get(&session).map(|e| e.addr)
     }
 
     /// The session whose last authenticated datagram came from `addr`, if any.
@@ -322,7 +313,7 @@ impl Responder {
 
     /// Seals an STP datagram for the session last heard from `addr` (the destination
     /// `stp::Endpoint::poll_transmit` names when the driver hands it the UDP source addresses).
-    pub fn seal_to(
+    pub(crate) fn seal_to(
         &mut self,
         addr: SocketAddr,
         stp_datagram: &[u8],
@@ -357,14 +348,15 @@ impl Responder {
 
     /// Whether `session` belongs to a key removed from the allow-list (it opens nothing and is
     /// erased [`REVOKED_LINGER`] after the removal).
-    pub fn session_revoked(&self, session: u32) -> bool {
+    #[cfg(test)]
+    pub(crate) fn session_revoked(&self, session: u32) -> bool {
         self.sessions
             .get(&session)
             .is_some_and(|e| e.revoked_at.is_some())
     }
 
     /// When the next revoked session is due to be erased ([`Self::expire_revoked`]).
-    pub fn next_revoked_expiry(&self) -> Option<Instant> {
+    pub(crate) fn next_revoked_expiry(&self) -> Option<Instant> {
         self.sessions
             .values()
             .filter_map(|e| e.revoked_at)
@@ -373,7 +365,7 @@ impl Responder {
     }
 
     /// Erases the revoked sessions whose [`REVOKED_LINGER`] has passed; returns how many.
-    pub fn expire_revoked(&mut self, now: Instant) -> usize {
+    pub(crate) fn expire_revoked(&mut self, now: Instant) -> usize {
         let done: Vec<u32> = self
             .sessions
             .iter()
@@ -400,7 +392,7 @@ impl Responder {
     }
 
     /// Removes sessions that have received nothing for `idle_ms`; returns how many.
-    pub fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
+    pub(crate) fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
         self.drop_evicted();
         let idle = std::time::Duration::from_millis(idle_ms);
         let stale: Vec<u32> = self
