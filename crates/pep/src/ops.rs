@@ -253,7 +253,7 @@ impl Ops {
         &self.metrics
     }
 
-    pub(crate) fn config(&self) -> &OpsConfig {
+    pub fn config(&self) -> &OpsConfig {
         &self.cfg
     }
 

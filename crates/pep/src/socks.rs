@@ -8,7 +8,7 @@
 //! valid message. No SOCKS5 message is longer than [`MAX_MESSAGE_LEN`] bytes, so a driver never
 //! needs to buffer more than that. [`accept`] drives them over an async stream.
 //!
-//! Domain names follow [`crate::stream::validate_domain`]. The reserved byte of a request is
+//! Domain names follow the stream protocol's rules ([`crate::stream::TargetError`]). The reserved byte of a request is
 //! ignored, as most servers do.
 
 use crate::stream::{Target, TargetError, Verdict};

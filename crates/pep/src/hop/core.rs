@@ -210,7 +210,7 @@ pub struct HopStatus {
     /// Datagrams that waited for the send allocation, and the allocation in bit/s of link bytes.
     pub shaped: u64,
     /// Gateway: datagrams opening connections dropped because their terminal opened faster
-    /// than [`super::OPENS_PER_S`].
+    /// than [`super::open_budget::OPENS_PER_S`].
     pub opens_rate_limited: u64,
     pub send_rate_bps: Option<u64>,
     /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
@@ -1026,22 +1026,26 @@ impl<S: EventSink, P> HopCore<S, P> {
         if !first {
             return;
         }
+        self.fail_streams(false, StreamError::TunnelDown);
+    }
+
+    /// Resets the streams that have sent a datagram (`sent`) or that have not (`!sent`), and
+    /// fails them at their reader with `error`.
+    fn fail_streams(&mut self, sent: bool, error: StreamError) {
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
-            let h = self.streams.get(&id).map(|st| st.handle);
-            let sent = h
+            let handle = self.streams.get(&id).map(|st| st.handle);
+            let has_sent = handle
                 .and_then(|h| self.endpoint.connection(h))
                 .is_some_and(|c| c.stats().datagrams_sent > 0);
-            if sent {
+            if has_sent != sent {
                 continue;
             }
             if let Some(mut st) = self.remove_stream(id) {
                 if let Some(c) = self.endpoint.connection(st.handle) {
                     c.abort(AbortCode::HopClosed.code());
                 }
-                let _ = st
-                    .events
-                    .offer(StreamEvent::Failed(StreamError::TunnelDown));
+                let _ = st.events.offer(StreamEvent::Failed(error.clone()));
             }
         }
     }
@@ -1481,24 +1485,7 @@ impl<S: EventSink, P> HopCore<S, P> {
         // Connections that reached the old gateway cannot move: reset them so their clients
         // see the failure at once rather than at their idle timeout. Connections that have
         // sent nothing yet (opened while no gateway answered) open at the new one.
-        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
-        for id in ids {
-            let handle = self.streams.get(&id).map(|st| st.handle);
-            let sent = handle
-                .and_then(|h| self.endpoint.connection(h))
-                .is_some_and(|c| c.stats().datagrams_sent > 0);
-            if !sent {
-                continue;
-            }
-            if let Some(mut st) = self.remove_stream(id) {
-                if let Some(c) = self.endpoint.connection(st.handle) {
-                    c.abort(AbortCode::HopClosed.code());
-                }
-                let _ = st
-                    .events
-                    .offer(StreamEvent::Failed(StreamError::FailedOver));
-            }
-        }
+        self.fail_streams(true, StreamError::FailedOver);
     }
 
     /// Moves data between streams and STP connections, and passes events on.

@@ -61,7 +61,7 @@
 //!
 //! # Failures
 //!
-//! Every rejected datagram returns a typed [`Error`] and increments one field of [`Counters`];
+//! Every rejected datagram returns a typed [`enum@Error`] and increments one field of [`Counters`];
 //! a datagram that fails authentication, replays, names an unknown session or key, or is
 //! malformed creates and changes no session state (the handshake token bucket is the one thing a
 //! failed handshake consumes).

@@ -223,7 +223,7 @@ impl Responder {
     /// The suites initiations may use from now on (`tunnel_cipher`; default
     /// [`CipherChoice::Auto`]). An initiation in another is dropped and counted as malformed,
     /// as a gateway of an older version drops it; the terminal then offers its other suite.
-    pub fn set_cipher(&mut self, choice: CipherChoice) {
+    pub(crate) fn set_cipher(&mut self, choice: CipherChoice) {
         self.cipher = choice;
     }
 
