@@ -130,7 +130,7 @@ pub fn ceiling(size: u64, down_bps: u64, rtt_ns: u64) -> f64 {
 pub fn header_share() -> f64 {
     let payload = pep::sizing::hop_stp_defaults(false).max_payload() as f64;
     let headers =
-        stp::wire::HEADER_LEN + pep::tunnel::wire::DATA_OVERHEAD + pep::hop::IPV4_UDP_OVERHEAD;
+        stp::wire::HEADER_LEN + pep::tunnel::DATA_OVERHEAD + pep::sizing::IPV4_UDP_OVERHEAD;
     headers as f64 / (payload + headers as f64)
 }
 

@@ -109,11 +109,6 @@ impl Capture {
         })
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Datagrams written so far.
     #[cfg(test)]
     pub(crate) fn records(&self) -> u64 {

@@ -7,7 +7,7 @@
 //! The head is read up to the first empty line, at most [`MAX_HEAD_LEN`] bytes; lines may end
 //! in CRLF or a bare LF, and empty lines before the request line are skipped. Header fields are
 //! ignored. The authority is `host:port` where host is a dotted IPv4 address, an IPv6 address
-//! in brackets, or a domain name as [`crate::stream::validate_domain`] allows it; the port is 1
+//! in brackets, or a domain name the stream protocol accepts ([`crate::stream::TargetError`]); the port is 1
 //! to 5 decimal digits. A malformed request gets `400 Bad Request`, a request in origin form
 //! (`GET /path`, which names no destination) `405 Method Not Allowed`; the caller sends the
 //! success or failure reply for a valid CONNECT ([`reply_ok`], [`reply_status`]), and a
@@ -268,7 +268,7 @@ pub fn parse_authority(authority: &str) -> Result<Target, HttpConnectError> {
 /// with `405 Method Not Allowed` (with `Allow: CONNECT`); both end with an error. The caller
 /// sends [`reply_ok`] or a [`reply_status`] failure for a valid CONNECT, a failure for a
 /// forwarded request that could not be.
-pub async fn accept<S>(stream: &mut S) -> Result<(Request, Vec<u8>), HttpConnectError>
+pub(crate) async fn accept<S>(stream: &mut S) -> Result<(Request, Vec<u8>), HttpConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

@@ -125,9 +125,6 @@ impl fmt::Debug for PrivateKey {
 }
 
 impl PublicKey {
-    pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        PublicKey(bytes)
-    }
     pub(crate) fn from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
         let arr: [u8; KEY_LEN] = bytes
             .try_into()

@@ -1,25 +1,37 @@
-//! `pep`: the split-connection gateway of satstp, by role and layer:
+//! `pep`: the split-connection gateway of satstp.
 //!
-//! - [`hop`]: the satellite hop (the handle API, the STP and split-TCP transports, shaping);
-//! - [`tunnel`], [`keys`]: the hop's security (Noise IK, sans-IO);
-//! - [`stream`]: the stream protocol, sans-IO: the header that opens every stream (target,
-//!   client, deadline) and the gateway's [`stream::Verdict`]; [`socks`] and [`http_connect`] map
-//!   their clients' protocols to and from it;
-//! - [`terminal`]: accepting clients (SOCKS5, HTTP CONNECT, TPROXY) and opening streams;
-//! - [`gateway`]: serving streams (policy, connect);
-//! - `splice` (internal): one TCP connection and one stream relayed both ways;
-//! - [`sockopt`]: every socket option the gateway sets;
-//! - [`stack`]: a side assembled ([`Terminal::start`], [`Gateway::start`]) and stopped;
-//! - [`setup`]: a side's configuration ([`config`]) checked and made into its options;
-//! - [`config`], [`sizing`], [`ops`], [`metrics`], [`capture`], [`fdlimit`]: configuration,
-//!   sizing from the allocation, limits, metrics (served by the internal `http_endpoint`),
-//!   capture;
-//! - [`nft_rules`]: the shipped nftables files made ready to load.
+//! # The API on one page
 //!
-//! What is not named here is internal (`pub(crate)`): `unreachable_pub` keeps a `pub` that no
-//! user can reach from being written.
+//! - **The two sides**: [`Terminal::start`] with [`TerminalOptions`] (its hop,
+//!   [`stack::TerminalHop`], an [`stack::StpHop`] sized by [`sizing::HopLink`], its
+//!   [`stack::SocksListener`]) and [`Gateway::start`] with [`GatewayOptions`]
+//!   ([`stack::GatewayHops`], a [`gateway::policy::Policy`] from its
+//!   [`gateway::policy::PolicyConfig`], [`gateway::connect::ConnectOptions`]); each reports
+//!   [`hop::HopStatus`], its [`ops::Ops`] and [`metrics::Metrics`], and stops with a drain.
+//! - **The hop handle**, for a program that drives a hop itself: [`hop::Hop`] (started with a
+//!   [`hop::HopConfig`] and its [`hop::Security`]: a [`tunnel::Initiator`] or
+//!   [`tunnel::Responder`] and [`keys`]) hands out [`hop::HopStream`]s that deliver
+//!   [`hop::StreamEvent`]s; [`terminal::open`] opens one with the stream header and waits for
+//!   the verdict. [`hop::core::HopCore`] is the same hop without I/O, which `netsim` drives in
+//!   virtual time.
+//! - **The stream protocol**, sans-IO: [`Target`], [`stream::StreamHeader`], [`Verdict`] and
+//!   [`stream::split_verdict`]; [`socks`] and [`http_connect`] parse their clients' requests
+//!   into it.
+//! - **Configuration**: [`config`] reads the daemons' files ([`config::load_terminal`],
+//!   [`config::load_gateway`]) and [`setup`] checks them and makes them into a side's options;
+//!   [`sizing`], [`quic_policy`], [`sockopt`], [`capture`],
+//!   [`fdlimit`] and [`nft_rules`] are what the daemons apply from it.
+//!
+//! Inside (not API): `splice` relays one TCP connection and one stream both ways, the
+//! listeners of [`terminal`] and the serving side of [`gateway`], the tunnel's sessions, replay
+//! window and wire, the hop's drivers and shaping, and `http_endpoint` serving the metrics.
+//! What is not named above is `pub(crate)`: `unreachable_pub` keeps a `pub` that no user can
+//! reach from being written.
 
 #![warn(unreachable_pub)]
+// The module docs are written for whoever maintains the crate and name its internals; rustdoc
+// shows those names as plain text on the public pages.
+#![allow(rustdoc::private_intra_doc_links)]
 // Without the tokio runtime, the items only its drivers use are unused.
 #![cfg_attr(not(feature = "runtime"), allow(dead_code, unused_imports))]
 

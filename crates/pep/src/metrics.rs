@@ -84,7 +84,7 @@ impl Side {
 
 /// Direction across the hop: `Up` is terminal → gateway, `Down` gateway → terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+pub(crate) enum Direction {
     Up,
     Down,
 }
@@ -228,7 +228,7 @@ pub(crate) const HOP_DROP_REASONS: [&str; 5] = [
 
 /// Kinds of authentication failure counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// Tunnel datagrams or handshakes that failed authentication (bad MAC, bad handshake).
     Tunnel,
     /// Tunnel handshakes from a static key not in the allow-list.
@@ -320,7 +320,7 @@ const NONE: u64 = u64::MAX;
 /// The live record of one relayed connection, shared by its relay task (which counts bytes
 /// and sets its state) and the status table. Every field is an atomic or set once.
 #[derive(Debug)]
-pub struct ConnTrack {
+pub(crate) struct ConnTrack {
     id: u64,
     opened: Instant,
     client: OnceLock<String>,

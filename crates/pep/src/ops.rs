@@ -42,7 +42,7 @@ pub(crate) const MAX_REFUSING: usize = 64;
 /// are charged ([`CONNECTION_BYTES`]) and the buffers they fill, returned as they drain. Shared
 /// by the side's [`Ops`] and its hop (which charges the chunks it hands to relays).
 #[derive(Debug)]
-pub struct MemoryBudget {
+pub(crate) struct MemoryBudget {
     cap: u64,
     used: Mutex<u64>,
     /// Woken whenever bytes are returned.
@@ -59,11 +59,6 @@ impl MemoryBudget {
             room: Notify::new(),
             metrics,
         })
-    }
-
-    /// The cap, bytes.
-    pub fn cap(&self) -> u64 {
-        self.cap
     }
 
     /// Bytes in use now.
@@ -399,7 +394,8 @@ impl Ops {
         self.stop.send_replace(true);
     }
 
-    pub fn draining(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn draining(&self) -> bool {
         *self.stop.borrow()
     }
 

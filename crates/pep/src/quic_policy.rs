@@ -81,7 +81,7 @@ impl QuicPolicy {
 /// The nftables ruleset (for `nft -f`) that applies `policy`: it replaces [`TABLE`] as a whole
 /// (`add` then `delete` makes the replacement work whether or not the table exists). `None` for
 /// pass, which needs no rule.
-pub fn ruleset(policy: QuicPolicy) -> Option<String> {
+pub(crate) fn ruleset(policy: QuicPolicy) -> Option<String> {
     let verdict = match policy {
         QuicPolicy::Pass => return None,
         QuicPolicy::Block => "drop",

@@ -71,7 +71,7 @@ pub struct TcpRouteWindows {
 /// How long a hop's connection waits through silence before declaring the peer dead, ms:
 /// satellite outages (rain fade, a dish's handover, a gateway switch) last up to about a
 /// minute, and a connection that outlives one resumes where it stopped.
-pub const HOP_DEAD_TIMEOUT_MS: u32 = 120_000;
+pub(crate) const HOP_DEAD_TIMEOUT_MS: u32 = 120_000;
 
 /// STP's defaults for a hop whose peer is reached over IPv6 (`ipv6`) or IPv4: the engine's
 /// defaults with datagrams that fit [`HOP_PATH_MTU_BYTES`] after tunnel, IP and UDP headers,

@@ -288,7 +288,7 @@ pub fn check_transparent_allowed() -> io::Result<()> {
 }
 
 /// Ends `tcp` with a reset (RST) instead of a FIN: linger time zero, then close.
-pub fn reset(tcp: tokio::net::TcpStream) {
+pub(crate) fn reset(tcp: tokio::net::TcpStream) {
     let _ = SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
     drop(tcp);
 }

@@ -8,7 +8,7 @@
 //! valid message. No SOCKS5 message is longer than [`MAX_MESSAGE_LEN`] bytes, so a driver never
 //! needs to buffer more than that. [`accept`] drives them over an async stream.
 //!
-//! Domain names follow [`crate::stream::validate_domain`]. The reserved byte of a request is
+//! Domain names follow the stream protocol's rules ([`crate::stream::TargetError`]). The reserved byte of a request is
 //! ignored, as most servers do.
 
 use crate::stream::{Target, TargetError, Verdict};
@@ -37,14 +37,13 @@ const CMD_CONNECT: u8 = 1;
 /// The reply codes of RFC 1928 section 6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Reply {
+pub(crate) enum Reply {
     Succeeded = 0,
     GeneralFailure = 1,
     NotAllowed = 2,
     NetworkUnreachable = 3,
     HostUnreachable = 4,
     ConnectionRefused = 5,
-    TtlExpired = 6,
     CommandNotSupported = 7,
     AddressTypeNotSupported = 8,
 }
@@ -65,7 +64,7 @@ impl From<Verdict> for Reply {
 
 /// The reply to a request: `code`, and the address the gateway bound for the connection
 /// (`0.0.0.0:0` when `None`, as clients of a CONNECT do not use it).
-pub fn reply(code: Reply, bound: Option<SocketAddr>) -> Vec<u8> {
+pub(crate) fn reply(code: Reply, bound: Option<SocketAddr>) -> Vec<u8> {
     let bound = bound.unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
     let mut out = vec![SOCKS_VERSION, code as u8, 0];
     Target::Ip(bound).encode(&mut out);
@@ -333,7 +332,7 @@ where
 /// valid request: the caller sends [`reply`] once it knows the outcome. On an invalid request
 /// it sends the failure reply ([`SocksError::reply_code`]) itself. Bytes the client sends after
 /// its request are left unread in `stream`. Timeouts are the caller's concern.
-pub async fn accept<S>(stream: &mut S, auth: &SocksAuth) -> Result<Target, SocksError>
+pub(crate) async fn accept<S>(stream: &mut S, auth: &SocksAuth) -> Result<Target, SocksError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

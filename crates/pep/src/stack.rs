@@ -111,6 +111,19 @@ impl StpHop {
         }
     }
 
+    /// The hop handle's configuration for this hop, with `relay_buffer_bytes` per stream: the
+    /// one place both sides (and the tests and benchmarks that start a [`Hop`] alone) build it.
+    pub fn hop_config(&self, relay_buffer_bytes: u32) -> HopConfig {
+        HopConfig {
+            endpoint: self.endpoint.clone(),
+            relay_buffer_bytes,
+            seed: self.seed,
+            send_rate_bps: self.send_rate_bps,
+            rekey: self.rekey,
+            cipher: self.cipher,
+        }
+    }
+
     /// An STP hop sized for `link` ([`crate::sizing`]), datagrams for IPv4 or IPv6 paths.
     pub fn sized(link: crate::sizing::HopLink, ipv6: bool, seed: u64) -> StpHop {
         StpHop {
@@ -289,14 +302,7 @@ impl Terminal {
                     };
                     workers.push((sock, security));
                 }
-                let config = HopConfig {
-                    endpoint: stp.endpoint,
-                    relay_buffer_bytes: o.relay_buffer_bytes,
-                    seed: stp.seed,
-                    send_rate_bps: stp.send_rate_bps,
-                    rekey: stp.rekey,
-                    cipher: stp.cipher,
-                };
+                let config = stp.hop_config(o.relay_buffer_bytes);
                 Hop::start_workers(workers, config, stp.capture).map_err(hop_err)?
             }
         };
@@ -501,14 +507,7 @@ impl Gateway {
                 };
                 workers.push((sock, security));
             }
-            let config = HopConfig {
-                endpoint: stp.endpoint,
-                relay_buffer_bytes: o.relay_buffer_bytes,
-                seed: stp.seed,
-                send_rate_bps: stp.send_rate_bps,
-                rekey: stp.rekey,
-                cipher: stp.cipher,
-            };
+            let config = stp.hop_config(o.relay_buffer_bytes);
             let hop = Hop::start_workers(workers, config, stp.capture).map_err(|source| {
                 StackError::Hop {
                     field: "listen",
@@ -647,7 +646,7 @@ impl Gateway {
 /// the timeout is reset on both sides (counted as `drain_timeout`), never closed with a FIN that
 /// would pass a cut transfer off as a complete one. Then the hops close (their RSTs leave before
 /// this returns). True when every connection finished in time.
-pub async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout: Duration) -> bool {
+pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout: Duration) -> bool {
     ops.drain();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut clean = ops.wait_idle_until(deadline).await;

@@ -21,10 +21,10 @@
 //! assert_eq!(t.destination, server_addr); // BGN|SD|POLL, carrying the request
 //! ```
 
-pub mod config;
+mod config;
 mod congestion;
-pub mod connection;
-pub mod endpoint;
+mod connection;
+mod endpoint;
 #[cfg(feature = "serde")]
 pub mod options;
 mod pacing;
@@ -33,7 +33,7 @@ mod rtt;
 mod send;
 mod seq;
 pub mod stats;
-pub mod time;
+mod time;
 pub mod wire;
 
 pub use config::{Config, ConfigError, CongestionMode, EndpointConfig, InitialWindow, Profile};

@@ -163,15 +163,7 @@ pub fn flood_target(args: &FloodOptions, target: SocketAddr) -> Result<TargetRep
 
 /// One hop sized for the `geo` profile from one side's view, as the daemons size it.
 fn hop_config(link: HopLink, seed: u64) -> HopConfig {
-    let stp = StpHop::sized(link, false, seed);
-    HopConfig {
-        endpoint: stp.endpoint,
-        relay_buffer_bytes: link.relay_buffer_bytes(),
-        seed,
-        send_rate_bps: stp.send_rate_bps,
-        rekey: stp.rekey,
-        cipher: stp.cipher,
-    }
+    StpHop::sized(link, false, seed).hop_config(link.relay_buffer_bytes())
 }
 
 /// What the benchmark measured (the JSON report).

@@ -8,8 +8,8 @@
 //!
 //! A destination given by name is first checked by name ([`Policy::check_name`], before it is
 //! resolved): a `deny` name rule matching it denies it. Then every resolved address is checked
-//! ([`Policy::check_resolved`]); a destination given as an address is checked the same way
-//! ([`Policy::check`]), with no name. For an address (an IPv4-mapped IPv6 address
+//! ([`Policy::check_resolved`]); a destination given as an address is checked the same way,
+//! with no name. For an address (an IPv4-mapped IPv6 address
 //! `::ffff:a.b.c.d` is checked as `a.b.c.d`), in order:
 //!
 //! 1. a `deny` CIDR covering it denies it;
@@ -110,10 +110,6 @@ impl Cidr {
                 })
             }
         }
-    }
-
-    pub fn addr(&self) -> IpAddr {
-        self.addr
     }
 
     #[cfg(test)]
@@ -314,7 +310,7 @@ pub enum PolicyError {
     },
 }
 
-/// Why [`Policy::check`] denied an address.
+/// Why [`Policy::check_resolved`] denied an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DenyReason {
     /// A `deny` entry covers it.

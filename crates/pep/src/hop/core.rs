@@ -40,7 +40,7 @@ pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// A terminal session that fell back from its preferred tunnel suite (its first initiation was
 /// lost, or the gateway refuses the suite) is rekeyed after this much use, not `rekey_after_s`,
 /// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
-pub const UPGRADE_AFTER: Duration = Duration::from_secs(3);
+pub(crate) const UPGRADE_AFTER: Duration = Duration::from_secs(3);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
 pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
@@ -52,7 +52,7 @@ pub(crate) const DOWN_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal with open streams: after this long without hearing the gateway it sends a probe
 /// (an empty sealed datagram, at most one per this interval), so a restarted gateway, which
 /// answers it with an unknown-session notice, is found within about this time.
-pub const PROBE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(1);
 
 /// After a rekey, the least time between probes asking the gateway to use the new session
 /// while its datagrams still arrive on the old one.
@@ -62,7 +62,7 @@ const SWITCH_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// connection is never this quiet (STP polls every `keepalive_interval_ms`), so only sessions
 /// of terminals that went away or fell idle go; an idle terminal that comes back gets the
 /// unknown-session notice on its first datagram and re-handshakes at once (one round trip).
-pub const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
+pub(crate) const SESSION_IDLE_EXPIRY: Duration = Duration::from_secs(300);
 /// Gateway: how often idle sessions are looked for (so one is erased at most this late).
 const SESSION_SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// Gateway: unknown-session notices sent per second at most (all terminals together).
@@ -70,7 +70,7 @@ pub(crate) const NOTICES_PER_SECOND: u32 = 200;
 /// How often a terminal whose tunnel stays down repeats its log line, and how often a gateway
 /// logs a failing handshake per source address.
 pub(crate) const TUNNEL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-pub use crate::sizing::IPV4_UDP_OVERHEAD;
+use crate::sizing::IPV4_UDP_OVERHEAD;
 pub(crate) use crate::sizing::IPV6_UDP_OVERHEAD;
 
 /// When a terminal rekeys its tunnel session: a new Noise handshake on the live session,
@@ -214,7 +214,7 @@ pub struct HopStatus {
     /// Datagrams that waited for the send allocation, and the allocation in bit/s of link bytes.
     pub shaped: u64,
     /// Gateway: datagrams opening connections dropped because their terminal opened faster
-    /// than [`super::OPENS_PER_S`].
+    /// than [`super::open_budget::OPENS_PER_S`].
     pub opens_rate_limited: u64,
     pub send_rate_bps: Option<u64>,
     /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
@@ -280,7 +280,7 @@ pub struct StreamInfo {
 }
 
 /// Sees every STP datagram in clear: (source, destination, datagram).
-pub type Tap = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) + Send>;
+pub(crate) type Tap = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) + Send>;
 
 #[derive(Default)]
 struct Counts {
@@ -533,14 +533,14 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Terminal: when to rekey (default [`RekeyConfig::default`]).
-    pub fn set_rekey(&mut self, config: RekeyConfig) {
+    pub(crate) fn set_rekey(&mut self, config: RekeyConfig) {
         self.rekey.config = config;
     }
 
     /// The tunnel suites this side offers (terminal) or accepts (gateway): `tunnel_cipher`,
     /// default [`CipherChoice::Auto`]. Set it before the first [`Self::pump`]: a terminal's
     /// pending handshake is made again with the new offers.
-    pub fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
+    pub(crate) fn set_cipher(&mut self, choice: CipherChoice) -> Result<(), HopError> {
         let stamp = self.now_stamp(self.last_now);
         match &mut self.security {
             Sec::Terminal {
@@ -571,7 +571,8 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Terminal: whether the session replaced by the last rekey is still kept (it is erased,
     /// keys zeroized, [`RekeyConfig::overlap`] after the rekey).
-    pub fn previous_session_kept(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn previous_session_kept(&self) -> bool {
         matches!(&self.security, Sec::Terminal { init, .. } if init.has_previous())
     }
 
@@ -589,7 +590,7 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// The live streams.
-    pub fn stream_count(&self) -> usize {
+    pub(crate) fn stream_count(&self) -> usize {
         self.streams.len()
     }
 
@@ -794,7 +795,7 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// Resets every connection with `code` (their RSTs leave with the next transmits) and fails
     /// every stream with `error`.
-    pub fn abort_all(&mut self, code: AbortCode, error: StreamError) {
+    pub(crate) fn abort_all(&mut self, code: AbortCode, error: StreamError) {
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
             if let Some(mut s) = self.remove_stream(id) {
@@ -1029,22 +1030,26 @@ impl<S: EventSink, P> HopCore<S, P> {
         if !first {
             return;
         }
+        self.fail_streams(false, StreamError::TunnelDown);
+    }
+
+    /// Resets the streams that have sent a datagram (`sent`) or that have not (`!sent`), and
+    /// fails them at their reader with `error`.
+    fn fail_streams(&mut self, sent: bool, error: StreamError) {
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
-            let h = self.streams.get(&id).map(|st| st.handle);
-            let sent = h
+            let handle = self.streams.get(&id).map(|st| st.handle);
+            let has_sent = handle
                 .and_then(|h| self.endpoint.connection(h))
                 .is_some_and(|c| c.stats().datagrams_sent > 0);
-            if sent {
+            if has_sent != sent {
                 continue;
             }
             if let Some(mut st) = self.remove_stream(id) {
                 if let Some(c) = self.endpoint.connection(st.handle) {
                     c.abort(AbortCode::HopClosed.code());
                 }
-                let _ = st
-                    .events
-                    .offer(StreamEvent::Failed(StreamError::TunnelDown));
+                let _ = st.events.offer(StreamEvent::Failed(error.clone()));
             }
         }
     }
@@ -1494,24 +1499,7 @@ impl<S: EventSink, P> HopCore<S, P> {
         // Connections that reached the old gateway cannot move: reset them so their clients
         // see the failure at once rather than at their idle timeout. Connections that have
         // sent nothing yet (opened while no gateway answered) open at the new one.
-        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
-        for id in ids {
-            let handle = self.streams.get(&id).map(|st| st.handle);
-            let sent = handle
-                .and_then(|h| self.endpoint.connection(h))
-                .is_some_and(|c| c.stats().datagrams_sent > 0);
-            if !sent {
-                continue;
-            }
-            if let Some(mut st) = self.remove_stream(id) {
-                if let Some(c) = self.endpoint.connection(st.handle) {
-                    c.abort(AbortCode::HopClosed.code());
-                }
-                let _ = st
-                    .events
-                    .offer(StreamEvent::Failed(StreamError::FailedOver));
-            }
-        }
+        self.fail_streams(true, StreamError::FailedOver);
     }
 
     /// Moves data between streams and STP connections, and passes events on.
@@ -1724,13 +1712,13 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// The driver sent `datagrams` counted datagrams of `bytes` in all.
-    pub fn note_sent(&mut self, _now: Instant, datagrams: u64, bytes: u64) {
+    pub(crate) fn note_sent(&mut self, _now: Instant, datagrams: u64, bytes: u64) {
         self.counts.datagrams_sent += datagrams;
         self.counts.bytes_sent += bytes;
     }
 
     /// A snapshot of the counters and connections.
-    pub fn status(&mut self) -> HopStatus {
+    pub(crate) fn status(&mut self) -> HopStatus {
         let mut totals = self.endpoint.stats().closed.clone();
         for h in self.endpoint.handles() {
             if let Some(c) = self.endpoint.connection(h) {

@@ -135,7 +135,7 @@ impl HopStream {
 }
 
 /// The sending half of a [`HopStream`].
-pub struct HopWriter {
+pub(crate) struct HopWriter {
     pub(super) id: u64,
     pub(super) budget: Arc<Semaphore>,
     pub(super) budget_bytes: u32,
@@ -218,7 +218,7 @@ impl HopWriter {
 }
 
 /// The receiving half of a [`HopStream`].
-pub struct HopReader {
+pub(crate) struct HopReader {
     pub(super) rx: mpsc::Receiver<StreamEvent>,
     /// Wakes the hop task when this reader makes room (it may be holding data for us).
     pub(super) room: Arc<Notify>,

@@ -25,13 +25,17 @@ pub mod tcp;
 #[cfg(feature = "runtime")]
 pub(crate) mod udp_batch;
 
+// The hop core driven in virtual time over `memnet`'s wire, as a unit test: it turns the
+// core's knobs (rekey timing, cipher suites, the sent-datagram count) that are not API.
+#[cfg(test)]
+mod tests_core;
+
 pub use core::{
     HopStatus, RekeyConfig, StpStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport,
-    TunnelState, FAILOVER_AFTER_HANDSHAKES, IPV4_UDP_OVERHEAD, PROBE_AFTER, REHANDSHAKE_AFTER,
-    SESSION_IDLE_EXPIRY,
+    TunnelState, FAILOVER_AFTER_HANDSHAKES, REHANDSHAKE_AFTER,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
-pub use handle::{
-    AllowedChange, Hop, HopConfig, HopMonitor, HopReader, HopStream, HopWriter, Security,
-};
+pub use handle::{AllowedChange, Hop, HopConfig, HopMonitor, HopStream, Security};
+#[cfg(feature = "runtime")]
+pub(crate) use handle::{HopReader, HopWriter};

@@ -87,45 +87,6 @@ pub fn canonical_addr(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// A typed view of the bytes that begin a stream: a complete, valid header and what follows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeaderView<'a> {
-    buf: &'a [u8],
-    len: usize,
-}
-
-impl<'a> HeaderView<'a> {
-    /// Checks that `buf` begins with a complete header: `Ok(None)` while more bytes are needed,
-    /// an error as soon as `buf` cannot begin one.
-    pub fn new_checked(buf: &'a [u8]) -> Result<Option<HeaderView<'a>>, HeaderError> {
-        Ok(StreamHeader::parse(buf)?.map(|(_, len)| HeaderView { buf, len }))
-    }
-
-    /// The first byte: the version, or `0x03` for a header behind the deadline prefix.
-    pub fn version(&self) -> u8 {
-        self.buf.first().copied().unwrap_or_default()
-    }
-
-    /// The header's bytes.
-    pub fn header(&self) -> &'a [u8] {
-        self.buf.get(..self.len).unwrap_or_default()
-    }
-
-    /// The client's bytes after the header (early data).
-    pub fn payload(&self) -> &'a [u8] {
-        self.buf.get(self.len..).unwrap_or_default()
-    }
-
-    /// The header's fields.
-    pub fn repr(&self) -> StreamHeader {
-        match StreamHeader::parse(self.header()) {
-            Ok(Some((h, _))) => h,
-            // `new_checked` parsed these very bytes.
-            _ => unreachable!("a checked header view parses"),
-        }
-    }
-}
-
 impl StreamHeader {
     /// Bytes [`Self::emit`] writes.
     #[cfg(test)]
@@ -260,9 +221,6 @@ mod tests {
             }
             b.extend_from_slice(b"GET /");
             assert_eq!(StreamHeader::parse(&b), Ok(Some((h.clone(), len))));
-            let v = HeaderView::new_checked(&b).unwrap().unwrap();
-            assert_eq!((v.repr(), v.payload()), (h, &b"GET /"[..]));
-            assert_eq!(v.version(), RELAY_VERSION_CLIENT);
         }
     }
 

@@ -15,7 +15,7 @@
 mod header;
 mod target;
 
-pub use header::{canonical_addr, HeaderError, HeaderView, StreamHeader, MAX_HEADER};
+pub use header::{canonical_addr, HeaderError, StreamHeader, MAX_HEADER};
 pub(crate) use header::{stamp_deadline, DEADLINE_MARGIN_MS};
 pub use target::{Target, TargetError};
 

@@ -79,7 +79,7 @@ pub(crate) async fn open_by(
 /// `deadline` is when the caller gives up on the verdict (`None`: never). The header has a
 /// deadline field, which the hop fills in the gateway's clock (`docs/gateway.md`,
 /// "At-most-once opens"). A tunnel that is down refuses at once: network unreachable.
-pub async fn open_unverified_by(
+pub(crate) async fn open_unverified_by(
     hop: &Hop,
     target: &Target,
     early: &[u8],

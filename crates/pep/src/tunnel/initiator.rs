@@ -51,7 +51,7 @@ pub struct Initiator {
 
 /// What a gateway's response tells about the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GatewayInfo {
+pub(crate) struct GatewayInfo {
     /// Random at the gateway's start: another value means another gateway process.
     pub instance: u64,
     /// The gateway's clock when it made the response, ns since the Unix epoch.
@@ -74,7 +74,7 @@ impl Initiator {
     }
 
     /// As [`Initiator::new`], offering the suites of `choice` (`tunnel_cipher`).
-    pub fn with_cipher(
+    pub(crate) fn with_cipher(
         local: &PrivateKey,
         gateway: &PublicKey,
         index: u32,
@@ -85,7 +85,7 @@ impl Initiator {
     }
 
     /// As [`Initiator::new`], offering `ciphers` in this order (at least one).
-    pub fn with_ciphers(
+    pub(crate) fn with_ciphers(
         local: &PrivateKey,
         gateway: &PublicKey,
         index: u32,
@@ -116,7 +116,7 @@ impl Initiator {
     /// initiation; when its response arrives ([`Opened::Rekeyed`]) the new session seals from
     /// then on and the old one only opens until [`Initiator::erase_previous`]. Without a
     /// session it is a fresh start.
-    pub fn rekey(
+    pub(crate) fn rekey(
         &mut self,
         local: &PrivateKey,
         gateway: &PublicKey,
@@ -130,19 +130,19 @@ impl Initiator {
     }
 
     /// A rekey handshake is under way (a session is up and a new handshake is unanswered).
-    pub fn rekeying(&self) -> bool {
+    pub(crate) fn rekeying(&self) -> bool {
         self.session.is_some() && self.offers.iter().any(|o| o.handshake.is_some())
     }
 
     /// Whether the current session came from a first handshake answered in a later suite than
     /// the preferred one: the driver rekeys it early, to try the preferred suite again
     /// (a rekey's session never counts, so a gateway that refuses it costs one extra rekey).
-    pub fn fell_back(&self) -> bool {
+    pub(crate) fn fell_back(&self) -> bool {
         self.fell_back
     }
 
     /// The suite of the current session (`None` before the first response).
-    pub fn cipher(&self) -> Option<Cipher> {
+    pub(crate) fn cipher(&self) -> Option<Cipher> {
         self.session.as_ref().map(Session::cipher)
     }
 
@@ -152,13 +152,14 @@ impl Initiator {
     }
 
     /// Whether the session replaced by the last rekey is still kept (to open late datagrams).
-    pub fn has_previous(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_previous(&self) -> bool {
         self.previous.is_some()
     }
 
     /// Drops the session replaced by the last rekey; its keys are zeroized. Datagrams on it are
     /// then rejected as for an unknown session.
-    pub fn erase_previous(&mut self) {
+    pub(crate) fn erase_previous(&mut self) {
         self.previous = None;
     }
 }
@@ -229,7 +230,7 @@ impl Initiator {
     /// a gateway that drops one suite (an older version, or one configured for the other) gets
     /// the other at the next retry. Each suite's bytes never change: resending is safe. Empty
     /// once the handshake is answered.
-    pub fn initiation_to_send(&mut self) -> &[u8] {
+    pub(crate) fn initiation_to_send(&mut self) -> &[u8] {
         let n = self.offers.len().max(1);
         let i = self.next_offer % n;
         self.next_offer = (i + 1) % n;
@@ -239,7 +240,7 @@ impl Initiator {
     /// Whether every suite's initiation of this handshake has been sent (the next
     /// [`Self::initiation_to_send`] starts over with the preferred one): a driver resending
     /// from then on makes a new handshake with a newer timestamp instead.
-    pub fn offered_every_suite(&self) -> bool {
+    pub(crate) fn offered_every_suite(&self) -> bool {
         self.next_offer == 0
     }
 
@@ -252,7 +253,7 @@ impl Initiator {
         self.session.is_some()
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 

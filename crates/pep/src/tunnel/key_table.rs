@@ -53,12 +53,12 @@ struct Inner {
 
 /// The table shared by the responders of one gateway ([`super::Responder::join`]).
 #[derive(Default)]
-pub struct KeyTable {
+pub(crate) struct KeyTable {
     inner: Mutex<Inner>,
 }
 
 impl KeyTable {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(KeyTable::default())
     }
 

@@ -61,7 +61,7 @@
 //!
 //! # Failures
 //!
-//! Every rejected datagram returns a typed [`Error`] and increments one field of [`Counters`];
+//! Every rejected datagram returns a typed [`enum@Error`] and increments one field of [`Counters`];
 //! a datagram that fails authentication, replays, names an unknown session or key, or is
 //! malformed creates and changes no session state (the handshake token bucket is the one thing a
 //! failed handshake consumes).
@@ -77,11 +77,12 @@ pub(crate) mod log_limit;
 pub(crate) mod replay;
 mod responder;
 mod session;
-pub mod wire;
+pub(crate) mod wire;
 
-pub use initiator::{GatewayInfo, Initiator};
-pub use key_table::KeyTable;
-pub use responder::{Responder, ResponderConfig, REVOKED_LINGER};
+pub use initiator::Initiator;
+pub(crate) use key_table::KeyTable;
+pub(crate) use responder::REVOKED_LINGER;
+pub use responder::{Responder, ResponderConfig};
 pub use wire::DATA_OVERHEAD;
 pub(crate) use wire::MAX_PAYLOAD;
 
@@ -89,10 +90,10 @@ use thiserror::Error;
 
 /// The Noise protocol name of the ChaCha20-Poly1305 suite (every version speaks it; the TCP
 /// hop and key generation use it).
-pub const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
+pub(crate) const NOISE_PATTERN: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 /// The Noise protocol name of the AES-256-GCM suite (offered where the CPU has AES
 /// instructions; see [`Cipher`]).
-pub const NOISE_PATTERN_AESGCM: &str = "Noise_IK_25519_AESGCM_BLAKE2s";
+pub(crate) const NOISE_PATTERN_AESGCM: &str = "Noise_IK_25519_AESGCM_BLAKE2s";
 /// Mixed into every handshake (followed by the initiator's index). Version 2: the response
 /// carries the gateway's instance and clock, and the unknown-session notice exists.
 pub(crate) const PROLOGUE: &[u8] = b"satstp-tunnel-v2";
@@ -122,7 +123,7 @@ pub enum Cipher {
 }
 
 impl Cipher {
-    pub fn noise_pattern(self) -> &'static str {
+    pub(crate) fn noise_pattern(self) -> &'static str {
         match self {
             Cipher::ChaCha20Poly1305 => NOISE_PATTERN,
             Cipher::Aes256Gcm => NOISE_PATTERN_AESGCM,
@@ -151,7 +152,7 @@ impl Cipher {
     /// Whether this machine runs AES-GCM in hardware (x86: AES-NI and PCLMULQDQ; aarch64: the
     /// AES and PMULL extensions). Without them AES-GCM runs in constant-time software, several
     /// times slower than ChaCha20-Poly1305.
-    pub fn aes_in_hardware() -> bool {
+    pub(crate) fn aes_in_hardware() -> bool {
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         {
             std::arch::is_x86_feature_detected!("aes")
@@ -183,7 +184,7 @@ pub enum CipherChoice {
 }
 
 /// The values `tunnel_cipher` accepts, for error messages.
-pub const CIPHER_CHOICES: &str = "\"auto\", \"chacha20-poly1305\" or \"aes-256-gcm\"";
+pub(crate) const CIPHER_CHOICES: &str = "\"auto\", \"chacha20-poly1305\" or \"aes-256-gcm\"";
 
 impl CipherChoice {
     /// Reads a `tunnel_cipher` value; the error says what is accepted.
@@ -211,7 +212,7 @@ impl CipherChoice {
     /// Whether a gateway with this choice accepts an initiation in `cipher`: `Auto` accepts
     /// the ciphers it would offer (AES-256-GCM only with AES instructions: a gateway without
     /// them leaves AES initiations unanswered and the terminal falls back to ChaCha20-Poly1305).
-    pub fn accepts(self, cipher: Cipher) -> bool {
+    pub(crate) fn accepts(self, cipher: Cipher) -> bool {
         self.ciphers().contains(&cipher)
     }
 }
@@ -329,6 +330,13 @@ pub enum Opened {
     /// restarted. Unauthenticated: the driver starts a new handshake, nothing more.
     SessionUnknown,
 }
+
+// The tunnel end to end and its two cipher suites, as unit tests: they reach the sessions'
+// counters, the key table and the wire's type bytes, which are not the crate's API.
+#[cfg(test)]
+mod tests_cipher;
+#[cfg(test)]
+mod tests_e2e;
 
 #[cfg(test)]
 mod tests {

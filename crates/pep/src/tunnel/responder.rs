@@ -90,7 +90,7 @@ struct Entry {
 
 /// How long a revoked terminal's session still seals (so the resets of its connections reach
 /// it) before it is erased, keys and all.
-pub const REVOKED_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const REVOKED_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Token bucket in milli-tokens, refilled from the driver's `now`.
 struct Bucket {
@@ -171,13 +171,13 @@ impl Responder {
     /// Makes this responder one of a gateway's workers sharing `table`: replay protection and
     /// `max_sessions_per_key` then hold across all responders that joined it. Call before the
     /// first datagram (sessions made earlier stay outside the table).
-    pub fn join(&mut self, table: &Arc<KeyTable>) {
+    pub(crate) fn join(&mut self, table: &Arc<KeyTable>) {
         self.keys = table.join();
     }
 
     /// Live sessions by suite ([`super::Cipher::index`]), a rekey's superseded session and
     /// revoked ones not counted: one per terminal tunnel.
-    pub fn sessions_by_cipher(&self) -> [u64; 2] {
+    pub(crate) fn sessions_by_cipher(&self) -> [u64; 2] {
         let mut n = [0; 2];
         for e in self.sessions.values() {
             if e.superseded_at.is_none() && e.revoked_at.is_none() {
@@ -189,7 +189,7 @@ impl Responder {
         n
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 
@@ -198,14 +198,15 @@ impl Responder {
     /// initiation for `next` costs a second Diffie–Hellman try (es, ss) after the first key's
     /// failed, within the same handshake token. `None` ends the changeover. `docs/gateway.md`,
     /// "Rotating the gateway's key".
-    pub fn set_next_key(&mut self, next: Option<PrivateKey>) {
+    pub(crate) fn set_next_key(&mut self, next: Option<PrivateKey>) {
         self.next = next;
     }
 
     /// Ends a changeover: the next key becomes the only one (initiations to the old key then
     /// fail authentication). Live sessions are kept whichever key they were made with: their
     /// keys do not depend on the static key any more. False without a next key.
-    pub fn promote_next_key(&mut self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn promote_next_key(&mut self) -> bool {
         match self.next.take() {
             Some(next) => {
                 self.local = next;
@@ -219,14 +220,14 @@ impl Responder {
     /// answered with `local` from now on, and also with `next` during a changeover (`None`:
     /// none). Live sessions are kept whichever key they were made with; so are the replay
     /// state and the answer to a retransmitted initiation.
-    pub fn set_keys(&mut self, local: PrivateKey, next: Option<PrivateKey>) {
+    pub(crate) fn set_keys(&mut self, local: PrivateKey, next: Option<PrivateKey>) {
         self.local = local;
         self.next = next;
     }
 
     /// The public keys initiations may be addressed to: the current one, then the next one
     /// during a changeover (a key whose public half cannot be computed is left out).
-    pub fn public_keys(&self) -> Vec<PublicKey> {
+    pub(crate) fn public_keys(&self) -> Vec<PublicKey> {
         std::iter::once(&self.local)
             .chain(self.next.as_ref())
             .filter_map(|k| k.public_key().ok())
@@ -236,18 +237,13 @@ impl Responder {
     /// The suites initiations may use from now on (`tunnel_cipher`; default
     /// [`CipherChoice::Auto`]). An initiation in another is dropped and counted as malformed,
     /// as a gateway of an older version drops it; the terminal then offers its other suite.
-    pub fn set_cipher(&mut self, choice: CipherChoice) {
+    pub(crate) fn set_cipher(&mut self, choice: CipherChoice) {
         self.cipher = choice;
     }
 
     /// Sets the clock sent in responses: wall-clock ns since the Unix epoch at `now` = 0.
     pub(crate) fn set_wall_clock(&mut self, at_zero_ns: u64) {
         self.wall_clock_at_zero_ns = at_zero_ns;
-    }
-
-    /// This responder's instance: random at its start, sent in every response.
-    pub fn instance(&self) -> u64 {
-        self.instance
     }
 
     /// The key of the last initiation refused because it is not on the allow-list.
@@ -262,7 +258,7 @@ impl Responder {
     /// [`REVOKED_LINGER`], so the driver can send the resets of their connections
     /// ([`Self::session_revoked`]), and [`Self::expire_revoked`] then erases them. Returns the
     /// keys added and removed.
-    pub fn set_allowed(
+    pub(crate) fn set_allowed(
         &mut self,
         now: Instant,
         allowed: impl IntoIterator<Item = PublicKey>,
@@ -304,13 +300,8 @@ impl Responder {
     }
 
     /// The terminal key a session belongs to.
-    pub fn session_peer(&self, session: u32) -> Option<&PublicKey> {
+    pub(crate) fn session_peer(&self, session: u32) -> Option<&PublicKey> {
         self.sessions.get(&session).map(|e| &e.peer)
-    }
-
-    /// The address a session's last authenticated datagram came from.
-    pub fn session_addr(&self, session: u32) -> Option<SocketAddr> {
-        self.sessions.get(&session).map(|e| e.addr)
     }
 
     /// The session whose last authenticated datagram came from `addr`, if any.
@@ -336,7 +327,7 @@ impl Responder {
 
     /// Seals an STP datagram for the session last heard from `addr` (the destination
     /// `stp::Endpoint::poll_transmit` names when the driver hands it the UDP source addresses).
-    pub fn seal_to(
+    pub(crate) fn seal_to(
         &mut self,
         addr: SocketAddr,
         stp_datagram: &[u8],
@@ -371,14 +362,15 @@ impl Responder {
 
     /// Whether `session` belongs to a key removed from the allow-list (it opens nothing and is
     /// erased [`REVOKED_LINGER`] after the removal).
-    pub fn session_revoked(&self, session: u32) -> bool {
+    #[cfg(test)]
+    pub(crate) fn session_revoked(&self, session: u32) -> bool {
         self.sessions
             .get(&session)
             .is_some_and(|e| e.revoked_at.is_some())
     }
 
     /// When the next revoked session is due to be erased ([`Self::expire_revoked`]).
-    pub fn next_revoked_expiry(&self) -> Option<Instant> {
+    pub(crate) fn next_revoked_expiry(&self) -> Option<Instant> {
         self.sessions
             .values()
             .filter_map(|e| e.revoked_at)
@@ -387,7 +379,7 @@ impl Responder {
     }
 
     /// Erases the revoked sessions whose [`REVOKED_LINGER`] has passed; returns how many.
-    pub fn expire_revoked(&mut self, now: Instant) -> usize {
+    pub(crate) fn expire_revoked(&mut self, now: Instant) -> usize {
         let done: Vec<u32> = self
             .sessions
             .iter()
@@ -414,7 +406,7 @@ impl Responder {
     }
 
     /// Removes sessions that have received nothing for `idle_ms`; returns how many.
-    pub fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
+    pub(crate) fn expire_idle(&mut self, now: Instant, idle_ms: u64) -> usize {
         self.drop_evicted();
         let idle = std::time::Duration::from_millis(idle_ms);
         let stale: Vec<u32> = self

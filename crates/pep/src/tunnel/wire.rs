@@ -10,19 +10,19 @@
 //!
 //! Parsing only splits bytes; it never panics and never allocates.
 
-pub const TYPE_INITIATION: u8 = 1;
-pub const TYPE_RESPONSE: u8 = 2;
-pub const TYPE_DATA: u8 = 3;
+pub(crate) const TYPE_INITIATION: u8 = 1;
+pub(crate) const TYPE_RESPONSE: u8 = 2;
+pub(crate) const TYPE_DATA: u8 = 3;
 /// An initiation in the AES-256-GCM suite (`Noise_IK_25519_AESGCM_BLAKE2s`); same layout as
 /// type 1. A version that does not know it drops it as malformed.
-pub const TYPE_INITIATION_AESGCM: u8 = 5;
+pub(crate) const TYPE_INITIATION_AESGCM: u8 = 5;
 /// The response to a type-5 initiation; same layout as type 2.
-pub const TYPE_RESPONSE_AESGCM: u8 = 6;
+pub(crate) const TYPE_RESPONSE_AESGCM: u8 = 6;
 /// Gateway → terminal, unauthenticated: "I have no session with the index you wrote" (a
 /// restarted gateway). A hint only: the terminal answers it with a new handshake.
-pub const TYPE_UNKNOWN_SESSION: u8 = 4;
+pub(crate) const TYPE_UNKNOWN_SESSION: u8 = 4;
 /// Length of an unknown-session notice.
-pub const UNKNOWN_SESSION_LEN: usize = 5;
+pub(crate) const UNKNOWN_SESSION_LEN: usize = 5;
 
 /// Noise IK message 1: ephemeral (32) + encrypted static (32 + 16) + encrypted 8-byte timestamp (8 + 16).
 pub(crate) const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
@@ -46,7 +46,7 @@ use super::Cipher;
 
 impl Cipher {
     /// The type byte of an initiation in this suite.
-    pub fn initiation_type(self) -> u8 {
+    pub(crate) fn initiation_type(self) -> u8 {
         match self {
             Cipher::ChaCha20Poly1305 => TYPE_INITIATION,
             Cipher::Aes256Gcm => TYPE_INITIATION_AESGCM,
@@ -54,7 +54,7 @@ impl Cipher {
     }
 
     /// The type byte of a response in this suite.
-    pub fn response_type(self) -> u8 {
+    pub(crate) fn response_type(self) -> u8 {
         match self {
             Cipher::ChaCha20Poly1305 => TYPE_RESPONSE,
             Cipher::Aes256Gcm => TYPE_RESPONSE_AESGCM,
@@ -63,13 +63,13 @@ impl Cipher {
 }
 
 /// Whether `ty` is an initiation's type byte (either suite).
-pub fn is_initiation(ty: u8) -> bool {
+pub(crate) fn is_initiation(ty: u8) -> bool {
     ty == TYPE_INITIATION || ty == TYPE_INITIATION_AESGCM
 }
 
 /// A tunnel datagram split into its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Packet<'a> {
+pub(crate) enum Packet<'a> {
     Initiation {
         sender: u32,
         noise: &'a [u8],

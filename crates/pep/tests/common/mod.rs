@@ -43,15 +43,7 @@ pub fn hop_config(seed: u64, relay_buffer_bytes: u32) -> HopConfig {
 /// Hop parameters sized from a link's allocation, as the daemons size them from their config
 /// (`pep::sizing`).
 pub fn hop_config_for(seed: u64, link: pep::sizing::HopLink) -> HopConfig {
-    let stp = StpHop::sized(link, false, seed);
-    HopConfig {
-        endpoint: stp.endpoint,
-        relay_buffer_bytes: link.relay_buffer_bytes(),
-        seed,
-        send_rate_bps: stp.send_rate_bps,
-        rekey: stp.rekey,
-        cipher: stp.cipher,
-    }
+    StpHop::sized(link, false, seed).hop_config(link.relay_buffer_bytes())
 }
 
 /// The two sides' views of a profile's allocation: (terminal, gateway).

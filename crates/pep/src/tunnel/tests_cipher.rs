@@ -4,9 +4,9 @@
 //! initiations only) is served by a newer gateway, and two suites of one handshake never make
 //! two sessions.
 
-use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::tunnel::wire::{TYPE_DATA, TYPE_INITIATION, TYPE_INITIATION_AESGCM};
-use pep::tunnel::{
+use crate::keys::{generate_keypair, PrivateKey, PublicKey};
+use crate::tunnel::wire::{TYPE_DATA, TYPE_INITIATION, TYPE_INITIATION_AESGCM};
+use crate::tunnel::{
     Cipher, CipherChoice, Error, Initiator, Opened, Responder, ResponderConfig, DATA_OVERHEAD,
 };
 use rand_core::SeedableRng;

@@ -1,4 +1,4 @@
-//! The real hop logic (`pep::hop::core`: streams, backpressure, handshakes, the Noise tunnel)
+//! The real hop logic (`crate::hop::core`: streams, backpressure, handshakes, the Noise tunnel)
 //! of a terminal and a gateway, joined by `memnet`'s [`Wire`] (two `linkmodel::Direction`s under a
 //! virtual clock, as `memnet` joins two STP endpoints): no socket, no task, no wall clock.
 //! Runs are deterministic (the Noise ephemeral keys differ between runs, their sizes and so
@@ -22,13 +22,13 @@
 //!   the answer arriving at the link's rate, and bytes written behind the BGN before anything
 //!   came back follow it in order.
 
+use crate::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamId, StreamInfo};
+use crate::hop::{AbortCode, StreamError, StreamEvent};
+use crate::keys::PrivateKey;
+use crate::tunnel::{Responder, ResponderConfig};
 use bytes::Bytes;
 use linkmodel::{LinkConfig, Loss, Outage};
 use memnet::{Side, Wire};
-use pep::hop::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamId, StreamInfo};
-use pep::hop::{AbortCode, StreamError, StreamEvent};
-use pep::keys::PrivateKey;
-use pep::tunnel::{Responder, ResponderConfig};
 use rand_core::SeedableRng;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -113,7 +113,7 @@ fn endpoint(dead_timeout_ms: u32) -> EndpointConfig {
     EndpointConfig {
         connection: stp::Config {
             dead_timeout_ms,
-            ..pep::sizing::hop_stp_defaults(false)
+            ..crate::sizing::hop_stp_defaults(false)
         },
         ..EndpointConfig::default()
     }
@@ -158,16 +158,16 @@ impl Pair {
     }
 
     /// Both sides sized from the links' rates and `rtt_ms`, as the daemons size their hops
-    /// (`pep::sizing`, `pep::stack::StpHop::sized`).
+    /// (`crate::sizing`, `crate::stack::StpHop::sized`).
     fn sized(up: LinkConfig, down: LinkConfig, rtt_ms: u32, seed: u64) -> Pair {
         let side = |send: &LinkConfig, recv: &LinkConfig| {
-            let link = pep::sizing::HopLink {
+            let link = crate::sizing::HopLink {
                 send_rate_bps: send.rate_bps,
                 recv_rate_bps: recv.rate_bps,
                 rtt_ms,
             };
             EndpointConfig {
-                connection: link.stp_config(pep::sizing::hop_stp_defaults(false)),
+                connection: link.stp_config(crate::sizing::hop_stp_defaults(false)),
                 ..EndpointConfig::default()
             }
         };
@@ -192,7 +192,7 @@ impl Pair {
         down: LinkConfig,
         endpoints: [EndpointConfig; 2],
         seed: u64,
-        gateway_keys: Option<Vec<pep::keys::PublicKey>>,
+        gateway_keys: Option<Vec<crate::keys::PublicKey>>,
     ) -> Pair {
         let [t_endpoint, g_endpoint] = endpoints;
         let t_addr: SocketAddr = "192.0.2.1:40000".parse().unwrap();
@@ -521,7 +521,7 @@ fn many_streams_closing_at_once_end_cleanly_after_every_byte() {
     down.loss = Loss::Random { p: 0.01 };
     down.reorder_p = 0.01;
     down.reorder_delay_ns = 5 * MS;
-    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 11);
+    let mut p = Pair::new(up, down, crate::sizing::HOP_DEAD_TIMEOUT_MS, 11);
     let mut t = Transfers::open(&mut p, 40, 60_000);
     assert!(p.run(120 * S, |p| t.step(p)), "streams still open at 120 s");
     t.assert_complete(&p);
@@ -554,7 +554,7 @@ fn drain(p: &mut Pair, t: &mut Transfers, deadline: u64) -> bool {
 #[test]
 fn a_drain_with_time_enough_ends_every_stream_cleanly() {
     let (up, down) = geo(20_000_000);
-    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 5);
+    let mut p = Pair::new(up, down, crate::sizing::HOP_DEAD_TIMEOUT_MS, 5);
     let mut t = Transfers::open(&mut p, 20, 200_000);
     // The drain starts at once, with every stream's bytes still to cross.
     assert!(drain(&mut p, &mut t, 30 * S), "drain ran out of time");
@@ -564,7 +564,7 @@ fn a_drain_with_time_enough_ends_every_stream_cleanly() {
 /// Runs a drain that cannot finish: what each gateway stream received, and when the run ended.
 fn short_drain(seed: u64) -> (Vec<(usize, Option<StreamError>, bool)>, u64) {
     let (up, down) = geo(2_000_000);
-    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, seed);
+    let mut p = Pair::new(up, down, crate::sizing::HOP_DEAD_TIMEOUT_MS, seed);
     // 8 × 2 MB up a 200 kb/s uplink: minutes of work, 5 s to do it.
     let mut t = Transfers::open(&mut p, 8, 2_000_000);
     assert!(
@@ -619,7 +619,7 @@ fn download_through_outage(outage_s: u64, dead_ms: u32) -> Received {
 
 #[test]
 fn an_outage_shorter_than_the_dead_timeout_is_ridden_out_byte_exact() {
-    let seen = download_through_outage(60, pep::sizing::HOP_DEAD_TIMEOUT_MS);
+    let seen = download_through_outage(60, crate::sizing::HOP_DEAD_TIMEOUT_MS);
     assert!(
         seen.finished,
         "download did not complete: {:?}",
@@ -722,7 +722,7 @@ fn a_request_on_a_new_stream_costs_one_round_trip_and_its_answer_is_not_paced_ou
 fn restart_gateway(p: &mut Pair, seed: u64) {
     p.gateway = HopCore::new(
         core_config(
-            endpoint(pep::sizing::HOP_DEAD_TIMEOUT_MS),
+            endpoint(crate::sizing::HOP_DEAD_TIMEOUT_MS),
             seed,
             None,
             p.g_addr,
@@ -739,7 +739,7 @@ fn restart_gateway(p: &mut Pair, seed: u64) {
 fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a_handshake() {
     let rtt = 600 * MS;
     let (up, down) = geo(10_000_000);
-    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 11);
+    let mut p = Pair::new(up, down, crate::sizing::HOP_DEAD_TIMEOUT_MS, 11);
     // A stream the first gateway carries (it answers and keeps it open).
     let old = Reader::default();
     p.terminal
@@ -772,7 +772,7 @@ fn over_geo_a_restarted_gateway_is_found_and_serves_within_two_round_trips_and_a
     assert!(!old_seen.finished);
     // Found by the probe (a second of quiet), then notice and handshake: two round trips.
     assert!(
-        failed_at <= pep::hop::PROBE_AFTER.as_nanos() as u64 + 2 * rtt + 100 * MS,
+        failed_at <= crate::hop::core::PROBE_AFTER.as_nanos() as u64 + 2 * rtt + 100 * MS,
         "the old stream failed {} ms after the restart",
         failed_at / MS
     );
@@ -804,7 +804,7 @@ fn a_20_mb_download_across_ten_rekeys_on_a_lossy_reordering_hop_is_byte_exact() 
     };
     let mut p = Pair::new(link(4_000_000), link(40_000_000), 30_000, 11);
     let overlap = 300 * MS;
-    p.terminal.set_rekey(pep::hop::RekeyConfig {
+    p.terminal.set_rekey(crate::hop::RekeyConfig {
         after: std::time::Duration::from_secs(1),
         after_messages: 1500,
         overlap: std::time::Duration::from_nanos(overlap),
@@ -869,9 +869,9 @@ fn unknown_sessions(p: &mut Pair) -> u64 {
 fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_in_three_round_trips(
 ) {
     let rtt = 600 * MS;
-    let expiry = pep::hop::SESSION_IDLE_EXPIRY.as_nanos() as u64;
+    let expiry = crate::hop::core::SESSION_IDLE_EXPIRY.as_nanos() as u64;
     let (up, down) = geo(10_000_000);
-    let mut p = Pair::new(up, down, pep::sizing::HOP_DEAD_TIMEOUT_MS, 31);
+    let mut p = Pair::new(up, down, crate::sizing::HOP_DEAD_TIMEOUT_MS, 31);
     let mut first = Transfers::open(&mut p, 2, 10_000);
     assert!(p.run(30 * S, |p| first.step(p)), "the first exchange");
     first.assert_complete(&p);
@@ -931,7 +931,7 @@ fn a_gateway_erases_an_idle_terminals_session_and_the_terminal_is_served_again_i
 /// ChaCha20-Poly1305 alone: one handshake, no early rekey.
 #[test]
 fn a_terminal_that_fell_back_to_chacha_tries_aes_once_more_then_stays() {
-    use pep::tunnel::{Cipher, CipherChoice};
+    use crate::tunnel::{Cipher, CipherChoice};
     let link = || LinkConfig::simple(10_000_000, 20 * MS, 200);
     let mut p = Pair::new(link(), link(), 30_000, 5);
     p.gateway

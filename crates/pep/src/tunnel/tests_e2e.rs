@@ -1,8 +1,8 @@
 //! The tunnel end to end, sans-IO: handshakes, data both ways, loss/reordering/duplication,
 //! tampering, unknown keys, wrong gateway keys, many terminals, limits, and hostile bytes.
 
-use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::tunnel::{
+use crate::keys::{generate_keypair, PrivateKey, PublicKey};
+use crate::tunnel::{
     Counters, Error, Initiator, KeyTable, Opened, Responder, ResponderConfig, DATA_OVERHEAD,
 };
 use proptest::prelude::*;
@@ -460,8 +460,8 @@ proptest! {
         framed.extend_from_slice(&data);
         for d in [&data, &framed] {
             prop_assert!(s.gw.open(Instant::ZERO, d, addr(1), &mut out).is_err());
-            if d.len() == pep::tunnel::wire::UNKNOWN_SESSION_LEN
-                && d[0] == pep::tunnel::wire::TYPE_UNKNOWN_SESSION
+            if d.len() == crate::tunnel::wire::UNKNOWN_SESSION_LEN
+                && d[0] == crate::tunnel::wire::TYPE_UNKNOWN_SESSION
                 && d == &framed
             {
                 // Type 4 with the live index and nothing behind it is not garbage: it is the
@@ -758,7 +758,7 @@ fn a_revoked_terminal_opens_nothing_at_once_and_its_session_is_erased_after_the_
         s.gw.open(t0, again.initiation(), addr(1), &mut resp),
         Err(Error::UnknownKey)
     );
-    let erase_at = t0 + pep::tunnel::REVOKED_LINGER;
+    let erase_at = t0 + crate::tunnel::REVOKED_LINGER;
     assert_eq!(s.gw.next_revoked_expiry(), Some(erase_at));
     assert_eq!(s.gw.expire_revoked(t0), 0);
     assert_eq!(s.gw.expire_revoked(erase_at), 1);
