@@ -630,7 +630,7 @@ impl TerminalConfig {
     }
 
     /// `gateway_public_keys`, parsed (validated by [`Self::validate`]).
-    pub fn further_gateway_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
+    pub(crate) fn further_gateway_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
         self.gateway_public_keys
             .iter()
             .enumerate()
@@ -817,7 +817,7 @@ struct GatewayFile<T> {
 impl GatewayConfig {
     /// The key of a rotation in progress, read from `next_private_key_file` (`None`: none);
     /// errors name the field and the file, in the words of [`io_words`].
-    pub fn next_private_key(&self) -> Result<Option<crate::keys::PrivateKey>, ConfigError> {
+    pub(crate) fn next_private_key(&self) -> Result<Option<crate::keys::PrivateKey>, ConfigError> {
         self.next_private_key_file
             .as_deref()
             .map(|f| load_private_key_field("gateway.next_private_key_file", f))
@@ -869,7 +869,7 @@ impl GatewayConfig {
 
     /// The policy the gateway enforces, `[gateway.policy]` with `own_addresses` denied unless
     /// allowed; errors name the entry as `policy.allow[i]` / `policy.deny[i]`.
-    pub fn build_policy(
+    pub(crate) fn build_policy(
         &self,
         own_addresses: Vec<IpAddr>,
     ) -> Result<crate::gateway::policy::Policy, ConfigError> {
@@ -893,7 +893,7 @@ impl GatewayConfig {
 
     /// Every allowed terminal key: the inline list, then the file's (read now), duplicates
     /// removed. Errors name the field, or the file and line.
-    pub fn allowed_terminal_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
+    pub(crate) fn allowed_terminal_keys(&self) -> Result<Vec<PublicKey>, ConfigError> {
         let mut keys = Vec::new();
         for (i, k) in self.allowed_terminals.iter().enumerate() {
             keys.push(

@@ -175,7 +175,7 @@ impl PublicKey {
 
 /// Refuses a terminal configured with its own public key as the gateway's (`own` is its
 /// private key): the handshake would be with itself, and no gateway could answer.
-pub fn check_not_own_key(own: &PrivateKey, peer: &PublicKey) -> Result<(), KeyError> {
+pub(crate) fn check_not_own_key(own: &PrivateKey, peer: &PublicKey) -> Result<(), KeyError> {
     if own.public_key()? == *peer {
         return Err(KeyError::Unusable(
             "is this side's own public key (from its private_key_file); it must be the \

@@ -347,7 +347,7 @@ pub struct QuicPolicyGuard {
 }
 
 /// How often the terminal reads its QUIC policy's nftables counter.
-pub const QUIC_COUNTER_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const QUIC_COUNTER_EVERY: Duration = Duration::from_secs(5);
 
 impl QuicPolicyGuard {
     /// Applies `policy` (an error names `terminal.quic`) and shows it in `metrics`.

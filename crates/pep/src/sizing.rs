@@ -97,7 +97,7 @@ pub struct HopLink {
 
 impl HopLink {
     /// The rate the hop's shaper sends at, bit/s of link bytes.
-    pub fn shaper_rate_bps(&self) -> u64 {
+    pub(crate) fn shaper_rate_bps(&self) -> u64 {
         ((self.send_rate_bps as f64 * SHAPER_SHARE) as u64).max(1000)
     }
 

@@ -282,7 +282,7 @@ pub(crate) fn set_transparent(sock: &SockRef<'_>, ipv6: bool) -> io::Result<()> 
 
 /// Checks that this process may use transparent sockets (for a daemon to fail at start rather
 /// than on every connection).
-pub fn check_transparent_allowed() -> io::Result<()> {
+pub(crate) fn check_transparent_allowed() -> io::Result<()> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     set_transparent(&SockRef::from(&s), false)
 }
