@@ -259,7 +259,7 @@ pub struct Sim {
     /// Links whose waiting packets are held here for ACK management.
     managed: BTreeMap<LinkId, crate::ackmgmt::ManagedQueue>,
     /// What the agent handling the current event sent, asked and bound: kept between events so
-    /// that handling one allocates nothing.
+    /// that handling one allocates nothing, and lent to the agent's `Ctx` in place.
     scratch: Scratch,
 }
 
@@ -683,43 +683,42 @@ impl Sim {
             return;
         };
         let node = self.agent_node[i];
-        // Taken (not borrowed) so that forwarding below may use `self`; given back empty.
-        let Scratch {
-            mut out,
-            mut timers,
-            mut binds,
-        } = std::mem::take(&mut self.scratch);
         {
             let mut ctx = Ctx {
                 now: self.now,
                 node,
                 rng: &mut self.agent_rng[i],
                 metrics: &mut self.metrics,
-                out: &mut out,
-                timers: &mut timers,
-                binds: &mut binds,
+                out: &mut self.scratch.out,
+                timers: &mut self.scratch.timers,
+                binds: &mut self.scratch.binds,
                 next_packet_id: &mut self.next_packet_id,
             };
             f(agent.as_mut(), &mut ctx);
         }
         self.agents[i] = Some(agent);
-        // Most events bind nothing and many set no timer: an empty vector is not drained.
-        if !binds.is_empty() {
-            for port in binds.drain(..) {
+        // Most events bind nothing and many set no timer: an empty vector is not touched.
+        if !self.scratch.binds.is_empty() {
+            for port in self.scratch.binds.drain(..) {
                 self.ports.entry(Addr { node, port }).or_insert(id);
             }
         }
-        if !timers.is_empty() {
-            for (at, token) in timers.drain(..) {
+        if !self.scratch.timers.is_empty() {
+            for k in 0..self.scratch.timers.len() {
+                let (at, token) = self.scratch.timers[k];
                 self.schedule(at, EventKind::Timer { agent: id, token });
             }
+            self.scratch.timers.clear();
         }
-        if !out.is_empty() {
+        if !self.scratch.out.is_empty() {
+            // Taken so that forwarding may use `self` (it handles no agent event, so the
+            // scratch is not used meanwhile); given back empty, its allocation kept.
+            let mut out = std::mem::take(&mut self.scratch.out);
             for pkt in out.drain(..) {
                 self.forward(node, pkt);
             }
+            self.scratch.out = out;
         }
-        self.scratch = Scratch { out, timers, binds };
     }
 
     /// A packet crossed `link` to `node`. Counted when it has crossed, so packets still queued
