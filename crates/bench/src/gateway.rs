@@ -280,8 +280,8 @@ impl Figures {
 }
 
 /// Writes keys and configuration files into `dir` and starts the gateway and the terminal
-/// daemons; returns once every terminal's SOCKS5 listener and the gateway's metrics endpoint
-/// accept connections.
+/// daemons; returns once every daemon's metrics endpoint answers ([`wait_ready`]): a terminal
+/// binds its SOCKS5 listener before it.
 fn start_daemons(
     exe: &Path,
     dir: &Path,
@@ -294,7 +294,7 @@ fn start_daemons(
     for i in 0..args.terminals {
         let (tk, tp) = pep::keys::generate_keypair()?;
         let (tkey, _) = pep::keys::write_keypair(&dir.join(format!("terminal{i}")), &tk, &tp)?;
-        terminals.push((tkey, tp, free_port()?));
+        terminals.push((tkey, tp, free_port()?, free_port()?));
     }
     let (hop, metrics) = (free_port()?, free_port()?);
     let workers = args
@@ -310,7 +310,7 @@ fn start_daemons(
     );
     let allowed: Vec<String> = terminals
         .iter()
-        .map(|(_, tp, _)| format!("\"{}\"", tp.to_hex()))
+        .map(|(_, tp, _, _)| format!("\"{}\"", tp.to_hex()))
         .collect();
     let gateway = format!(
         "[gateway]\nlisten = \"127.0.0.1:{hop}\"\nprivate_key_file = {gkey:?}\n\
@@ -321,9 +321,10 @@ fn start_daemons(
         allowed = allowed.join(", ")
     );
     let mut configs = vec![("gateway".to_string(), gateway)];
-    for (i, (tkey, _, socks)) in terminals.iter().enumerate() {
+    for (i, (tkey, _, socks, metrics)) in terminals.iter().enumerate() {
         let text = format!(
             "[terminal]\nsocks_listen = \"127.0.0.1:{socks}\"\ngateway = \"127.0.0.1:{hop}\"\n\
+             metrics_listen = \"127.0.0.1:{metrics}\"\n\
              gateway_public_key = \"{gp}\"\nprivate_key_file = {tkey:?}\nsocks_fast_open = false\n{}",
             common.replace("{side}", "terminal"),
             tkey = tkey.display().to_string(),
@@ -362,13 +363,7 @@ fn start_daemons(
             // finds no gateway retries later, and its session starts on the fallback suite.
             // The metrics endpoint is bound after the hop's socket.
             let gateway = procs.last_mut().context("the gateway process")?;
-            while std::net::TcpStream::connect(metrics).is_err() {
-                gateway.check_running()?;
-                if Instant::now() > deadline {
-                    bail!("the gateway does not serve its metrics on {metrics} in time");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_ready(metrics, deadline, || gateway.check_running())?;
         }
     }
     let mut procs = procs.into_iter();
@@ -378,22 +373,37 @@ fn start_daemons(
         gateway,
         socks: terminals
             .iter()
-            .map(|(_, _, p)| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .map(|(_, _, p, _)| SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect(),
         metrics,
     };
-    let mut addrs = vec![d.metrics];
-    addrs.extend(d.socks.iter().copied());
-    for addr in addrs {
-        while std::net::TcpStream::connect(addr).is_err() {
-            d.check_running()?;
-            if Instant::now() > deadline {
-                bail!("the daemons do not listen on {addr} in time");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    for (_, _, _, port) in &terminals {
+        let addr = SocketAddr::from(([127, 0, 0, 1], *port));
+        wait_ready(addr, deadline, || d.check_running())?;
     }
     Ok(d)
+}
+
+/// Waits until the daemon whose metrics endpoint is `addr` answers `GET /metrics`, checking
+/// that it still runs (`running`) between tries. The readiness probe the daemons know: a bare
+/// connection to a terminal's SOCKS5 listener, closed without a request, is logged and counted
+/// there as a connection refused for its protocol.
+fn wait_ready(
+    addr: SocketAddr,
+    deadline: Instant,
+    mut running: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    loop {
+        let answer = crate::process::fetch_metrics(addr).unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 200") {
+            return Ok(());
+        }
+        running()?;
+        if Instant::now() > deadline {
+            bail!("the daemon does not serve its metrics on {addr} in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn measure(args: &GatewayOptions, d: &mut Daemons) -> Result<Figures> {

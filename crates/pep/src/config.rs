@@ -971,7 +971,7 @@ pub(crate) fn parse_allowed_terminals(text: &str) -> Result<Vec<PublicKey>, Conf
 
 /// Reads and parses an allowed-terminals file; errors name the file and line.
 pub(crate) fn load_allowed_terminals_file(path: &Path) -> Result<Vec<PublicKey>, ConfigError> {
-    let text = read_bounded(path)?;
+    let text = read_config_file(path)?;
     parse_allowed_terminals(&text).map_err(|e| e.in_file(path))
 }
 
@@ -1282,8 +1282,14 @@ fn struct_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
 /// Reads, parses and validates a terminal file; errors name the file and the field. Relative
 /// paths in it are made relative to its directory.
 pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
-    let text = read_bounded(path)?;
-    let mut c = parse_terminal(&text).map_err(|e| e.in_file(path))?;
+    terminal_from_text(path, &read_config_file(path)?)
+}
+
+/// Parses and validates `text`, the terminal file at `path` as [`read_config_file`] read it
+/// (one read: what is checked is what runs); errors name the file and the field. Relative
+/// paths in it are made relative to the file's directory.
+pub fn terminal_from_text(path: &Path, text: &str) -> Result<TerminalConfig, ConfigError> {
+    let mut c = parse_terminal(text).map_err(|e| e.in_file(path))?;
     c.shared.private_key_file = relative_to_file(path, &c.shared.private_key_file);
     Ok(c)
 }
@@ -1291,15 +1297,20 @@ pub fn load_terminal(path: &Path) -> Result<TerminalConfig, ConfigError> {
 /// Reads, parses and validates a gateway file; errors name the file and the field. Relative
 /// paths in it are made relative to its directory.
 pub fn load_gateway(path: &Path) -> Result<GatewayConfig, ConfigError> {
-    let text = read_bounded(path)?;
-    let mut c = parse_gateway(&text).map_err(|e| e.in_file(path))?;
+    gateway_from_text(path, &read_config_file(path)?)
+}
+
+/// As [`terminal_from_text`], for a gateway file.
+pub fn gateway_from_text(path: &Path, text: &str) -> Result<GatewayConfig, ConfigError> {
+    let mut c = parse_gateway(text).map_err(|e| e.in_file(path))?;
     c.shared.private_key_file = relative_to_file(path, &c.shared.private_key_file);
     c.allowed_terminals_file = c.allowed_terminals_file.map(|f| relative_to_file(path, &f));
     c.next_private_key_file = c.next_private_key_file.map(|f| relative_to_file(path, &f));
     Ok(c)
 }
 
-fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+/// A configuration file's text (at most 1 MiB); errors name the file.
+pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
     let io = |error| ConfigError::Io {
         path: path.to_path_buf(),
@@ -2113,6 +2124,37 @@ mod tests {
                 dir.join("none.key").display()
             )
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_read_once_is_the_configuration_that_runs() {
+        // The daemons read the file once and parse that text (kept for the reload's
+        // comparison): an edit after the read is not half-applied.
+        let dir = std::env::temp_dir().join(format!("pep-config-once-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let gw = dir.join("gateway.toml");
+        let file = |listen: &str| {
+            format!(
+                "[gateway]\nlisten = \"{listen}\"\nprivate_key_file = \"gw.key\"\n\
+                 allowed_terminals = [\"{KEY_A}\"]\n"
+            )
+        };
+        std::fs::write(&gw, file("0.0.0.0:4433")).unwrap();
+        let text = read_config_file(&gw).unwrap();
+        std::fs::write(&gw, file("0.0.0.0:5555")).unwrap();
+        let g = gateway_from_text(&gw, &text).unwrap();
+        assert_eq!(g.listen, "0.0.0.0:4433".parse().unwrap());
+        assert_eq!(g.shared.private_key_file, dir.join("gw.key"));
+        assert_eq!(load_gateway(&gw).unwrap().listen.port(), 5555);
+        // Errors name the file as load_* does.
+        let e = gateway_from_text(&gw, "[gateway]\nlisten = 1\n").unwrap_err();
+        assert!(e.to_string().contains("gateway.toml"), "{e}");
+        let big = dir.join("big.toml");
+        std::fs::write(&big, "#".repeat(MAX_FILE_BYTES as usize + 1)).unwrap();
+        let e = read_config_file(&big).unwrap_err().to_string();
+        assert!(e.contains("big.toml") && e.contains("larger than"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

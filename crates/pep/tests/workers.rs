@@ -159,6 +159,11 @@ async fn connections_land_on_every_worker_and_the_metrics_sum() {
         merged.tunnel.handshakes, 2,
         "one session per terminal worker"
     );
+    // The terminal's workers handshake at once, with one key: neither is taken for a replay.
+    assert_eq!(
+        merged.tunnel.replays, 0,
+        "a normal start refuses no handshake"
+    );
     assert!(merged.established);
 }
 

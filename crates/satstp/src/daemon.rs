@@ -11,7 +11,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use pep::config::{changed_keys, load_gateway, load_terminal, GatewayConfig, SharedConfig};
+use pep::config::{changed_keys, gateway_from_text, read_config_file, terminal_from_text};
+use pep::config::{GatewayConfig, SharedConfig};
 use pep::config::{SideConfig, TerminalConfig};
 use pep::keys::PublicKey;
 use pep::ops::Ops;
@@ -174,8 +175,8 @@ impl Reload<'_> {
                 logging,
                 text,
             } => {
-                let new_text = read_config_text(path)?;
-                let cfg = TerminalSetup::prepare(load_terminal(path)?)?.cfg;
+                let new_text = read_config_file(path)?;
+                let cfg = TerminalSetup::prepare(terminal_from_text(path, &new_text)?)?.cfg;
                 let restart = changed_keys::<TerminalConfig>(text, &new_text);
                 let mut changed = Vec::new();
                 changed.extend(logging.reload(cfg.shared.log_level.as_deref(), "terminal")?);
@@ -189,8 +190,8 @@ impl Reload<'_> {
                 gateway,
                 keys,
             } => {
-                let new_text = read_config_text(path)?;
-                let new = GatewaySetup::prepare(load_gateway(path)?)?;
+                let new_text = read_config_file(path)?;
+                let new = GatewaySetup::prepare(gateway_from_text(path, &new_text)?)?;
                 let restart = changed_keys::<GatewayConfig>(text, &new_text);
                 let keys_changed = new.public_keys()? != *keys;
                 let log_level = new.cfg.shared.log_level.as_deref();
@@ -251,12 +252,6 @@ fn keys_change(before: &[PublicKey], now: &[PublicKey]) -> String {
         ));
     }
     line
-}
-
-/// A configuration file's text, as [`load_terminal`] reads it.
-fn read_config_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), pep::config::io_words(&e)))
 }
 
 /// The signals a running daemon handles, caught from before it says it started.
@@ -363,23 +358,23 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// What both daemons do first, in this order: the flags checked (`--log-level`, the capture),
-/// the configuration file read (its text kept for reload comparisons) and parsed, then logging
-/// started at the flag's level, else the file's `log_level`.
+/// the configuration file read once, its text parsed (and kept for reload comparisons), then
+/// logging started at the flag's level, else the file's `log_level`.
 fn start_side<C: SideConfig>(
     args: &DaemonArgs,
-    load: impl Fn(&Path) -> Result<C, pep::config::ConfigError>,
+    parse: impl Fn(&Path, &str) -> Result<C, pep::config::ConfigError>,
 ) -> Result<(String, C, Logging)> {
     check_log_flag(args.log_level.as_deref())?;
     args.capture.check()?;
-    let text = read_config_text(&args.config)?;
-    let cfg = load(&args.config)?;
+    let text = read_config_file(&args.config)?;
+    let cfg = parse(&args.config, &text)?;
     let file_level = cfg.shared().log_level.as_deref();
     let logging = init_logging(args.log_level.as_deref(), file_level, C::TABLE)?;
     Ok((text, cfg, logging))
 }
 
 pub fn terminal(args: &DaemonArgs) -> Result<()> {
-    let (text, cfg, logging) = start_side(args, load_terminal)?;
+    let (text, cfg, logging) = start_side(args, terminal_from_text)?;
     let setup = TerminalSetup::prepare(cfg)?;
     let seed = os_seed()?;
     let capture = args
@@ -432,7 +427,7 @@ pub fn terminal(args: &DaemonArgs) -> Result<()> {
 }
 
 pub fn gateway(args: &DaemonArgs) -> Result<()> {
-    let (text, cfg, logging) = start_side(args, load_gateway)?;
+    let (text, cfg, logging) = start_side(args, gateway_from_text)?;
     let setup = GatewaySetup::prepare(cfg)?;
     let keys = setup.public_keys()?;
     let cfg = &setup.cfg;

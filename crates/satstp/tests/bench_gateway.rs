@@ -80,3 +80,52 @@ fn bench_gateway_with_workers_and_several_terminals() {
         assert!(err.contains(bad[0]), "{err}");
     }
 }
+
+/// A normal start of two-worker daemons logs nothing an operator would take for a fault: the
+/// terminal's workers handshake at once with one key and neither is refused as a replay at the
+/// gateway, and the bench's readiness probes (`GET /metrics`) are not refused connections.
+#[test]
+fn bench_gateway_start_logs_no_refusal() {
+    let tmp = std::env::temp_dir().join(format!("satstp-test-bench-logs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    ok(satstp()
+        .args([
+            "bench",
+            "gateway",
+            "--json",
+            "--bytes",
+            "4MB",
+            "--parallel",
+            "2",
+        ])
+        .args(["--idle", "4", "--workers", "2"])
+        .env("TMPDIR", &tmp)
+        .env("SATSTP_KEEP", "1")
+        .env("SATSTP_BENCH_LOG", "info")
+        .output()
+        .unwrap());
+    let dir = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("satstp-bench-gateway-"))
+        .expect("the daemons' directory, kept");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let (gateway, terminal) = (read("gateway.log"), read("terminal0.log"));
+    assert!(gateway.contains("satstp gateway started"), "{gateway}");
+    assert_eq!(
+        terminal.matches("tunnel up").count(),
+        2,
+        "one tunnel per worker:\n{terminal}"
+    );
+    for (name, log) in [("gateway", &gateway), ("terminal", &terminal)] {
+        for line in log.lines() {
+            assert!(
+                !line.contains("refused") && !line.contains("replayed"),
+                "{name} log: {line}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

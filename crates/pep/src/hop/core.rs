@@ -1413,7 +1413,8 @@ impl<S: EventSink, P> HopCore<S, P> {
                 k.fingerprint()
             ),
             (E::Replay(_), _) => {
-                "replayed, or older than the last from this terminal key (its clock went back?)"
+                "replayed, or older than this terminal key's last handshake from that address \
+                 (its clock went back?)"
                     .to_string()
             }
             _ => return,

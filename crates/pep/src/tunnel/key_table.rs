@@ -31,16 +31,94 @@ pub(crate) struct Held {
     pub confirmed: bool,
 }
 
+/// How many of a key's latest accepted initiations the table remembers: more than a terminal's
+/// workers usually start at once, so each worker's first handshake counts even when a
+/// sibling's newer one got there first. An initiation not newer than the oldest remembered one
+/// (with all of them remembered) is refused.
+pub(crate) const RECENT_INITIATIONS: usize = 64;
+
+/// How far (in the initiation timestamps' nanoseconds) an initiation may be older than the
+/// newest accepted from its key and still be accepted, if it comes from an address that has no
+/// newer one accepted and is not itself one accepted: a terminal's workers (one key, one
+/// address each) handshake at once and their initiations reach the gateway, and its workers'
+/// shared table, in any order.
+pub(crate) const REORDER_NS: u64 = 10_000_000_000;
+
+/// One accepted initiation of a key: its timestamp, the address it came from and its initiator
+/// index (the index is authenticated: the timestamp and index identify the initiation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Accepted {
+    timestamp: u64,
+    addr: SocketAddr,
+    sender: u32,
+}
+
 #[derive(Default)]
 struct KeyState {
-    /// Largest initiation timestamp accepted from this key by any worker.
-    last_timestamp: Option<u64>,
-    /// The address and initiator index of the initiation accepted with `last_timestamp`: a
-    /// terminal offers one handshake in each of its suites with the same index and timestamp,
-    /// so a second offer of the accepted handshake matches them.
-    last_offer: Option<(SocketAddr, u32)>,
+    /// The key's [`RECENT_INITIATIONS`] latest accepted initiations (by timestamp, oldest
+    /// first), over all workers.
+    accepted: VecDeque<Accepted>,
     /// The key's sessions on all workers, oldest first.
     sessions: VecDeque<Held>,
+}
+
+impl KeyState {
+    /// What the key's accepted initiations say of one with `timestamp` from `addr` with
+    /// initiator index `sender`.
+    fn freshness(&self, timestamp: u64, addr: SocketAddr, sender: u32) -> Freshness {
+        let Some(newest) = self.accepted.back().map(|a| a.timestamp) else {
+            return Freshness::Fresh;
+        };
+        // The same initiation (timestamp and index): from its own address, and its tunnel's
+        // latest, its other suite (a terminal offers one handshake in each of its suites with
+        // the same index and timestamp); from elsewhere, or superseded, a replay.
+        if let Some(a) = self
+            .accepted
+            .iter()
+            .find(|a| a.timestamp == timestamp && a.sender == sender)
+        {
+            let superseded = self
+                .accepted
+                .iter()
+                .any(|b| b.addr == addr && b.timestamp > timestamp);
+            return match a.addr == addr && !superseded {
+                true => Freshness::OtherSuite,
+                false => Freshness::Replay,
+            };
+        }
+        if timestamp > newest {
+            return Freshness::Fresh;
+        }
+        // Older than the newest: another tunnel of the key (a sibling worker) may have got
+        // there first. Refused when its own address has a newer one accepted (its clock went
+        // back, or a stale initiation of that tunnel), when too much older, or when older than
+        // every remembered one.
+        let oldest = self.accepted.front().map_or(0, |a| a.timestamp);
+        let forgotten = self.accepted.len() >= RECENT_INITIATIONS && timestamp <= oldest;
+        let own_newer = self
+            .accepted
+            .iter()
+            .any(|a| a.addr == addr && a.timestamp >= timestamp);
+        if forgotten || own_newer || newest - timestamp > REORDER_NS {
+            Freshness::Replay
+        } else {
+            Freshness::Fresh
+        }
+    }
+
+    /// Remembers an accepted initiation (its timestamp sorted in; the oldest forgotten beyond
+    /// [`RECENT_INITIATIONS`]).
+    fn remember(&mut self, a: Accepted) {
+        let at = self
+            .accepted
+            .iter()
+            .rposition(|b| b.timestamp <= a.timestamp)
+            .map_or(0, |i| i + 1);
+        self.accepted.insert(at, a);
+        while self.accepted.len() > RECENT_INITIATIONS {
+            self.accepted.pop_front();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -105,12 +183,14 @@ fn other_addresses(sessions: &VecDeque<Held>, addr: SocketAddr) -> Vec<SocketAdd
 /// What the key's replay state says of an initiation ([`Worker::check_initiation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Freshness {
-    /// Newer than every initiation accepted from the key.
+    /// Newer than every initiation accepted from the key, or a little older from another of its
+    /// tunnels ([`REORDER_NS`]).
     Fresh,
-    /// The handshake accepted last, offered again in another suite (same address, initiator
-    /// index and timestamp): not a replay, but no second session either.
+    /// The latest handshake accepted from an address, offered again in another suite (same
+    /// address, initiator index and timestamp): not a replay, but no second session either.
     OtherSuite,
-    /// Not newer than one accepted: a replay, or the terminal's clock went back.
+    /// An accepted initiation from another address, or one older than its address's last
+    /// accepted (or too old): a replay, or the terminal's clock went back.
     Replay,
 }
 
@@ -127,7 +207,9 @@ impl Worker {
     }
 
     /// Whether an initiation of `key` with `timestamp`, from `addr` with initiator index
-    /// `sender`, may start a session: its timestamp newer than every one accepted from the key.
+    /// `sender`, may start a session: not one accepted (the timestamp and index say), and newer
+    /// than every one accepted from the key — or from another tunnel of the key (address) with
+    /// none newer, at most [`REORDER_NS`] older than the newest ([`Freshness`]).
     pub(crate) fn check_initiation(
         &self,
         key: &PublicKey,
@@ -136,16 +218,9 @@ impl Worker {
         sender: u32,
     ) -> Freshness {
         let inner = self.table.lock();
-        let Some(state) = inner.keys.get(key) else {
-            return Freshness::Fresh;
-        };
-        match state.last_timestamp {
-            Some(t) if timestamp == t && state.last_offer == Some((addr, sender)) => {
-                Freshness::OtherSuite
-            }
-            Some(t) if timestamp <= t => Freshness::Replay,
-            _ => Freshness::Fresh,
-        }
+        inner.keys.get(key).map_or(Freshness::Fresh, |state| {
+            state.freshness(timestamp, addr, sender)
+        })
     }
 
     /// Records a new session of `key` from `addr` on this worker. A key's sessions from one
@@ -155,8 +230,9 @@ impl Worker {
     /// `limit` addresses: beyond that every session of the address heard from longest ago goes
     /// (several terminals sharing one key evict each other). Evicted sessions of other workers
     /// are queued for them; this worker's are returned for the caller to remove. `Err` (nothing
-    /// recorded) when a concurrent handshake of the key on another worker has meanwhile accepted
-    /// a newer timestamp.
+    /// recorded) when the initiation is no longer fresh ([`Worker::check_initiation`]): a
+    /// concurrent handshake of the key on another worker has meanwhile accepted it, or a newer
+    /// one from its address.
     pub(crate) fn admit(
         &self,
         key: PublicKey,
@@ -167,11 +243,14 @@ impl Worker {
     ) -> Result<Admitted, ()> {
         let mut inner = self.table.lock();
         let state = inner.keys.entry(key).or_default();
-        if state.last_timestamp.is_some_and(|t| timestamp <= t) {
+        if state.freshness(timestamp, addr, sender) != Freshness::Fresh {
             return Err(());
         }
-        state.last_timestamp = Some(timestamp);
-        state.last_offer = Some((addr, sender));
+        state.remember(Accepted {
+            timestamp,
+            addr,
+            sender,
+        });
         let mut evicted = Vec::new();
         // The tunnel's own sessions: keep room for the new one.
         while state.sessions.iter().filter(|h| h.addr == addr).count() >= SESSIONS_PER_ADDRESS {
@@ -354,5 +433,51 @@ mod tests {
         assert!(next.evicted.is_empty() && next.other_addrs.is_empty());
         // Another key is independent.
         assert_eq!(w0.check_initiation(&key(4), 1, at(1), 7), Freshness::Fresh);
+    }
+
+    #[test]
+    fn a_keys_tunnels_handshake_in_any_order_and_replays_stay_refused() {
+        // A terminal's two workers (ports 1 and 2, indices 7 and 9) start together: their
+        // timestamps may be equal, and the older may reach the table second.
+        let table = KeyTable::new();
+        let (w0, w1) = (table.join(), table.join());
+        let k = key(5);
+        let t = 1_700_000_000_000_000_000u64;
+        w1.admit(k, t + 40, 20, (at(2), 9), 2).unwrap();
+        assert_eq!(w0.check_initiation(&k, t, at(1), 7), Freshness::Fresh);
+        w0.admit(k, t, 10, (at(1), 7), 2).unwrap();
+        // Equal timestamps of two tunnels (another index, another address) are two handshakes.
+        let k2 = key(6);
+        w0.admit(k2, t, 10, (at(1), 7), 2).unwrap();
+        w1.admit(k2, t, 20, (at(2), 9), 2).unwrap();
+        // Replays stay refused: an accepted initiation from anywhere else, an initiation of a
+        // tunnel older than its last accepted, one much older than the key's newest.
+        let check = |t, port, sender| w1.check_initiation(&k, t, at(port), sender);
+        assert_eq!(check(t, 3, 7), Freshness::Replay);
+        assert_eq!(check(t + 40, 1, 9), Freshness::Replay);
+        assert_eq!(check(t - 1, 1, 11), Freshness::Replay);
+        assert_eq!(check(t + 40 - REORDER_NS - 1, 3, 13), Freshness::Replay);
+        assert_eq!(check(t + 1, 3, 13), Freshness::Fresh);
+        // The accepted handshake's other suite, from its own address: not a replay; once that
+        // address has a newer one, a replay.
+        assert_eq!(check(t, 1, 7), Freshness::OtherSuite);
+        assert_eq!(check(t + 40, 2, 9), Freshness::OtherSuite);
+        w0.admit(k, t + 50, 11, (at(1), 11), 2).unwrap();
+        assert_eq!(check(t, 1, 7), Freshness::Replay);
+        assert!(w1.admit(k, t, 21, (at(3), 7), 2).is_err());
+        // With RECENT_INITIATIONS remembered, one older than all of them is refused.
+        let k3 = key(7);
+        for i in 0..RECENT_INITIATIONS as u64 {
+            w0.admit(k3, t + 10 * (i + 1), 1, (at(100 + i as u16), 7), usize::MAX)
+                .unwrap();
+        }
+        assert_eq!(
+            w0.check_initiation(&k3, t + 10, at(99), 9),
+            Freshness::Replay
+        );
+        assert_eq!(
+            w0.check_initiation(&k3, t + 11, at(99), 9),
+            Freshness::Fresh
+        );
     }
 }

@@ -42,11 +42,14 @@
 //!
 //! The initiation carries a timestamp chosen by the driver that must grow from one handshake of a
 //! terminal to the next (for example wall-clock nanoseconds, as WireGuard's TAI64N). The gateway
-//! remembers the largest per allowed key and rejects older or equal ones (counted as replays), so
-//! a recorded initiation cannot replace a live session. Retransmitting is the driver's job and is
-//! safe: an [`Initiator`]'s initiation bytes never change, and the gateway answers a byte-identical
-//! copy of the last initiation it accepted from a key with the same cached response, without new
-//! state or Diffie–Hellman work. To re-handshake (after a gateway restart, nonce exhaustion or
+//! remembers each allowed key's latest accepted initiations (timestamp, initiator index,
+//! address) and rejects one accepted before, or one not newer than the last from its address
+//! (counted as replays), so a recorded initiation cannot replace a live session; a key's
+//! several tunnels (a terminal's workers) may reach it in any order within 10 s
+//! ([`key_table`]). Retransmitting is the driver's job and is safe: an [`Initiator`]'s
+//! initiation bytes never change, and the gateway answers a byte-identical copy of the last
+//! initiation it accepted from a key with the same cached response, without new state or
+//! Diffie–Hellman work. To re-handshake (after a gateway restart, nonce exhaustion or
 //! a long silence) the driver makes a new `Initiator` with a larger timestamp.
 //!
 //! # Limits (all state is bounded)

@@ -843,10 +843,9 @@ fn workers_sharing_a_key_table_hold_the_per_key_limit_and_replay_protection_toge
         ));
     }
     // An initiation accepted by one worker is a replay at the other (another source port).
-    let replayed = Initiator::new(&t_priv, &gw_pub, 9, 3).unwrap();
     let mut out = Vec::new();
     assert_eq!(
-        workers[0].open(now, replayed.initiation(), addr(9), &mut out),
+        workers[0].open(now, c.initiation(), addr(9), &mut out),
         Err(Error::Replay(3))
     );
 }
