@@ -402,12 +402,6 @@ impl ReadyBytes {
                 if self.filling.is_empty() {
                     // Drained: let the block go with the chunk rather than hold it while idle.
                     self.filling = BytesMut::new();
-                    // A reader that keeps up needs no large block: the next one is half this
-                    // one (blocks double again while bytes wait). Without this, a reader taking
-                    // every SD as it arrives had each one copied into a fresh 64 KiB block,
-                    // which the allocator gave back to the system (a `brk` call) when the reader
-                    // dropped the chunk.
-                    self.last_block /= 4;
                 }
                 chunk
             }

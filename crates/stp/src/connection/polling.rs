@@ -49,6 +49,10 @@ impl UnansweredPolls {
         // `old` holds for earlier times if it holds for a later one: in ascending order the old
         // times are a prefix.
         let n = if self.ascending {
+            // Mostly none is old yet: the oldest answers that.
+            if !self.times.front().is_some_and(old) {
+                return 0;
+            }
             self.times.partition_point(old)
         } else {
             self.times.iter().filter(|t| old(t)).count()
