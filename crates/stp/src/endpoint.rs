@@ -5,6 +5,7 @@
 
 use crate::config::{Config, ConfigError, EndpointConfig};
 use crate::connection::{Connection, Event, Role};
+use crate::ordered_set::OrderedSet;
 use crate::stats::EndpointStats;
 use crate::time::Instant;
 use crate::wire::{
@@ -12,7 +13,7 @@ use crate::wire::{
     VERSION,
 };
 use rand_core::RngCore;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -88,6 +89,9 @@ type HandleMap<V> = HashMap<ConnectionHandle, V, BuildHasherDefault<HandleHasher
 /// Entries the accept queue keeps room for once drained.
 const ACCEPT_QUEUE_KEPT: usize = 16;
 
+/// Entries `handle_timeout`'s list of expired connections keeps room for between calls.
+const DUE_KEPT: usize = 16;
+
 /// Most stateless answers queued at once.
 const MAX_STATELESS_QUEUE: usize = 1024;
 
@@ -110,16 +114,18 @@ pub struct Endpoint {
     recent: Option<(Key, ConnectionHandle)>,
     /// Connections that may have something to send: touched by a datagram, a timer or the
     /// application since they last had nothing to send. Only these are polled.
-    active: BTreeSet<ConnectionHandle>,
+    active: OrderedSet<ConnectionHandle>,
     /// Connections that may have events for the application.
-    eventful: BTreeSet<ConnectionHandle>,
+    eventful: OrderedSet<ConnectionHandle>,
     /// The handle served last by `poll_transmit` (round robin).
     cursor: u64,
     /// Every connection's next deadline, ordered (each also in its slot); recomputed only for
     /// connections in `dirty`.
-    deadlines: BTreeSet<(Instant, ConnectionHandle)>,
+    deadlines: OrderedSet<(Instant, ConnectionHandle)>,
     /// Connections whose deadline may have changed since it was last computed.
-    dirty: BTreeSet<ConnectionHandle>,
+    dirty: OrderedSet<ConnectionHandle>,
+    /// `handle_timeout`'s list of connections whose deadline passed (empty between calls).
+    due: Vec<ConnectionHandle>,
     accept_queue: VecDeque<ConnectionHandle>,
     closed: HashMap<Key, ClosedEntry>,
     closed_order: VecDeque<(Instant, Key)>,
@@ -151,11 +157,12 @@ impl Endpoint {
             conns: HandleMap::default(),
             by_key: HashMap::new(),
             recent: None,
-            active: BTreeSet::new(),
-            eventful: BTreeSet::new(),
+            active: OrderedSet::default(),
+            eventful: OrderedSet::default(),
             cursor: 0,
-            deadlines: BTreeSet::new(),
-            dirty: BTreeSet::new(),
+            deadlines: OrderedSet::default(),
+            dirty: OrderedSet::default(),
+            due: Vec::new(),
             accept_queue: VecDeque::new(),
             closed: HashMap::new(),
             closed_order: VecDeque::new(),
@@ -276,7 +283,7 @@ impl Endpoint {
 
     /// Records `t` as the deadline of the connection in `slot` (handle `h`).
     fn set_deadline(
-        deadlines: &mut BTreeSet<(Instant, ConnectionHandle)>,
+        deadlines: &mut OrderedSet<(Instant, ConnectionHandle)>,
         slot: &mut Slot,
         h: ConnectionHandle,
         t: Option<Instant>,
@@ -489,10 +496,8 @@ impl Endpoint {
         // nothing to send leaves the active set until something touches it again.
         while let Some(h) = self
             .active
-            .range(ConnectionHandle(self.cursor.wrapping_add(1))..)
-            .next()
-            .or_else(|| self.active.iter().next())
-            .copied()
+            .first_from(ConnectionHandle(self.cursor.wrapping_add(1)))
+            .or_else(|| self.active.first())
         {
             self.cursor = h.0;
             let Some(slot) = self.conns.get_mut(&h) else {
@@ -519,7 +524,7 @@ impl Endpoint {
 
     /// The next event of any connection.
     pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
-        while let Some(h) = self.eventful.iter().next().copied() {
+        while let Some(h) = self.eventful.first() {
             match self.conns.get_mut(&h).map(|s| s.conn.poll_event()) {
                 Some(Some(e)) => return Some((h, e)),
                 _ => {
@@ -544,15 +549,16 @@ impl Endpoint {
         if !self.stateless.is_empty() {
             return Some(now);
         }
-        self.deadlines.first().map(|&(t, _)| t)
+        self.deadlines.first().map(|(t, _)| t)
     }
 
     /// Runs the timers that have expired.
     pub fn handle_timeout(&mut self, now: Instant) {
         // Deadlines are only as fresh as the last `poll_timeout`; bring them up to date first.
         self.poll_timeout(now);
-        let mut due = Vec::new();
-        while let Some(&(t, h)) = self.deadlines.first() {
+        // The handles due, in a vector kept between calls (no allocation per timer).
+        let mut due = std::mem::take(&mut self.due);
+        while let Some((t, h)) = self.deadlines.first() {
             if t > now {
                 break;
             }
@@ -563,10 +569,14 @@ impl Endpoint {
                 due.push(h);
             }
         }
-        for h in due {
+        for &h in &due {
             self.touch(h);
             self.reap_if_drained(now, h);
         }
+        due.clear();
+        // A burst of many expiries does not leave a large vector behind.
+        due.shrink_to(DUE_KEPT);
+        self.due = due;
         self.expire_closed(now);
     }
 

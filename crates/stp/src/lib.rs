@@ -27,6 +27,7 @@ mod connection;
 mod endpoint;
 #[cfg(feature = "serde")]
 pub mod options;
+mod ordered_set;
 mod pacing;
 mod recv;
 mod rtt;

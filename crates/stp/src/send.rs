@@ -239,6 +239,8 @@ impl SendBuffer {
     /// Length of the first SD in the retransmission queue that still needs sending, discarding
     /// queue entries that no longer do.
     pub fn next_retx_len(&mut self) -> Option<usize> {
+        // Nothing queued (nearly always): no queue to drop.
+        self.retx.as_ref()?;
         while let Some(seq) = self.retx.as_ref().and_then(|q| q.front().copied()) {
             match self.get(seq) {
                 Some(sd) if sd.state == SdState::Lost => return Some(sd.payload.len()),

@@ -61,8 +61,11 @@ impl Connection {
         }
         let mut b = PacketBuilder::new(self.header(), usize::from(self.peer_max_datagram));
         self.build_handshake(now, &mut b);
-        self.build_feedback(now, &mut b);
-        self.build_sd(now, &mut b);
+        // What the windows let go, asked once: assembling the feedback changes nothing it
+        // depends on (only the receiving half and the feedback flags).
+        let candidate = self.sd_candidate();
+        self.build_feedback(now, &mut b, candidate);
+        self.build_sd(now, &mut b, candidate);
         self.build_poll_end(now, &mut b);
         if self.role == Role::Initiator {
             self.pending.bgn = false;
@@ -139,8 +142,13 @@ impl Connection {
     /// Step 2, the receiver's side: STAT (complete report), else USTAT or window update; ENDAK.
     /// Feedback that would travel alone waits for the reverse budget (a waiting STAT answers the
     /// latest POLL).
-    fn build_feedback(&mut self, now: Instant, b: &mut PacketBuilder) {
-        let sd_ready = match self.sd_candidate() {
+    fn build_feedback(
+        &mut self,
+        now: Instant,
+        b: &mut PacketBuilder,
+        candidate: Option<(Option<u64>, usize)>,
+    ) {
+        let sd_ready = match candidate {
             Some((_, len)) => self.pacer.can_send(now, len + HEADER_LEN),
             None => false,
         };
@@ -209,9 +217,15 @@ impl Connection {
     }
 
     /// Step 3, the sender's side: an SD if the windows and the pacer allow and it fits beside
-    /// what the datagram already holds (with room kept for POLL and END).
-    fn build_sd(&mut self, now: Instant, b: &mut PacketBuilder) {
-        let Some((retx, len)) = self.sd_candidate() else {
+    /// what the datagram already holds (with room kept for POLL and END). `candidate` is
+    /// [`Self::sd_candidate`] as it stands.
+    fn build_sd(
+        &mut self,
+        now: Instant,
+        b: &mut PacketBuilder,
+        candidate: Option<(Option<u64>, usize)>,
+    ) {
+        let Some((retx, len)) = candidate else {
             return;
         };
         // A retransmission keeps its original size: an SD cut before the peer's limit was known
@@ -269,7 +283,9 @@ impl Connection {
         };
         let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
         let poll = self.next_poll(now);
-        let timer_due = self.effective_poll_time(now).is_some_and(|t| t <= now);
+        let timer_due = self
+            .effective_poll_time(now, poll, None)
+            .is_some_and(|t| t <= now);
         let mut forced = false;
         let mut early_timer = false;
         if b.sd.is_some() {

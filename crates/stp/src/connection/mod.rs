@@ -40,7 +40,6 @@ use crate::wire::{Bgn, Header, Packet, Rst, RstReason, Types, HEADER_LEN, SD_RES
 use bytes::Bytes;
 use events::{EventKind, EventQueue};
 use pending::PendingControl;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
@@ -178,9 +177,8 @@ pub struct Connection {
     poll_anchor: Instant,
     /// Send times of POLLs not yet answered by any STAT (boxed, and only while there are any: a
     /// connection with nothing outstanding holds none).
-    // Boxed on purpose: 8 bytes in every connection where a `VecDeque` takes 32.
-    #[allow(clippy::box_collection)]
-    unanswered_polls: Option<Box<VecDeque<Instant>>>,
+    // Boxed on purpose: 8 bytes in every connection where the record takes 40.
+    unanswered_polls: Option<Box<polling::UnansweredPolls>>,
     collapsed_this_silence: bool,
     polled_since_report: bool,
     zero_window_probes: u32,

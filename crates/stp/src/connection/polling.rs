@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::congestion::Controller;
 use crate::stats::Counter;
 use crate::time::Instant;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Why a POLL goes out.
@@ -18,6 +19,47 @@ pub(super) enum PollKind {
 
 /// Upper bound on POLL send times remembered while waiting for a STAT.
 const MAX_TRACKED_POLLS: usize = 64;
+
+/// Send times of the POLLs no STAT has answered yet, oldest first.
+#[derive(Debug, Clone, Default)]
+pub(super) struct UnansweredPolls {
+    times: VecDeque<Instant>,
+    /// Whether `times` is in ascending order (always, unless the driver's clock went back): the
+    /// POLLs an answer time old are then a prefix, found by binary search rather than by
+    /// testing every time (the engine asks several times per datagram).
+    ascending: bool,
+}
+
+impl UnansweredPolls {
+    fn push(&mut self, now: Instant) {
+        if self.times.len() >= MAX_TRACKED_POLLS {
+            self.times.pop_front();
+        }
+        if self.times.is_empty() {
+            self.ascending = true;
+        } else if self.times.back().is_some_and(|&last| last > now) {
+            self.ascending = false;
+        }
+        self.times.push_back(now);
+    }
+
+    /// How many were sent at least `answer_time` before `now`.
+    fn older_than(&self, now: Instant, answer_time: Duration) -> u32 {
+        let old = |t: &Instant| now.saturating_duration_since(*t) >= answer_time;
+        // `old` holds for earlier times if it holds for a later one: in ascending order the old
+        // times are a prefix.
+        let n = if self.ascending {
+            // Mostly none is old yet: the oldest answers that.
+            if !self.times.front().is_some_and(old) {
+                return 0;
+            }
+            self.times.partition_point(old)
+        } else {
+            self.times.iter().filter(|t| old(t)).count()
+        };
+        n as u32
+    }
+}
 
 impl Connection {
     /// The current POLL interval: regular, or small-window mode's, backed off after misses.
@@ -66,11 +108,7 @@ impl Connection {
         let Some(polls) = self.unanswered_polls.as_deref() else {
             return 0;
         };
-        let answer_time = self.answer_time();
-        polls
-            .iter()
-            .filter(|&&t| now.saturating_duration_since(t) >= answer_time)
-            .count() as u32
+        polls.older_than(now, self.answer_time())
     }
     /// Whether the timer-driven POLL machinery is running (something is waiting for a report).
     pub(super) fn poll_active(&self) -> bool {
@@ -119,14 +157,25 @@ impl Connection {
     }
 
     /// When a timer POLL will actually leave: a POLL that falls due while an SD is about to be
-    /// released by the pacer (within one timer tick) waits for that SD and rides on it.
-    pub(super) fn effective_poll_time(&mut self, now: Instant) -> Option<Instant> {
-        let (t, _) = self.next_poll(now)?;
+    /// released by the pacer (within one timer tick) waits for that SD and rides on it. `poll` is
+    /// [`Self::next_poll`] at `now`, and `sd_time` [`Self::next_sd_time`] if the caller has it
+    /// (asked here otherwise, and only for a POLL already due).
+    pub(super) fn effective_poll_time(
+        &mut self,
+        now: Instant,
+        poll: Option<(Instant, PollKind)>,
+        sd_time: Option<Option<Instant>>,
+    ) -> Option<Instant> {
+        let (t, _) = poll?;
         if t > now {
             return Some(t);
         }
         let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
-        match self.next_sd_time(now) {
+        let sd_time = match sd_time {
+            Some(x) => x,
+            None => self.next_sd_time(now),
+        };
+        match sd_time {
             Some(x) if now < t + granularity && x <= now + granularity => {
                 Some(x.min(t + granularity))
             }
@@ -142,11 +191,9 @@ impl Connection {
         self.poll_anchor = now;
         self.polled_since_report = true;
         self.sds_since_poll = 0;
-        let polls = self.unanswered_polls.get_or_insert_with(Box::default);
-        if polls.len() >= MAX_TRACKED_POLLS {
-            polls.pop_front();
-        }
-        polls.push_back(now);
+        self.unanswered_polls
+            .get_or_insert_with(Box::default)
+            .push(now);
         if self.missed_polls(now) >= self.config.poll_miss_threshold && !self.collapsed_this_silence
         {
             self.collapsed_this_silence = true;
@@ -154,5 +201,45 @@ impl Connection {
             self.stats.count(Counter::WindowCollapses, 1);
             self.update_pacing(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The count by binary search equals the count by testing every time, in order and after
+    /// the clock went back (where the search cannot be used), and across the 64-entry limit.
+    #[test]
+    fn unanswered_polls_are_counted_as_by_testing_each() {
+        let ms = |n: u64| Instant::from_nanos(n * 1_000_000);
+        let brute = |p: &UnansweredPolls, now: Instant, answer: Duration| {
+            p.times
+                .iter()
+                .filter(|&&t| now.saturating_duration_since(t) >= answer)
+                .count() as u32
+        };
+        let answer = Duration::from_millis(25);
+        let mut in_order = UnansweredPolls::default();
+        for i in 0..80 {
+            in_order.push(ms(10 * i));
+        }
+        assert!(in_order.ascending);
+        assert_eq!(in_order.times.len(), MAX_TRACKED_POLLS);
+        let mut went_back = UnansweredPolls::default();
+        for t in [100, 120, 90, 130, 60] {
+            went_back.push(ms(t));
+        }
+        assert!(!went_back.ascending);
+        for p in [&in_order, &went_back] {
+            for now in (0..900).step_by(7) {
+                assert_eq!(
+                    p.older_than(ms(now), answer),
+                    brute(p, ms(now), answer),
+                    "at {now} ms"
+                );
+            }
+        }
+        assert_eq!(in_order.older_than(ms(800), answer), 64 - 2);
     }
 }

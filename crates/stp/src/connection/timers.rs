@@ -95,9 +95,12 @@ impl Connection {
         if !self.is_live() {
             return None;
         }
-        let poll = self.effective_poll_time(now);
-        self.timers.set_opt(Timer::Poll, poll);
+        // The pacer's answer once for both timers (it only brings the bucket up to `now`, which
+        // the POLL's time does not read).
         let sd = self.next_sd_time(now);
+        let next_poll = self.next_poll(now);
+        let poll = self.effective_poll_time(now, next_poll, Some(sd));
+        self.timers.set_opt(Timer::Poll, poll);
         self.timers.set_opt(Timer::Pacing, sd);
         let feedback = self
             .feedback_pending()
