@@ -70,3 +70,8 @@ pub mod tunnel;
 #[cfg(feature = "runtime")]
 pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};
 pub use stream::{Target, Verdict};
+
+// The integration tests' shared helpers (`tests/common`) name the crate `pep`; the suites that
+// moved into the crate (they use what is not API) reuse them under that name.
+#[cfg(test)]
+extern crate self as pep;

@@ -38,7 +38,7 @@ impl Counter {
         self.0.load(Ordering::Relaxed)
     }
     /// Sets a count kept elsewhere (the hop's totals); it only ever moves up.
-    pub fn set(&self, v: u64) {
+    pub(crate) fn set(&self, v: u64) {
         self.0.fetch_max(v, Ordering::Relaxed);
     }
 }
@@ -68,13 +68,13 @@ impl Gauge {
 /// Which side this process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Side {
+pub(crate) enum Side {
     Terminal,
     Gateway,
 }
 
 impl Side {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Side::Terminal => "terminal",
             Side::Gateway => "gateway",
@@ -170,7 +170,7 @@ impl RefusalReason {
 /// Why a relayed connection ended. Only `Done` is a clean close (a FIN each way after every
 /// byte); every other reason ended the connection with a reset on the TCP side(s) still open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// Both directions finished (FIN each way).
     Done,
     /// Idle in both directions for `idle_timeout_s`; both sides were reset.
@@ -488,7 +488,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(side: Side) -> Self {
+    pub(crate) fn new(side: Side) -> Self {
         Self::with_status_capacity(side, DEFAULT_MAX_STATUS_ENTRIES)
     }
 
@@ -539,7 +539,7 @@ impl Metrics {
         &self.connections_refused[reason.index()]
     }
     /// Connections that ended for `reason`.
-    pub fn closed(&self, reason: CloseReason) -> &Counter {
+    pub(crate) fn closed(&self, reason: CloseReason) -> &Counter {
         &self.connections_closed[reason.index()]
     }
     /// Payload bytes at the TCP side moving in `dir`.
@@ -566,7 +566,7 @@ impl Metrics {
     }
     /// Records the terminal's QUIC policy: `/metrics` then shows it, and for block and reject
     /// [`Metrics::quic_packets`].
-    pub fn set_quic_policy(&self, policy: crate::quic_policy::QuicPolicy) {
+    pub(crate) fn set_quic_policy(&self, policy: crate::quic_policy::QuicPolicy) {
         if let Ok(mut p) = self.quic_policy.lock() {
             *p = Some(policy);
         }
@@ -697,7 +697,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every metric.
-    pub fn prometheus_text(&self) -> String {
+    pub(crate) fn prometheus_text(&self) -> String {
         let side = self.side.as_str();
         let mut out = String::with_capacity(8192);
         let mut family =
@@ -1073,6 +1073,12 @@ fn escape_label(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+// The exposition against the documentation and the Grafana dashboard: they need
+// `prometheus_text` and the QUIC policy gauge, which are not API.
+#[cfg(test)]
+mod tests_docs;
+#[cfg(test)]
+mod tests_grafana;
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -674,3 +674,15 @@ pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout:
     }
     clean
 }
+
+// The end-to-end suites that drive the stack together with what is not API (the split-TCP
+// hop's own start, the limits' accounting, the outbound TCP check); they share the helpers of
+// the integration tests in `tests/`, which name the crate `pep` (lib.rs aliases it in tests).
+#[cfg(test)]
+#[allow(unreachable_pub)]
+#[path = "../tests/common/mod.rs"]
+mod tests_common;
+#[cfg(test)]
+mod tests_ops;
+#[cfg(test)]
+mod tests_tcp_hop;

@@ -152,7 +152,7 @@ pub struct StpStatus {
 }
 
 /// STP counters summed over every connection the hop has had (live and closed).
-pub type StpTotals = stp::ConnectionTotals;
+pub(crate) type StpTotals = stp::ConnectionTotals;
 
 /// The tunnel's state as a terminal sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

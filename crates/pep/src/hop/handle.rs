@@ -104,7 +104,7 @@ impl HopStream {
     }
 
     /// Gateway side: the public key of the terminal that opened the stream.
-    pub fn peer_key(&self) -> Option<PublicKey> {
+    pub(crate) fn peer_key(&self) -> Option<PublicKey> {
         self.peer_key
     }
 
@@ -384,7 +384,7 @@ impl Hop {
     /// Gateway: serves the terminal keys in `allowed` from now on (a reloaded allow-list):
     /// sessions of kept keys carry on; those of removed keys end, and their connections fail.
     /// Returns the keys added and removed (none on a terminal's hop).
-    pub async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
+    pub(crate) async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
         // Every worker holds the same list, so the first one's change is every one's.
         let mut change = None;
         for tx in &self.workers {
@@ -406,7 +406,7 @@ impl Hop {
     /// key changeover (a reload of `private_key_file` / `next_private_key_file`); the sessions
     /// made under the keys before carry on. The public keys now accepted; `None` on a hop that
     /// cannot change its key while running (a terminal's, or the split-TCP hop).
-    pub async fn set_gateway_keys(
+    pub(crate) async fn set_gateway_keys(
         &self,
         key: PrivateKey,
         next: Option<PrivateKey>,

@@ -21,7 +21,7 @@ mod shaper;
 #[cfg(feature = "runtime")]
 pub(crate) mod stp;
 #[cfg(feature = "runtime")]
-pub mod tcp;
+pub(crate) mod tcp;
 #[cfg(feature = "runtime")]
 pub(crate) mod udp_batch;
 
@@ -31,8 +31,8 @@ pub(crate) mod udp_batch;
 mod tests_core;
 
 pub use core::{
-    HopStatus, RekeyConfig, StpStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport,
-    TunnelState, FAILOVER_AFTER_HANDSHAKES, REHANDSHAKE_AFTER,
+    HopStatus, RekeyConfig, StpStatus, StreamEvent, StreamStatus, TunnelReport, TunnelState,
+    FAILOVER_AFTER_HANDSHAKES, REHANDSHAKE_AFTER,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
