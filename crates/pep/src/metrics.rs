@@ -45,7 +45,7 @@ impl Counter {
 
 /// A value that goes up and down.
 #[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
+pub(crate) struct Gauge(AtomicI64);
 
 impl Gauge {
     pub(crate) fn inc(&self) {
@@ -60,7 +60,7 @@ impl Gauge {
     pub(crate) fn set(&self, v: i64) {
         self.0.store(v, Ordering::Relaxed);
     }
-    pub fn get(&self) -> i64 {
+    pub(crate) fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -438,9 +438,9 @@ pub struct Metrics {
     side: Side,
     started: Instant,
     /// Relayed connections open now (admitted and not yet ended).
-    pub connections_active: Gauge,
+    pub(crate) connections_active: Gauge,
     /// Relayed connections admitted since start.
-    pub connections_total: Counter,
+    pub(crate) connections_total: Counter,
     connections_refused: [Counter; RefusalReason::ALL.len()],
     connections_closed: [Counter; CloseReason::ALL.len()],
     tcp_bytes: [Counter; 2],
@@ -449,39 +449,39 @@ pub struct Metrics {
     stp_sent: [Counter; STP_TYPES],
     stp_received: [Counter; STP_TYPES],
     /// STP SDs retransmitted by this side (live and closed connections).
-    pub stp_retransmissions: Counter,
+    pub(crate) stp_retransmissions: Counter,
     /// SD payload bytes retransmitted by this side.
-    pub stp_retransmitted_bytes: Counter,
+    pub(crate) stp_retransmitted_bytes: Counter,
     auth_failures: [Counter; 4],
     /// Datagrams the hop dropped before its STP endpoint, by [`HOP_DROP_REASONS`].
     hop_dropped: [Counter; HOP_DROP_REASONS.len()],
     /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
-    pub stp_srtt_mean_us: Gauge,
-    pub stp_srtt_max_us: Gauge,
+    pub(crate) stp_srtt_mean_us: Gauge,
+    pub(crate) stp_srtt_max_us: Gauge,
     /// Sum and mean of the congestion windows of the STP connections open, bytes.
-    pub stp_cwnd_sum_bytes: Gauge,
-    pub stp_cwnd_mean_bytes: Gauge,
+    pub(crate) stp_cwnd_sum_bytes: Gauge,
+    pub(crate) stp_cwnd_mean_bytes: Gauge,
     /// STP connections open at the last hop snapshot.
-    pub stp_connections: Gauge,
+    pub(crate) stp_connections: Gauge,
     /// Terminal: whether the tunnel session to the gateway is up (1) or not (0).
-    pub hop_established: Gauge,
+    pub(crate) hop_established: Gauge,
     /// Tunnel handshakes completed (terminal: its own; gateway: all terminals').
-    pub tunnel_handshakes: Counter,
+    pub(crate) tunnel_handshakes: Counter,
     /// Tunnel rekeys completed, and rekeys left unanswered (terminal: the session was torn down
     /// for a new handshake; always 0 on a gateway).
-    pub tunnel_rekeys: Counter,
-    pub tunnel_rekey_failures: Counter,
+    pub(crate) tunnel_rekeys: Counter,
+    pub(crate) tunnel_rekey_failures: Counter,
     /// The tunnel's state, last handshake and last error at the last hop snapshot.
     tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
-    pub memory_reserved_bytes: Gauge,
+    pub(crate) memory_reserved_bytes: Gauge,
     /// Status entries not recorded because the table was full.
-    pub status_entries_dropped: Counter,
+    pub(crate) status_entries_dropped: Counter,
     /// Terminal in transparent mode: its QUIC policy ([`Metrics::set_quic_policy`]).
     quic_policy: Mutex<Option<crate::quic_policy::QuicPolicy>>,
     /// UDP 443 packets the QUIC policy's nftables rule dropped or rejected (its counter, as last
     /// read).
-    pub quic_packets: Counter,
+    pub(crate) quic_packets: Counter,
     status: Mutex<BTreeMap<u64, Arc<ConnTrack>>>,
     next_id: AtomicU64,
     max_status_entries: usize,

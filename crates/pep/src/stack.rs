@@ -676,13 +676,13 @@ pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout:
 }
 
 // The end-to-end suites that drive the stack together with what is not API (the split-TCP
-// hop's own start, the limits' accounting, the outbound TCP check); they share the helpers of
-// the integration tests in `tests/`, which name the crate `pep` (lib.rs aliases it in tests).
-#[cfg(test)]
-#[allow(unreachable_pub)]
-#[path = "../tests/common/mod.rs"]
-mod tests_common;
+// hop's own start, the limits' accounting, the outbound TCP check, each worker's status, how
+// long SOCKS5 fast open waits for early bytes).
 #[cfg(test)]
 mod tests_ops;
 #[cfg(test)]
+mod tests_socks;
+#[cfg(test)]
 mod tests_tcp_hop;
+#[cfg(test)]
+mod tests_workers;

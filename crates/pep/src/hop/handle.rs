@@ -245,7 +245,7 @@ pub enum Security {
     Gateway { responder: Box<Responder> },
     /// Terminal with several gateways (address and key), in order of preference: it uses the
     /// first that answers; when the one in use stops answering (no answer to a new handshake
-    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
+    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::core::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
     /// the terminal moves to the next, after the last back to the first; connections that had
     /// sent nothing yet open at the next one. `docs/scaling.md`.
     TerminalFailover {
@@ -324,7 +324,7 @@ impl Hop {
     }
 
     /// Each live worker's own status, in worker order.
-    pub async fn worker_statuses(&self) -> Vec<HopStatus> {
+    pub(crate) async fn worker_statuses(&self) -> Vec<HopStatus> {
         let mut all = Vec::with_capacity(self.workers.len());
         for tx in &self.workers {
             if let Some(s) = worker_status(tx).await {

@@ -29,10 +29,12 @@ pub(crate) mod udp_batch;
 // core's knobs (rekey timing, cipher suites, the sent-datagram count) that are not API.
 #[cfg(test)]
 mod tests_core;
+// The terminal's failover between gateways, timed against the re-handshake constants.
+#[cfg(all(test, feature = "runtime"))]
+mod tests_failover;
 
 pub use core::{
     HopStatus, RekeyConfig, StpStatus, StreamEvent, StreamStatus, TunnelReport, TunnelState,
-    FAILOVER_AFTER_HANDSHAKES, REHANDSHAKE_AFTER,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]

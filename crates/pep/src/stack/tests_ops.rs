@@ -2,7 +2,7 @@
 //! reflect a real transfer, idle connections are closed, host-name policy rules are enforced at
 //! the gateway, and the outbound TCP options are applied.
 
-use super::tests_common as common;
+use crate::tests_common as common;
 
 use common::{
     gateway_stack, hop_config, http_get, loopback_stp, pattern, policy, socks_connect_to,

@@ -2,7 +2,7 @@
 //! local origin server. Byte-exact transfers both ways, half-close each way, an unknown terminal
 //! key refused and counted, and a tampered byte on the hop killing only its own connection.
 
-use super::tests_common as common;
+use crate::tests_common as common;
 
 use crate::config::TcpOptions;
 use crate::hop::tcp::{start_gateway, start_terminal, TcpHopConfig};
