@@ -305,7 +305,7 @@ impl SharedConfig {
     }
 
     /// The tunnel suites of `tunnel_cipher` (default "auto").
-    pub fn tunnel_cipher(&self) -> Result<crate::tunnel::CipherChoice, ConfigError> {
+    pub(crate) fn tunnel_cipher(&self) -> Result<crate::tunnel::CipherChoice, ConfigError> {
         match &self.tunnel_cipher {
             None => Ok(crate::tunnel::CipherChoice::Auto),
             Some(s) => crate::tunnel::CipherChoice::parse(s).map_err(|r| bad("tunnel_cipher", r)),
@@ -520,7 +520,7 @@ fn default_rekey_after_messages() -> u64 {
 
 impl TerminalConfig {
     /// When the STP hop's tunnel rekeys (validated by [`Self::validate`]).
-    pub fn rekey(&self) -> crate::hop::RekeyConfig {
+    pub(crate) fn rekey(&self) -> crate::hop::RekeyConfig {
         crate::hop::RekeyConfig {
             after: std::time::Duration::from_secs(self.rekey_after_s),
             after_messages: self.rekey_after_messages,
@@ -645,7 +645,7 @@ impl TerminalConfig {
 
     /// The backup gateways' addresses (unresolved) and keys, in order (validated by
     /// [`Self::validate`]).
-    pub fn backup_gateways(&self) -> Result<Vec<(String, PublicKey)>, ConfigError> {
+    pub(crate) fn backup_gateways(&self) -> Result<Vec<(String, PublicKey)>, ConfigError> {
         let primary = self.gateway_public_key()?;
         self.backup_gateways
             .iter()
@@ -666,7 +666,7 @@ impl TerminalConfig {
     }
 
     /// The gateway's public key (validated by [`Self::validate`]).
-    pub fn gateway_public_key(&self) -> Result<PublicKey, ConfigError> {
+    pub(crate) fn gateway_public_key(&self) -> Result<PublicKey, ConfigError> {
         PublicKey::from_hex(&self.gateway_public_key)
             .map_err(|e| bad("terminal.gateway_public_key", e.to_string()))
     }
@@ -1102,7 +1102,7 @@ impl Limits {
 // Loading and shared checks
 
 /// Parses the text of a terminal file (`[terminal]` table) and validates it.
-pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
+pub(crate) fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
     from_toml::<TerminalFile<KnownKeys<TerminalConfig, GatewayConfig>>>(text)?;
     let mut c = from_toml::<TerminalFile<TerminalConfig>>(text)?.terminal;
     c.shared = from_toml::<TerminalFile<SharedConfig>>(text)?.terminal;
@@ -1111,7 +1111,7 @@ pub fn parse_terminal(text: &str) -> Result<TerminalConfig, ConfigError> {
 }
 
 /// Parses the text of a gateway file (`[gateway]` table) and validates it.
-pub fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
+pub(crate) fn parse_gateway(text: &str) -> Result<GatewayConfig, ConfigError> {
     from_toml::<GatewayFile<KnownKeys<GatewayConfig, TerminalConfig>>>(text)?;
     let mut c = from_toml::<GatewayFile<GatewayConfig>>(text)?.gateway;
     c.shared = from_toml::<GatewayFile<SharedConfig>>(text)?.gateway;

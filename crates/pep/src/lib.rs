@@ -7,7 +7,9 @@
 //!   [`stack::SocksListener`]) and [`Gateway::start`] with [`GatewayOptions`]
 //!   ([`stack::GatewayHops`], a [`gateway::policy::Policy`] from its
 //!   [`gateway::policy::PolicyConfig`], [`gateway::connect::ConnectOptions`]); each reports
-//!   [`hop::HopStatus`], its [`ops::Ops`] and [`metrics::Metrics`], and stops with a drain.
+//!   [`hop::HopStatus`], its [`ops::Ops`] and [`metrics::Metrics`] (exported as Prometheus
+//!   text on its metrics listener; in process, [`metrics::Metrics::refused`]), and stops with a
+//!   drain.
 //! - **The hop handle**, for a program that drives a hop itself: [`hop::Hop`] (started with a
 //!   [`hop::HopConfig`] and its [`hop::Security`]: a [`tunnel::Initiator`] or
 //!   [`tunnel::Responder`] and [`keys`]) hands out [`hop::HopStream`]s that deliver
@@ -70,3 +72,13 @@ pub mod tunnel;
 #[cfg(feature = "runtime")]
 pub use stack::{Gateway, GatewayOptions, Terminal, TerminalOptions};
 pub use stream::{Target, Verdict};
+
+// The suites that use what is not API live in the crate (`stack/tests_*.rs`,
+// `hop/tests_failover.rs`, `metrics/tests_*.rs`) and share the integration tests' helpers
+// (`tests/common`), which name the crate `pep`.
+#[cfg(test)]
+extern crate self as pep;
+#[cfg(all(test, feature = "runtime"))]
+#[allow(unreachable_pub)]
+#[path = "../tests/common/mod.rs"]
+mod tests_common;

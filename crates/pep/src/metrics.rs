@@ -38,14 +38,14 @@ impl Counter {
         self.0.load(Ordering::Relaxed)
     }
     /// Sets a count kept elsewhere (the hop's totals); it only ever moves up.
-    pub fn set(&self, v: u64) {
+    pub(crate) fn set(&self, v: u64) {
         self.0.fetch_max(v, Ordering::Relaxed);
     }
 }
 
 /// A value that goes up and down.
 #[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
+pub(crate) struct Gauge(AtomicI64);
 
 impl Gauge {
     pub(crate) fn inc(&self) {
@@ -60,7 +60,7 @@ impl Gauge {
     pub(crate) fn set(&self, v: i64) {
         self.0.store(v, Ordering::Relaxed);
     }
-    pub fn get(&self) -> i64 {
+    pub(crate) fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -68,13 +68,13 @@ impl Gauge {
 /// Which side this process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Side {
+pub(crate) enum Side {
     Terminal,
     Gateway,
 }
 
 impl Side {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Side::Terminal => "terminal",
             Side::Gateway => "gateway",
@@ -170,7 +170,7 @@ impl RefusalReason {
 /// Why a relayed connection ended. Only `Done` is a clean close (a FIN each way after every
 /// byte); every other reason ended the connection with a reset on the TCP side(s) still open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// Both directions finished (FIN each way).
     Done,
     /// Idle in both directions for `idle_timeout_s`; both sides were reset.
@@ -438,9 +438,9 @@ pub struct Metrics {
     side: Side,
     started: Instant,
     /// Relayed connections open now (admitted and not yet ended).
-    pub connections_active: Gauge,
+    pub(crate) connections_active: Gauge,
     /// Relayed connections admitted since start.
-    pub connections_total: Counter,
+    pub(crate) connections_total: Counter,
     connections_refused: [Counter; RefusalReason::ALL.len()],
     connections_closed: [Counter; CloseReason::ALL.len()],
     tcp_bytes: [Counter; 2],
@@ -449,46 +449,46 @@ pub struct Metrics {
     stp_sent: [Counter; STP_TYPES],
     stp_received: [Counter; STP_TYPES],
     /// STP SDs retransmitted by this side (live and closed connections).
-    pub stp_retransmissions: Counter,
+    pub(crate) stp_retransmissions: Counter,
     /// SD payload bytes retransmitted by this side.
-    pub stp_retransmitted_bytes: Counter,
+    pub(crate) stp_retransmitted_bytes: Counter,
     auth_failures: [Counter; 4],
     /// Datagrams the hop dropped before its STP endpoint, by [`HOP_DROP_REASONS`].
     hop_dropped: [Counter; HOP_DROP_REASONS.len()],
     /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
-    pub stp_srtt_mean_us: Gauge,
-    pub stp_srtt_max_us: Gauge,
+    pub(crate) stp_srtt_mean_us: Gauge,
+    pub(crate) stp_srtt_max_us: Gauge,
     /// Sum and mean of the congestion windows of the STP connections open, bytes.
-    pub stp_cwnd_sum_bytes: Gauge,
-    pub stp_cwnd_mean_bytes: Gauge,
+    pub(crate) stp_cwnd_sum_bytes: Gauge,
+    pub(crate) stp_cwnd_mean_bytes: Gauge,
     /// STP connections open at the last hop snapshot.
-    pub stp_connections: Gauge,
+    pub(crate) stp_connections: Gauge,
     /// Terminal: whether the tunnel session to the gateway is up (1) or not (0).
-    pub hop_established: Gauge,
+    pub(crate) hop_established: Gauge,
     /// Tunnel handshakes completed (terminal: its own; gateway: all terminals').
-    pub tunnel_handshakes: Counter,
+    pub(crate) tunnel_handshakes: Counter,
     /// Tunnel rekeys completed, and rekeys left unanswered (terminal: the session was torn down
     /// for a new handshake; always 0 on a gateway).
-    pub tunnel_rekeys: Counter,
-    pub tunnel_rekey_failures: Counter,
+    pub(crate) tunnel_rekeys: Counter,
+    pub(crate) tunnel_rekey_failures: Counter,
     /// The tunnel's state, last handshake and last error at the last hop snapshot.
     tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
-    pub memory_reserved_bytes: Gauge,
+    pub(crate) memory_reserved_bytes: Gauge,
     /// Status entries not recorded because the table was full.
-    pub status_entries_dropped: Counter,
+    pub(crate) status_entries_dropped: Counter,
     /// Terminal in transparent mode: its QUIC policy ([`Metrics::set_quic_policy`]).
     quic_policy: Mutex<Option<crate::quic_policy::QuicPolicy>>,
     /// UDP 443 packets the QUIC policy's nftables rule dropped or rejected (its counter, as last
     /// read).
-    pub quic_packets: Counter,
+    pub(crate) quic_packets: Counter,
     status: Mutex<BTreeMap<u64, Arc<ConnTrack>>>,
     next_id: AtomicU64,
     max_status_entries: usize,
 }
 
 impl Metrics {
-    pub fn new(side: Side) -> Self {
+    pub(crate) fn new(side: Side) -> Self {
         Self::with_status_capacity(side, DEFAULT_MAX_STATUS_ENTRIES)
     }
 
@@ -539,7 +539,7 @@ impl Metrics {
         &self.connections_refused[reason.index()]
     }
     /// Connections that ended for `reason`.
-    pub fn closed(&self, reason: CloseReason) -> &Counter {
+    pub(crate) fn closed(&self, reason: CloseReason) -> &Counter {
         &self.connections_closed[reason.index()]
     }
     /// Payload bytes at the TCP side moving in `dir`.
@@ -566,7 +566,7 @@ impl Metrics {
     }
     /// Records the terminal's QUIC policy: `/metrics` then shows it, and for block and reject
     /// [`Metrics::quic_packets`].
-    pub fn set_quic_policy(&self, policy: crate::quic_policy::QuicPolicy) {
+    pub(crate) fn set_quic_policy(&self, policy: crate::quic_policy::QuicPolicy) {
         if let Ok(mut p) = self.quic_policy.lock() {
             *p = Some(policy);
         }
@@ -697,7 +697,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every metric.
-    pub fn prometheus_text(&self) -> String {
+    pub(crate) fn prometheus_text(&self) -> String {
         let side = self.side.as_str();
         let mut out = String::with_capacity(8192);
         let mut family =
@@ -1073,6 +1073,12 @@ fn escape_label(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
+// The exposition against the documentation and the Grafana dashboard: they need
+// `prometheus_text` and the QUIC policy gauge, which are not API.
+#[cfg(test)]
+mod tests_docs;
+#[cfg(test)]
+mod tests_grafana;
 #[cfg(test)]
 mod tests {
     use super::*;

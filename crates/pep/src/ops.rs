@@ -180,7 +180,7 @@ pub struct OpsConfig {
 impl OpsConfig {
     /// A daemon's limits and timeouts: `limits` from its configuration, its `idle_timeout_s`
     /// and `connect_timeout_s`.
-    pub fn from_limits(
+    pub(crate) fn from_limits(
         limits: &crate::config::Limits,
         idle_timeout_s: u32,
         connect_timeout_s: u32,

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use thiserror::Error;
 
 /// The nftables table (family `inet`) the terminal owns for its QUIC policy.
-pub const TABLE: &str = "satstp_quic";
+pub(crate) const TABLE: &str = "satstp_quic";
 /// The named counter in [`TABLE`] of UDP 443 packets the policy dropped or rejected.
 pub(crate) const COUNTER: &str = "quic_udp443";
 
@@ -158,7 +158,7 @@ pub fn apply(policy: QuicPolicy) -> Result<(), QuicPolicyError> {
 }
 
 /// Deletes [`TABLE`] if it exists (at stop, and before pass).
-pub fn remove() {
+pub(crate) fn remove() {
     let _ = nft(&["delete", "table", "inet", TABLE], None);
 }
 

@@ -41,7 +41,7 @@ impl From<SockoptError> for io::Error {
 /// Buffer sizes the kernel granted (it caps requests at `net.core.wmem_max` / `rmem_max` and
 /// reports twice the usable size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrantedBuffers {
+pub(crate) struct GrantedBuffers {
     pub send_buffer_bytes: usize,
     pub recv_buffer_bytes: usize,
 }
@@ -238,7 +238,7 @@ pub(crate) fn set_max_pacing_rate(_sock: &SockRef<'_>, _bps: u64) -> io::Result<
 
 /// Applies `o` to a throwaway socket: whether this kernel and process accept the options, and
 /// what buffer sizes it grants.
-pub fn check_tcp_options(o: &TcpOptions) -> Result<GrantedBuffers, SockoptError> {
+pub(crate) fn check_tcp_options(o: &TcpOptions) -> Result<GrantedBuffers, SockoptError> {
     let sock =
         Socket::new(Domain::IPV4, Type::STREAM, None).map_err(|source| SockoptError::Socket {
             field: "socket",

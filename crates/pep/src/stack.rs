@@ -674,3 +674,15 @@ pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout:
     }
     clean
 }
+
+// The end-to-end suites that drive the stack together with what is not API (the split-TCP
+// hop's own start, the limits' accounting, the outbound TCP check, each worker's status, how
+// long SOCKS5 fast open waits for early bytes).
+#[cfg(test)]
+mod tests_ops;
+#[cfg(test)]
+mod tests_socks;
+#[cfg(test)]
+mod tests_tcp_hop;
+#[cfg(test)]
+mod tests_workers;

@@ -3,8 +3,8 @@
 mod common;
 
 use common::{
-    fnv, hop_config, hop_config_for, origin, pattern, profile_links, socks_connect,
-    socks_pair_opts, Setup,
+    assert_reset, closed_port, fetch_1000, fnv, geo_pair, origin, pattern, setup_opts,
+    socks_connect, Setup,
 };
 
 use linkem::Profile;
@@ -14,52 +14,6 @@ use tokio::net::TcpListener;
 
 async fn setup(profile: Option<Profile>, allow: Vec<String>) -> Setup {
     setup_opts(profile, allow, false).await
-}
-
-/// [`setup`] with the terminal's SOCKS5 fast open on or off.
-async fn setup_opts(profile: Option<Profile>, allow: Vec<String>, fast_open: bool) -> Setup {
-    // With a profile both sides are sized from its allocation, as the daemons do from their
-    // configuration files.
-    let (term, gw) = match profile.map(profile_links) {
-        Some((t, g)) => (hop_config_for(1, t), hop_config_for(2, g)),
-        None => (hop_config(1, 4 << 20), hop_config(2, 4 << 20)),
-    };
-    socks_pair_opts(term, gw, profile.map(|p| p.links()), allow, fast_open).await
-}
-
-/// Over the `geo` profile, reaching loopback, fast open on or off.
-async fn geo_pair(fast_open: bool) -> Setup {
-    setup_opts(Some(Profile::Geo), vec!["127.0.0.0/8".into()], fast_open).await
-}
-
-/// A loopback port nothing listens on (bound, then closed).
-async fn closed_port() -> std::net::SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
-}
-
-/// The client's next read, within 30 s, is a reset: a refused connect after fast open.
-async fn assert_reset(s: &mut tokio::net::TcpStream) {
-    let mut buf = [0u8; 16];
-    let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
-        .await
-        .unwrap();
-    assert_eq!(
-        r.map_err(|e| e.kind()),
-        Err(std::io::ErrorKind::ConnectionReset),
-        "a refused connect must reset the client"
-    );
-}
-
-/// Asks the origin for 1000 pattern bytes over `s` and checks the whole answer.
-async fn fetch_1000(s: &mut tokio::net::TcpStream) {
-    s.write_all(b"D 1000\n").await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(got == pattern(0, 1000));
 }
 
 /// The acceptance run: 20 MB down and 5 MB up byte-exact through the `geo` profile
@@ -201,37 +155,4 @@ async fn fast_open_saves_a_round_trip_and_resets_on_failure() {
         "fast open should take about one round trip, took {:.2} s",
         times[1]
     );
-}
-
-/// SOCKS5 fast open over GEO with a client that writes its request later than the terminal waits
-/// for early bytes (as a browser may, with a connection it opened before it had a request for
-/// it): the request crosses the hop at once instead of waiting for the gateway's verdict, so its
-/// answer comes one round trip after it was written, not two; a refused connect still resets
-/// the client after it wrote.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fast_open_requests_written_late_do_not_wait_for_the_verdict() {
-    let origin = origin().await;
-    let st = geo_pair(true).await;
-    let late = pep::terminal::SOCKS_EARLY_DATA_WAIT * 20;
-    for round in 0..2 {
-        let (mut s, code) = socks_connect(st.socks, origin).await;
-        assert_eq!(code, 0);
-        tokio::time::sleep(late).await;
-        let t0 = Instant::now();
-        fetch_1000(&mut s).await;
-        // The first connection brings the tunnel up; the second is timed.
-        if round == 1 {
-            let took = t0.elapsed().as_secs_f64();
-            eprintln!("request written {late:?} after the SOCKS5 reply: answered in {took:.2} s");
-            assert!(
-                took < 0.9,
-                "one round trip after the request expected, took {took:.2} s"
-            );
-        }
-    }
-    let (mut s, code) = socks_connect(st.socks, closed_port().await).await;
-    assert_eq!(code, 0, "fast open answers before the verdict");
-    tokio::time::sleep(late).await;
-    s.write_all(b"D 1000\n").await.unwrap();
-    assert_reset(&mut s).await;
 }

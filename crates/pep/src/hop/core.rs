@@ -42,10 +42,10 @@ pub(crate) const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// to try the preferred suite again (`docs/tunnel.md`, "Cipher").
 pub(crate) const UPGRADE_AFTER: Duration = Duration::from_secs(3);
 /// Terminal: sending without hearing anything authenticated for this long starts a new handshake.
-pub const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const REHANDSHAKE_AFTER: Duration = Duration::from_secs(5);
 /// Terminal with several gateways: handshake initiations a gateway may leave unanswered before
 /// the terminal moves on to the next one (one every [`HANDSHAKE_RETRY`]).
-pub const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
+pub(crate) const FAILOVER_AFTER_HANDSHAKES: u32 = 3;
 /// Terminal: handshake initiations (per gateway) left unanswered before the tunnel counts as
 /// down: the cause is logged, waiting opens that have sent nothing fail, new opens are refused.
 pub(crate) const DOWN_AFTER_HANDSHAKES: u32 = 3;
@@ -152,7 +152,7 @@ pub struct StpStatus {
 }
 
 /// STP counters summed over every connection the hop has had (live and closed).
-pub type StpTotals = stp::ConnectionTotals;
+pub(crate) type StpTotals = stp::ConnectionTotals;
 
 /// The tunnel's state as a terminal sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -104,7 +104,7 @@ impl HopStream {
     }
 
     /// Gateway side: the public key of the terminal that opened the stream.
-    pub fn peer_key(&self) -> Option<PublicKey> {
+    pub(crate) fn peer_key(&self) -> Option<PublicKey> {
         self.peer_key
     }
 
@@ -245,7 +245,7 @@ pub enum Security {
     Gateway { responder: Box<Responder> },
     /// Terminal with several gateways (address and key), in order of preference: it uses the
     /// first that answers; when the one in use stops answering (no answer to a new handshake
-    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
+    /// for [`FAILOVER_AFTER_HANDSHAKES`](super::core::FAILOVER_AFTER_HANDSHAKES) tries), the connections that reached it are reset and
     /// the terminal moves to the next, after the last back to the first; connections that had
     /// sent nothing yet open at the next one. `docs/scaling.md`.
     TerminalFailover {
@@ -324,7 +324,7 @@ impl Hop {
     }
 
     /// Each live worker's own status, in worker order.
-    pub async fn worker_statuses(&self) -> Vec<HopStatus> {
+    pub(crate) async fn worker_statuses(&self) -> Vec<HopStatus> {
         let mut all = Vec::with_capacity(self.workers.len());
         for tx in &self.workers {
             if let Some(s) = worker_status(tx).await {
@@ -384,7 +384,7 @@ impl Hop {
     /// Gateway: serves the terminal keys in `allowed` from now on (a reloaded allow-list):
     /// sessions of kept keys carry on; those of removed keys end, and their connections fail.
     /// Returns the keys added and removed (none on a terminal's hop).
-    pub async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
+    pub(crate) async fn set_allowed_terminals(&self, allowed: Vec<PublicKey>) -> AllowedChange {
         // Every worker holds the same list, so the first one's change is every one's.
         let mut change = None;
         for tx in &self.workers {
@@ -406,7 +406,7 @@ impl Hop {
     /// key changeover (a reload of `private_key_file` / `next_private_key_file`); the sessions
     /// made under the keys before carry on. The public keys now accepted; `None` on a hop that
     /// cannot change its key while running (a terminal's, or the split-TCP hop).
-    pub async fn set_gateway_keys(
+    pub(crate) async fn set_gateway_keys(
         &self,
         key: PrivateKey,
         next: Option<PrivateKey>,

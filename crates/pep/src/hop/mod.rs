@@ -21,7 +21,7 @@ mod shaper;
 #[cfg(feature = "runtime")]
 pub(crate) mod stp;
 #[cfg(feature = "runtime")]
-pub mod tcp;
+pub(crate) mod tcp;
 #[cfg(feature = "runtime")]
 pub(crate) mod udp_batch;
 
@@ -29,10 +29,12 @@ pub(crate) mod udp_batch;
 // core's knobs (rekey timing, cipher suites, the sent-datagram count) that are not API.
 #[cfg(test)]
 mod tests_core;
+// The terminal's failover between gateways, timed against the re-handshake constants.
+#[cfg(all(test, feature = "runtime"))]
+mod tests_failover;
 
 pub use core::{
-    HopStatus, RekeyConfig, StpStatus, StpTotals, StreamEvent, StreamStatus, TunnelReport,
-    TunnelState, FAILOVER_AFTER_HANDSHAKES, REHANDSHAKE_AFTER,
+    HopStatus, RekeyConfig, StpStatus, StreamEvent, StreamStatus, TunnelReport, TunnelState,
 };
 pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]

@@ -104,7 +104,7 @@ const READ_BUFFER: usize = 128 << 10;
 
 /// Parameters of a TCP hop.
 #[derive(Debug, Clone)]
-pub struct TcpHopConfig {
+pub(crate) struct TcpHopConfig {
     /// Bytes a stream's writer may have handed over and not yet seen written to the hop socket.
     pub relay_buffer_bytes: u32,
     pub tuning: TcpOptions,
@@ -260,7 +260,7 @@ struct TerminalSide {
 
 /// Starts a terminal's TCP hop to `gateway`, whose static key is `gateway_key`. The tuning is
 /// checked here, so a kernel lacking the congestion control fails the start, not each stream.
-pub fn start_terminal(
+pub(crate) fn start_terminal(
     local: PrivateKey,
     gateway_key: PublicKey,
     gateway: SocketAddr,
@@ -451,7 +451,7 @@ struct GatewaySide {
 
 /// Starts a gateway's TCP hop listening on `listen`, serving the terminals whose keys are in
 /// `allowed`. Streams the terminals open arrive on the returned hop's `incoming`.
-pub fn start_gateway(
+pub(crate) fn start_gateway(
     listen: SocketAddr,
     local: PrivateKey,
     next: Option<PrivateKey>,

@@ -7,8 +7,6 @@ pub(crate) mod http_connect;
 pub(crate) mod socks5;
 pub(crate) mod tproxy;
 
-pub use socks5::SOCKS_EARLY_DATA_WAIT;
-
 use crate::hop::{AbortCode, Hop, HopError, HopStream, StreamError, StreamEvent};
 use crate::stream::{split_verdict, StreamHeader, Target, Verdict, MAX_HEADER};
 use std::net::SocketAddr;

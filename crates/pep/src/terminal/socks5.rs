@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// How long a fast-open SOCKS5 terminal waits for the client's first bytes after its early
 /// success reply before opening the stream without them.
-pub const SOCKS_EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
+pub(crate) const SOCKS_EARLY_DATA_WAIT: Duration = Duration::from_millis(5);
 /// Most client bytes a fast-open SOCKS5 terminal carries with the stream header.
 const SOCKS_MAX_EARLY: usize = 4096;
 

@@ -134,10 +134,10 @@ impl Cipher {
     }
 
     /// Every suite, in the order of [`Cipher::index`].
-    pub const ALL: [Cipher; 2] = [Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm];
+    pub(crate) const ALL: [Cipher; 2] = [Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm];
 
     /// The suite's place in [`Cipher::ALL`] (and in per-suite counts).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Cipher::ChaCha20Poly1305 => 0,
             Cipher::Aes256Gcm => 1,

@@ -428,3 +428,125 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_owned()
 }
+
+/// Hop workers per side in the pair of [`pair`].
+pub const WORKERS: usize = 2;
+
+/// A gateway and a terminal of [`WORKERS`] workers each, and what the worker tests read of them.
+pub struct Pair {
+    pub socks: SocketAddr,
+    pub gw_metrics: SocketAddr,
+    pub terminal_key: PublicKey,
+    pub term: pep::Terminal,
+    pub gw: pep::Gateway,
+}
+
+/// A gateway and a terminal of [`WORKERS`] workers each on loopback, the gateway with limits
+/// `ops` and `/metrics`; `gw` and `term` are the hops' parameters.
+/// The pair most tests use: a 1 MiB relay buffer on both sides, seeds 2 and 1.
+pub async fn default_pair(ops: OpsConfig) -> Pair {
+    pair(hop_config(2, 1 << 20), hop_config(1, 1 << 20), ops).await
+}
+
+pub async fn pair(gw: HopConfig, term: HopConfig, ops: OpsConfig) -> Pair {
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let mut stp = loopback_stp(&gw);
+    stp.workers = WORKERS;
+    let mut o = GatewayOptions::new(
+        gk,
+        vec![tp],
+        "127.0.0.1:0".parse().unwrap(),
+        stp,
+        gw.relay_buffer_bytes,
+        policy(vec!["127.0.0.0/8".into()], vec![]),
+        Duration::from_secs(5),
+    );
+    o.ops = ops;
+    o.outbound_tcp = TcpOptions::default();
+    o.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let gateway = pep::Gateway::start(o).await.unwrap();
+    let mut stp = loopback_stp(&term);
+    stp.workers = WORKERS;
+    let mut t = TerminalOptions::new(
+        tk,
+        gateway.hop_addr(),
+        gp,
+        TerminalHop::Stp(Box::new(stp)),
+        term.relay_buffer_bytes,
+    );
+    t.socks = Some(SocksListener {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        auth: SocksAuth::None,
+        fast_open: false,
+    });
+    let terminal = pep::Terminal::start(t).await.unwrap();
+    Pair {
+        socks: terminal.socks_addr().unwrap(),
+        gw_metrics: gateway.metrics_addr().unwrap(),
+        terminal_key: tp,
+        term: terminal,
+        gw: gateway,
+    }
+}
+
+/// Downloads `n` bytes from the origin through the terminal; true if they arrived whole.
+pub async fn download(socks: SocketAddr, origin: SocketAddr, n: usize) -> bool {
+    let (mut s, code) = socks_connect(socks, origin).await;
+    if code != 0 {
+        return false;
+    }
+    if s.write_all(format!("D {n}\n").as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut got = Vec::with_capacity(n);
+    let ok = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got)).await;
+    matches!(ok, Ok(Ok(_))) && got == pattern(0, n)
+}
+
+/// A SOCKS5 pair over `profile` (sized from it) or plain loopback, the gateway allowing
+/// `allow`, the terminal's SOCKS5 fast open on or off.
+pub async fn setup_opts(profile: Option<Profile>, allow: Vec<String>, fast_open: bool) -> Setup {
+    // With a profile both sides are sized from its allocation, as the daemons do from their
+    // configuration files.
+    let (term, gw) = match profile.map(profile_links) {
+        Some((t, g)) => (hop_config_for(1, t), hop_config_for(2, g)),
+        None => (hop_config(1, 4 << 20), hop_config(2, 4 << 20)),
+    };
+    socks_pair_opts(term, gw, profile.map(|p| p.links()), allow, fast_open).await
+}
+
+/// Over the `geo` profile, reaching loopback, fast open on or off.
+pub async fn geo_pair(fast_open: bool) -> Setup {
+    setup_opts(Some(Profile::Geo), vec!["127.0.0.0/8".into()], fast_open).await
+}
+
+/// A loopback port nothing listens on (bound, then closed).
+pub async fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The client's next read, within 30 s, is a reset: a refused connect after fast open.
+pub async fn assert_reset(s: &mut TcpStream) {
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "a refused connect must reset the client"
+    );
+}
+
+/// Asks the origin for 1000 pattern bytes over `s` and checks the whole answer.
+pub async fn fetch_1000(s: &mut TcpStream) {
+    s.write_all(b"D 1000\n").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got == pattern(0, 1000));
+}

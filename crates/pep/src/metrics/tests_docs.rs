@@ -2,7 +2,7 @@
 //! `satstp_…` name in README.md, docs/*.md and deploy/*.md appears in the `/metrics` text of
 //! the terminal or the gateway (`Metrics::prometheus_text`, what `/metrics` serves).
 
-use pep::metrics::{Metrics, Side};
+use crate::metrics::{Metrics, Side};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -46,7 +46,7 @@ fn every_metric_named_in_the_docs_is_exported() {
         let m = Metrics::new(side);
         // The QUIC policy's lines appear once a transparent terminal has one.
         if side == Side::Terminal {
-            m.set_quic_policy(pep::quic_policy::QuicPolicy::Block);
+            m.set_quic_policy(crate::quic_policy::QuicPolicy::Block);
         }
         for line in m.prometheus_text().lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -2,17 +2,17 @@
 //! reflect a real transfer, idle connections are closed, host-name policy rules are enforced at
 //! the gateway, and the outbound TCP options are applied.
 
-mod common;
+use crate::tests_common as common;
 
 use common::{
     gateway_stack, hop_config, http_get, loopback_stp, pattern, policy, socks_connect_to,
 };
 
-use pep::config::TcpOptions;
-use pep::keys::generate_keypair;
-use pep::ops::{Ops, OpsConfig};
-use pep::socks::SocksAuth;
-use pep::stack::{SocksListener, TerminalHop, TerminalOptions};
+use crate::config::TcpOptions;
+use crate::keys::generate_keypair;
+use crate::ops::{Ops, OpsConfig};
+use crate::socks::SocksAuth;
+use crate::stack::{SocksListener, TerminalHop, TerminalOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ struct Setup {
     gw_metrics: SocketAddr,
     term_ops: Arc<Ops>,
     gw_ops: Arc<Ops>,
-    _stacks: (pep::Terminal, pep::Gateway),
+    _stacks: (crate::Terminal, crate::Gateway),
 }
 
 struct Options {
@@ -82,7 +82,7 @@ async fn setup(o: Options) -> Setup {
     t.http_connect = Some(local);
     t.metrics_listen = Some(local);
     t.ops = o.term;
-    let term = pep::Terminal::start(t).await.unwrap();
+    let term = crate::Terminal::start(t).await.unwrap();
     Setup {
         socks: term.socks_addr().unwrap(),
         http: term.http_connect_addr().unwrap(),
@@ -282,7 +282,7 @@ async fn terminal_limits_refuse_cleanly_and_count() {
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
     let m = s.term_ops.metrics();
     assert_eq!(
-        m.refused(pep::metrics::RefusalReason::ConnectionLimit)
+        m.refused(crate::metrics::RefusalReason::ConnectionLimit)
             .get(),
         2
     );
@@ -326,13 +326,16 @@ async fn gateway_limits_per_terminal_and_memory() {
     assert_eq!((ca, cb), (0, 1), "the gateway refuses the second");
     let g = s.gw_ops.metrics();
     assert_eq!(
-        g.refused(pep::metrics::RefusalReason::TerminalLimit).get(),
+        g.refused(crate::metrics::RefusalReason::TerminalLimit)
+            .get(),
         1
     );
     // The terminal saw the gateway's refusal as a failed connect.
     let t = s.term_ops.metrics();
     eventually("the terminal to count the refusal", || {
-        t.refused(pep::metrics::RefusalReason::ConnectFailed).get() == 1
+        t.refused(crate::metrics::RefusalReason::ConnectFailed)
+            .get()
+            == 1
     })
     .await;
 }
@@ -342,9 +345,9 @@ async fn gateway_limits_per_terminal_and_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_limits_admit_hundreds_of_connections() {
     const N: usize = 600;
-    let _ = pep::fdlimit::raise_nofile_limit();
+    let _ = crate::fdlimit::raise_nofile_limit();
     let origin = origin().await;
-    let defaults = pep::ops::OpsConfig::from_limits(&pep::config::Limits::default(), 300, 30);
+    let defaults = crate::ops::OpsConfig::from_limits(&crate::config::Limits::default(), 300, 30);
     let s = setup(Options {
         term: defaults.clone(),
         gw: defaults,
@@ -372,9 +375,9 @@ async fn the_default_limits_admit_hundreds_of_connections() {
         assert_eq!(back, format!("{i:05}").as_bytes());
     }
     for m in [s.term_ops.metrics(), s.gw_ops.metrics()] {
-        assert_eq!(m.refused(pep::metrics::RefusalReason::Memory).get(), 0);
+        assert_eq!(m.refused(crate::metrics::RefusalReason::Memory).get(), 0);
     }
-    assert!(s.gw_ops.reserved_bytes() <= pep::config::Limits::default().memory_cap_bytes);
+    assert!(s.gw_ops.reserved_bytes() <= crate::config::Limits::default().memory_cap_bytes);
 }
 
 /// Clients that ask for much and read nothing: their bytes pile up in the relays (at the
@@ -457,11 +460,11 @@ async fn a_flood_of_slow_readers_cannot_exceed_the_cap() {
     let refused = s
         .term_ops
         .metrics()
-        .refused(pep::metrics::RefusalReason::Memory)
+        .refused(crate::metrics::RefusalReason::Memory)
         .get()
         + s.gw_ops
             .metrics()
-            .refused(pep::metrics::RefusalReason::Memory)
+            .refused(crate::metrics::RefusalReason::Memory)
             .get();
     assert!(refused >= 1);
     // The clients read at last: every byte arrives, in order.
@@ -522,7 +525,7 @@ async fn idle_connection_is_reset_and_counted() {
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
     assert!(started.elapsed() >= Duration::from_millis(600));
     let m = s.term_ops.metrics();
-    assert_eq!(m.closed(pep::metrics::CloseReason::IdleTimeout).get(), 1);
+    assert_eq!(m.closed(crate::metrics::CloseReason::IdleTimeout).get(), 1);
     // The gateway's side of it is torn down as well.
     let g = s.gw_ops.metrics();
     eventually("the gateway to close its side", || {
@@ -546,7 +549,7 @@ async fn host_name_rules_are_enforced_at_the_gateway() {
     assert_eq!(
         s.gw_ops
             .metrics()
-            .refused(pep::metrics::RefusalReason::Policy)
+            .refused(crate::metrics::RefusalReason::Policy)
             .get(),
         1
     );
@@ -579,7 +582,7 @@ async fn host_name_rules_are_enforced_at_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outbound_tcp_options_are_applied() {
-    assert!(pep::sockopt::check_tcp_options(&TcpOptions {
+    assert!(crate::sockopt::check_tcp_options(&TcpOptions {
         congestion: Some("nosuchcc".into()),
         ..TcpOptions::default()
     })
@@ -600,7 +603,7 @@ async fn outbound_tcp_options_are_applied() {
     assert_eq!(
         s.gw_ops
             .metrics()
-            .refused(pep::metrics::RefusalReason::ConnectFailed)
+            .refused(crate::metrics::RefusalReason::ConnectFailed)
             .get(),
         1
     );
@@ -689,7 +692,7 @@ async fn plain_http_requests_are_forwarded_with_curl_x() {
     let refused = s
         .gw_ops
         .metrics()
-        .refused(pep::metrics::RefusalReason::Policy)
+        .refused(crate::metrics::RefusalReason::Policy)
         .get();
     assert_eq!(refused, 1);
     // A request that names no destination is still refused by the proxy itself.

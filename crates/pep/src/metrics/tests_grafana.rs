@@ -6,10 +6,10 @@
 //! connections, refusals by reason, POLL/STAT/USTAT rates, retransmissions, srtt, cwnd, auth
 //! failures).
 
-use pep::metrics::{Metrics, Side};
+use crate::metrics::{Metrics, Side};
 use std::collections::{BTreeMap, BTreeSet};
 
-const DASHBOARD: &str = include_str!("../../../deploy/grafana/satstp-dashboard.json");
+const DASHBOARD: &str = include_str!("../../../../deploy/grafana/satstp-dashboard.json");
 /// Labels Prometheus attaches to every scraped series.
 const SCRAPE_LABELS: [&str; 2] = ["instance", "job"];
 

@@ -2,18 +2,18 @@
 //! local origin server. Byte-exact transfers both ways, half-close each way, an unknown terminal
 //! key refused and counted, and a tampered byte on the hop killing only its own connection.
 
-mod common;
+use crate::tests_common as common;
 
+use crate::config::TcpOptions;
+use crate::hop::tcp::{start_gateway, start_terminal, TcpHopConfig};
+use crate::hop::AbortCode;
+use crate::hop::Hop;
+use crate::keys::{generate_keypair, PrivateKey, PublicKey};
+use crate::socks::SocksAuth;
 use common::{
     download_or_upload, fnv, loopback_policy, pattern, read_hop_stream, relay_incoming,
     socks_connect as socks_request, spawn_origin,
 };
-use pep::config::TcpOptions;
-use pep::hop::tcp::{start_gateway, start_terminal, TcpHopConfig};
-use pep::hop::AbortCode;
-use pep::hop::Hop;
-use pep::keys::{generate_keypair, PrivateKey, PublicKey};
-use pep::socks::SocksAuth;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -113,22 +113,22 @@ async fn terminal(
     gateway: SocketAddr,
 ) -> (SocketAddr, Arc<Hop>) {
     let c = hop_config();
-    let mut o = pep::TerminalOptions::new(
+    let mut o = crate::TerminalOptions::new(
         key,
         gateway,
         gateway_key,
-        pep::stack::TerminalHop::Tcp {
+        crate::stack::TerminalHop::Tcp {
             tuning: c.tuning,
             handshake_timeout: c.handshake_timeout,
         },
         c.relay_buffer_bytes,
     );
-    o.socks = Some(pep::stack::SocksListener {
+    o.socks = Some(crate::stack::SocksListener {
         listen: "127.0.0.1:0".parse().unwrap(),
         auth: SocksAuth::None,
         fast_open: false,
     });
-    let t = pep::Terminal::start(o).await.unwrap();
+    let t = crate::Terminal::start(o).await.unwrap();
     (t.socks_addr().unwrap(), Arc::clone(t.hop()))
 }
 
@@ -445,7 +445,7 @@ async fn tampered_download_byte_fails_only_its_connection_at_the_terminal() {
 /// holds the writer back instead of letting buffers grow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_events_and_backpressure() {
-    use pep::hop::StreamEvent;
+    use crate::hop::StreamEvent;
     let (tk, tp) = generate_keypair().unwrap();
     let (gk, gp) = generate_keypair().unwrap();
     let mut gw = start_gateway(
@@ -458,7 +458,7 @@ async fn stream_events_and_backpressure() {
     .unwrap();
     let term = start_terminal(tk, gp, gw.local_addr(), hop_config()).unwrap();
 
-    async fn read_all(s: &mut pep::hop::HopStream) -> (Vec<u8>, Option<StreamEvent>) {
+    async fn read_all(s: &mut crate::hop::HopStream) -> (Vec<u8>, Option<StreamEvent>) {
         tokio::time::timeout(T, read_hop_stream(s)).await.unwrap()
     }
 
@@ -534,7 +534,7 @@ async fn stream_events_and_backpressure() {
 /// stream fails at once with code 9 at both ends while another terminal's carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
-    use pep::hop::{StreamError, StreamEvent};
+    use crate::hop::{StreamError, StreamEvent};
     let (ak, ap) = generate_keypair().unwrap();
     let (bk, bp) = generate_keypair().unwrap();
     let (old, old_pub) = generate_keypair().unwrap();
@@ -549,7 +549,7 @@ async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
     .unwrap();
     let to_old = start_terminal(ak.clone(), old_pub, gw.local_addr(), hop_config()).unwrap();
     let to_next = start_terminal(bk, next_pub, gw.local_addr(), hop_config()).unwrap();
-    async fn recv(gw: &mut Hop) -> pep::hop::HopStream {
+    async fn recv(gw: &mut Hop) -> crate::hop::HopStream {
         tokio::time::timeout(T, gw.accept()).await.unwrap().unwrap()
     }
 
@@ -624,7 +624,7 @@ async fn the_tcp_hop_changes_its_keys_and_revokes_a_terminal_at_once() {
 
 #[test]
 fn hop_transport_configuration() {
-    use pep::config::{parse_gateway, parse_terminal, HopTransport, SideConfig};
+    use crate::config::{parse_gateway, parse_terminal, HopTransport, SideConfig};
     let key = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let terminal = |extra: &str| {
         parse_terminal(&format!(
