@@ -477,6 +477,13 @@ impl Endpoint {
     /// turns, so one busy connection cannot starve the others.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
+        self.poll_transmit_append(now, buf)
+    }
+
+    /// As [`Self::poll_transmit`], appending the datagram to `buf` (its `size` bytes at the end;
+    /// `buf` is left as it was when nothing is due): a driver builds it where it will leave,
+    /// behind room it reserved for an encapsulation header, without copying it again.
+    pub fn poll_transmit_append(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some((destination, d)) = self.stateless.pop_front() {
             buf.extend_from_slice(&d);
             self.stats.stateless_sent += 1;
