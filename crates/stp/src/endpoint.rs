@@ -23,7 +23,8 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
-/// A datagram to send: `size` bytes at the start of the caller's buffer, to `destination`.
+/// A datagram to send to `destination`: `size` bytes at the start of the caller's buffer
+/// ([`Endpoint::poll_transmit`]) or at its end ([`Endpoint::poll_transmit_append`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub destination: SocketAddr,
