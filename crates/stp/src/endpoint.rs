@@ -24,7 +24,8 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
-/// A datagram to send: `size` bytes at the start of the caller's buffer, to `destination`.
+/// A datagram to send to `destination`: `size` bytes at the start of the caller's buffer
+/// ([`Endpoint::poll_transmit`]) or at its end ([`Endpoint::poll_transmit_append`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     pub destination: SocketAddr,
@@ -484,6 +485,13 @@ impl Endpoint {
     /// turns, so one busy connection cannot starve the others.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
+        self.poll_transmit_append(now, buf)
+    }
+
+    /// As [`Self::poll_transmit`], appending the datagram to `buf` (its `size` bytes at the end;
+    /// `buf` is left as it was when nothing is due): a driver builds it where it will leave,
+    /// behind room it reserved for an encapsulation header, without copying it again.
+    pub fn poll_transmit_append(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some((destination, d)) = self.stateless.pop_front() {
             buf.extend_from_slice(&d);
             self.stats.stateless_sent += 1;

@@ -261,6 +261,29 @@ pub struct CoreConfig {
     pub wall_clock_at_zero_ns: u64,
 }
 
+/// A received datagram as the driver hands it: to read only, or to decrypt in place.
+enum Input<'a> {
+    Shared(&'a [u8]),
+    Owned(&'a mut [u8]),
+}
+
+impl Input<'_> {
+    fn get(&self) -> &[u8] {
+        match self {
+            Input::Shared(d) => d,
+            Input::Owned(d) => d,
+        }
+    }
+
+    /// The datagram to open in place: a tunnel data datagram the driver lent mutably.
+    fn data_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Input::Owned(d) if d.first() == Some(&crate::tunnel::wire::TYPE_DATA) => Some(d),
+            _ => None,
+        }
+    }
+}
+
 /// A datagram for the driver to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
@@ -813,8 +836,18 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// A datagram from the hop's socket.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        self.receive(now, from, Input::Shared(data));
+    }
+
+    /// As [`Self::handle_datagram`], decrypting a tunnel's data datagram where it lies (no
+    /// copy): `data`'s content is undefined afterwards.
+    pub fn handle_datagram_in_place(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+        self.receive(now, from, Input::Owned(data));
+    }
+
+    fn receive(&mut self, now: Instant, from: SocketAddr, mut input: Input<'_>) {
         self.counts.datagrams_received += 1;
-        self.counts.bytes_received += data.len() as u64;
+        self.counts.bytes_received += input.get().len() as u64;
         self.last_now = now;
         let plain = &mut self.plain;
         match &mut self.security {
@@ -831,7 +864,20 @@ impl<S: EventSink, P> HopCore<S, P> {
                 }
                 // The endpoint's name for whichever gateway is in use.
                 let endpoint_from = gateways.first().map_or(from, |g| g.0);
-                let opened = init.open(data, plain);
+                // Data (nearly every datagram) is opened in place where the driver allows;
+                // the rest into `plain`.
+                let (opened, in_place) = match input.data_mut() {
+                    Some(d) => match init.open_in_place(d) {
+                        Ok((opened, range)) => (Ok(opened), Some(range)),
+                        Err(e) => (Err(e), None),
+                    },
+                    None => (init.open(input.get(), plain), None),
+                };
+                let data = input.get();
+                let plain: &[u8] = match in_place {
+                    Some(range) => data.get(range).unwrap_or_default(),
+                    None => plain,
+                };
                 // An unknown-session notice is not authenticated: it proves nothing about the
                 // gateway being there.
                 if opened.is_ok() && opened != Ok(Opened::SessionUnknown) {
@@ -859,43 +905,60 @@ impl<S: EventSink, P> HopCore<S, P> {
                     _ => {}
                 }
             }
-            Sec::Gateway { responder } => match responder.open(now, data, from, plain) {
-                Ok(Opened::Reply { .. }) => {
-                    self.watch.last_handshake = Some(now);
-                    self.control.push_back((from, plain.clone(), true));
-                }
-                // A terminal's probe: it only wanted to know whether we know its session.
-                Ok(Opened::Data { .. }) if plain.is_empty() => {}
-                Ok(Opened::Data { session }) => {
-                    if let Some(t) = &mut self.tap {
-                        t(from, self.local, plain);
+            Sec::Gateway { responder } => {
+                // Data (nearly every datagram) is opened in place where the driver allows;
+                // the rest into `plain`.
+                let (opened, in_place) = match input.data_mut() {
+                    Some(d) => match responder.open_in_place(now, d, from) {
+                        Ok((opened, range)) => (Ok(opened), Some(range)),
+                        Err(e) => (Err(e), None),
+                    },
+                    None => (responder.open(now, input.get(), from, plain), None),
+                };
+                let data = input.get();
+                let plain: &[u8] = match in_place {
+                    Some(range) => data.get(range).unwrap_or_default(),
+                    None => plain,
+                };
+                match opened {
+                    Ok(Opened::Reply { .. }) => {
+                        self.watch.last_handshake = Some(now);
+                        self.control.push_back((from, plain.to_vec(), true));
                     }
-                    let opens = stp::wire::peek_types(plain)
-                        .is_some_and(|t| t.contains(stp::wire::Types::BGN));
-                    if opens && !self.open_budgets.allow(session, now) {
-                        self.counts.opens_rate_limited += 1;
-                        return;
+                    // A terminal's probe: it only wanted to know whether we know its session.
+                    Ok(Opened::Data { .. }) if plain.is_empty() => {}
+                    Ok(Opened::Data { session }) => {
+                        if let Some(t) = &mut self.tap {
+                            t(from, self.local, plain);
+                        }
+                        let opens = stp::wire::peek_types(plain)
+                            .is_some_and(|t| t.contains(stp::wire::Types::BGN));
+                        if opens && !self.open_budgets.allow(session, now) {
+                            self.counts.opens_rate_limited += 1;
+                            return;
+                        }
+                        self.endpoint.handle_datagram(now, from, plain)
                     }
-                    self.endpoint.handle_datagram(now, from, plain)
+                    Err(crate::tunnel::Error::UnknownSession(index))
+                        if data.first() == Some(&crate::tunnel::wire::TYPE_DATA) =>
+                    {
+                        // Data for a session we do not have (we restarted, or expired it): say so,
+                        // so the terminal re-handshakes now instead of after its silence timer.
+                        self.send_notice(now, from, index);
+                    }
+                    Err(e)
+                        if data
+                            .first()
+                            .is_some_and(|&t| crate::tunnel::wire::is_initiation(t)) =>
+                    {
+                        let key = responder.rejected_key();
+                        self.log_refused_handshake(now, from, &e, key);
+                    }
+                    _ => {}
                 }
-                Err(crate::tunnel::Error::UnknownSession(index))
-                    if data.first() == Some(&crate::tunnel::wire::TYPE_DATA) =>
-                {
-                    // Data for a session we do not have (we restarted, or expired it): say so,
-                    // so the terminal re-handshakes now instead of after its silence timer.
-                    self.send_notice(now, from, index);
-                }
-                Err(e)
-                    if data
-                        .first()
-                        .is_some_and(|&t| crate::tunnel::wire::is_initiation(t)) =>
-                {
-                    let key = responder.rejected_key();
-                    self.log_refused_handshake(now, from, &e, key);
-                }
-                _ => {}
-            },
+            }
             Sec::Clear { .. } => {
+                let data = input.get();
                 if let Some(t) = &mut self.tap {
                     t(from, self.local, data);
                 }
@@ -1638,30 +1701,51 @@ impl<S: EventSink, P> HopCore<S, P> {
         }
     }
 
-    /// The next datagram to send, sealed, in `out`: handshake datagrams first, then what the
-    /// endpoint has to send as far as the send allocation allows (`None`: nothing more now).
+    /// The next datagram to send, sealed, in `out` (cleared first): handshake datagrams first,
+    /// then what the endpoint has to send as far as the send allocation allows (`None`:
+    /// nothing more now).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        out.clear();
+        self.poll_transmit_append(now, out)
+    }
+
+    /// As [`Self::poll_transmit`], appending the datagram to `out` (its last `size` bytes;
+    /// `out` is left as it was when there is none). STP builds its datagram right there,
+    /// behind room for the tunnel's header, and it is sealed in place: the driver's send batch
+    /// takes it without a copy.
+    pub fn poll_transmit_append(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        let start = out.len();
         if let Some((destination, d, counted)) = self.control.pop_front() {
-            out.clear();
             out.extend_from_slice(&d);
             return Some(Transmit {
                 destination,
-                size: out.len(),
+                size: d.len(),
                 counted,
             });
         }
         if !self.established() {
             return None;
         }
+        // Room for the tunnel's header before STP's datagram (none in clear).
+        let room = match self.security {
+            Sec::Clear { .. } => 0,
+            Sec::Terminal { .. } | Sec::Gateway { .. } => crate::tunnel::wire::DATA_HEADER_LEN,
+        };
         loop {
             if let Some(sh) = &mut self.shaper {
                 if !sh.ready(now) {
                     self.counts.shaped += 1;
+                    out.truncate(start);
                     return None;
                 }
             }
-            let t = self.endpoint.poll_transmit(now, &mut self.plain)?;
-            let Some(datagram) = self.plain.get(..t.size) else {
+            out.truncate(start);
+            out.resize(start + room, 0);
+            let Some(t) = self.endpoint.poll_transmit_append(now, out) else {
+                out.truncate(start);
+                return None;
+            };
+            let Some(datagram) = out.get(start + room..) else {
                 continue;
             };
             // A terminal sends everything to the gateway in use (its endpoint names it by the
@@ -1687,26 +1771,23 @@ impl<S: EventSink, P> HopCore<S, P> {
             {
                 self.sent_since_heard = Some(now);
             }
-            out.clear();
             let ok = match &mut self.security {
-                Sec::Terminal { init, .. } => init.seal(datagram, out).is_ok(),
-                Sec::Gateway { responder } => {
-                    responder.seal_to(t.destination, datagram, out).is_ok()
-                }
-                Sec::Clear { .. } => {
-                    out.extend_from_slice(datagram);
-                    true
-                }
+                Sec::Terminal { init, .. } => init.seal_in_place(out, start).is_ok(),
+                Sec::Gateway { responder } => responder
+                    .seal_to_in_place(t.destination, out, start)
+                    .is_ok(),
+                Sec::Clear { .. } => true,
             };
             if !ok {
                 continue;
             }
+            let size = out.len() - start;
             if let Some(sh) = &mut self.shaper {
-                sh.charge(out.len());
+                sh.charge(size);
             }
             return Some(Transmit {
                 destination,
-                size: out.len(),
+                size,
                 counted: true,
             });
         }

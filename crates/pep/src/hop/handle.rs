@@ -231,6 +231,13 @@ impl HopReader {
         self.room.notify_one();
         ev
     }
+
+    /// The next event if one is waiting (`None` otherwise, or once the hop is gone).
+    pub(crate) fn try_recv(&mut self) -> Option<StreamEvent> {
+        let ev = self.rx.try_recv().ok()?;
+        self.room.notify_one();
+        Some(ev)
+    }
 }
 
 /// How the hop authenticates.

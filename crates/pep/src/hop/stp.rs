@@ -28,6 +28,8 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Most datagrams taken from the socket in one go.
 const MAX_BATCH: usize = 256;
+/// Most commands from the handles taken in one go.
+const MAX_COMMANDS: usize = 64;
 /// Socket buffer size asked of the kernel (it may grant less).
 const SOCKET_BUFFER: usize = 8 << 20;
 /// While a stream's reader is full, how often the hop looks again if no reader wakes it.
@@ -103,6 +105,7 @@ impl Hop {
         config: HopConfig,
         capture: Option<crate::capture::Capture>,
     ) -> Result<Hop, HopError> {
+        keep_freed_memory();
         let start = tokio::time::Instant::now();
         let wall_clock_at_zero_ns = super::clock::unix_ns_at(start.into_std());
         // The streams accepted and not yet taken by the relay: the STP endpoints' accept queue
@@ -178,7 +181,6 @@ impl Hop {
                 room: Arc::new(Notify::new()),
                 memory: None,
                 batch: Batch::default(),
-                sealed: Vec::with_capacity(2048),
                 shutting_down: false,
                 ids: Ids {
                     worker: i as u64,
@@ -200,6 +202,36 @@ impl Hop {
             incoming: in_rx,
             local,
         })
+    }
+}
+
+/// Most free memory glibc's allocator keeps at the top of a heap instead of returning it.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_THRESHOLD: libc::c_int = 64 << 20;
+/// Allocations at least this large get their own mapping (glibc's largest setting).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+
+/// The hop's data moves through buffers of up to 64 KiB that live for milliseconds (a TCP read,
+/// an STP block, a chunk for a reader), on several threads. With glibc's defaults a heap whose
+/// top is free beyond 128 KiB is trimmed and the next buffers fault fresh zeroed pages back in:
+/// with 100 flows that zeroing (`clear_page_erms`) was 19 % of the gateway's CPU. The daemon
+/// keeps up to [`TRIM_THRESHOLD`] free per heap instead (`docs/scaling.md`). Once per process.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only sets the allocator's parameters; it is called before the
+            // hop's tasks allocate, and glibc serialises it with allocations anyway.
+            let ok = unsafe {
+                libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+                    && libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+            };
+            if !ok {
+                tracing::debug!("the allocator refused its trim and mmap thresholds");
+            }
+        });
     }
 }
 
@@ -246,9 +278,8 @@ struct HopTask {
     memory: Option<Arc<MemoryBudget>>,
     /// The `Hop` handle is gone: reset everything and stop.
     shutting_down: bool,
-    /// Reused between flushes: the datagrams waiting to leave together, and one sealed datagram.
+    /// Reused between flushes: the datagrams waiting to leave together.
     batch: Batch,
-    sealed: Vec<u8>,
     ids: Ids,
 }
 
@@ -319,18 +350,29 @@ impl HopTask {
                             let Ok(got) = self.udp.try_recv(&self.socket, &mut buf) else {
                                 break;
                             };
-                            let data = buf.get(..got.len).unwrap_or_default();
+                            let data = buf.get_mut(..got.len).unwrap_or_default();
                             let now = self.now();
-                            for d in data.chunks(got.segment.max(1)) {
+                            for d in data.chunks_mut(got.segment.max(1)) {
                                 taken += 1;
-                                self.core.handle_datagram(now, got.from, d);
+                                self.core.handle_datagram_in_place(now, got.from, d);
                             }
                         }
                     }
                 }
                 cmd = self.commands.recv() => {
                     match cmd {
-                        Some(c) => self.on_command(c),
+                        Some(c) => {
+                            self.on_command(c);
+                            // And those already queued behind it (writes of other streams, or
+                            // more of this one's), so one pump and one flush serve them all:
+                            // fuller send batches, fewer passes per byte.
+                            for _ in 1..MAX_COMMANDS {
+                                let Ok(c) = self.commands.try_recv() else {
+                                    break;
+                                };
+                                self.on_command(c);
+                            }
+                        }
                         None => {
                             if self.core.stream_count() == 0 { return; }
                         }
@@ -449,31 +491,38 @@ impl HopTask {
     }
 
     /// Sends what the core has to send. Runs of equal-sized datagrams to one destination leave
-    /// in one system call where the kernel segments them.
+    /// in one system call where the kernel segments them. Each datagram is built and sealed at
+    /// the end of the batch's bytes; one that cannot join waits there while the batch before it
+    /// leaves.
     async fn flush(&mut self) {
-        let mut sealed = std::mem::take(&mut self.sealed);
         let mut batch = std::mem::take(&mut self.batch);
-        loop {
-            let now = self.now();
-            let Some(t) = self.core.poll_transmit(now, &mut sealed) else {
-                break;
-            };
+        // The clock is read again after each send (a system call); between them the datagrams
+        // are built in a few microseconds, so one reading serves them all.
+        let mut now = self.now();
+        while let Some(t) = self.core.poll_transmit_append(now, &mut batch.bytes) {
             if !t.counted {
                 // A handshake initiation: on its own, outside the counts.
-                let _ = self.socket.send_to(&sealed, t.destination).await;
+                let tail = batch.bytes.get(batch.bytes.len() - t.size..);
+                let _ = self
+                    .socket
+                    .send_to(tail.unwrap_or_default(), t.destination)
+                    .await;
+                batch.drop_tail();
+                now = self.now();
                 continue;
             }
-            if !batch.fits(t.destination, sealed.len()) {
+            if !batch.fits(t.destination, t.size) {
                 self.send_batch(&mut batch).await;
+                now = self.now();
             }
-            batch.push(t.destination, &sealed);
+            batch.commit(t.destination);
             if !self.udp.segments_sends() || batch.full() {
                 self.send_batch(&mut batch).await;
+                now = self.now();
             }
         }
         self.send_batch(&mut batch).await;
         self.batch = batch;
-        self.sealed = sealed;
     }
 
     /// Sends a batch of sealed datagrams and empties it.
@@ -483,13 +532,13 @@ impl HopTask {
         };
         if self
             .udp
-            .send(&self.socket, &batch.bytes, batch.segment, dest)
+            .send(&self.socket, batch.committed(), batch.segment, dest)
             .await
             .is_ok()
         {
             let now = self.now();
             self.core
-                .note_sent(now, batch.count as u64, batch.bytes.len() as u64);
+                .note_sent(now, batch.count as u64, batch.committed().len() as u64);
         }
         batch.clear();
     }

@@ -295,11 +295,13 @@ impl Pair {
         }
         self.now = next.unwrap_or(limit).min(limit).max(self.now + 1);
         let now = self.instant();
-        while let Some((to, data)) = self.wire.pop_due(self.now) {
+        while let Some((to, mut data)) = self.wire.pop_due(self.now) {
             if to == Side::B {
-                self.gateway.handle_datagram(now, self.t_addr, &data);
+                self.gateway
+                    .handle_datagram_in_place(now, self.t_addr, &mut data);
             } else {
-                self.terminal.handle_datagram(now, self.g_addr, &data);
+                self.terminal
+                    .handle_datagram_in_place(now, self.g_addr, &mut data);
             }
         }
         self.terminal.handle_timeout(now);

@@ -1,7 +1,7 @@
 //! The terminal's side of the tunnel: one handshake towards one gateway, then one session.
 
 use super::session::Session;
-use super::wire::{emit_header, Packet, INITIATION_LEN, RESPONSE_LEN, TAG_LEN};
+use super::wire::{emit_header, Packet, DATA_HEADER_LEN, INITIATION_LEN, RESPONSE_LEN, TAG_LEN};
 use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use snow::HandshakeState;
@@ -270,6 +270,18 @@ impl Initiator {
         Ok(())
     }
 
+    /// As [`Self::seal`], sealing in place the STP datagram at `out[start + 13..]` behind the
+    /// header's room ([`Session::seal_in_place`]).
+    pub(crate) fn seal_in_place(&mut self, out: &mut Vec<u8>, start: usize) -> Result<(), Error> {
+        let Some(session) = self.session.as_mut() else {
+            out.truncate(start);
+            return Err(Error::NotEstablished);
+        };
+        session.seal_in_place(out, start)?;
+        self.counters.data_sealed += 1;
+        Ok(())
+    }
+
     /// Handles one datagram from the gateway. On `Opened::Data`, `out` holds the STP datagram;
     /// on `Opened::Established`, `out` is empty and the session is ready. Errors are counted and
     /// change no state.
@@ -356,18 +368,55 @@ impl Initiator {
                 nonce,
                 ciphertext,
             } => {
-                let session = match (&mut self.session, &mut self.previous) {
-                    (Some(s), _) if receiver == self.session_index => s,
-                    (_, Some((i, s))) if receiver == *i => s,
-                    _ => return Err(Error::UnknownSession(receiver)),
-                };
-                if ciphertext.len() < TAG_LEN {
-                    return Err(Error::Malformed);
-                }
-                session.open(nonce, ciphertext, out)?;
-                self.counters.data_opened += 1;
+                out.extend_from_slice(ciphertext);
+                let n = self.open_data(receiver, nonce, out)?;
+                out.truncate(n);
                 Ok(Opened::Data { session: receiver })
             }
         }
+    }
+
+    /// As [`Self::open`] for a data datagram, decrypted where it lies: on `Opened::Data` the
+    /// STP datagram is `d[range]`. Anything else is refused as malformed (the caller hands
+    /// other datagrams to [`Self::open`]).
+    pub(crate) fn open_in_place(
+        &mut self,
+        d: &mut [u8],
+    ) -> Result<(Opened, std::ops::Range<usize>), Error> {
+        let r = match Packet::parse(d) {
+            Some(Packet::Data {
+                receiver, nonce, ..
+            }) => d
+                .get_mut(DATA_HEADER_LEN..)
+                .ok_or(Error::Malformed)
+                .and_then(|sealed| self.open_data(receiver, nonce, sealed))
+                .map(|n| {
+                    (
+                        Opened::Data { session: receiver },
+                        DATA_HEADER_LEN..DATA_HEADER_LEN + n,
+                    )
+                }),
+            _ => Err(Error::Malformed),
+        };
+        if let Err(e) = &r {
+            self.counters.count(e);
+        }
+        r
+    }
+
+    /// Opens a data datagram's `sealed` part (ciphertext and tag) in place on the session it
+    /// names (the current or the previous one); returns the plaintext's length.
+    fn open_data(&mut self, receiver: u32, nonce: u64, sealed: &mut [u8]) -> Result<usize, Error> {
+        let session = match (&mut self.session, &mut self.previous) {
+            (Some(s), _) if receiver == self.session_index => s,
+            (_, Some((i, s))) if receiver == *i => s,
+            _ => return Err(Error::UnknownSession(receiver)),
+        };
+        if sealed.len() < TAG_LEN {
+            return Err(Error::Malformed);
+        }
+        let n = session.open_in_place(nonce, sealed)?;
+        self.counters.data_opened += 1;
+        Ok(n)
     }
 }

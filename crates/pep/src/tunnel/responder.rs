@@ -4,7 +4,7 @@
 use super::key_table::{Freshness, KeyTable, Worker};
 use super::log_limit::LogLimiter;
 use super::session::Session;
-use super::wire::{emit_header, Packet, RESPONSE_LEN};
+use super::wire::{emit_header, Packet, DATA_HEADER_LEN, RESPONSE_LEN};
 use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use rand_core::RngCore;
@@ -326,15 +326,39 @@ impl Responder {
     }
 
     /// Seals an STP datagram for the session last heard from `addr` (the destination
-    /// `stp::Endpoint::poll_transmit` names when the driver hands it the UDP source addresses).
+    /// `stp::Endpoint::poll_transmit` names when the driver hands it the UDP source addresses)
+    /// into `out` (cleared first).
+    #[cfg(test)]
     pub(crate) fn seal_to(
         &mut self,
         addr: SocketAddr,
         stp_datagram: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
-        let session = self.session_for_addr(addr).ok_or(Error::NotEstablished)?;
-        self.seal(session, stp_datagram, out)
+        out.clear();
+        out.extend_from_slice(&[0; super::wire::DATA_HEADER_LEN]);
+        out.extend_from_slice(stp_datagram);
+        self.seal_to_in_place(addr, out, 0)
+    }
+
+    /// As [`Self::seal_to`], sealing in place the STP datagram at `out[start + 13..]` behind
+    /// the header's room ([`Session::seal_in_place`]).
+    pub(crate) fn seal_to_in_place(
+        &mut self,
+        addr: SocketAddr,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<(), Error> {
+        let entry = self
+            .session_for_addr(addr)
+            .and_then(|session| self.sessions.get_mut(&session));
+        let Some(entry) = entry else {
+            out.truncate(start);
+            return Err(Error::NotEstablished);
+        };
+        entry.session.seal_in_place(out, start)?;
+        self.counters.data_sealed += 1;
+        Ok(())
     }
 
     /// Removes a session (and its address mapping).
@@ -449,7 +473,13 @@ impl Responder {
                 receiver,
                 nonce,
                 ciphertext,
-            }) => self.data(now, receiver, nonce, ciphertext, from, out),
+            }) => {
+                out.extend_from_slice(ciphertext);
+                self.data(now, receiver, nonce, out, from).map(|n| {
+                    out.truncate(n);
+                    Opened::Data { session: receiver }
+                })
+            }
         };
         if let Err(e) = &r {
             out.clear();
@@ -458,21 +488,53 @@ impl Responder {
         r
     }
 
+    /// As [`Self::open`] for a data datagram, decrypted where it lies: on `Opened::Data` the
+    /// STP datagram is `d[range]`. Anything else is refused as malformed (the caller hands
+    /// other datagrams to [`Self::open`]).
+    pub(crate) fn open_in_place(
+        &mut self,
+        now: Instant,
+        d: &mut [u8],
+        from: SocketAddr,
+    ) -> Result<(Opened, std::ops::Range<usize>), Error> {
+        self.drop_evicted();
+        let r = match Packet::parse(d) {
+            Some(Packet::Data {
+                receiver, nonce, ..
+            }) => d
+                .get_mut(DATA_HEADER_LEN..)
+                .ok_or(Error::Malformed)
+                .and_then(|sealed| self.data(now, receiver, nonce, sealed, from))
+                .map(|n| {
+                    (
+                        Opened::Data { session: receiver },
+                        DATA_HEADER_LEN..DATA_HEADER_LEN + n,
+                    )
+                }),
+            _ => Err(Error::Malformed),
+        };
+        if let Err(e) = &r {
+            self.counters.count(e);
+        }
+        r
+    }
+
+    /// Opens a data datagram's `sealed` part (ciphertext and tag) in place on session
+    /// `receiver`, and notes where the terminal is; returns the plaintext's length.
     fn data(
         &mut self,
         now: Instant,
         receiver: u32,
         nonce: u64,
-        ciphertext: &[u8],
+        sealed: &mut [u8],
         from: SocketAddr,
-        out: &mut Vec<u8>,
-    ) -> Result<Opened, Error> {
+    ) -> Result<usize, Error> {
         let entry = self
             .sessions
             .get_mut(&receiver)
             .filter(|e| e.revoked_at.is_none())
             .ok_or(Error::UnknownSession(receiver))?;
-        entry.session.open(nonce, ciphertext, out)?;
+        let n = entry.session.open_in_place(nonce, sealed)?;
         entry.last_rx = now;
         let (peer, seq) = (entry.peer, entry.seq);
         let first = !std::mem::replace(&mut entry.confirmed, true);
@@ -498,7 +560,7 @@ impl Responder {
         }
         self.counters.data_opened += 1;
         self.retire_superseded(now, &peer, seq, first, from);
-        Ok(Opened::Data { session: receiver })
+        Ok(n)
     }
 
     /// After a datagram on `key`'s session `seq` from `from`: on its first, the key's earlier

@@ -9,7 +9,7 @@
 //! or AES-256-GCM with 32 zero bits and the counter big-endian.
 
 use super::replay::ReplayWindow;
-use super::wire::{emit_header, DATA_HEADER_LEN, MAX_PAYLOAD, TAG_LEN, TYPE_DATA};
+use super::wire::{write_data_header, DATA_HEADER_LEN, MAX_PAYLOAD, TAG_LEN};
 use super::{Cipher, Error, REJECT_AFTER_MESSAGES};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Nonce, Tag};
@@ -173,60 +173,65 @@ impl Session {
 
     /// Appends a data datagram carrying `payload` to `out` (which is cleared first).
     pub(crate) fn seal(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::TooLarge(payload.len()));
-        }
-        if self.send_nonce >= REJECT_AFTER_MESSAGES {
-            return Err(Error::NonceExhausted);
-        }
-        let nonce = self.send_nonce;
         out.clear();
-        emit_header(out, TYPE_DATA, self.remote_index);
-        out.extend_from_slice(&nonce.to_be_bytes());
+        out.extend_from_slice(&[0; DATA_HEADER_LEN]);
         out.extend_from_slice(payload);
-        let body = out.get_mut(DATA_HEADER_LEN..).ok_or(Error::Internal)?;
-        match self.send.seal(nonce, body) {
-            Ok(tag) => {
-                out.extend_from_slice(&tag);
-                self.send_nonce += 1;
-                Ok(())
-            }
-            Err(e) => {
-                out.clear();
-                Err(e)
-            }
-        }
+        self.seal_in_place(out, 0)
     }
 
-    /// Decrypts a data datagram's ciphertext into `out` (cleared first). The replay window is
-    /// consulted before and advanced only after the AEAD tag verified, so forged or replayed
-    /// datagrams change nothing.
-    pub(crate) fn open(
-        &mut self,
-        nonce: u64,
-        ciphertext: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
-        out.clear();
+    /// Seals in place the data datagram that `out[start..]` holds: [`DATA_HEADER_LEN`] bytes
+    /// of room for the header (their content is overwritten), then the payload, which is
+    /// encrypted where it lies; the tag is appended. The hop builds STP's datagram this way
+    /// where it leaves, so the payload is not copied to be sealed. On an error `out` is cut
+    /// back to `start`.
+    pub(crate) fn seal_in_place(&mut self, out: &mut Vec<u8>, start: usize) -> Result<(), Error> {
+        let payload_len = out
+            .len()
+            .checked_sub(start.saturating_add(DATA_HEADER_LEN))
+            .ok_or(Error::Internal);
+        let r = payload_len.and_then(|len| {
+            if len > MAX_PAYLOAD {
+                return Err(Error::TooLarge(len));
+            }
+            if self.send_nonce >= REJECT_AFTER_MESSAGES {
+                return Err(Error::NonceExhausted);
+            }
+            let nonce = self.send_nonce;
+            let head = out
+                .get_mut(start..start + DATA_HEADER_LEN)
+                .and_then(|h| <&mut [u8; DATA_HEADER_LEN]>::try_from(h).ok())
+                .ok_or(Error::Internal)?;
+            write_data_header(head, self.remote_index, nonce);
+            let body = out
+                .get_mut(start + DATA_HEADER_LEN..)
+                .ok_or(Error::Internal)?;
+            let tag = self.send.seal(nonce, body)?;
+            out.extend_from_slice(&tag);
+            self.send_nonce += 1;
+            Ok(())
+        });
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+
+    /// Decrypts a data datagram's `sealed` part (ciphertext and tag) where it lies: the
+    /// plaintext is its first `n` bytes (returned); on an error its content is undefined. The
+    /// replay window is consulted before and advanced only after the AEAD tag verified, so
+    /// forged or replayed datagrams change nothing.
+    pub(crate) fn open_in_place(&mut self, nonce: u64, sealed: &mut [u8]) -> Result<usize, Error> {
         if nonce >= REJECT_AFTER_MESSAGES || !self.window.check(nonce) {
             return Err(Error::Replay(nonce));
         }
-        let len = ciphertext
-            .len()
-            .checked_sub(TAG_LEN)
-            .ok_or(Error::Malformed)?;
-        let (body, tag) = ciphertext.split_at(len);
-        out.extend_from_slice(body);
-        if let Err(e) = self.recv.open(nonce, out, tag) {
-            out.clear();
-            return Err(e);
-        }
+        let len = sealed.len().checked_sub(TAG_LEN).ok_or(Error::Malformed)?;
+        let (body, tag) = sealed.split_at_mut(len);
+        self.recv.open(nonce, body, tag)?;
         if !self.window.update(nonce) {
-            out.clear();
             return Err(Error::Replay(nonce));
         }
         self.received += 1;
-        Ok(())
+        Ok(len)
     }
 }
 

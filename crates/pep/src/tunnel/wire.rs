@@ -147,6 +147,15 @@ pub(crate) fn emit_header(out: &mut Vec<u8>, ty: u8, index: u32) {
     out.extend_from_slice(&index.to_be_bytes());
 }
 
+/// Writes a data datagram's header (type, receiver index, nonce) into its room.
+pub(crate) fn write_data_header(head: &mut [u8; DATA_HEADER_LEN], receiver: u32, nonce: u64) {
+    let (ty, rest) = head.split_at_mut(1);
+    let (index, n) = rest.split_at_mut(4);
+    ty[0] = TYPE_DATA;
+    index.copy_from_slice(&receiver.to_be_bytes());
+    n.copy_from_slice(&nonce.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
