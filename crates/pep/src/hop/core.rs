@@ -841,7 +841,12 @@ impl<S: EventSink, P> HopCore<S, P> {
 
     /// As [`Self::handle_datagram`], decrypting a tunnel's data datagram where it lies (no
     /// copy): `data`'s content is undefined afterwards.
-    pub fn handle_datagram_in_place(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) {
+    pub(crate) fn handle_datagram_in_place(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        data: &mut [u8],
+    ) {
         self.receive(now, from, Input::Owned(data));
     }
 
@@ -1713,7 +1718,11 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// `out` is left as it was when there is none). STP builds its datagram right there,
     /// behind room for the tunnel's header, and it is sealed in place: the driver's send batch
     /// takes it without a copy.
-    pub fn poll_transmit_append(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+    pub(crate) fn poll_transmit_append(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) -> Option<Transmit> {
         let start = out.len();
         if let Some((destination, d, counted)) = self.control.pop_front() {
             out.extend_from_slice(&d);
