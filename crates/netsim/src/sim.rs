@@ -553,7 +553,13 @@ impl Sim {
         self.next_seq += 1;
         let seq = self.next_seq;
         let i = link.0 as usize;
-        let Some(lane) = self.lanes.get_mut(i).filter(|_| link.0 < LANE) else {
+        // A link with a lane, and an arrival no earlier than the lane's last, waits in the lane;
+        // anything else is scheduled as any event.
+        let Some(lane) = self
+            .lanes
+            .get_mut(i)
+            .filter(|lane| link.0 < LANE && lane.back().is_none_or(|last| last.at <= at))
+        else {
             return self.schedule_as(
                 at,
                 seq,
@@ -564,25 +570,14 @@ impl Sim {
                 },
             );
         };
-        match lane.back() {
-            Some(last) if last.at > at => self.schedule_as(
+        let first = lane.is_empty();
+        lane.push_back(Arrival { at, seq, pkt });
+        if first {
+            self.events.push(Event {
                 at,
                 seq,
-                EventKind::Arrive {
-                    node: to,
-                    pkt,
-                    via: Some(link),
-                },
-            ),
-            Some(_) => lane.push_back(Arrival { at, seq, pkt }),
-            None => {
-                lane.push_back(Arrival { at, seq, pkt });
-                self.events.push(Event {
-                    at,
-                    seq,
-                    slot: LANE | link.0,
-                });
-            }
+                slot: LANE | link.0,
+            });
         }
     }
 

@@ -1,7 +1,7 @@
 //! The terminal's side of the tunnel: one handshake towards one gateway, then one session.
 
 use super::session::Session;
-use super::wire::{emit_header, Packet, DATA_HEADER_LEN, INITIATION_LEN, RESPONSE_LEN, TAG_LEN};
+use super::wire::{emit_header, Packet, INITIATION_LEN, RESPONSE_LEN, TAG_LEN};
 use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use snow::HandshakeState;
@@ -383,21 +383,9 @@ impl Initiator {
         &mut self,
         d: &mut [u8],
     ) -> Result<(Opened, std::ops::Range<usize>), Error> {
-        let r = match Packet::parse(d) {
-            Some(Packet::Data {
-                receiver, nonce, ..
-            }) => d
-                .get_mut(DATA_HEADER_LEN..)
-                .ok_or(Error::Malformed)
-                .and_then(|sealed| self.open_data(receiver, nonce, sealed))
-                .map(|n| {
-                    (
-                        Opened::Data { session: receiver },
-                        DATA_HEADER_LEN..DATA_HEADER_LEN + n,
-                    )
-                }),
-            _ => Err(Error::Malformed),
-        };
+        let r = super::open_data_in_place(d, |receiver, nonce, sealed| {
+            self.open_data(receiver, nonce, sealed)
+        });
         if let Err(e) = &r {
             self.counters.count(e);
         }

@@ -334,6 +334,30 @@ pub enum Opened {
     SessionUnknown,
 }
 
+/// Opens a data datagram where it lies, for either end: `open` decrypts the sealed part for the
+/// session `receiver` at `nonce` and returns the plaintext's length. On success the STP
+/// datagram is `d[range]`; anything but a data datagram is malformed.
+fn open_data_in_place(
+    d: &mut [u8],
+    open: impl FnOnce(u32, u64, &mut [u8]) -> Result<usize, Error>,
+) -> Result<(Opened, std::ops::Range<usize>), Error> {
+    match wire::Packet::parse(d) {
+        Some(wire::Packet::Data {
+            receiver, nonce, ..
+        }) => d
+            .get_mut(wire::DATA_HEADER_LEN..)
+            .ok_or(Error::Malformed)
+            .and_then(|sealed| open(receiver, nonce, sealed))
+            .map(|n| {
+                (
+                    Opened::Data { session: receiver },
+                    wire::DATA_HEADER_LEN..wire::DATA_HEADER_LEN + n,
+                )
+            }),
+        _ => Err(Error::Malformed),
+    }
+}
+
 // The tunnel end to end and its two cipher suites, as unit tests: they reach the sessions'
 // counters, the key table and the wire's type bytes, which are not the crate's API.
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::key_table::{Freshness, KeyTable, Worker};
 use super::log_limit::LogLimiter;
 use super::session::Session;
-use super::wire::{emit_header, Packet, DATA_HEADER_LEN, RESPONSE_LEN};
+use super::wire::{emit_header, Packet, RESPONSE_LEN};
 use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
 use crate::keys::{PrivateKey, PublicKey};
 use rand_core::RngCore;
@@ -498,21 +498,9 @@ impl Responder {
         from: SocketAddr,
     ) -> Result<(Opened, std::ops::Range<usize>), Error> {
         self.drop_evicted();
-        let r = match Packet::parse(d) {
-            Some(Packet::Data {
-                receiver, nonce, ..
-            }) => d
-                .get_mut(DATA_HEADER_LEN..)
-                .ok_or(Error::Malformed)
-                .and_then(|sealed| self.data(now, receiver, nonce, sealed, from))
-                .map(|n| {
-                    (
-                        Opened::Data { session: receiver },
-                        DATA_HEADER_LEN..DATA_HEADER_LEN + n,
-                    )
-                }),
-            _ => Err(Error::Malformed),
-        };
+        let r = super::open_data_in_place(d, |receiver, nonce, sealed| {
+            self.data(now, receiver, nonce, sealed, from)
+        });
         if let Err(e) = &r {
             self.counters.count(e);
         }
