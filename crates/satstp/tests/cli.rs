@@ -4,15 +4,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 fn satstp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_satstp"))
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("satstp-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn temp_dir(name: &str) -> common::TestDir {
+    common::fresh_dir(&format!("test-{name}"))
 }
 
 #[test]

@@ -54,7 +54,7 @@ fn bad_configuration_names_the_field() {
 
 /// A gateway and a terminal as processes, the terminal's extra settings in `terminal_extra`.
 struct Pair {
-    dir: std::path::PathBuf,
+    dir: common::TestDir,
     gw: Kill,
     term: Kill,
     socks: SocketAddr,

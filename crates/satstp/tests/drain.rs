@@ -39,7 +39,7 @@ fn ends(origin: &Origin, n: u64) -> Vec<String> {
 }
 
 struct Pair {
-    dir: std::path::PathBuf,
+    dir: common::TestDir,
     gw: Kill,
     term: Kill,
     _emu: Kill,

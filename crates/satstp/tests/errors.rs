@@ -8,12 +8,30 @@ fn satstp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_satstp"))
 }
 
-fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("satstp-errors-{}", std::process::id()));
+/// A file a test writes, in a directory of its own that goes when the test is done with it.
+struct TestFile(PathBuf);
+
+impl std::ops::Deref for TestFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TestFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn file(name: &str, text: &str) -> TestFile {
+    let dir = std::env::temp_dir().join(format!("satstp-errors-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
-    p
+    TestFile(p)
 }
 
 /// Runs `satstp args`, which must fail; its standard error.

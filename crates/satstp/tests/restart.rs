@@ -28,7 +28,7 @@ fn ask_endless(s: &mut TcpStream) {
 }
 
 struct Setup {
-    dir: PathBuf,
+    dir: common::TestDir,
     gw_config: PathBuf,
     term_config: PathBuf,
     socks: SocketAddr,

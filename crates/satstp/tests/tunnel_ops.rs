@@ -122,7 +122,7 @@ fn signal(child: &Kill, sig: libc::c_int) {
 
 /// A gateway and a terminal's files in a fresh directory, with metrics listeners on both.
 struct Pair {
-    dir: PathBuf,
+    dir: common::TestDir,
     keys: Keys,
     gw_port: u16,
     socks: SocketAddr,

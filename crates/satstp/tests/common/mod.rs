@@ -73,12 +73,46 @@ pub fn free_port() -> u16 {
     loadgen::ports::free_port().unwrap()
 }
 
-/// An empty directory `satstp-{name}-{pid}` under the temporary directory.
-pub fn fresh_dir(name: &str) -> PathBuf {
+/// A test's scratch directory: removed when the test that made it passes, kept (with its logs and
+/// configs) when it fails, so a failure can be read afterwards.
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for the failed test: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// An empty directory `satstp-{name}-{pid}` under the temporary directory, removed when the test
+/// passes ([`TestDir`]).
+pub fn fresh_dir(name: &str) -> TestDir {
     let dir = std::env::temp_dir().join(format!("satstp-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TestDir(dir)
 }
 
 /// `satstp keygen --out prefix`; the public key it wrote.
@@ -169,7 +203,7 @@ pub const LOOPBACK_POLICY: &str = "[gateway.policy]\nallow = [\"127.0.0.0/8\"]\n
 /// A terminal and a gateway about to run on loopback: a fresh `dir` with both key pairs, a port
 /// for each, and the gateway's `gateway.toml` written (with [`LOOPBACK_POLICY`]).
 pub struct Loopback {
-    pub dir: PathBuf,
+    pub dir: TestDir,
     pub keys: Keys,
     pub gw_port: u16,
     pub socks_port: u16,
