@@ -110,7 +110,7 @@ impl ConfigError {
 
 /// An I/O error in a user's words: "no such file", "is a directory", "permission denied", else
 /// the system's message.
-pub fn io_words(e: &std::io::Error) -> String {
+pub(crate) fn io_words(e: &std::io::Error) -> String {
     use std::io::ErrorKind;
     match e.kind() {
         ErrorKind::NotFound => "no such file".into(),

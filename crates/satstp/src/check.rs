@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use pep::config::{load_gateway, load_terminal, Limits, SharedConfig};
+use pep::config::{gateway_from_text, read_config_file, terminal_from_text, Limits, SharedConfig};
 use pep::setup::{GatewaySetup, TerminalSetup};
 use std::path::{Path, PathBuf};
 
@@ -56,8 +56,8 @@ fn kind_of(path: &Path, text: &str) -> Result<Kind> {
 
 pub fn run(args: &CheckArgs) -> Result<()> {
     let path = &args.file;
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), pep::config::io_words(&e)))?;
+    // Read once: what is checked is what the daemon would run (the daemon's 1 MiB cap included).
+    let text = read_config_file(path)?;
     // Warnings of the checks (a socket buffer the kernel caps, a key file others can read).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
@@ -66,8 +66,8 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         .without_time()
         .try_init();
     let lines = match kind_of(path, &text)? {
-        Kind::Terminal => terminal(path)?,
-        Kind::Gateway => gateway(path)?,
+        Kind::Terminal => terminal(path, &text)?,
+        Kind::Gateway => gateway(path, &text)?,
         Kind::Scenario => scenario(path, &text)?,
     };
     for (key, value) in lines {
@@ -158,8 +158,8 @@ fn limits_lines(limits: &Limits, l: &mut Lines) {
     ));
 }
 
-fn terminal(path: &Path) -> Result<Lines> {
-    let setup = TerminalSetup::prepare(load_terminal(path)?)?;
+fn terminal(path: &Path, text: &str) -> Result<Lines> {
+    let setup = TerminalSetup::prepare(terminal_from_text(path, text)?)?;
     let cfg = &setup.cfg;
     let gateways = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -203,8 +203,8 @@ fn terminal(path: &Path) -> Result<Lines> {
     Ok(l)
 }
 
-fn gateway(path: &Path) -> Result<Lines> {
-    let setup = GatewaySetup::prepare(load_gateway(path)?)?;
+fn gateway(path: &Path, text: &str) -> Result<Lines> {
+    let setup = GatewaySetup::prepare(gateway_from_text(path, text)?)?;
     let cfg = &setup.cfg;
     println!("{}: gateway configuration, OK", path.display());
     let mut l: Lines = vec![

@@ -134,6 +134,19 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
         );
         assert_eq!(line, daemon_error("gateway", &file), "{to}");
     }
+    // Over the daemon's 1 MiB file limit: refused by check as by the daemon (one read, one rule).
+    let padded = format!(
+        "{}{}",
+        "# padding\n".repeat(110_000),
+        std::fs::read_to_string(&good).unwrap()
+    );
+    let file = dir.join("big-gateway.toml");
+    std::fs::write(&file, padded).unwrap();
+    let (ok, out, err) = check(&file);
+    assert!(!ok, "check accepted a 1.1 MB file: {out}");
+    let line = err.lines().last().unwrap_or_default().to_string();
+    assert!(line.contains("larger than 1048576 bytes"), "{err}");
+    assert_eq!(line, daemon_error("gateway", &file));
 
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/geo-stp-bulk.toml");
     let (ok, out, err) = check(&scenario);
