@@ -26,6 +26,9 @@ pub const STP_BUFFER: u32 = 32 << 20;
 pub const RELAY_BUFFER: u32 = 8 << 20;
 /// STP datagram size of the hop (the daemons' default on an IPv4 hop: a 1500-byte path).
 pub const MAX_DATAGRAM: u16 = 1443;
+/// Smallest `--memory-cap`: one connection's relay buffer and STP send buffer with room to
+/// spare, so the single flow is never held back by the cap.
+pub const MIN_MEMORY_CAP: u64 = 64 << 20;
 /// Idle connections opened concurrently at most.
 const OPEN_CONCURRENCY: usize = 32;
 
@@ -45,6 +48,8 @@ pub struct GatewayOptions {
     /// The tunnel cipher of both daemons (`tunnel_cipher`: auto, chacha20-poly1305,
     /// aes-256-gcm).
     pub tunnel_cipher: String,
+    /// `limits.memory_cap_bytes` of both daemons (`None`: their default, 512 MiB).
+    pub memory_cap: Option<u64>,
 }
 
 /// CPU seconds spent during one run, by process.
@@ -87,9 +92,13 @@ pub struct Figures {
     /// VmRSS, KiB, of (terminal, gateway) before and after the idle connections opened.
     pub rss_before_kib: (u64, u64),
     pub rss_after_kib: (u64, u64),
+    /// VmHWM, KiB, of (terminal, gateway) at the end: the most each held at once.
+    pub peak_rss_kib: (u64, u64),
     pub idle: u64,
     /// The gateway hop (the sender of the downloads) during the single flow.
     pub single_hop: HopDelta,
+    /// The same during the parallel flows.
+    pub parallel_hop: HopDelta,
     /// Tunnel handshakes the gateway completed by the end (one per terminal session).
     pub gateway_handshakes: u64,
 }
@@ -106,12 +115,38 @@ impl Figures {
 }
 
 /// What the gateway's hop did during one run, from its `/metrics`: datagrams it sent and
-/// received, and the STP retransmissions among those sent.
+/// received with their bytes (tunnel and STP headers included), the STP retransmissions among
+/// those sent, the POLLs it sent and the STATs and USTATs it received (the acknowledgement
+/// traffic a run costs per byte).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HopDelta {
     pub datagrams_sent: u64,
     pub datagrams_received: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
     pub retransmitted_packets: u64,
+    pub polls_sent: u64,
+    pub stats_received: u64,
+}
+
+impl HopDelta {
+    /// Mean bytes per datagram the gateway sent (0 without any).
+    pub fn bytes_per_datagram_sent(&self) -> f64 {
+        self.bytes_sent as f64 / self.datagrams_sent.max(1) as f64
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "datagrams_sent": self.datagrams_sent,
+            "datagrams_received": self.datagrams_received,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "bytes_per_datagram_sent": self.bytes_per_datagram_sent(),
+            "retransmitted_packets": self.retransmitted_packets,
+            "polls_sent": self.polls_sent,
+            "stats_received": self.stats_received,
+        })
+    }
 }
 
 /// The gateway counters [`HopDelta`] is made of.
@@ -119,7 +154,11 @@ pub struct HopDelta {
 struct HopCounters {
     datagrams_sent: f64,
     datagrams_received: f64,
+    bytes_sent: f64,
+    bytes_received: f64,
     retransmissions: f64,
+    polls_sent: f64,
+    stats_received: f64,
 }
 
 impl HopCounters {
@@ -135,7 +174,12 @@ impl HopCounters {
             // At the gateway, "down" (towards the terminal) is sent and "up" received.
             datagrams_sent: sum("satstp_hop_datagrams_total{", "direction=\"down\""),
             datagrams_received: sum("satstp_hop_datagrams_total{", "direction=\"up\""),
+            bytes_sent: sum("satstp_hop_bytes_total{", "direction=\"down\""),
+            bytes_received: sum("satstp_hop_bytes_total{", "direction=\"up\""),
             retransmissions: sum("satstp_stp_retransmissions_total{", ""),
+            polls_sent: sum("satstp_stp_packets_sent_total{", "type=\"poll\""),
+            stats_received: sum("satstp_stp_packets_received_total{", "type=\"stat\"")
+                + sum("satstp_stp_packets_received_total{", "type=\"ustat\""),
         })
     }
 
@@ -144,7 +188,11 @@ impl HopCounters {
         HopDelta {
             datagrams_sent: d(self.datagrams_sent, later.datagrams_sent),
             datagrams_received: d(self.datagrams_received, later.datagrams_received),
+            bytes_sent: d(self.bytes_sent, later.bytes_sent),
+            bytes_received: d(self.bytes_received, later.bytes_received),
             retransmitted_packets: d(self.retransmissions, later.retransmissions),
+            polls_sent: d(self.polls_sent, later.polls_sent),
+            stats_received: d(self.stats_received, later.stats_received),
         }
     }
 }
@@ -172,6 +220,12 @@ impl Daemons {
     fn rss(&self) -> Result<(u64, u64)> {
         let t = self.terminals.first().context("no terminal")?;
         Ok((t.rss_kib()?, self.gateway.rss_kib()?))
+    }
+
+    /// VmHWM (the peak of VmRSS) of the first terminal and the gateway.
+    fn peak_rss(&self) -> Result<(u64, u64)> {
+        let t = self.terminals.first().context("no terminal")?;
+        Ok((t.status_kib("VmHWM")?, self.gateway.status_kib("VmHWM")?))
     }
 
     fn check_running(&mut self) -> Result<()> {
@@ -211,6 +265,11 @@ impl GatewayOptions {
         }
         if let Err(e) = pep::tunnel::CipherChoice::parse(&args.tunnel_cipher) {
             bail!("--tunnel-cipher {e}");
+        }
+        if let Some(b) = args.memory_cap {
+            if !(MIN_MEMORY_CAP..=1 << 40).contains(&b) {
+                bail!("--memory-cap must be between 64MiB and 1TiB, got {b} bytes");
+            }
         }
         if !(1..=200).contains(&args.terminals) {
             bail!(
@@ -268,12 +327,17 @@ impl Figures {
             "idle_connections": args.idle,
             "terminal_rss_kib": [f.rss_before_kib.0, f.rss_after_kib.0],
             "gateway_rss_kib": [f.rss_before_kib.1, f.rss_after_kib.1],
+            "terminal_peak_rss_kib": f.peak_rss_kib.0,
+            "gateway_peak_rss_kib": f.peak_rss_kib.1,
+            "memory_cap_bytes": args.memory_cap,
             "terminal_idle_conn_kib": t_idle,
             "gateway_idle_conn_kib": g_idle,
             "idle_conn_kib": t_idle + g_idle,
             "single_flow_gateway_datagrams_sent": f.single_hop.datagrams_sent,
             "single_flow_gateway_datagrams_received": f.single_hop.datagrams_received,
             "single_flow_retransmitted_packets": f.single_hop.retransmitted_packets,
+            "single_flow_gateway_hop": f.single_hop.json(),
+            "parallel_gateway_hop": f.parallel_hop.json(),
             "gateway_tunnel_handshakes": f.gateway_handshakes,
         })
     }
@@ -301,10 +365,13 @@ fn start_daemons(
         .workers
         .map_or(String::new(), |w| format!("workers = {w}\n"))
         + &format!("tunnel_cipher = \"{}\"\n", args.tunnel_cipher);
+    let memcap = args
+        .memory_cap
+        .map_or(String::new(), |b| format!("memory_cap_bytes = {b}\n"));
     let common = format!(
         "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
-         max_connections_per_terminal = {max_connections}\n\
+         max_connections_per_terminal = {max_connections}\n{memcap}\
          [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n\
          min_poll_interval_ms = 1\n"
     );
@@ -513,6 +580,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
             .await
             .context("warm-up download")?;
     }
+    let hop0 = HopCounters::read(d.metrics)?;
     let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
@@ -527,6 +595,8 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
     }
     let parallel_secs = t0.elapsed().as_secs_f64();
     let parallel_cpu = cpu_since(cpu0, d)?;
+    let parallel_hop = hop0.delta(&HopCounters::read(d.metrics)?);
+    let peak_rss_kib = d.peak_rss()?;
     let parallel_bytes = each * n;
     let gateway_handshakes = scrape(d.metrics)?
         .iter()
@@ -544,8 +614,10 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
         parallel_cpu,
         rss_before_kib,
         rss_after_kib,
+        peak_rss_kib,
         idle: idle as u64,
         single_hop,
+        parallel_hop,
         gateway_handshakes,
     })
 }
@@ -575,6 +647,7 @@ mod tests {
             workers: None,
             tunnel_cipher: "auto".into(),
             terminals: 1,
+            memory_cap: Some(MIN_MEMORY_CAP),
         };
         assert!(ok.check().is_ok());
         for (o, flag) in [
@@ -621,6 +694,13 @@ mod tests {
                 },
                 "--terminals",
             ),
+            (
+                GatewayOptions {
+                    memory_cap: Some(MIN_MEMORY_CAP - 1),
+                    ..ok.clone()
+                },
+                "--memory-cap",
+            ),
         ] {
             let e = o.check().unwrap_err().to_string();
             assert!(e.contains(flag), "{flag}: {e}");
@@ -639,8 +719,10 @@ mod tests {
             parallel_cpu: Cpu::default(),
             rss_before_kib: (1000, 2000),
             rss_after_kib: (1500, 2000),
+            peak_rss_kib: (1500, 2000),
             idle: 100,
             single_hop: HopDelta::default(),
+            parallel_hop: HopDelta::default(),
             gateway_handshakes: 1,
         };
         assert_eq!(f.idle_kib(), (5.0, 0.0));
@@ -651,6 +733,7 @@ mod tests {
             workers: None,
             tunnel_cipher: "auto".into(),
             terminals: 1,
+            memory_cap: None,
         });
         assert_eq!(v["terminal_idle_conn_kib"], 5.0);
         assert_eq!(v["idle_conn_kib"], 5.0);

@@ -38,13 +38,18 @@ impl Proc {
 
     /// The child's resident memory, KiB (`VmRSS` of `/proc/PID/status`).
     pub fn rss_kib(&self) -> Result<u64> {
+        self.status_kib("VmRSS")
+    }
+
+    /// A KiB figure of the child's `/proc/PID/status` (`VmRSS`, `VmHWM`, ...).
+    pub fn status_kib(&self, field: &str) -> Result<u64> {
         let path = format!("/proc/{}/status", self.0.id());
         let s = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no VmRSS in {path} (the {} exited?)", self.1))
+            .with_context(|| format!("no {field} in {path} (the {} exited?)", self.1))
     }
 
     /// An error when the child has exited.

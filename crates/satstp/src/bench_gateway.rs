@@ -30,6 +30,10 @@ pub struct GatewayBenchArgs {
     /// downloads are spread evenly over them.
     #[arg(long, default_value_t = 1)]
     terminals: u32,
+    /// `limits.memory_cap_bytes` of both daemons (64MiB to 1TiB; default: theirs, 512 MiB): the
+    /// most the relays may hold, which bounds what the gateway reads ahead of the hop.
+    #[arg(long, value_parser = parse_bytes)]
+    memory_cap: Option<u64>,
     /// Results as JSON: --json (or --json -) prints them on standard output instead of the
     /// text; --json FILE writes them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -45,6 +49,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         workers: args.workers,
         terminals: args.terminals,
         tunnel_cipher: args.tunnel_cipher.clone(),
+        memory_cap: args.memory_cap,
     };
     opts.check()?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
@@ -93,15 +98,31 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             c.loadgen
         );
     }
-    outln!(
-        "  single-flow hop     gateway sent {} datagrams, received {}; {} STP retransmissions",
-        f.single_hop.datagrams_sent,
-        f.single_hop.datagrams_received,
-        f.single_hop.retransmitted_packets
-    );
+    for (name, h) in [
+        ("single-flow", &f.single_hop),
+        ("parallel", &f.parallel_hop),
+    ] {
+        outln!(
+            "  {name:<11} hop     gateway sent {} datagrams ({:.0} bytes each), received {} ({} STATs and USTATs for {} POLLs sent); {} STP retransmissions",
+            h.datagrams_sent,
+            h.bytes_per_datagram_sent(),
+            h.datagrams_received,
+            h.stats_received,
+            h.polls_sent,
+            h.retransmitted_packets
+        );
+    }
     outln!(
         "  tunnel sessions     the gateway completed {} handshakes",
         f.gateway_handshakes
+    );
+    outln!(
+        "  peak memory         VmHWM terminal {} KiB, gateway {} KiB; memory_cap_bytes {}",
+        f.peak_rss_kib.0,
+        f.peak_rss_kib.1,
+        args.memory_cap
+            .map_or("the daemons' default (512 MiB)".to_string(), |b| b
+                .to_string())
     );
     outln!(
         "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",

@@ -52,6 +52,31 @@ fn bench_gateway_json_has_positive_figures() {
         sent >= 13_000,
         "the gateway sent {sent} datagrams for 20 MB"
     );
+    // The same counters around the parallel run, with what they are made of: datagrams of
+    // about the hop's size (1443 bytes and the tunnel's header), STATs answering POLLs.
+    let par = &v["parallel_gateway_hop"];
+    let n = par["datagrams_sent"].as_u64().unwrap_or(0);
+    assert!(
+        n >= 13_000,
+        "the gateway sent {n} datagrams for 20 MB: {par}"
+    );
+    let size = par["bytes_per_datagram_sent"].as_f64().unwrap_or(0.0);
+    assert!(
+        (1000.0..=1500.0).contains(&size),
+        "{size} bytes per datagram: {par}"
+    );
+    assert!(
+        par["bytes_sent"].as_u64().unwrap_or(0) >= 20_000_000,
+        "{par}"
+    );
+    assert!(par["polls_sent"].as_u64().unwrap_or(0) > 0, "{par}");
+    // The peak memory is at least what the daemon held with its idle connections.
+    let gw = &v["gateway_rss_kib"];
+    assert!(
+        v["gateway_peak_rss_kib"].as_u64().unwrap_or(0) >= gw[1].as_u64().unwrap_or(u64::MAX),
+        "{v}"
+    );
+    assert_eq!(v["memory_cap_bytes"], serde_json::Value::Null);
 }
 
 /// `--workers 2 --terminals 3`: three terminal daemons (three keys, three sessions) and a
@@ -69,13 +94,20 @@ fn bench_gateway_with_workers_and_several_terminals() {
         "2",
         "--terminals",
         "3",
+        "--memory-cap",
+        "64MiB",
     ]);
     assert_eq!(v["workers"].as_u64(), Some(2));
+    assert_eq!(v["memory_cap_bytes"].as_u64(), Some(64 << 20));
     assert_eq!(v["terminals"].as_u64(), Some(3));
     assert!(v["parallel_gbps"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
     let hs = v["gateway_tunnel_handshakes"].as_u64().unwrap_or(0);
     assert!(hs >= 3, "one session per terminal: {hs} handshakes");
-    for bad in [["--workers", "0"], ["--terminals", "201"]] {
+    for bad in [
+        ["--workers", "0"],
+        ["--terminals", "201"],
+        ["--memory-cap", "1MiB"],
+    ] {
         let err = fails(satstp().args(["bench", "gateway"]).args(bad));
         assert!(err.contains(bad[0]), "{err}");
     }
