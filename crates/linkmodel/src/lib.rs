@@ -88,6 +88,9 @@ pub enum Discipline {
 /// it, which shifts the gap to `1..1/p_b` and drops every packet after a drop once `p_b ≥ 1/2`.
 /// One uniform number is drawn from the caller's generator for each arrival in those regions, and
 /// none otherwise, so drop-tail links consume exactly what they always did.
+///
+/// [`RedRule::Ns2`] replaces these rules by those of ns-2's `Queue/RED` of 1997, which the
+/// seeds' simulations ran (see there).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RedParams {
     /// Average queue below which nothing is dropped early.
@@ -105,6 +108,38 @@ pub struct RedParams {
     /// Typical packet size on the wire, bytes (overhead included): sets the idle-time decay and,
     /// in byte mode, the size normalization of the drop probability.
     pub mean_packet_bytes: u32,
+    /// Whose rules decide a drop: the 1993 paper's (the default) or ns-2's of 1997.
+    pub rule: RedRule,
+}
+
+/// Which implementation of RED's per-arrival rules a queue follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedRule {
+    /// The 1993 paper's algorithm as [`RedParams`] describes it.
+    #[default]
+    Paper,
+    /// ns-2's `Queue/RED` as of 1997 (`queue/red.cc` v1.22 of July 1997, with its defaults of
+    /// `tcl/lib/ns-default.tcl` v1.19, April 1997: `wait_ true`), which the seeds' ns-2
+    /// simulations ran. It differs from [`RedRule::Paper`] in five ways:
+    ///
+    /// - the instantaneous queue the average samples (and the `q > 1` test below) counts only
+    ///   waiting packets, not the one being serialized (ns-2 hands that one to the link);
+    /// - `wait_`: with `count` the arrivals since the last early drop, the arriving one
+    ///   included, `p_a = 0` while `count·p_b < 1`, `p_b / (2 − count·p_b)` while it is below
+    ///   2, and 1 from there: the gap between early drops is spread over `1/p_b … 2/p_b`
+    ///   arrivals (mean about `1.5/p_b`) instead of `1 … 1/p_b`, about three times fewer drops
+    ///   at the same `p_b`;
+    /// - no RED drop (early or forced) while at most one packet waits, and the first arrival
+    ///   after the average rises above `min_th` (or the queue refills) only restarts `count`
+    ///   at 1;
+    /// - forced drops (average at or above `max_th`) and overflows do not restart `count`;
+    /// - the idle decay counts whole typical packets (`m = ⌊idle / s⌋`).
+    ///
+    /// In byte mode `count` is the bytes since the last early drop over `mean_packet_bytes`
+    /// (whole), and the size factor scales `p_a` after the spacing rule, as ns-2 does. One
+    /// difference is not modelled: ns-2's default of 1997 (`drop-tail_ false`) drops a
+    /// random packet of the queue on a forced drop or overflow; this link drops the arrival.
+    Ns2,
 }
 
 impl Default for RedParams {
@@ -128,6 +163,7 @@ impl Default for RedParams {
             w_q: 0.002,
             gentle: true,
             mean_packet_bytes: 500,
+            rule: RedRule::Paper,
         }
     }
 }
@@ -167,6 +203,40 @@ impl RedParams {
         let spread = count as f64 * p_b;
         Some(if spread < 1.0 {
             (p_b / (1.0 - spread)).min(1.0)
+        } else {
+            1.0
+        })
+    }
+
+    /// ns-2's early-drop probability ([`RedRule::Ns2`], `wait_` on) for an average `avg`,
+    /// `count` arrivals since the last early drop (the arriving one included; in byte mode the
+    /// whole mean packets since then) and a byte-mode size factor (1 in packet mode). `None`
+    /// outside the probabilistic regions, as [`RedParams::drop_probability`].
+    pub fn ns2_drop_probability(&self, avg: f64, count: u64, size_factor: f64) -> Option<f64> {
+        let ceiling = if self.gentle {
+            2.0 * self.max_th
+        } else {
+            self.max_th
+        };
+        if avg < self.min_th || avg >= ceiling {
+            return None;
+        }
+        let p_b = if avg < self.max_th {
+            self.max_p * (avg - self.min_th) / (self.max_th - self.min_th)
+        } else {
+            self.max_p + (1.0 - self.max_p) * (avg - self.max_th) / self.max_th
+        };
+        let p_b = p_b.min(1.0);
+        let spread = count as f64 * p_b;
+        let p_a = if spread < 1.0 {
+            0.0
+        } else if spread < 2.0 {
+            p_b / (2.0 - spread)
+        } else {
+            1.0
+        };
+        Some(if p_a < 1.0 {
+            (p_a * size_factor).min(1.0)
         } else {
             1.0
         })
@@ -494,6 +564,14 @@ impl Departures {
         self.bytes
     }
 
+    /// The packets and bytes waiting behind the one in service (none if the queue is empty).
+    pub(crate) fn waiting(&self) -> (usize, u64) {
+        match self.queue.front() {
+            Some(&(_, first)) => (self.queue.len() - 1, self.bytes - first),
+            None => (0, 0),
+        }
+    }
+
     /// Whether `limit` leaves no room for one more packet of `bytes`.
     pub(crate) fn full(&self, limit: QueueLimit, bytes: u64) -> bool {
         match limit {
@@ -519,8 +597,14 @@ pub struct Link {
     ge_bad: bool,
     /// RED's average queue (in the limit's unit), as of the latest arrival.
     red_avg: f64,
-    /// RED's packets accepted since the last drop (0 while the average is below `min_th`).
+    /// RED's packets accepted since the last drop (0 while the average is below `min_th`);
+    /// with [`RedRule::Ns2`], arrivals since the last early drop.
     red_count: u64,
+    /// [`RedRule::Ns2`]: bytes arrived since the last early drop (byte mode's count).
+    red_count_bytes: u64,
+    /// [`RedRule::Ns2`]: the average was above `min_th` with packets waiting at the previous
+    /// arrival (ns-2's `old`).
+    red_old: bool,
     stats: LinkStats,
     /// The latest packet's bytes and their serialization time: packets mostly come in runs of
     /// one size, so the division is skipped for most.
@@ -549,6 +633,8 @@ impl Link {
             ge_bad: false,
             red_avg: 0.0,
             red_count: 0,
+            red_count_bytes: 0,
+            red_old: false,
             stats: LinkStats::default(),
             last_serialization: (0, 0),
         })
@@ -636,6 +722,9 @@ impl Link {
         bytes: u64,
         rng: &mut dyn RngCore,
     ) -> Option<DropCause> {
+        if red.rule == RedRule::Ns2 {
+            return self.red_arrival_ns2(red, now_ns, bytes, rng);
+        }
         let byte_mode = matches!(self.config.queue, QueueLimit::Bytes(_));
         let q = if byte_mode {
             self.queue.bytes() as f64
@@ -683,6 +772,72 @@ impl Link {
         }
     }
 
+    /// [`RedRule::Ns2`]'s verdict on an arrival (queue already drained).
+    fn red_arrival_ns2(
+        &mut self,
+        red: &RedParams,
+        now_ns: u64,
+        bytes: u64,
+        rng: &mut dyn RngCore,
+    ) -> Option<DropCause> {
+        let byte_mode = matches!(self.config.queue, QueueLimit::Bytes(_));
+        let (waiting, waiting_bytes) = self.queue.waiting();
+        let q = if byte_mode {
+            waiting_bytes as f64
+        } else {
+            waiting as f64
+        };
+        if self.queue.is_empty() {
+            // ns-2 runs the estimator m + 1 times, m = int(ptc · idle), ptc the typical
+            // packets per second.
+            let idle_ns = now_ns.saturating_sub(self.last_departure_ns) as f64;
+            let typical_tx_ns =
+                f64::from(red.mean_packet_bytes) * 8e9 / self.config.rate_bps as f64;
+            let m = (idle_ns / typical_tx_ns).floor();
+            if m > 0.0 {
+                self.red_avg *= (1.0 - red.w_q).powf(m);
+            }
+        }
+        self.red_avg = (1.0 - red.w_q) * self.red_avg + red.w_q * q;
+        self.red_count = self.red_count.saturating_add(1);
+        self.red_count_bytes = self.red_count_bytes.saturating_add(bytes);
+        if !(self.red_avg >= red.min_th && q > 1.0) {
+            self.red_old = false;
+            return None;
+        }
+        let (count, size_factor) = if byte_mode {
+            (
+                self.red_count_bytes / u64::from(red.mean_packet_bytes),
+                bytes as f64 / f64::from(red.mean_packet_bytes),
+            )
+        } else {
+            (self.red_count, 1.0)
+        };
+        match red.ns2_drop_probability(self.red_avg, count, size_factor) {
+            None => {
+                self.stats.dropped_queue += 1;
+                self.stats.red_forced += 1;
+                Some(DropCause::Queue)
+            }
+            Some(_) if !self.red_old => {
+                self.red_old = true;
+                self.red_count = 1;
+                self.red_count_bytes = bytes;
+                None
+            }
+            Some(p_a) => {
+                if uniform(rng) <= p_a && p_a > 0.0 {
+                    self.red_count = 0;
+                    self.red_count_bytes = 0;
+                    self.stats.dropped_red += 1;
+                    Some(DropCause::Red)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
     /// Offers a packet of `size` bytes at `now_ns` and decides its fate. Calls must come in
     /// non-decreasing time order.
     pub fn offer(&mut self, now_ns: u64, size: usize, rng: &mut dyn RngCore) -> Fate {
@@ -702,8 +857,17 @@ impl Link {
             }
         }
         if self.queue.full(self.config.queue, bytes) {
-            // An overflow is a drop too: RED counts packets since the last one (as ns-2 does).
-            self.red_count = 0;
+            // An overflow is a drop too: RED counts packets since the last one (as ns-2 has
+            // done since 2001; its 1997 code, `RedRule::Ns2`, did not).
+            if !matches!(
+                self.config.discipline,
+                Discipline::Red(RedParams {
+                    rule: RedRule::Ns2,
+                    ..
+                })
+            ) {
+                self.red_count = 0;
+            }
             self.stats.dropped_queue += 1;
             return Fate::Drop(DropCause::Queue);
         }
@@ -1008,6 +1172,108 @@ mod tests {
     /// Offers `n` packets of 1000 bytes, one every `gap_ns`, to an 8 Mb/s link (1 ms each).
     fn overload(link: &mut Link, n: u64, gap_ns: u64, r: &mut ChaCha8Rng) -> Vec<Fate> {
         (0..n).map(|i| link.offer(i * gap_ns, 1000, r)).collect()
+    }
+
+    #[test]
+    fn ns2_probability_waits_between_drops() {
+        let p = RedParams {
+            gentle: false,
+            rule: RedRule::Ns2,
+            ..RedParams::default()
+        };
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        // avg 10: p_b = 0.05; no early drop before count·p_b reaches 1 (20 arrivals).
+        assert!(close(p.ns2_drop_probability(10.0, 19, 1.0), 0.0));
+        assert!(close(p.ns2_drop_probability(10.0, 20, 1.0), 0.05));
+        assert!(close(p.ns2_drop_probability(10.0, 30, 1.0), 0.1));
+        assert!(close(p.ns2_drop_probability(10.0, 40, 1.0), 1.0));
+        assert!(
+            close(p.ns2_drop_probability(10.0, 30, 2.0), 0.2),
+            "byte-mode factor after the spacing"
+        );
+        assert_eq!(p.ns2_drop_probability(4.9, 30, 1.0), None);
+        assert_eq!(p.ns2_drop_probability(15.0, 30, 1.0), None, "forced");
+    }
+
+    /// Holds the waiting queue at `waiting` packets on an 8 Mb/s link (one departure a ms,
+    /// offers repeated until one is accepted) and returns the arrivals from one early drop to
+    /// the next.
+    fn gaps_between_early_drops(rule: RedRule, waiting: u64, steps: u64) -> Vec<u64> {
+        let red = RedParams {
+            min_th: 5.0,
+            max_th: 15.0,
+            max_p: 0.1,
+            w_q: 1.0,
+            gentle: false,
+            mean_packet_bytes: 1000,
+            rule,
+        };
+        let mut l = red_link(red, 8_000_000, QueueLimit::Packets(1000));
+        let mut r = rng();
+        for _ in 0..=waiting {
+            assert!(matches!(l.offer(0, 1000, &mut r), Fate::Deliver { .. }));
+        }
+        let (mut gaps, mut since) = (Vec::new(), 0u64);
+        for k in 1..=steps {
+            // At k ms one packet has left: offer until one more is queued.
+            loop {
+                since += 1;
+                match l.offer(k * 1_000_000 - 1, 1000, &mut r) {
+                    Fate::Deliver { .. } => break,
+                    Fate::Drop(DropCause::Red) => {
+                        gaps.push(since);
+                        since = 0;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        gaps
+    }
+
+    #[test]
+    fn ns2_rule_spreads_early_drops_over_one_to_two_inverse_p() {
+        // Ten waiting (eleven with the one in service): the paper's rule samples 11, p_b =
+        // 0.06, gaps 1..=16; ns-2's samples 10, p_b = 0.05, gaps 20..=40 (the first after
+        // crossing min_th restarts the count, so allow one more).
+        let ns2 = gaps_between_early_drops(RedRule::Ns2, 10, 20_000);
+        assert!(ns2.len() > 300, "{}", ns2.len());
+        assert!(
+            ns2.iter().skip(1).all(|&g| (20..=40).contains(&g)),
+            "{ns2:?}"
+        );
+        let mean = ns2.iter().sum::<u64>() as f64 / ns2.len() as f64;
+        assert!((mean - 30.0).abs() < 2.0, "ns-2 mean gap {mean}");
+        let paper = gaps_between_early_drops(RedRule::Paper, 10, 20_000);
+        assert!(paper.iter().all(|&g| g <= 17), "{paper:?}");
+        let mean = paper.iter().sum::<u64>() as f64 / paper.len() as f64;
+        assert!(mean < 10.0, "paper mean gap {mean}");
+    }
+
+    #[test]
+    fn ns2_rule_never_drops_with_one_packet_waiting() {
+        // Average far above max_th (w_q 1 follows the queue), yet with one packet waiting and
+        // one in service ns-2 does not drop; the paper's rule forces a drop.
+        let red = |rule| RedParams {
+            min_th: 0.5,
+            max_th: 1.0,
+            w_q: 1.0,
+            gentle: false,
+            rule,
+            ..RedParams::default()
+        };
+        let mut r = rng();
+        let mut ns2 = red_link(red(RedRule::Ns2), 8_000_000, QueueLimit::Packets(100));
+        let f = overload(&mut ns2, 3, 0, &mut r);
+        assert!(f.iter().all(|f| matches!(f, Fate::Deliver { .. })), "{f:?}");
+        assert_eq!(
+            ns2.offer(0, 1000, &mut r),
+            Fate::Drop(DropCause::Queue),
+            "two waiting: forced"
+        );
+        let mut paper = red_link(red(RedRule::Paper), 8_000_000, QueueLimit::Packets(100));
+        let f = overload(&mut paper, 3, 0, &mut r);
+        assert!(matches!(f[2], Fate::Drop(DropCause::Queue)), "{f:?}");
     }
 
     #[test]

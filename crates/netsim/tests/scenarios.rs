@@ -71,6 +71,35 @@ fn bad_input_is_named() {
 }
 
 #[test]
+fn ns2_rules_are_named_and_bad_ones_refused() {
+    let red = |rule: &str| {
+        GEO.replace(
+            "delay = \"5ms\"",
+            &format!("delay = \"5ms\"\nred = {{ min_th = 5.0, max_th = 15.0, rule = \"{rule}\" }}"),
+        )
+    };
+    Scenario::from_toml(&red("ns2")).unwrap();
+    Scenario::from_toml(&red("paper")).unwrap();
+    let e = err(&red("ns3"));
+    assert!(
+        e.contains("server->gateway.red.rule") && e.contains("\"ns2\""),
+        "{e}"
+    );
+    let tcp = |recovery: &str| {
+        GEO.replace("protocol = \"stp\"", "protocol = \"tcp\"")
+            .replace(
+                "bottleneck = \"gateway->client\"",
+                &format!(
+                    "bottleneck = \"gateway->client\"\n[flow.tcp]\nvariant = \"newreno\"\nrecovery = \"{recovery}\""
+                ),
+            )
+    };
+    Scenario::from_toml(&tcp("ns2")).unwrap();
+    let e = err(&tcp("ns-3"));
+    assert!(e.contains("recovery") && e.contains("\"ns2\""), "{e}");
+}
+
+#[test]
 fn a_link_replays_a_mahimahi_rate_trace() {
     // One 1500-byte opportunity every 8 ms, repeating every 800 ms: a mean of 1.5 Mb/s, the
     // GEO hop's fixed rate.

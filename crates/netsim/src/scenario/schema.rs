@@ -219,6 +219,9 @@ pub struct RedSpec {
     pub w_q: Option<f64>,
     pub gentle: Option<bool>,
     pub mean_packet_bytes: Option<u32>,
+    /// Whose per-arrival rules: "paper" (Floyd and Jacobson 1993, the default) or "ns2"
+    /// (ns-2's `Queue/RED` of 1997, which the seeds' simulations ran).
+    pub rule: Option<String>,
 }
 
 /// A duplex link between `a` and `b`: `a→b` uses the top-level parameters, `b→a` the same
@@ -300,7 +303,8 @@ pub struct TcpSpec {
     pub limited_transmit: Option<bool>,
     /// SACK loss marking: "appendix-a" (default, the seeds') or "rfc6675".
     pub loss_marking: Option<String>,
-    /// Fast recovery: "inflation" (default, the seeds' window inflation) or "prr" (RFC 6937).
+    /// Fast recovery: "inflation" (default, the seeds' window inflation), "prr" (RFC 6937) or
+    /// "ns2" (ns-2's NewReno of 1997, `TcpConfig::ns2_recovery`).
     pub recovery: Option<String>,
     /// Acknowledge every k-th full segment.
     pub ack_every: Option<u32>,

@@ -7,7 +7,7 @@ use crate::sim::Time;
 use crate::stp_agent::Framing;
 use crate::tcp::{IncreasePolicy, InitialWindow as TcpInitialWindow, TcpConfig, Variant};
 use crate::units::{parse_bytes, parse_duration_ns, parse_rate_bps};
-use linkmodel::{Delay, Discipline, LinkConfig, Loss, Outage, QueueLimit, RedParams};
+use linkmodel::{Delay, Discipline, LinkConfig, Loss, Outage, QueueLimit, RedParams, RedRule};
 use stp::EndpointConfig;
 
 impl Scenario {
@@ -292,6 +292,16 @@ impl Scenario {
             if let Some(v) = r.mean_packet_bytes {
                 params.mean_packet_bytes = v;
             }
+            params.rule = match r.rule.as_deref() {
+                None | Some("paper") => RedRule::Paper,
+                Some("ns2") => RedRule::Ns2,
+                Some(other) => {
+                    return Err(field(
+                        format!("{name}.red.rule"),
+                        format!("unknown rule \"{other}\" (accepted: \"paper\", \"ns2\")"),
+                    ))
+                }
+            };
             c.discipline = Discipline::Red(params);
         }
         c.validate()
@@ -401,13 +411,14 @@ impl Scenario {
             };
         }
         if let Some(v) = &t.recovery {
-            c.prr = match v.as_str() {
-                "inflation" => false,
-                "prr" => true,
+            (c.prr, c.ns2_recovery) = match v.as_str() {
+                "inflation" => (false, false),
+                "prr" => (true, false),
+                "ns2" => (false, true),
                 other => {
                     return Err(field(
                         f("recovery"),
-                        format!("'{other}' is not \"inflation\" or \"prr\""),
+                        format!("'{other}' is not \"inflation\", \"prr\" or \"ns2\""),
                     ))
                 }
             };

@@ -200,6 +200,13 @@ pub struct TcpConfig {
     /// the data it reports delivered (`ssthresh / flight at entry`), so the sender keeps
     /// sending through recovery instead of waiting for half a window of duplicate ACKs.
     pub prr: bool,
+    /// ns-2's NewReno of 1997 (default false; `Agent/TCP/Newreno`, `tcp-newreno.cc` v1.7,
+    /// with `maxburst_ 0`), which the seeds' simulations ran, for senders without SACK: a
+    /// partial ACK drops the whole inflation (`cwnd = ssthresh`) instead of deflating by the
+    /// data acknowledged, and the ACK that ends recovery sets `cwnd = ssthresh` whatever the
+    /// data in flight, so the rest of the window leaves at once in one burst (RFC 6582 caps it
+    /// at the flight plus one segment).
+    pub ns2_recovery: bool,
 }
 
 impl Default for TcpConfig {
@@ -234,6 +241,7 @@ impl Default for TcpConfig {
             limited_transmit: false,
             rfc6675_loss_marking: false,
             prr: false,
+            ns2_recovery: false,
         }
     }
 }

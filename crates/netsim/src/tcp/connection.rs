@@ -858,7 +858,7 @@ impl TcpConnection {
                 if !self.config.variant.newreno_recovery() || ack >= self.snd_recover {
                     // Reno: the first new ACK ends recovery. NewReno rule 3: so does one that
                     // covers snd_recover, with cwnd no larger than the flight plus one segment.
-                    self.cwnd = if self.config.prr {
+                    self.cwnd = if self.config.prr || self.ns2_recovery() {
                         self.ssthresh
                     } else if self.config.variant.newreno_recovery() {
                         self.ssthresh.min(self.snd_max - self.snd_una + self.mss)
@@ -871,7 +871,10 @@ impl TcpConnection {
                     // Rule 4: partial ACK. Without SACK retransmit the next unacknowledged
                     // segment; always deflate by the data acknowledged and add one segment.
                     self.dupacks = 0;
-                    if !self.config.prr {
+                    if self.ns2_recovery() {
+                        // ns-2 zeroes its inflation (`dupwnd_`) and keeps cwnd at ssthresh.
+                        self.cwnd = self.ssthresh;
+                    } else if !self.config.prr {
                         self.cwnd = self.cwnd.saturating_sub(acked) + self.mss;
                     }
                     if self.sack_in_use() {
@@ -893,6 +896,12 @@ impl TcpConnection {
                 }
             }
         }
+    }
+
+    /// Whether fast recovery follows ns-2's NewReno of 1997 (`TcpConfig::ns2_recovery`; SACK
+    /// senders keep the default rules).
+    fn ns2_recovery(&self) -> bool {
+        self.config.ns2_recovery && !self.config.prr && !self.sack_in_use()
     }
 
     /// Window growth on an ACK of `acked` new bytes outside fast recovery.

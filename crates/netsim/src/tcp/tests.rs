@@ -1209,3 +1209,48 @@ fn odd_segments_never_panic_or_stall() {
 
 #[path = "tests_modern.rs"]
 mod modern;
+
+/// NewReno, twenty segments in flight, segments 1 and 2 lost: eighteen duplicate ACKs, the
+/// partial ACK of the first retransmission, a duplicate ACK per segment sent meanwhile, then
+/// the ACK of everything. Returns (cwnd after the partial ACK, segments sent on the last ACK).
+fn two_losses_recovery(ns2: bool) -> (u64, usize) {
+    let mut c = cfg(Variant::NewReno);
+    c.initial_window = InitialWindow::Segments(20);
+    c.ns2_recovery = ns2;
+    let mut a = established(c, 100 * MS, 100_000);
+    assert_eq!(drain(&mut a, 100 * MS).len(), 20);
+    let mut t = 200 * MS;
+    let mut later = Vec::new();
+    for _ in 3..=20 {
+        a.on_segment(t, &ack_of(1, vec![]));
+        later.extend(drain(&mut a, t));
+        t += MS;
+    }
+    a.on_segment(t, &ack_of(1001, vec![]));
+    let cwnd = a.cwnd();
+    later.extend(drain(&mut a, t));
+    let mut high = 20_001;
+    for s in later.iter().filter(|s| s.seq >= 20_001) {
+        t += MS;
+        high = high.max(s.seq + u64::from(s.len));
+        a.on_segment(t, &ack_of(1001, vec![]));
+    }
+    t += MS;
+    a.on_segment(t, &ack_of(high, vec![]));
+    assert_eq!(a.recovery(), RecoveryState::Open);
+    (cwnd, drain(&mut a, t).len())
+}
+
+#[test]
+fn ns2_recovery_drops_the_inflation_and_bursts_at_the_exit() {
+    // ssthresh = 10 segments. RFC 6582 deflates by the data acknowledged and leaves recovery
+    // with the flight plus one segment: one segment goes out.
+    let (cwnd, burst) = two_losses_recovery(false);
+    assert!(cwnd > 20_000, "{cwnd}");
+    assert_eq!(burst, 1);
+    // ns-2's NewReno of 1997: cwnd back to ssthresh on the partial ACK, and the whole window
+    // of ten segments at once when recovery ends with nothing in flight.
+    let (cwnd, burst) = two_losses_recovery(true);
+    assert_eq!(cwnd, 10_000);
+    assert_eq!(burst, 10);
+}
