@@ -259,9 +259,10 @@ impl Agent for StpAgent {
     }
 
     fn on_packet(&mut self, ctx: &mut Ctx<'_>, pkt: Packet) {
-        if let Payload::Stp(bytes) = &pkt.payload {
+        if let Payload::Stp(bytes) = pkt.payload {
             self.ep
-                .handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), bytes);
+                .handle_datagram(Instant::from_nanos(ctx.now), socket_of(pkt.src), &bytes);
+            ctx.recycle(bytes);
         }
         self.app(ctx);
         self.pump(ctx);

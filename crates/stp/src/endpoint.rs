@@ -532,6 +532,7 @@ impl Endpoint {
                 self.quiet = None;
             }
             let remote = slot.key.remote;
+            let drained = sent.is_none() && slot.conn.is_drained();
             self.dirty.insert(h);
             if slot.conn.has_events() {
                 self.eventful.insert(h);
@@ -543,7 +544,9 @@ impl Endpoint {
                 });
             }
             self.active.remove(&h);
-            self.reap_if_drained(now, h);
+            if drained {
+                self.reap_if_drained(now, h);
+            }
         }
         None
     }

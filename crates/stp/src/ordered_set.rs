@@ -64,7 +64,12 @@ impl<T: Ord + Copy> OrderedSet<T> {
         let removed = match &mut self.repr {
             Repr::Small(v) => match v.binary_search(t) {
                 Ok(i) => {
-                    v.remove(i);
+                    // The last (often the only) entry: nothing to shift.
+                    if i + 1 == v.len() {
+                        v.pop();
+                    } else {
+                        v.remove(i);
+                    }
                     true
                 }
                 Err(_) => false,
