@@ -49,7 +49,15 @@ pub struct Ctx<'a> {
     timers: &'a mut Vec<(Time, u64)>,
     binds: &'a mut Vec<u16>,
     next_packet_id: &'a mut u64,
+    /// Datagram buffers given back by receivers, for senders to build in (see
+    /// [`Ctx::datagram_buffer`]).
+    buffers: &'a mut Vec<Vec<u8>>,
 }
+
+/// Datagram buffers the simulator keeps for reuse (more are freed).
+const KEPT_BUFFERS: usize = 256;
+/// The capacity of a new datagram buffer (any STP datagram fits).
+const BUFFER_CAPACITY: usize = 2048;
 
 impl Ctx<'_> {
     /// Sends a packet from `src` (one of the agent's ports on this node).
@@ -94,6 +102,22 @@ impl Ctx<'_> {
     /// Binds another port on this node to the agent (gateways listen on several).
     pub fn bind(&mut self, port: u16) {
         self.binds.push(port);
+    }
+
+    /// An empty buffer to build a datagram in: one a receiver gave back ([`Self::recycle`]) if
+    /// any, so that a datagram crossing the simulator costs no allocation.
+    pub fn datagram_buffer(&mut self) -> Vec<u8> {
+        self.buffers
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUFFER_CAPACITY))
+    }
+
+    /// Gives back the buffer of a datagram that was handled, for [`Self::datagram_buffer`].
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.buffers.len() < KEPT_BUFFERS && buf.capacity() >= BUFFER_CAPACITY {
+            buf.clear();
+            self.buffers.push(buf);
+        }
     }
 }
 
@@ -268,6 +292,7 @@ struct Scratch {
     out: Vec<Packet>,
     timers: Vec<(Time, u64)>,
     binds: Vec<u16>,
+    buffers: Vec<Vec<u8>>,
 }
 
 /// Derives an independent random stream for component `index` of kind `kind`.
@@ -688,6 +713,7 @@ impl Sim {
                 timers: &mut self.scratch.timers,
                 binds: &mut self.scratch.binds,
                 next_packet_id: &mut self.next_packet_id,
+                buffers: &mut self.scratch.buffers,
             };
             f(agent.as_mut(), &mut ctx);
         }

@@ -201,13 +201,18 @@ pub fn send_datagrams<D: Datagrams>(
         let size = len as u32 + wire.framing;
         sent.segments += 1;
         sent.bytes += u64::from(size);
+        // The datagram leaves in the buffer it was built in, without a copy; the next is built
+        // in one a receiver gave back.
+        let fresh = ctx.datagram_buffer();
+        let mut bytes = std::mem::replace(buf, fresh);
+        bytes.truncate(len);
         ctx.send(
             wire.port,
             crate::stp_agent::addr_of(destination),
             wire.flow,
             wire.direction,
             size,
-            Payload::Stp(buf[..len].to_vec()),
+            Payload::Stp(bytes),
         );
         let after = retransmitted(src);
         if after > before {

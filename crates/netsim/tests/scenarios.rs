@@ -191,3 +191,37 @@ fn fig4_14_time_sequence_shows_the_thesis_variant_behaviours() {
     assert!(g(sack_newreno) > g(sack_reno) && g(sack_reno) > g(reno));
     assert!(g(sack_newreno) > g(newreno));
 }
+
+/// `scenarios/geo-10flow-{tcp,stp}.toml`, the simulator-speed scenario (docs/scaling.md): the two
+/// differ only in the protocol, and each runs ten flows that share the 10 Mb/s hop (shortened
+/// here to 20 s).
+#[test]
+fn the_ten_flow_geo_scenarios_share_the_hop_among_ten_flows() {
+    let tcp = include_str!("../../../scenarios/geo-10flow-tcp.toml");
+    let stp = include_str!("../../../scenarios/geo-10flow-stp.toml");
+    assert_eq!(
+        tcp.replace("TCP", "STP").replace("tcp", "stp"),
+        stp,
+        "the two files differ in more than the protocol"
+    );
+    for (text, protocol) in [(tcp, "tcp"), (stp, "stp")] {
+        let s =
+            Scenario::from_toml(&text.replace("duration = \"60s\"", "duration = \"20s\"")).unwrap();
+        let v: serde_json::Value = serde_json::to_value(run(&s, 1, 1, 1, &quiet).unwrap()).unwrap();
+        let flows = v["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 10, "{protocol}");
+        let mut total = 0.0;
+        for (i, f) in flows.iter().enumerate() {
+            assert_eq!(f["name"], format!("bulk-{}", i + 1));
+            assert_eq!(f["protocol"], protocol);
+            let g = f["goodput_bps"]["mean"].as_f64().unwrap();
+            assert!(g > 0.0, "{protocol} flow {i} moved nothing");
+            total += g;
+        }
+        eprintln!("{protocol}: {total:.0} b/s in all over 20 s");
+        assert!(
+            (3e6..10e6).contains(&total),
+            "{protocol}: {total} b/s in all over a 10 Mb/s hop"
+        );
+    }
+}

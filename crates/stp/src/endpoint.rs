@@ -4,7 +4,7 @@
 //! new one.
 
 use crate::config::{Config, ConfigError, EndpointConfig};
-use crate::connection::{Connection, Event, Role};
+use crate::connection::{Connection, Event, Quiet, Role};
 use crate::ordered_set::OrderedSet;
 use crate::stats::EndpointStats;
 use crate::time::Instant;
@@ -125,6 +125,11 @@ pub struct Endpoint {
     deadlines: OrderedSet<(Instant, ConnectionHandle)>,
     /// Connections whose deadline may have changed since it was last computed.
     dirty: OrderedSet<ConnectionHandle>,
+    /// What the last `poll_transmit` that found a connection with nothing to send asked on the
+    /// way, for the `poll_timeout` that follows (`Connection::poll_timeout_quiet`): one entry
+    /// (a driver's send loop ends with the empty poll, then asks for the deadline). Forgotten
+    /// whenever that connection is reached otherwise (at every `conns.get_mut` but those two).
+    quiet: Option<(ConnectionHandle, Quiet)>,
     /// `handle_timeout`'s list of connections whose deadline passed (empty between calls).
     due: Vec<ConnectionHandle>,
     accept_queue: VecDeque<ConnectionHandle>,
@@ -163,6 +168,7 @@ impl Endpoint {
             cursor: 0,
             deadlines: OrderedSet::default(),
             dirty: OrderedSet::default(),
+            quiet: None,
             due: Vec::new(),
             accept_queue: VecDeque::new(),
             closed: HashMap::new(),
@@ -264,6 +270,9 @@ impl Endpoint {
     /// caller may change it, and polls it at the next `poll_transmit`/`poll_event`.)
     pub fn connection(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
         let slot = self.conns.get_mut(&handle)?;
+        if self.quiet.is_some_and(|(q, _)| q == handle) {
+            self.quiet = None;
+        }
         self.active.insert(handle);
         self.eventful.insert(handle);
         self.dirty.insert(handle);
@@ -337,6 +346,9 @@ impl Endpoint {
         };
         if let Some(h) = self.lookup(&key) {
             if let Some(slot) = self.conns.get_mut(&h) {
+                if self.quiet.is_some_and(|(q, _)| q == h) {
+                    self.quiet = None;
+                }
                 if slot.conn.instance() == header.instance {
                     slot.conn.handle_packet(now, &packet, data.len());
                     self.touch(h);
@@ -512,8 +524,15 @@ impl Endpoint {
                 self.active.remove(&h);
                 continue;
             };
-            let sent = slot.conn.poll_transmit(now, buf);
+            let mut quiet = None;
+            let sent = slot.conn.poll_transmit_noting(now, buf, &mut quiet);
+            if let Some(q) = quiet {
+                self.quiet = Some((h, q));
+            } else if self.quiet.is_some_and(|(q, _)| q == h) {
+                self.quiet = None;
+            }
             let remote = slot.key.remote;
+            let drained = sent.is_none() && slot.conn.is_drained();
             self.dirty.insert(h);
             if slot.conn.has_events() {
                 self.eventful.insert(h);
@@ -525,7 +544,9 @@ impl Endpoint {
                 });
             }
             self.active.remove(&h);
-            self.reap_if_drained(now, h);
+            if drained {
+                self.reap_if_drained(now, h);
+            }
         }
         None
     }
@@ -533,6 +554,9 @@ impl Endpoint {
     /// The next event of any connection.
     pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
         while let Some(h) = self.eventful.first() {
+            if self.quiet.is_some_and(|(q, _)| q == h) {
+                self.quiet = None;
+            }
             match self.conns.get_mut(&h).map(|s| s.conn.poll_event()) {
                 Some(Some(e)) => return Some((h, e)),
                 _ => {
@@ -551,7 +575,14 @@ impl Endpoint {
             let Some(slot) = self.conns.get_mut(&h) else {
                 continue;
             };
-            let t = slot.conn.poll_timeout(now);
+            let t = match self.quiet.take() {
+                Some((qh, q)) if qh == h && q.at() == now => slot.conn.poll_timeout_quiet(now, q),
+                Some((qh, _)) if qh == h => slot.conn.poll_timeout(now),
+                other => {
+                    self.quiet = other;
+                    slot.conn.poll_timeout(now)
+                }
+            };
             Self::set_deadline(&mut self.deadlines, slot, h, t);
         }
         if !self.stateless.is_empty() {
@@ -572,6 +603,9 @@ impl Endpoint {
             }
             self.deadlines.pop_first();
             if let Some(slot) = self.conns.get_mut(&h) {
+                if self.quiet.is_some_and(|(q, _)| q == h) {
+                    self.quiet = None;
+                }
                 slot.deadline = None;
                 slot.conn.handle_timeout(now);
                 due.push(h);

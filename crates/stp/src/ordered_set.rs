@@ -41,6 +41,30 @@ impl<T: Ord + Copy> OrderedSet<T> {
     #[inline]
     pub fn insert(&mut self, t: T) -> bool {
         match &mut self.repr {
+            Repr::Small(v) => {
+                // The usual cases, without a search: already the last entry (often the only
+                // one), or after every entry.
+                match v.last().copied() {
+                    Some(last) if last == t => return false,
+                    Some(last) if last < t && v.len() < SMALL_MAX => {
+                        v.push(t);
+                        return true;
+                    }
+                    None => {
+                        v.push(t);
+                        return true;
+                    }
+                    _ => {}
+                }
+                self.insert_searching(t)
+            }
+            Repr::Large(s) => s.insert(t),
+        }
+    }
+
+    /// [`Self::insert`] by binary search.
+    fn insert_searching(&mut self, t: T) -> bool {
+        match &mut self.repr {
             Repr::Small(v) => match v.binary_search(&t) {
                 Ok(_) => false,
                 Err(i) => {
@@ -62,9 +86,18 @@ impl<T: Ord + Copy> OrderedSet<T> {
     #[inline]
     pub fn remove(&mut self, t: &T) -> bool {
         let removed = match &mut self.repr {
+            Repr::Small(v) if v.last() == Some(t) => {
+                v.pop();
+                true
+            }
             Repr::Small(v) => match v.binary_search(t) {
                 Ok(i) => {
-                    v.remove(i);
+                    // The last (often the only) entry: nothing to shift.
+                    if i + 1 == v.len() {
+                        v.pop();
+                    } else {
+                        v.remove(i);
+                    }
                     true
                 }
                 Err(_) => false,
@@ -91,8 +124,8 @@ impl<T: Ord + Copy> OrderedSet<T> {
     pub fn pop_first(&mut self) -> Option<T> {
         let t = match &mut self.repr {
             Repr::Small(v) => {
-                if v.is_empty() {
-                    None
+                if v.len() <= 1 {
+                    v.pop()
                 } else {
                     Some(v.remove(0))
                 }

@@ -20,6 +20,31 @@ use std::time::Duration;
 /// Bytes the reverse budget must hold before feedback is sent (a STAT with a few gaps).
 pub(super) const FEEDBACK_ESTIMATE: usize = 64;
 
+/// What a `poll_transmit` at `at` that found nothing to send asked on the way: the SD the
+/// windows let go ([`Connection::sd_candidate`]) and the next timer POLL
+/// ([`Connection::next_poll`]). Valid for [`Connection::poll_timeout_quiet`] at the same instant
+/// as long as nothing else reached the connection in between (the endpoint forgets it whenever
+/// it hands the connection to anything else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Quiet {
+    at: Instant,
+    candidate: Option<(Option<u64>, usize)>,
+    poll: Option<(Instant, PollKind)>,
+}
+
+impl Quiet {
+    /// The instant of the poll.
+    pub(crate) fn at(&self) -> Instant {
+        self.at
+    }
+
+    /// The SD candidate and the next POLL.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn parts(&self) -> (Option<(Option<u64>, usize)>, Option<(Instant, PollKind)>) {
+        (self.candidate, self.poll)
+    }
+}
+
 /// A datagram being assembled: its bodies, the STAT's gap list and the SD payload (which the
 /// packet borrows only when emitted), and the room taken.
 struct PacketBuilder {
@@ -51,6 +76,18 @@ impl Connection {
     /// Writes the next datagram into `buf` (appending) and returns its length, or `None` when
     /// nothing is due now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        self.poll_transmit_noting(now, buf, &mut None)
+    }
+
+    /// As [`Self::poll_transmit`]; when nothing is due, `quiet` is set to what the poll found
+    /// (see [`Quiet`]), else cleared.
+    pub(crate) fn poll_transmit_noting(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        quiet: &mut Option<Quiet>,
+    ) -> Option<usize> {
+        *quiet = None;
         if let Some(rst) = self.pending.rst.take() {
             let mut p = Packet::new(self.header());
             p.rst = Some(rst);
@@ -66,12 +103,19 @@ impl Connection {
         let candidate = self.sd_candidate();
         self.build_feedback(now, &mut b, candidate);
         self.build_sd(now, &mut b, candidate);
-        self.build_poll_end(now, &mut b);
+        let poll = self.build_poll_end(now, &mut b);
         if self.role == Role::Initiator {
             self.pending.bgn = false;
         }
         if !b.must_send && b.sd.is_none() {
             self.check_invariants(None);
+            // Nothing went out, so nothing the window or the POLL timer reads changed since
+            // they were asked.
+            *quiet = Some(Quiet {
+                at: now,
+                candidate,
+                poll,
+            });
             return None;
         }
         let mut p = b.packet;
@@ -273,7 +317,12 @@ impl Connection {
 
     /// Step 4: END becomes due once every written byte is packetized; a POLL (carrying the END
     /// when it is due) goes out when a POLL rule of §6.6 holds.
-    fn build_poll_end(&mut self, now: Instant, b: &mut PacketBuilder) {
+    /// Returns [`Self::next_poll`] as it stood at `now` before any POLL was added.
+    fn build_poll_end(
+        &mut self,
+        now: Instant,
+        b: &mut PacketBuilder,
+    ) -> Option<(Instant, PollKind)> {
         if self.send_end == SendEnd::Requested && self.send.unsent() == 0 {
             self.send_end = SendEnd::Sent(self.send.next_seq());
         }
@@ -312,7 +361,7 @@ impl Connection {
         let forced_by_other = forced;
         forced |= early_timer;
         if !(forced || timer_due) {
-            return;
+            return poll;
         }
         let keepalive = b.sd.is_none()
             && !self.send.has_outstanding()
@@ -344,5 +393,6 @@ impl Connection {
             self.end_sent_once = true;
         }
         b.must_send = true;
+        poll
     }
 }

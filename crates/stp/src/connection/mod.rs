@@ -45,6 +45,8 @@ use std::time::Duration;
 use thiserror::Error;
 use timers::{Timer, TimerTable};
 
+pub(crate) use builder::Quiet;
+
 /// Which side opened the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {

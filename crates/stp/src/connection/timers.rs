@@ -8,12 +8,13 @@
 //! `poll_transmit`: `Poll` (the next timer POLL, §6.6), `Pacing` (when the pacer releases the
 //! next SD the windows allow) and `Feedback` (when the reverse budget lets waiting feedback go).
 
-use super::builder::FEEDBACK_ESTIMATE;
+use super::builder::{Quiet, FEEDBACK_ESTIMATE};
+use super::polling::PollKind;
 use super::{Connection, ConnectionError, Role};
 use crate::config::Config;
 use crate::recv::RecvBuffer;
 use crate::time::Instant;
-use crate::wire::{Rst, RstReason};
+use crate::wire::{Rst, RstReason, HEADER_LEN};
 
 /// The deadlines of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +100,33 @@ impl Connection {
         // the POLL's time does not read).
         let sd = self.next_sd_time(now);
         let next_poll = self.next_poll(now);
+        self.deadline_from(now, sd, next_poll)
+    }
+
+    /// [`Self::poll_timeout`] right after a `poll_transmit` at `quiet.at() == now` that sent
+    /// nothing, with nothing else done to the connection in between: the window's SD candidate
+    /// and the next POLL are taken from what that poll asked instead of asked again (the same
+    /// answers; debug builds check).
+    pub(crate) fn poll_timeout_quiet(&mut self, now: Instant, quiet: Quiet) -> Option<Instant> {
+        if !self.is_live() {
+            return None;
+        }
+        let (candidate, next_poll) = quiet.parts();
+        debug_assert_eq!(quiet.at(), now);
+        debug_assert_eq!(self.sd_candidate(), candidate);
+        let sd = candidate.map(|(_, len)| self.pacer.next_send_time(now, len + HEADER_LEN));
+        debug_assert_eq!(self.next_poll(now), next_poll);
+        self.deadline_from(now, sd, next_poll)
+    }
+
+    /// The earliest deadline, given when the pacer lets the next SD go (`None`: the windows let
+    /// none go) and the next POLL, at `now`.
+    fn deadline_from(
+        &mut self,
+        now: Instant,
+        sd: Option<Instant>,
+        next_poll: Option<(Instant, PollKind)>,
+    ) -> Option<Instant> {
         let poll = self.effective_poll_time(now, next_poll, Some(sd));
         self.timers.set_opt(Timer::Poll, poll);
         self.timers.set_opt(Timer::Pacing, sd);
