@@ -97,6 +97,24 @@ fn ns2_rules_are_named_and_bad_ones_refused() {
     Scenario::from_toml(&tcp("ns2")).unwrap();
     let e = err(&tcp("ns-3"));
     assert!(e.contains("recovery") && e.contains("\"ns2\""), "{e}");
+    let timer = |t: &str, g: &str| {
+        tcp("ns2").replace(
+            "recovery = \"ns2\"",
+            &format!("recovery = \"ns2\"\ntimer = \"{t}\"\nrto_granularity = \"{g}\""),
+        )
+    };
+    Scenario::from_toml(&timer("ns2", "500ms")).unwrap();
+    Scenario::from_toml(&timer("bsd", "0ms")).unwrap();
+    let e = err(&timer("ns-2", "500ms"));
+    assert!(
+        e.contains("timer") && e.contains("\"bsd\" or \"ns2\""),
+        "{e}"
+    );
+    let e = err(&timer("ns2", "0ms"));
+    assert!(
+        e.contains("rto_granularity") && e.contains("ns-2's timer"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -316,6 +316,9 @@ pub struct TcpSpec {
     pub rto_granularity: Option<String>,
     /// The seeds' coarse timer (`TcpConfig::coarse_timer`).
     pub coarse_timer: Option<bool>,
+    /// Retransmission timer: "bsd" (default: RFC 6298 on BSD's slow timer, firing on a tick)
+    /// or "ns2" (ns-2's timer of 1997, `TcpConfig::ns2_timer`).
+    pub timer: Option<String>,
     pub min_rto: Option<String>,
     /// "standard", "constant-rate" (with `increase_param` c) or "increase-by-k" (with K).
     pub increase: Option<String>,

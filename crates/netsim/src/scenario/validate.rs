@@ -444,6 +444,18 @@ impl Scenario {
         if let Some(v) = t.coarse_timer {
             c.coarse_timer = v;
         }
+        if let Some(v) = &t.timer {
+            c.ns2_timer = match v.as_str() {
+                "bsd" => false,
+                "ns2" => true,
+                other => {
+                    return Err(field(
+                        f("timer"),
+                        format!("'{other}' is not \"bsd\" or \"ns2\""),
+                    ))
+                }
+            };
+        }
         if let Some(v) = &t.min_rto {
             c.min_rto_ns = unit(&f("min_rto"), parse_duration_ns(v))?;
         }

@@ -207,6 +207,13 @@ pub struct TcpConfig {
     /// data in flight, so the rest of the window leaves at once in one burst (RFC 6582 caps it
     /// at the flight plus one segment).
     pub ns2_recovery: bool,
+    /// ns-2's retransmission timer of 1997 (default false; `tcp.cc` v1.37, which the seeds'
+    /// simulations ran, with `tcpTick_` = `clock_granularity_ns`): samples rounded to the
+    /// nearest tick, `RTO = srtt + 4·mdev + 1 tick` in ns-2's fixed point, 3 s + 1 tick before
+    /// the first sample, no floor but two ticks (`min_rto_ns` and `initial_rto_ns` are not
+    /// used), and a timer that fires exactly one RTO after it is set instead of on the next
+    /// tick of BSD's slow timer. Needs a positive clock granularity.
+    pub ns2_timer: bool,
 }
 
 impl Default for TcpConfig {
@@ -242,6 +249,7 @@ impl Default for TcpConfig {
             rfc6675_loss_marking: false,
             prr: false,
             ns2_recovery: false,
+            ns2_timer: false,
         }
     }
 }
@@ -313,6 +321,12 @@ impl TcpConfig {
             return Err(bad(
                 "delayed_ack_timeout_ns",
                 "must be positive when delayed ACKs are on",
+            ));
+        }
+        if self.ns2_timer && self.clock_granularity_ns == 0 {
+            return Err(bad(
+                "clock_granularity_ns",
+                "must be positive with ns-2's timer (its tcpTick_)",
             ));
         }
         if self.min_rto_ns == 0 {

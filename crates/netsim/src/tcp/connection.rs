@@ -208,7 +208,8 @@ impl TcpConnection {
             config.max_rto_ns,
             config.initial_rto_ns.max(1),
         )
-        .with_coarse_timer(config.coarse_timer);
+        .with_coarse_timer(config.coarse_timer)
+        .with_ns2_timer(config.ns2_timer);
         let iss = 0;
         TcpConnection {
             mss,

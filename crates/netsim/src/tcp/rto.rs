@@ -2,7 +2,7 @@
 //! in whole ticks, `RTO = srtt + max(G, 4·rttvar)` bounded below and above, exponential backoff,
 //! and Karn's rule (the backed-off value stays until a sample from a segment sent only once).
 
-use crate::sim::Time;
+use crate::sim::{Time, SEC as SEC_NS};
 
 /// Most doublings of the RTO (2^16 is far beyond any sensible maximum RTO anyway).
 const MAX_BACKOFF: u32 = 16;
@@ -21,7 +21,18 @@ pub struct RtoEstimator {
     backoff: u32,
     /// Count samples as BSD and ns-2 did: at least one tick.
     coarse: bool,
+    /// ns-2's timer of 1997 (`TcpConfig::ns2_timer`), with its fixed-point state: the smoothed
+    /// RTT in eighths of a tick (0: none) and four times the mean deviation in quarters of a
+    /// tick (`t_srtt_`, `t_rttvar_`).
+    ns2: bool,
+    ns2_srtt8: u64,
+    ns2_rttvar4: u64,
 }
+
+/// ns-2's largest backoff multiplier (`rtt_backoff`: doubling stops at 64).
+const NS2_MAX_BACKOFF: u32 = 6;
+/// ns-2 forgets the smoothed RTT once the backoff multiplier exceeds 8 (2^3).
+const NS2_CLOBBER_BACKOFF: u32 = 3;
 
 impl RtoEstimator {
     /// An estimator with clock granularity `granularity` (0 for an exact clock).
@@ -36,7 +47,24 @@ impl RtoEstimator {
             exact_srtt: None,
             backoff: 0,
             coarse: false,
+            ns2: false,
+            ns2_srtt8: 0,
+            ns2_rttvar4: 0,
         }
+    }
+
+    /// ns-2's retransmission timer of 1997 (`tcp.cc` v1.37, `Agent/TCP` with `tcpTick_` the
+    /// clock granularity, which must be positive): samples rounded to the nearest tick (at
+    /// least one), `RTO = (⌊srtt⌋ + 4·mdev + 1 tick) · backoff` in ns-2's fixed point, at most
+    /// the maximum RTO and at least two ticks (no other floor), 3 s + 1 tick before the first
+    /// sample, backoff up to 64 (past 8 the smoothed RTT is forgotten), and a timer that fires
+    /// exactly one RTO after it is set, not on a clock tick.
+    pub fn with_ns2_timer(mut self, ns2: bool) -> Self {
+        self.ns2 = ns2 && self.granularity > 0;
+        if self.ns2 {
+            self.ns2_rttvar4 = 3 * SEC_NS / self.granularity;
+        }
+        self
     }
 
     /// The seeds' coarse timer (BSD's slow timer, ns-2's `tcp_tick_`): every RTT sample reads at
@@ -70,6 +98,10 @@ impl RtoEstimator {
             None => exact,
             Some(s) => (7 * s + exact) / 8,
         });
+        if self.ns2 {
+            self.ns2_sample(exact);
+            return;
+        }
         let mut r = self.clock(now).saturating_sub(self.clock(sent));
         if self.coarse {
             r = r.max(self.granularity);
@@ -87,13 +119,48 @@ impl RtoEstimator {
         self.backoff = 0;
     }
 
+    /// ns-2's `rtt_update`: the sample in whole ticks, rounded, then Jacobson's integer filters.
+    fn ns2_sample(&mut self, exact: Time) {
+        let g = self.granularity;
+        let ticks = ((exact + g / 2) / g).max(1);
+        if self.ns2_srtt8 == 0 {
+            self.ns2_srtt8 = ticks << 3;
+            self.ns2_rttvar4 = ticks << 1;
+        } else {
+            let old = self.ns2_srtt8 >> 3;
+            // srtt += (m − srtt)/8, i.e. srtt8 += m − ⌊srtt8/8⌋, at least 1.
+            self.ns2_srtt8 = (self.ns2_srtt8 + ticks).saturating_sub(old).max(1);
+            // rttvar4 += |m − srtt| − ⌊rttvar4/4⌋, at least 1.
+            let dev = ticks.abs_diff(old);
+            self.ns2_rttvar4 = (self.ns2_rttvar4 + dev)
+                .saturating_sub(self.ns2_rttvar4 >> 2)
+                .max(1);
+        }
+        self.srtt = Some(self.ns2_srtt8 * g / 8);
+        self.rttvar = self.ns2_rttvar4 * g / 4;
+        self.backoff = 0;
+    }
+
     /// Doubles the timeout after a retransmission timeout.
     pub fn back_off(&mut self) {
+        if self.ns2 {
+            self.backoff = (self.backoff + 1).min(NS2_MAX_BACKOFF);
+            if self.backoff > NS2_CLOBBER_BACKOFF {
+                // ns-2 keeps the deviation and restarts the mean from the next sample.
+                self.ns2_srtt8 = 0;
+                self.srtt = None;
+            }
+            return;
+        }
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
     }
 
     /// The timeout before backoff.
     pub fn base_rto(&self) -> Time {
+        if self.ns2 {
+            let ticks = (self.ns2_srtt8 >> 3) + self.ns2_rttvar4 + 1;
+            return ticks.saturating_mul(self.granularity);
+        }
         match self.srtt {
             None => self.initial_rto,
             Some(srtt) => srtt
@@ -104,6 +171,13 @@ impl RtoEstimator {
 
     /// The current timeout, backoff included.
     pub fn rto(&self) -> Time {
+        if self.ns2 {
+            return self
+                .base_rto()
+                .saturating_mul(1 << self.backoff)
+                .min(self.max_rto)
+                .max(2 * self.granularity);
+        }
         self.base_rto()
             .saturating_mul(1 << self.backoff)
             .min(self.max_rto)
@@ -111,6 +185,9 @@ impl RtoEstimator {
 
     /// When a timer started at `now` expires: one RTO later, on the next clock tick.
     pub fn deadline(&self, now: Time) -> Time {
+        if self.ns2 {
+            return now.saturating_add(self.rto());
+        }
         self.next_tick(now.saturating_add(self.rto()))
     }
 
@@ -217,5 +294,49 @@ mod tests {
         r.sample(0, 100 * MS);
         assert_eq!(r.backoff(), 0);
         assert_eq!(r.rto(), SEC);
+    }
+
+    #[test]
+    fn ns2_timer_follows_ns2_of_1997() {
+        // 500 ms ticks: 3 s + 1 tick before a sample; a 600 ms sample rounds to one tick,
+        // srtt 1 tick, 4·mdev 2 ticks, RTO (1 + 2 + 1) ticks = 2 s, firing exactly.
+        let mut r = RtoEstimator::new(500 * MS, SEC, 64 * SEC, SEC).with_ns2_timer(true);
+        assert_eq!(r.rto(), 3500 * MS);
+        r.sample(0, 600 * MS);
+        assert_eq!(r.srtt(), Some(500 * MS));
+        assert_eq!(r.rto(), 2 * SEC);
+        assert_eq!(r.deadline(1234 * MS), 3234 * MS);
+        // Backoff doubles to 64 at most; past 8 the mean is forgotten and the next sample
+        // starts it again.
+        for _ in 0..3 {
+            r.back_off();
+        }
+        assert_eq!(r.rto(), 16 * SEC);
+        assert!(r.srtt().is_some());
+        r.back_off();
+        assert_eq!(r.srtt(), None);
+        for _ in 0..4 {
+            r.back_off();
+        }
+        assert_eq!(r.backoff(), 6);
+        r.sample(0, SEC);
+        assert_eq!((r.srtt(), r.backoff()), (Some(SEC), 0));
+
+        // 10 ms ticks: no 1 s floor, only two ticks.
+        let mut r = RtoEstimator::new(10 * MS, SEC, 64 * SEC, SEC).with_ns2_timer(true);
+        assert_eq!(r.rto(), 3010 * MS);
+        r.sample(0, 600 * MS);
+        assert_eq!(r.rto(), 1810 * MS);
+        r.sample(SEC, SEC + 600 * MS);
+        // Same sample: 4·mdev decays by a quarter, from 120 to 90 ticks.
+        assert_eq!(r.rto(), 1510 * MS);
+        let mut r = RtoEstimator::new(10 * MS, SEC, 64 * SEC, SEC).with_ns2_timer(true);
+        r.sample(0, MS);
+        assert_eq!(r.rto(), 40 * MS);
+        for _ in 0..20 {
+            r.sample(0, MS);
+        }
+        // ns-2's integer filter keeps 4·mdev at 2 quarter-ticks (2 − ⌊2/4⌋ = 2): 4 ticks.
+        assert_eq!(r.rto(), 40 * MS);
     }
 }

@@ -810,6 +810,31 @@ fn coarse_clock_times_out_on_ticks() {
     }
 }
 
+#[test]
+fn ns2_timer_fires_exactly_and_doubles() {
+    let ns2 = || TcpConfig {
+        ns2_timer: true,
+        ..cfg(Variant::Reno)
+    };
+    let mut p = Pair::new(ns2(), ns2(), 10_000_000, 50 * MS);
+    p.drop = Box::new(|dir, _, t, _| dir == Dir::AtoB && (1_234 * MS..20 * SEC).contains(&t));
+    p.a.write(u64::MAX);
+    p.run_until(30 * SEC);
+    let mut at = Vec::new();
+    let mut prev = 0;
+    for s in &p.samples {
+        if s.timeouts > prev {
+            at.push(s.t);
+            prev = s.timeouts;
+        }
+    }
+    assert!(at.len() >= 3, "timeouts at {at:?}");
+    // ns-2 fires one RTO after the timer is set, not on a 500 ms tick, and each backoff
+    // doubles the wait exactly.
+    assert!(at.iter().any(|t| t % (500 * MS) != 0), "timeouts at {at:?}");
+    assert_eq!(at[2] - at[1], 2 * (at[1] - at[0]), "timeouts at {at:?}");
+}
+
 // ----- loss recovery: the acceptance scenario -----
 
 /// Outcome of three drops in one window.
