@@ -6,7 +6,7 @@
 //! one, the load generator: a SOCKS5 client and an origin TCP server (the load-generation kit's;
 //! every byte is checked). The satellite hop is encrypted (Noise IK) and has no emulated
 //! impairment. Measured: throughput of one bulk download and of N parallel downloads; the CPU
-//! seconds per GB of each daemon (`utime + stime` of `/proc/PID/stat` around each run) and of
+//! seconds per GB of each daemon (its CPU-time clock, in nanoseconds, around each run) and of
 //! the load generator apart (getrusage of this process); the resident memory each daemon spends
 //! per idle connection (its VmRSS growth while N idle connections are held open, divided by N).
 

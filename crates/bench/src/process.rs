@@ -60,9 +60,14 @@ impl Proc {
         Ok(())
     }
 
-    /// User plus system CPU time of the child so far, seconds (`utime` and `stime` of
-    /// `/proc/PID/stat`, in clock ticks).
+    /// User plus system CPU time of the child so far (all its threads, those ended included),
+    /// seconds: the kernel's per-process CPU clock (`clock_getcpuclockid`, nanoseconds), else
+    /// `utime` and `stime` of `/proc/PID/stat` in clock ticks (10 ms: a short run's figure can
+    /// round to zero).
     pub fn cpu_seconds(&self) -> Result<f64> {
+        if let Some(s) = process_cpu_clock(self.id()) {
+            return Ok(s);
+        }
         let path = format!("/proc/{}/stat", self.id());
         let s = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         // Fields after the command name (which may hold spaces) in parentheses: state is field
@@ -86,6 +91,26 @@ impl Proc {
         }
         Ok((tick(11)? + tick(12)?) / hz as f64)
     }
+}
+
+/// The CPU time of process `pid` so far from its CPU-time clock, seconds; None where the kernel
+/// offers no such clock for it.
+fn process_cpu_clock(pid: u32) -> Option<f64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 /// A loopback TCP port free now.
@@ -226,6 +251,38 @@ pub fn rss_kib() -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_child_s_cpu_time_is_read_in_nanoseconds_not_ticks() {
+        // A child that spins for about 30 ms of CPU: /proc's 10 ms ticks would give 0.02-0.04 s;
+        // the CPU clock gives a figure between, and a sleeping child's figure stays put.
+        let child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 5",
+            ])
+            .spawn()
+            .unwrap();
+        let c = super::Proc(child, "spinner");
+        let start = std::time::Instant::now();
+        let mut last = 0.0;
+        while start.elapsed() < std::time::Duration::from_secs(4) {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let now = c.cpu_seconds().unwrap();
+            if now > 0.0 && now == last {
+                break;
+            }
+            last = now;
+        }
+        let cpu = super::process_cpu_clock(c.id()).expect("a CPU clock for the child");
+        assert!(cpu > 0.0, "{cpu}");
+        // Not a whole number of 10 ms ticks: the figure has sub-tick resolution.
+        let ticks = cpu * 100.0;
+        assert!(
+            (ticks - ticks.round()).abs() > 1e-6,
+            "{cpu} s is a whole number of ticks"
+        );
+    }
+
     #[test]
     fn metrics_samples_are_read_with_their_labels() {
         let answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n\
