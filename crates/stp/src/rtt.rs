@@ -53,6 +53,14 @@ impl RttEstimator {
     pub fn rttvar(&self) -> Duration {
         Duration::from_nanos(self.rttvar)
     }
+    /// [`Self::srtt`] in nanoseconds.
+    pub fn srtt_ns(&self) -> u64 {
+        self.srtt
+    }
+    /// [`Self::rttvar`] in nanoseconds.
+    pub fn rttvar_ns(&self) -> u64 {
+        self.rttvar
+    }
     /// The smallest sample seen, if any.
     pub fn min(&self) -> Option<Duration> {
         self.has_sample.then_some(Duration::from_nanos(self.min))
