@@ -66,7 +66,6 @@ impl RttEstimator {
         self.has_sample.then_some(Duration::from_nanos(self.min))
     }
     /// Whether a sample has been taken.
-    #[cfg(test)]
     pub fn has_sample(&self) -> bool {
         self.has_sample
     }

@@ -76,7 +76,7 @@ impl Connection {
     /// [`Self::poll_interval`] in nanoseconds (asked for every POLL deadline: whole numbers of
     /// nanoseconds throughout, as `Duration`'s arithmetic would give them, without its
     /// normalisation to seconds and nanoseconds at every step).
-    fn poll_interval_ns(&self, now: Instant) -> u64 {
+    pub(super) fn poll_interval_ns(&self, now: Instant) -> u64 {
         let max = ms_ns(self.config.max_poll_interval_ms);
         let base = if self.small_window() {
             // Burst-end POLLs do the work; the timer only recovers a lost POLL or STAT.
@@ -94,14 +94,9 @@ impl Connection {
         }
     }
 
-    /// The POLL interval outside small-window mode and before any backoff: srtt / polls_per_rtt,
-    /// clamped to the configured bounds. Kept in `regular_poll_ns` (the engine asks for it several
-    /// times per datagram; it changes only with srtt).
-    pub(super) fn regular_poll_interval(&self) -> Duration {
-        Duration::from_nanos(self.regular_poll_ns)
-    }
-
-    /// Recomputes `regular_poll_ns`; called whenever srtt changes.
+    /// Recomputes `regular_poll_ns`, the POLL interval outside small-window mode and before any
+    /// backoff: srtt / polls_per_rtt, clamped to the configured bounds (the engine asks for it
+    /// several times per datagram; it changes only with srtt). Called whenever srtt changes.
     pub(super) fn refresh_regular_poll(&mut self) {
         let interval = (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
             Config::ms(self.config.min_poll_interval_ms),
@@ -118,8 +113,7 @@ impl Connection {
 
     /// [`Self::answer_time`] in nanoseconds.
     fn answer_ns(&self) -> u64 {
-        (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns())
-            .max(ms_ns(self.config.min_poll_interval_ms))
+        (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns()).max(ms_ns(self.config.min_poll_interval_ms))
     }
 
     /// POLLs sent more than an answer time ago with no STAT since.
