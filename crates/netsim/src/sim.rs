@@ -574,6 +574,7 @@ impl Sim {
 
     /// Schedules the arrival of `pkt` at the far end of `link` (node `to`) at `at`: in the
     /// link's lane when it comes no earlier than the lane's last arrival, else as any event.
+    #[inline(always)]
     fn schedule_arrival(&mut self, link: LinkId, to: NodeId, at: Time, pkt: Packet) {
         self.next_seq += 1;
         let seq = self.next_seq;
@@ -787,6 +788,7 @@ impl Sim {
     }
 
     /// Offers `pkt` to the model of link `link_id` and schedules its arrivals.
+    #[inline(always)]
     fn transmit(&mut self, link_id: LinkId, pkt: Packet) {
         let link = &mut self.links[link_id.0 as usize];
         let to = link.to;

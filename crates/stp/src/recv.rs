@@ -363,8 +363,11 @@ struct ReadyBytes {
     /// The block being filled (its spare capacity takes the next bytes).
     filling: BytesMut,
     len: usize,
-    /// Capacity of the last block allocated.
+    /// Capacity of the last block started (for an exact block: of the block it stands for).
     last_block: usize,
+    /// `filling` is a block of exactly the bytes pushed into an empty stream: their number, and
+    /// the capacity of the block they would otherwise have started.
+    exact: Option<(usize, usize)>,
 }
 
 impl ReadyBytes {
@@ -377,15 +380,43 @@ impl ReadyBytes {
             return;
         }
         if self.filling.capacity() - self.filling.len() < data.len() {
-            if !self.filling.is_empty() {
-                self.full.push_back(self.filling.split().freeze());
+            if self.len == 0 {
+                // Nothing unread (a reader keeping pace takes every SD before the next comes): a
+                // block of exactly these bytes, which the reader then takes whole and the
+                // allocation with it (`read_chunk`), rather than a large block allocated and
+                // freed per SD.
+                let block = self.next_block().max(data.len());
+                self.filling = BytesMut::with_capacity(data.len());
+                self.exact = Some((data.len(), block));
+            } else if let Some((size, would)) = self.exact.take() {
+                // The reader fell behind after all: its bytes move into the block it would have
+                // had from the start (less what was read of it), so it is handed the same chunks
+                // as it was then; if that block would not have held these bytes either, they
+                // start the next.
+                let read = size - self.filling.len();
+                if size + data.len() <= would {
+                    let mut grown = BytesMut::with_capacity(would - read);
+                    grown.extend_from_slice(&self.filling);
+                    self.filling = grown;
+                } else {
+                    self.full.push_back(self.filling.split().freeze());
+                    self.filling = BytesMut::with_capacity(self.next_block().max(data.len()));
+                }
+            } else {
+                if !self.filling.is_empty() {
+                    self.full.push_back(self.filling.split().freeze());
+                }
+                self.filling = BytesMut::with_capacity(self.next_block().max(data.len()));
             }
-            let block = (self.last_block * 2).clamp(READY_BLOCK_MIN, READY_BLOCK_MAX);
-            self.last_block = block;
-            self.filling = BytesMut::with_capacity(block.max(data.len()));
         }
         self.filling.extend_from_slice(data);
         self.len += data.len();
+    }
+
+    /// The capacity of the next block (twice the last, within bounds), noted as the last.
+    fn next_block(&mut self) -> usize {
+        self.last_block = (self.last_block * 2).clamp(READY_BLOCK_MIN, READY_BLOCK_MAX);
+        self.last_block
     }
 
     /// Takes up to `max` bytes (at most one block's worth) without copying.
@@ -396,15 +427,13 @@ impl ReadyBytes {
         let chunk = match self.full.front_mut() {
             Some(front) if front.len() <= max => self.full.pop_front()?,
             Some(front) => front.split_to(max),
-            None => {
-                let n = max.min(self.filling.len());
-                let chunk = self.filling.split_to(n).freeze();
-                if self.filling.is_empty() {
-                    // Drained: let the block go with the chunk rather than hold it while idle.
-                    self.filling = BytesMut::new();
-                }
-                chunk
+            None if max >= self.filling.len() => {
+                // Drained: the block goes with the chunk rather than stay while idle (taken
+                // whole, an exactly filled block becomes the chunk without a shared count).
+                self.exact = None;
+                std::mem::take(&mut self.filling).freeze()
             }
+            None => self.filling.split_to(max).freeze(),
         };
         self.len -= chunk.len();
         Some(chunk)
@@ -496,6 +525,105 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(r.len(), 0);
         assert_eq!(r.filling.capacity(), 0, "a drained stream holds no block");
+    }
+
+    /// The blocks as they were before a stream read as fast as it arrives got blocks of exactly
+    /// one SD: a new block, twice the last, whenever the bytes did not fit.
+    #[derive(Default)]
+    struct BlocksBefore {
+        full: std::collections::VecDeque<Bytes>,
+        filling: BytesMut,
+        len: usize,
+        last_block: usize,
+    }
+
+    impl BlocksBefore {
+        fn push(&mut self, data: &[u8]) {
+            if data.is_empty() {
+                return;
+            }
+            if self.filling.capacity() - self.filling.len() < data.len() {
+                if !self.filling.is_empty() {
+                    self.full.push_back(self.filling.split().freeze());
+                }
+                let block = (self.last_block * 2).clamp(READY_BLOCK_MIN, READY_BLOCK_MAX);
+                self.last_block = block;
+                self.filling = BytesMut::with_capacity(block.max(data.len()));
+            }
+            self.filling.extend_from_slice(data);
+            self.len += data.len();
+        }
+
+        fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
+            if self.len == 0 || max == 0 {
+                return None;
+            }
+            let chunk = match self.full.front_mut() {
+                Some(front) if front.len() <= max => self.full.pop_front()?,
+                Some(front) => front.split_to(max),
+                None => {
+                    let n = max.min(self.filling.len());
+                    let chunk = self.filling.split_to(n).freeze();
+                    if self.filling.is_empty() {
+                        self.filling = BytesMut::new();
+                    }
+                    chunk
+                }
+            };
+            self.len -= chunk.len();
+            Some(chunk)
+        }
+    }
+
+    /// Whatever the sizes pushed and read, and however far the reader falls behind, the reader
+    /// is handed the same chunks (bytes and boundaries) as with the blocks before, and a drained
+    /// stream holds no block.
+    #[test]
+    fn exact_blocks_hand_out_the_chunks_the_doubling_blocks_did() {
+        use rand_chacha::ChaCha8Rng;
+        use rand_core::{RngCore, SeedableRng};
+        for seed in 0..200u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut now = ReadyBytes::default();
+            let mut before = BlocksBefore::default();
+            let mut next = 0u8;
+            for _ in 0..400 {
+                let r = rng.next_u32();
+                if r % 3 != 0 {
+                    let size = match r % 7 {
+                        0 => 1 + r as usize % 16,
+                        1 => 3000 + r as usize % 70_000,
+                        _ => 500 + r as usize % 1000,
+                    };
+                    let data: Vec<u8> = (0..size)
+                        .map(|_| {
+                            next = next.wrapping_add(1);
+                            next
+                        })
+                        .collect();
+                    now.push(&data);
+                    before.push(&data);
+                } else {
+                    let reads = 1 + rng.next_u32() % 3;
+                    for _ in 0..reads {
+                        let max = match rng.next_u32() % 4 {
+                            0 => 1 + rng.next_u32() as usize % 2000,
+                            _ => usize::MAX,
+                        };
+                        let (a, b) = (now.read_chunk(max), before.read_chunk(max));
+                        assert_eq!(a, b, "seed {seed}");
+                    }
+                }
+                assert_eq!(now.len(), before.len);
+                if now.len() == 0 {
+                    assert_eq!(now.filling.capacity(), 0, "a drained stream holds no block");
+                }
+            }
+            while let Some(a) = now.read_chunk(usize::MAX) {
+                assert_eq!(Some(a), before.read_chunk(usize::MAX), "seed {seed}");
+            }
+            assert_eq!(before.len, 0);
+        }
     }
 
     #[test]

@@ -53,12 +53,19 @@ impl RttEstimator {
     pub fn rttvar(&self) -> Duration {
         Duration::from_nanos(self.rttvar)
     }
+    /// [`Self::srtt`] in nanoseconds.
+    pub fn srtt_ns(&self) -> u64 {
+        self.srtt
+    }
+    /// [`Self::rttvar`] in nanoseconds.
+    pub fn rttvar_ns(&self) -> u64 {
+        self.rttvar
+    }
     /// The smallest sample seen, if any.
     pub fn min(&self) -> Option<Duration> {
         self.has_sample.then_some(Duration::from_nanos(self.min))
     }
     /// Whether a sample has been taken.
-    #[cfg(test)]
     pub fn has_sample(&self) -> bool {
         self.has_sample
     }

@@ -15,7 +15,6 @@ use crate::wire::{
     SUPPORTED_VERSIONS, USTAT_LEN, VERSION,
 };
 use bytes::Bytes;
-use std::time::Duration;
 
 /// Bytes the reverse budget must hold before feedback is sent (a STAT with a few gaps).
 pub(super) const FEEDBACK_ESTIMATE: usize = 64;
@@ -330,7 +329,7 @@ impl Connection {
             SendEnd::Sent(f) => Some(f),
             _ => None,
         };
-        let granularity = Duration::from_micros(u64::from(self.config.pacing_granularity_us));
+        let granularity_ns = u64::from(self.config.pacing_granularity_us) * 1_000;
         let poll = self.next_poll(now);
         let timer_due = self
             .effective_poll_time(now, poll, None)
@@ -348,8 +347,9 @@ impl Connection {
             // A POLL due "around the same time" rides on this SD: within half a POLL interval
             // (at least one timer tick). Timer POLLs tend to fall due just as the window fills,
             // when no SD could carry them.
-            let tolerance = (self.poll_interval(now) / 2).max(granularity);
-            early_timer = poll.is_some_and(|(t, _)| t <= now + tolerance);
+            let tolerance = (self.poll_interval_ns(now) / 2).max(granularity_ns);
+            early_timer =
+                poll.is_some_and(|(t, _)| t.as_nanos() <= now.as_nanos().saturating_add(tolerance));
             forced |=
                 self.config.poll_every_sds > 0 && self.sds_since_poll >= self.config.poll_every_sds;
             // No rule forces a POLL on every SD once END is due (spec §5.7, §6.6): after the

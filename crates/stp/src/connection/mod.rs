@@ -165,7 +165,7 @@ pub struct Connection {
     controller: AnyController,
     pacer: Pacer,
     rtt: RttEstimator,
-    /// srtt / polls_per_rtt within the POLL interval bounds (see `regular_poll_interval`), in
+    /// srtt / polls_per_rtt within the POLL interval bounds (see `refresh_regular_poll`), in
     /// nanoseconds.
     regular_poll_ns: u64,
     peer_rwnd: u64,

@@ -17,6 +17,11 @@ pub(super) enum PollKind {
     Keepalive,
 }
 
+/// `ms` milliseconds in nanoseconds (as `Config::ms` gives them as a `Duration`).
+fn ms_ns(ms: u32) -> u64 {
+    u64::from(ms) * 1_000_000
+}
+
 /// Upper bound on POLL send times remembered while waiting for a STAT.
 const MAX_TRACKED_POLLS: usize = 64;
 
@@ -43,9 +48,10 @@ impl UnansweredPolls {
         self.times.push_back(now);
     }
 
-    /// How many were sent at least `answer_time` before `now`.
-    fn older_than(&self, now: Instant, answer_time: Duration) -> u32 {
-        let old = |t: &Instant| now.saturating_duration_since(*t) >= answer_time;
+    /// How many were sent at least `answer_ns` nanoseconds before `now`.
+    fn older_than(&self, now: Instant, answer_ns: u64) -> u32 {
+        let now = now.as_nanos();
+        let old = |t: &Instant| now.saturating_sub(t.as_nanos()) >= answer_ns;
         // `old` holds for earlier times if it holds for a later one: in ascending order the old
         // times are a prefix.
         let n = if self.ascending {
@@ -64,31 +70,33 @@ impl UnansweredPolls {
 impl Connection {
     /// The current POLL interval: regular, or small-window mode's, backed off after misses.
     pub(super) fn poll_interval(&self, now: Instant) -> Duration {
-        let max = Config::ms(self.config.max_poll_interval_ms);
+        Duration::from_nanos(self.poll_interval_ns(now))
+    }
+
+    /// [`Self::poll_interval`] in nanoseconds (asked for every POLL deadline: whole numbers of
+    /// nanoseconds throughout, as `Duration`'s arithmetic would give them, without its
+    /// normalisation to seconds and nanoseconds at every step).
+    pub(super) fn poll_interval_ns(&self, now: Instant) -> u64 {
+        let max = ms_ns(self.config.max_poll_interval_ms);
         let base = if self.small_window() {
             // Burst-end POLLs do the work; the timer only recovers a lost POLL or STAT.
-            (2 * self.rtt.srtt() + 4 * self.rtt.rttvar())
-                .clamp(Config::ms(self.config.min_poll_interval_ms), max)
+            (2 * self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns())
+                .clamp(ms_ns(self.config.min_poll_interval_ms), max)
         } else {
-            self.regular_poll_interval()
+            self.regular_poll_ns
         };
         let misses = self.missed_polls(now);
         if misses >= self.config.poll_miss_threshold {
             let shift = (misses - self.config.poll_miss_threshold + 1).min(16);
-            (base * (1u32 << shift)).min(max)
+            base.saturating_mul(1u64 << shift).min(max)
         } else {
             base
         }
     }
 
-    /// The POLL interval outside small-window mode and before any backoff: srtt / polls_per_rtt,
-    /// clamped to the configured bounds. Kept in `regular_poll_ns` (the engine asks for it several
-    /// times per datagram; it changes only with srtt).
-    pub(super) fn regular_poll_interval(&self) -> Duration {
-        Duration::from_nanos(self.regular_poll_ns)
-    }
-
-    /// Recomputes `regular_poll_ns`; called whenever srtt changes.
+    /// Recomputes `regular_poll_ns`, the POLL interval outside small-window mode and before any
+    /// backoff: srtt / polls_per_rtt, clamped to the configured bounds (the engine asks for it
+    /// several times per datagram; it changes only with srtt). Called whenever srtt changes.
     pub(super) fn refresh_regular_poll(&mut self) {
         let interval = (self.rtt.srtt() / self.config.polls_per_rtt).clamp(
             Config::ms(self.config.min_poll_interval_ms),
@@ -100,7 +108,12 @@ impl Connection {
     /// How long a STAT may take to answer a POLL: srtt + 4·rttvar (at least the minimum POLL
     /// interval).
     pub(super) fn answer_time(&self) -> Duration {
-        (self.rtt.srtt() + 4 * self.rtt.rttvar()).max(Config::ms(self.config.min_poll_interval_ms))
+        Duration::from_nanos(self.answer_ns())
+    }
+
+    /// [`Self::answer_time`] in nanoseconds.
+    fn answer_ns(&self) -> u64 {
+        (self.rtt.srtt_ns() + 4 * self.rtt.rttvar_ns()).max(ms_ns(self.config.min_poll_interval_ms))
     }
 
     /// POLLs sent more than an answer time ago with no STAT since.
@@ -108,7 +121,7 @@ impl Connection {
         let Some(polls) = self.unanswered_polls.as_deref() else {
             return 0;
         };
-        polls.older_than(now, self.answer_time())
+        polls.older_than(now, self.answer_ns())
     }
     /// Whether the timer-driven POLL machinery is running (something is waiting for a report).
     pub(super) fn poll_active(&self) -> bool {
@@ -140,7 +153,11 @@ impl Connection {
                 return Some((self.poll_anchor.min(now), PollKind::Regular));
             }
             return Some((
-                self.poll_anchor + self.poll_interval(now),
+                Instant::from_nanos(
+                    self.poll_anchor
+                        .as_nanos()
+                        .saturating_add(self.poll_interval_ns(now)),
+                ),
                 PollKind::Regular,
             ));
         }
@@ -234,12 +251,12 @@ mod tests {
         for p in [&in_order, &went_back] {
             for now in (0..900).step_by(7) {
                 assert_eq!(
-                    p.older_than(ms(now), answer),
+                    p.older_than(ms(now), answer.as_nanos() as u64),
                     brute(p, ms(now), answer),
                     "at {now} ms"
                 );
             }
         }
-        assert_eq!(in_order.older_than(ms(800), answer), 64 - 2);
+        assert_eq!(in_order.older_than(ms(800), 25_000_000), 64 - 2);
     }
 }

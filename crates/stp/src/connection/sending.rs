@@ -24,13 +24,13 @@ impl Connection {
         if !matches!(self.config.congestion, CongestionMode::Window)
             || !self.config.report_allowance
             || self.small_window()
-            || self.rtt.min().is_none()
+            || !self.rtt.has_sample()
         {
             return cwnd;
         }
-        let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let srtt = micros(self.rtt.srtt()).max(1);
-        let interval = micros(self.regular_poll_interval()).min(srtt);
+        // Whole microseconds, as `Duration::as_micros` gives them, from the nanoseconds kept.
+        let srtt = (self.rtt.srtt_ns() / 1_000).max(1);
+        let interval = (self.regular_poll_ns / 1_000).min(srtt);
         // A 64-bit division when the product fits (always, in practice): the 128-bit one is a
         // library call that showed in the engine's profile. Same result either way.
         let allowance = match cwnd.checked_mul(interval) {
