@@ -181,11 +181,10 @@ impl RedParams {
         }
     }
 
-    /// The early-drop probability `p_a` for an average queue `avg`, `count` packets accepted
-    /// since the last drop, and a byte-mode size factor (`size / mean_packet_bytes`, 1 in packet
-    /// mode). `None` outside the probabilistic regions: `avg < min_th` (accept) or at or above the
-    /// forced-drop threshold.
-    pub fn drop_probability(&self, avg: f64, count: u64, size_factor: f64) -> Option<f64> {
+    /// RED's base probability `p_b` for an average queue `avg` (the linear ramp from `min_th`
+    /// to `max_th`, continued to `2 max_th` when gentle); `None` outside the probabilistic
+    /// regions (`avg < min_th`, or at or above the forced-drop threshold).
+    fn base_probability(&self, avg: f64) -> Option<f64> {
         let ceiling = if self.gentle {
             2.0 * self.max_th
         } else {
@@ -194,11 +193,19 @@ impl RedParams {
         if avg < self.min_th || avg >= ceiling {
             return None;
         }
-        let p_b = if avg < self.max_th {
+        Some(if avg < self.max_th {
             self.max_p * (avg - self.min_th) / (self.max_th - self.min_th)
         } else {
             self.max_p + (1.0 - self.max_p) * (avg - self.max_th) / self.max_th
-        };
+        })
+    }
+
+    /// The early-drop probability `p_a` for an average queue `avg`, `count` packets accepted
+    /// since the last drop, and a byte-mode size factor (`size / mean_packet_bytes`, 1 in packet
+    /// mode). `None` outside the probabilistic regions: `avg < min_th` (accept) or at or above the
+    /// forced-drop threshold.
+    pub fn drop_probability(&self, avg: f64, count: u64, size_factor: f64) -> Option<f64> {
+        let p_b = self.base_probability(avg)?;
         let p_b = (p_b * size_factor).clamp(0.0, 1.0);
         let spread = count as f64 * p_b;
         Some(if spread < 1.0 {
@@ -213,19 +220,7 @@ impl RedParams {
     /// whole mean packets since then) and a byte-mode size factor (1 in packet mode). `None`
     /// outside the probabilistic regions, as [`RedParams::drop_probability`].
     pub fn ns2_drop_probability(&self, avg: f64, count: u64, size_factor: f64) -> Option<f64> {
-        let ceiling = if self.gentle {
-            2.0 * self.max_th
-        } else {
-            self.max_th
-        };
-        if avg < self.min_th || avg >= ceiling {
-            return None;
-        }
-        let p_b = if avg < self.max_th {
-            self.max_p * (avg - self.min_th) / (self.max_th - self.min_th)
-        } else {
-            self.max_p + (1.0 - self.max_p) * (avg - self.max_th) / self.max_th
-        };
+        let p_b = self.base_probability(avg)?;
         let p_b = p_b.min(1.0);
         let spread = count as f64 * p_b;
         let p_a = if spread < 1.0 {
