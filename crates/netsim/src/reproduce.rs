@@ -275,6 +275,11 @@ pub struct ClaimResult {
     /// The right side with the claim's factor applied.
     pub rhs: f64,
     pub holds: bool,
+    /// It holds, but the difference of the sides is within its 95 % interval (the sides'
+    /// half-widths added in quadrature, as for independent samples): the runs cannot tell
+    /// the two apart, so the agreement is a tie, not the clear ordering the seeds report. False
+    /// where a side has no interval (fairness indices, a single run).
+    pub close: bool,
     /// The comparison as checked, with labels, units and the threshold: "split STP @ 300 ms
     /// 1228.3 kb/s ≥ 0.9 × split TCP @ 300 ms 1366.0 kb/s".
     pub shown: String,
@@ -287,6 +292,9 @@ pub struct Side {
     pub label: String,
     pub metric: Option<String>,
     pub value: f64,
+    /// Half-width of the value's 95 % confidence interval over the runs: 0 for a constant, NaN
+    /// where there is none (a fairness index, a single run).
+    pub ci95: f64,
 }
 
 /// A metric's value in the reports' units: `*_bps` and `*_kbps` in kb/s, `*_s` in seconds,
@@ -318,6 +326,8 @@ pub fn format_metric(metric: &str, v: f64) -> String {
 /// Checks `lhs op factor × rhs` and says it in words; None for an unknown operator.
 pub fn compare(text: &str, lhs: &Side, op: &str, factor: f64, rhs: &Side) -> Option<ClaimResult> {
     let r = rhs.value * factor;
+    // The difference's 95 % interval, the sides taken as independent.
+    let margin = lhs.ci95.hypot(factor * rhs.ci95);
     let (holds, sym) = match op {
         "<" => (lhs.value < r, "<"),
         "<=" => (lhs.value <= r, "≤"),
@@ -349,6 +359,7 @@ pub fn compare(text: &str, lhs: &Side, op: &str, factor: f64, rhs: &Side) -> Opt
         lhs: lhs.value,
         rhs: r,
         holds,
+        close: holds && margin.is_finite() && (lhs.value - r).abs() <= margin,
         shown: format!("{} {sym} {times}{}", side(lhs, rhs), side(rhs, lhs)),
     })
 }
@@ -548,6 +559,7 @@ impl Reproduction {
                 label: String::new(),
                 metric: o.metric.clone(),
                 value: v,
+                ci95: 0.0,
             });
         }
         let (Some(s), Some(p), Some(m)) = (&o.series, &o.point, &o.metric) else {
@@ -568,6 +580,7 @@ impl Reproduction {
                 label,
                 metric: Some(m.clone()),
                 value: st.mean,
+                ci95: st.ci95,
             })
             .ok_or_else(|| {
                 bad(format!(
@@ -675,6 +688,7 @@ rhs = { value = 0.0 }
             label: label.into(),
             metric: metric.map(str::to_string),
             value,
+            ci95: 0.0,
         };
         let c = compare(
             "t",
@@ -706,11 +720,36 @@ rhs = { value = 0.0 }
         assert_eq!(format_metric("rev_kbps", 6.84), "6.8 kb/s");
     }
 
+    /// A claim that holds by less than the runs' intervals is marked close (a tie); one that
+    /// holds by more, fails, or has a side without an interval is not.
+    #[test]
+    fn a_claim_holding_within_the_intervals_is_close() {
+        let side = |value, ci95| Side {
+            label: "s".into(),
+            metric: Some("goodput_bps".into()),
+            value,
+            ci95,
+        };
+        let check = |l: Side, op, r: Side| compare("t", &l, op, 1.0, &r).unwrap();
+        let tie = check(side(176.6, 3.0), ">", side(176.4, 2.0));
+        assert!(tie.holds && tie.close);
+        let clear = check(side(190.0, 3.0), ">", side(176.4, 2.0));
+        assert!(clear.holds && !clear.close);
+        let fails = check(side(176.4, 3.0), ">", side(176.6, 2.0));
+        assert!(!fails.holds && !fails.close);
+        let no_interval = check(side(0.578, f64::NAN), ">", side(0.577, f64::NAN));
+        assert!(no_interval.holds && !no_interval.close);
+        // The factor scales the right side's interval with its value.
+        let scaled = compare("t", &side(95.0, 1.0), "<=", 0.5, &side(200.0, 11.0)).unwrap();
+        assert!(scaled.holds && scaled.close, "{scaled:?}");
+    }
+
     fn c_side() -> Side {
         Side {
             label: String::new(),
             metric: None,
             value: 1.0,
+            ci95: 0.0,
         }
     }
 

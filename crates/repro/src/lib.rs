@@ -12,6 +12,7 @@
 pub mod leo;
 pub mod plot;
 mod report;
+pub use report::{summarize, Tally};
 pub mod shard;
 mod web;
 

@@ -364,6 +364,77 @@ pub(crate) fn section(text: &str, name: &str) -> Option<String> {
     text.get(a..b).map(str::to_string)
 }
 
+/// Appended to a claim that holds by less than its difference's 95 % interval
+/// ([`netsim::reproduce::ClaimResult::close`]); [`summarize`] counts these.
+pub(crate) const CLOSE: &str = " (a tie: the difference is within its 95 % interval)";
+
+/// The counts over every section of a report: reproductions, whose conclusion holds, claims
+/// checked, holding, and holding only as ties ([`CLOSE`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub reproductions: usize,
+    pub conclusions_hold: usize,
+    pub claims: usize,
+    pub claims_hold: usize,
+    pub claims_tie: usize,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = |n: usize| 100.0 * n as f64 / self.claims.max(1) as f64;
+        write!(
+            f,
+            "{} reproductions, the seeds' conclusion holds in {}; {} of {} checked claims hold \
+             ({:.1} %), {} of them by less than the difference's 95 % interval (ties); {} hold clearly \
+             ({:.1} %)",
+            self.reproductions,
+            self.conclusions_hold,
+            self.claims_hold,
+            self.claims,
+            pct(self.claims_hold),
+            self.claims_tie,
+            self.claims_hold - self.claims_tie,
+            pct(self.claims_hold - self.claims_tie),
+        )
+    }
+}
+
+/// Counts the report's sections and claims (as `write_verdict` and the LEO sections write them)
+/// and writes the tally at the report's top, replacing an earlier one: it always describes the
+/// sections the file holds, whichever runs wrote them.
+pub fn summarize(path: &Path) -> Result<Tally> {
+    const BEGIN: &str = "<!-- begin summary -->\n";
+    const END: &str = "<!-- end summary -->\n";
+    let mut text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) {
+        if a < b {
+            text.replace_range(a..b + END.len(), "");
+        }
+    }
+    let mut t = Tally::default();
+    for line in text.lines() {
+        if line.starts_with("<!-- begin ") {
+            t.reproductions += 1;
+        } else if line == "**The seeds' qualitative conclusion holds in our reproduction.**" {
+            t.conclusions_hold += 1;
+        } else if line.starts_with("- [x] ") {
+            t.claims += 1;
+            t.claims_hold += 1;
+            t.claims_tie += usize::from(line.ends_with(CLOSE));
+        } else if line.starts_with("- [ ] ") {
+            t.claims += 1;
+        }
+    }
+    let block = format!("{BEGIN}**Summary:** {t}.\n{END}\n");
+    let at = text.find("<!-- begin ").unwrap_or(text.len());
+    text.insert_str(at, &block);
+    write_file(path, text)?;
+    Ok(t)
+}
+
 /// The report's closing lines of one reproduction: the seeds' conclusion, each claim checked or
 /// not with both sides' values, the verdict, and the note on why ours differs.
 pub(crate) fn write_verdict(
@@ -377,10 +448,11 @@ pub(crate) fn write_verdict(
     for c in claims {
         let _ = writeln!(
             sec,
-            "- [{}] {} — ours: {}",
+            "- [{}] {} — ours: {}{}",
             if c.holds { "x" } else { " " },
             c.text,
-            c.shown
+            c.shown,
+            if c.close { CLOSE } else { "" }
         );
     }
     let _ = writeln!(
@@ -423,6 +495,52 @@ mod tests {
         }
     }
 
+    /// The summary counts every section and claim the report holds, marks ties, and replaces
+    /// itself when run again (a later run adding a section).
+    #[test]
+    fn the_summary_counts_every_section_and_replaces_itself() {
+        let dir = std::env::temp_dir().join(format!("repro-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("report.md");
+        let _ = std::fs::remove_file(&path);
+        let side = |v: f64, ci95: f64| netsim::reproduce::Side {
+            label: "s".into(),
+            metric: Some("goodput_bps".into()),
+            value: v,
+            ci95,
+        };
+        let claim = |l, r| netsim::reproduce::compare("c", &side(l, 2.0), ">", 1.0, &side(r, 2.0));
+        let mut a = String::new();
+        let claims = [claim(10.0, 1.0), claim(10.0, 9.0)].map(Option::unwrap);
+        write_verdict(&mut a, "a", &claims, true, None);
+        update_report(&path, "a", &a).unwrap();
+        let t = summarize(&path).unwrap();
+        assert_eq!(
+            t,
+            Tally {
+                reproductions: 1,
+                conclusions_hold: 1,
+                claims: 2,
+                claims_hold: 2,
+                claims_tie: 1
+            }
+        );
+        let mut b = String::new();
+        write_verdict(&mut b, "b", &[claim(1.0, 9.0).unwrap()], false, None);
+        update_report(&path, "b", &b).unwrap();
+        let t = summarize(&path).unwrap();
+        assert_eq!((t.reproductions, t.conclusions_hold), (2, 1));
+        assert_eq!((t.claims, t.claims_hold, t.claims_tie), (3, 2, 1));
+        assert_eq!(summarize(&path).unwrap(), t);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches("**Summary:**").count(), 1, "{text}");
+        assert!(
+            text.contains("2 of 3 checked claims hold (66.7 %), 1 of them"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_claim_is_printed_with_both_sides_units_and_threshold() {
         let claim = netsim::reproduce::compare(
@@ -431,6 +549,7 @@ mod tests {
                 label: "split STP @ 300 ms".into(),
                 metric: Some("goodput_bps".into()),
                 value: 1_228_294.6,
+                ci95: 0.0,
             },
             ">=",
             0.9,
@@ -438,6 +557,7 @@ mod tests {
                 label: "split TCP @ 300 ms".into(),
                 metric: Some("goodput_bps".into()),
                 value: 1_366_000.0,
+                ci95: 0.0,
             },
         )
         .unwrap();

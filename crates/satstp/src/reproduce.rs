@@ -100,10 +100,12 @@ pub fn run(args: &ReproduceArgs) -> Result<()> {
             conclusion(v.conclusion_holds)
         ));
     }
+    let report = args.out.join("report.md");
+    let tally = repro::summarize(&report)?;
     eprintln!(
-        "all done in {:.1} s; report: {}",
+        "all done in {:.1} s; report: {}\n{tally} (every section of the report, runs before this one included)",
         started.elapsed().as_secs_f64(),
-        args.out.join("report.md").display()
+        report.display()
     );
     Ok(())
 }

@@ -68,6 +68,8 @@ pub fn merge(args: &MergeArgs) -> Result<()> {
             }
         );
     }
-    eprintln!("report: {}", args.out.join("report.md").display());
+    let report = args.out.join("report.md");
+    let tally = repro::summarize(&report)?;
+    eprintln!("report: {}\n{tally}", report.display());
     Ok(())
 }

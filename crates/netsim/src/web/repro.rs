@@ -212,6 +212,7 @@ fn operand(o: &WebOperand, rows: &[Row]) -> Result<Side, WebReproError> {
             label: String::new(),
             metric: o.metric.clone(),
             value: v,
+            ci95: 0.0,
         });
     }
     let (Some(r), Some(m)) = (&o.row, &o.metric) else {
@@ -228,6 +229,7 @@ fn operand(o: &WebOperand, rows: &[Row]) -> Result<Side, WebReproError> {
             label: r.clone(),
             metric: Some(m.clone()),
             value: v.mean,
+            ci95: v.ci95,
         })
         .ok_or_else(|| WebReproError::Bad(format!("claim names unknown metric '{m}' of '{r}'")))
 }
