@@ -1235,6 +1235,9 @@ fn odd_segments_never_panic_or_stall() {
 #[path = "tests_modern.rs"]
 mod modern;
 
+#[path = "tests_sack1.rs"]
+mod sack1;
+
 /// NewReno, twenty segments in flight, segments 1 and 2 lost: eighteen duplicate ACKs, the
 /// partial ACK of the first retransmission, a duplicate ACK per segment sent meanwhile, then
 /// the ACK of everything. Returns (cwnd after the partial ACK, segments sent on the last ACK).
