@@ -304,7 +304,8 @@ pub struct TcpSpec {
     /// SACK loss marking: "appendix-a" (default, the seeds') or "rfc6675".
     pub loss_marking: Option<String>,
     /// Fast recovery: "inflation" (default, the seeds' window inflation), "prr" (RFC 6937) or
-    /// "ns2" (ns-2's NewReno of 1997, `TcpConfig::ns2_recovery`).
+    /// "ns2" (ns-2's 1997 recovery, `TcpConfig::ns2_recovery`: its NewReno, or its Sack1 for
+    /// a SACK variant).
     pub recovery: Option<String>,
     /// Acknowledge every k-th full segment.
     pub ack_every: Option<u32>,

@@ -206,6 +206,19 @@ pub struct TcpConfig {
     /// data acknowledged, and the ACK that ends recovery sets `cwnd = ssthresh` whatever the
     /// data in flight, so the rest of the window leaves at once in one burst (RFC 6582 caps it
     /// at the flight plus one segment).
+    ///
+    /// On a SACK sender it selects ns-2's `Agent/TCP/Sack1` of 1997 instead (`tcp-sack1.cc`
+    /// v1.13 with `tcp.cc` v1.26, `maxburst_ 0`): on the third duplicate ACK cwnd becomes
+    /// half of `min(cwnd, peer window)` in whole segments (ssthresh the same, at least two)
+    /// and a pipe of `cwnd − 3` segments (before halving) is counted, one less per duplicate
+    /// ACK, two less per partial ACK, one more per segment sent; while the pipe is below cwnd
+    /// the sender resends the lowest hole below the highest SACK block not yet resent
+    /// (appendix A's "three segments beyond" rule is not used), else new data. The fast
+    /// retransmit backs the timer off; a partial ACK restarts it without backoff. Recovery
+    /// ends with cwnd unchanged (the rest of the window in one burst). A timeout halves
+    /// `min(cwnd, peer window)` into ssthresh every time, clears the scoreboard, ignores
+    /// duplicate ACKs until new data is acknowledged, allows no fast retransmit until an ACK
+    /// passes the data sent before it, and goes back N without SACK information.
     pub ns2_recovery: bool,
     /// ns-2's retransmission timer of 1997 (default false; `tcp.cc` v1.37, which the seeds'
     /// simulations ran, with `tcpTick_` = `clock_granularity_ns`): samples rounded to the

@@ -190,6 +190,15 @@ pub struct TcpConnection {
     prr_delivered: u64,
     prr_out: u64,
     prr_allow: u64,
+    /// ns-2's Sack1 (`TcpConfig::ns2_recovery` with SACK): its estimate of the segments in
+    /// the network during fast recovery (`pipe_`), bytes; it may go below zero.
+    pipe: i64,
+    /// ns-2's Sack1 `timeout_`: a timeout happened and no ACK of new data came since, so
+    /// duplicate ACKs are ignored.
+    sack1_timed_out: bool,
+    /// ns-2's Sack1 after a timeout (`recover_cause_` RECOVER_TIMEOUT): `snd_max` at the
+    /// timeout; no fast retransmit until an ACK goes beyond it.
+    sack1_timeout_recover: Option<u64>,
 
     // Receive side.
     rcv: Option<Receiver>,
@@ -258,6 +267,9 @@ impl TcpConnection {
             prr_delivered: 0,
             prr_out: 0,
             prr_allow: 0,
+            pipe: 0,
+            sack1_timed_out: false,
+            sack1_timeout_recover: None,
             rcv: None,
             ack: AckState::default(),
             last_window_sent: 0,
@@ -486,7 +498,11 @@ impl TcpConnection {
                 return Some(seg);
             }
         }
-        if self.state == TcpState::Established {
+        if self.sack1() && self.recovery == RecoveryState::FastRecovery {
+            if let Some(seg) = self.sack1_send(now) {
+                return Some(seg);
+            }
+        } else if self.state == TcpState::Established {
             if let Some(seg) = self.next_data(now) {
                 return Some(seg);
             }
@@ -705,7 +721,12 @@ impl TcpConnection {
         }
         self.echoed = seg.ts_ecr;
         let sacked_before = self.scoreboard.bytes_above(self.snd_una);
-        if self.sack_in_use() {
+        // ns-2's Sack1 reads SACK blocks only in fast recovery and on duplicate ACKs outside a
+        // timeout's aftermath; an ACK of new data outside recovery clears its scoreboard.
+        let record = !self.sack1()
+            || self.recovery == RecoveryState::FastRecovery
+            || (ack == self.snd_una && !self.sack1_timed_out);
+        if self.sack_in_use() && record {
             for &(s, e) in seg.sack.iter().take(4) {
                 let s = s.max(ack);
                 if s < e && e <= self.snd_max {
@@ -778,6 +799,10 @@ impl TcpConnection {
 
     fn on_dupack(&mut self, now: Time) {
         self.stats.dupacks_received += 1;
+        if self.sack1() {
+            self.sack1_on_dupack(now);
+            return;
+        }
         self.dupacks = self.dupacks.saturating_add(1);
         match self.recovery {
             RecoveryState::FastRecovery => {
@@ -854,6 +879,10 @@ impl TcpConnection {
         } else {
             Some(self.rto.deadline(now))
         };
+        if self.sack1() {
+            self.sack1_on_new_ack(now, ack, acked, grow);
+            return;
+        }
         match self.recovery {
             RecoveryState::FastRecovery => {
                 if !self.config.variant.newreno_recovery() || ack >= self.snd_recover {
@@ -903,6 +932,143 @@ impl TcpConnection {
     /// senders keep the default rules).
     fn ns2_recovery(&self) -> bool {
         self.config.ns2_recovery && !self.config.prr && !self.sack_in_use()
+    }
+
+    /// Whether the SACK sender follows ns-2's `Agent/TCP/Sack1` of 1997 (`tcp-sack1.cc` v1.13
+    /// with `tcp.cc` v1.26, `maxburst_ 0`; `TcpConfig::ns2_recovery` on a SACK variant).
+    fn sack1(&self) -> bool {
+        self.config.ns2_recovery && !self.config.prr && self.sack_in_use()
+    }
+
+    /// ns-2's `window()`: the smaller of cwnd and the peer's window, in whole segments.
+    fn sack1_window(&self) -> u64 {
+        self.cwnd.min(self.snd_wnd) / self.mss * self.mss
+    }
+
+    /// Sack1 on a duplicate ACK (its scoreboard already holds the ACK's SACK blocks).
+    fn sack1_on_dupack(&mut self, now: Time) {
+        if self.recovery == RecoveryState::FastRecovery {
+            // One segment left the network; `sack1_send` may fill the pipe again.
+            self.pipe -= self.mss as i64;
+            self.dupacks = self.dupacks.saturating_add(1);
+            return;
+        }
+        if self.sack1_timed_out {
+            // No ACK of new data since the timeout: not counted.
+            return;
+        }
+        self.dupacks = self.dupacks.saturating_add(1);
+        if self.dupacks != self.config.dupack_threshold.max(1) {
+            return;
+        }
+        if self
+            .sack1_timeout_recover
+            .is_some_and(|recover| self.snd_una <= recover)
+        {
+            // Data sent before the last timeout: no fast retransmit.
+            return;
+        }
+        self.sack1_timeout_recover = None;
+        let mss = self.mss;
+        // pipe_ = int(cwnd) − NUMDUPACKS, then closecwnd(1): cwnd = window()/2 in whole
+        // segments (integer division), ssthresh = cwnd, at least two segments.
+        let thresh = u64::from(self.config.dupack_threshold.max(1));
+        self.pipe = (self.cwnd / mss * mss) as i64 - (thresh * mss) as i64;
+        self.cwnd = (self.sack1_window() / mss / 2 * mss).max(mss);
+        self.ssthresh = self.cwnd.max(2 * mss);
+        self.cwnd_frac = 0.0;
+        self.snd_recover = self.snd_max;
+        self.recovery = RecoveryState::FastRecovery;
+        self.stats.fast_retransmits += 1;
+        self.timing = None;
+        // The fast retransmit leaves outside the pipe count.
+        self.queue_retransmission(self.snd_una);
+        // reset_rtx_timer(1): the timer restarts with the current timeout, then backs off.
+        self.rtx_deadline = Some(self.rto.deadline(now));
+        self.rto.back_off();
+    }
+
+    /// Sack1 on an ACK of new data (snd_una, the timer and the scoreboard already moved).
+    fn sack1_on_new_ack(&mut self, now: Time, ack: u64, acked: u64, grow: bool) {
+        if self.recovery != RecoveryState::FastRecovery {
+            if self.recovery == RecoveryState::Loss && ack >= self.loss_recover {
+                self.recovery = RecoveryState::Open;
+            }
+            self.dupacks = 0;
+            self.sack1_timed_out = false;
+            self.scoreboard.clear();
+            if grow {
+                self.grow_cwnd(now, acked);
+            }
+            return;
+        }
+        self.pipe -= self.mss as i64;
+        if ack >= self.snd_recover {
+            // Recovery over: cwnd stays at the halved window, whatever is in flight.
+            self.recovery = RecoveryState::Open;
+            self.dupacks = 0;
+            self.sack1_timed_out = false;
+            self.scoreboard.clear();
+            self.rexmit_queue.clear();
+            return;
+        }
+        // Partial ACK: a second segment left the network; the timer restarts without backoff.
+        self.pipe -= self.mss as i64;
+        self.rto.reset_backoff();
+        self.rtx_deadline = Some(self.rto.deadline(now));
+    }
+
+    /// Sack1 after a retransmission timeout: ssthresh from ns-2's `window()` at every timeout,
+    /// cwnd one segment, the scoreboard forgotten, go back N.
+    fn sack1_timeout(&mut self) {
+        let mss = self.mss;
+        self.ssthresh = (self.sack1_window() / mss / 2 * mss).max(2 * mss);
+        self.cwnd = mss;
+        self.cwnd_frac = 0.0;
+        self.recovery = RecoveryState::Loss;
+        self.loss_recover = self.snd_max;
+        self.sack1_timeout_recover = Some(self.snd_max);
+        self.sack1_timed_out = true;
+        self.dupacks = 0;
+        self.snd_nxt = self.snd_una;
+        self.scoreboard.clear();
+        self.rexmit_hwm = self.snd_una;
+        self.rexmit_queue.clear();
+        self.timing = None;
+        self.rto.back_off();
+    }
+
+    /// Sack1's `send_much` in fast recovery: while the pipe is below cwnd, the lowest hole below
+    /// the highest SACK block not yet retransmitted, else new data; each adds a segment to the
+    /// pipe.
+    fn sack1_send(&mut self, now: Time) -> Option<TcpSegment> {
+        if self.pipe >= self.cwnd as i64 {
+            return None;
+        }
+        let mut s = self.snd_una.max(self.rexmit_hwm);
+        while let Some((_, e)) = self.scoreboard.containing(s) {
+            s = e;
+        }
+        if self.scoreboard.max_end().is_some_and(|high| s < high) {
+            self.rexmit_hwm = self.rexmit_hwm.max(self.retransmission_end(s));
+            let seg = self.retransmit(now, s)?;
+            self.pipe += self.mss as i64;
+            return Some(seg);
+        }
+        let start = self.snd_max;
+        let limit = self.snd_una.saturating_add(self.snd_wnd);
+        let data_end = self.write_end;
+        let len = self
+            .mss
+            .min(data_end.saturating_sub(start))
+            .min(limit.saturating_sub(start));
+        let fin = self.closing && start + len == data_end && start <= data_end;
+        if (len == 0 && !fin) || (len < self.mss && start + len < data_end) {
+            return None;
+        }
+        let seg = self.emit(now, start, len, false, fin, true);
+        self.pipe += self.mss as i64;
+        Some(seg)
     }
 
     /// Window growth on an ACK of `acked` new bytes outside fast recovery.
@@ -1099,6 +1265,10 @@ impl TcpConnection {
                     return;
                 }
                 self.stats.timeouts += 1;
+                if self.sack1() {
+                    self.sack1_timeout();
+                    return;
+                }
                 if self.timeout_una != Some(self.snd_una) {
                     // RFC 5681: ssthresh is not lowered again for the same segment.
                     self.ssthresh = self.reduced_window(self.snd_max - self.snd_una);
@@ -1162,7 +1332,8 @@ impl TcpConnection {
                 .saturating_add((self.cwnd + extra).min(self.snd_wnd))
         };
         let mut start = self.snd_nxt.max(self.snd_una);
-        if self.sack_in_use() {
+        // ns-2's Sack1 goes back N outside fast recovery, SACK information or not.
+        if self.sack_in_use() && !self.sack1() {
             // Rule 7: do not resend what the receiver reports holding.
             while start < self.snd_max {
                 match self.scoreboard.containing(start) {

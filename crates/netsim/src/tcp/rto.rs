@@ -141,6 +141,11 @@ impl RtoEstimator {
         self.backoff = 0;
     }
 
+    /// Ends any backoff without a sample (ns-2's Sack1 sets `t_backoff_ = 1` on a partial ACK).
+    pub fn reset_backoff(&mut self) {
+        self.backoff = 0;
+    }
+
     /// Doubles the timeout after a retransmission timeout.
     pub fn back_off(&mut self) {
         if self.ns2 {

@@ -1184,6 +1184,8 @@ fn odd_segments_never_panic_or_stall() {
         let c = TcpConfig {
             data_on_syn: round % 3 == 0,
             recv_buffer_bytes: 4000 + (round as u64 % 5) * 10_000,
+            // ns-2's NewReno and Sack1 in every other pair of rounds.
+            ns2_recovery: round % 8 >= 4,
             ..cfg(variant)
         };
         let mut conns = [
@@ -1234,6 +1236,9 @@ fn odd_segments_never_panic_or_stall() {
 
 #[path = "tests_modern.rs"]
 mod modern;
+
+#[path = "tests_sack1.rs"]
+mod sack1;
 
 /// NewReno, twenty segments in flight, segments 1 and 2 lost: eighteen duplicate ACKs, the
 /// partial ACK of the first retransmission, a duplicate ACK per segment sent meanwhile, then
