@@ -1014,7 +1014,7 @@ pub struct Limits {
     pub relay_buffer_bytes: Option<u64>,
     /// STP hop: most bytes the relays may have read from their TCP connections that STP has
     /// not yet sent, all connections together, shared fairly among those with bytes to send
-    /// (default: 20 ms of the hop's send allocation, from 8 MiB to 256 MiB;
+    /// (default: 20 ms of the hop's send allocation, from 32 MiB to 256 MiB;
     /// `docs/scaling.md`, "The read-ahead bound"). Bytes in flight are outside it.
     #[serde(default)]
     pub read_ahead_bytes: Option<u64>,
@@ -1080,7 +1080,7 @@ impl Limits {
                     "read_ahead_bytes",
                     format!(
                         "{b}: must be from {READ_AHEAD_MIN_BYTES} (256 KiB) to 1073741824 \
-                         (1 GiB); leave it out for 20 ms of the hop's rate, 8 MiB at least"
+                         (1 GiB); leave it out for 20 ms of the hop's rate, 32 MiB at least"
                     ),
                 ));
             }

@@ -29,16 +29,19 @@ pub(crate) const CHUNK: u64 = 64 * 1024;
 /// The smallest grant worth a read while a connection waits for more (the relay's smallest
 /// read buffer).
 const MIN_GRANT: u64 = 4 * 1024;
-/// The default bound's floor: one flow on a fast hop is never starved (8 MiB is 11 ms of
-/// 6 Gbit/s, the loopback bench's single flow).
-pub(crate) const READ_AHEAD_FLOOR_BYTES: u64 = 8 << 20;
+/// The default bound's floor. One flow needs far less (8 MiB is 11 ms of the loopback bench's
+/// 6 Gbit/s), but 100 busy flows sharing 8 MiB hold 84 KiB each: their send queues run dry
+/// between the relays' reads, and each time STP sends a POLL and gets a STAT (17,700-28,900 in
+/// the bench's 100-flow run against 8,400-17,800 with 32 MiB), which cost the gateway 1.13-1.26
+/// CPU s/GB against 1.10-1.17 (`docs/scaling.md`, "The read-ahead bound").
+pub(crate) const READ_AHEAD_FLOOR_BYTES: u64 = 32 << 20;
 /// The default bound's ceiling.
 pub(crate) const READ_AHEAD_CEILING_BYTES: u64 = 256 << 20;
 /// The default bound is this much of the hop's allocation (`send_rate_bps`), in ms.
 pub(crate) const READ_AHEAD_RATE_MS: u64 = 20;
 
 /// The default read-ahead bound of a hop sending at `send_rate_bps` (`None`: unshaped): 20 ms
-/// of the rate, from 8 MiB to 256 MiB.
+/// of the rate, from 32 MiB to 256 MiB.
 pub fn default_read_ahead_bytes(send_rate_bps: Option<u64>) -> u64 {
     let of_rate = send_rate_bps.map_or(0, |r| (r / 8).saturating_mul(READ_AHEAD_RATE_MS) / 1000);
     of_rate.clamp(READ_AHEAD_FLOOR_BYTES, READ_AHEAD_CEILING_BYTES)
@@ -239,11 +242,11 @@ mod tests {
 
     #[test]
     fn default_bound_from_the_rate() {
-        assert_eq!(default_read_ahead_bytes(None), 8 << 20);
+        assert_eq!(default_read_ahead_bytes(None), 32 << 20);
         // 50 Mb/s: 20 ms is 125 kB, under the floor.
-        assert_eq!(default_read_ahead_bytes(Some(50_000_000)), 8 << 20);
-        // 10 Gbit/s: 20 ms is 25 MB.
-        assert_eq!(default_read_ahead_bytes(Some(10_000_000_000)), 25_000_000);
+        assert_eq!(default_read_ahead_bytes(Some(50_000_000)), 32 << 20);
+        // 40 Gbit/s: 20 ms is 100 MB.
+        assert_eq!(default_read_ahead_bytes(Some(40_000_000_000)), 100_000_000);
         assert_eq!(default_read_ahead_bytes(Some(u64::MAX)), 256 << 20);
     }
 
