@@ -50,6 +50,8 @@ pub struct GatewayOptions {
     pub tunnel_cipher: String,
     /// `limits.memory_cap_bytes` of both daemons (`None`: their default, 512 MiB).
     pub memory_cap: Option<u64>,
+    /// `limits.read_ahead_bytes` of both daemons (`None`: their default).
+    pub read_ahead: Option<u64>,
 }
 
 /// CPU seconds spent during one run, by process.
@@ -271,6 +273,14 @@ impl GatewayOptions {
                 bail!("--memory-cap must be between 64MiB and 1TiB, got {b} bytes");
             }
         }
+        if let Some(b) = args.read_ahead {
+            if !(256 << 10..=1 << 30).contains(&b) {
+                bail!("--read-ahead must be between 256KiB and 1GiB, got {b} bytes");
+            }
+            if b > args.memory_cap.unwrap_or(512 << 20) {
+                bail!("--read-ahead must not exceed the memory cap (--memory-cap, default 512MiB), got {b} bytes");
+            }
+        }
         if !(1..=200).contains(&args.terminals) {
             bail!(
                 "--terminals must be between 1 and 200, got {}",
@@ -330,6 +340,7 @@ impl Figures {
             "terminal_peak_rss_kib": f.peak_rss_kib.0,
             "gateway_peak_rss_kib": f.peak_rss_kib.1,
             "memory_cap_bytes": args.memory_cap,
+            "read_ahead_bytes": args.read_ahead,
             "terminal_idle_conn_kib": t_idle,
             "gateway_idle_conn_kib": g_idle,
             "idle_conn_kib": t_idle + g_idle,
@@ -367,7 +378,10 @@ fn start_daemons(
         + &format!("tunnel_cipher = \"{}\"\n", args.tunnel_cipher);
     let memcap = args
         .memory_cap
-        .map_or(String::new(), |b| format!("memory_cap_bytes = {b}\n"));
+        .map_or(String::new(), |b| format!("memory_cap_bytes = {b}\n"))
+        + &args
+            .read_ahead
+            .map_or(String::new(), |b| format!("read_ahead_bytes = {b}\n"));
     let common = format!(
         "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
@@ -648,6 +662,7 @@ mod tests {
             tunnel_cipher: "auto".into(),
             terminals: 1,
             memory_cap: Some(MIN_MEMORY_CAP),
+            read_ahead: Some(8 << 20),
         };
         assert!(ok.check().is_ok());
         for (o, flag) in [
@@ -701,6 +716,20 @@ mod tests {
                 },
                 "--memory-cap",
             ),
+            (
+                GatewayOptions {
+                    read_ahead: Some(1000),
+                    ..ok.clone()
+                },
+                "--read-ahead",
+            ),
+            (
+                GatewayOptions {
+                    read_ahead: Some(MIN_MEMORY_CAP + 1),
+                    ..ok.clone()
+                },
+                "--read-ahead must not exceed",
+            ),
         ] {
             let e = o.check().unwrap_err().to_string();
             assert!(e.contains(flag), "{flag}: {e}");
@@ -734,6 +763,7 @@ mod tests {
             tunnel_cipher: "auto".into(),
             terminals: 1,
             memory_cap: None,
+            read_ahead: None,
         });
         assert_eq!(v["terminal_idle_conn_kib"], 5.0);
         assert_eq!(v["idle_conn_kib"], 5.0);

@@ -990,6 +990,9 @@ fn apply_stp(options: &StpOptions, base: stp::Config) -> Result<stp::Config, Con
         .map_err(|e| bad(format!("stp.{}", e.field), e.reason))
 }
 
+/// The smallest `limits.read_ahead_bytes`: four of the relay's largest reads.
+const READ_AHEAD_MIN_BYTES: u64 = 256 << 10;
+
 /// Resource limits of one side.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1009,6 +1012,12 @@ pub struct Limits {
     /// [`Limits::relay_buffer`] from the hop's rate and RTT).
     #[serde(default)]
     pub relay_buffer_bytes: Option<u64>,
+    /// STP hop: most bytes the relays may have read from their TCP connections that STP has
+    /// not yet sent, all connections together, shared fairly among those with bytes to send
+    /// (default: 20 ms of the hop's send allocation, from 32 MiB to 256 MiB;
+    /// `docs/scaling.md`, "The read-ahead bound"). Bytes in flight are outside it.
+    #[serde(default)]
+    pub read_ahead_bytes: Option<u64>,
 }
 
 /// A terminal may serve a household or a ship's or an aircraft's users: browsers open dozens of
@@ -1032,6 +1041,7 @@ impl Default for Limits {
             max_connections: default_max_connections(),
             memory_cap_bytes: default_memory_cap_bytes(),
             relay_buffer_bytes: None,
+            read_ahead_bytes: None,
         }
     }
 }
@@ -1061,6 +1071,26 @@ impl Limits {
                 return Err(bad(
                     "relay_buffer_bytes",
                     "must not exceed memory_cap_bytes",
+                ));
+            }
+        }
+        if let Some(b) = self.read_ahead_bytes {
+            if !(READ_AHEAD_MIN_BYTES..=1 << 30).contains(&b) {
+                return Err(bad(
+                    "read_ahead_bytes",
+                    format!(
+                        "{b}: must be from {READ_AHEAD_MIN_BYTES} (256 KiB) to 1073741824 \
+                         (1 GiB); leave it out for 20 ms of the hop's rate, 32 MiB at least"
+                    ),
+                ));
+            }
+            if b > self.memory_cap_bytes {
+                return Err(bad(
+                    "read_ahead_bytes",
+                    format!(
+                        "{b}: must not exceed memory_cap_bytes ({})",
+                        self.memory_cap_bytes
+                    ),
                 ));
             }
         }
@@ -1890,6 +1920,36 @@ mod tests {
                 .contains("`max_datagram` is now spelled `max_datagram_bytes`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn read_ahead_bytes_is_validated_and_named() {
+        let t = parse_terminal(&terminal_text(
+            "[terminal.limits]\nread_ahead_bytes = 4194304",
+        ))
+        .unwrap();
+        assert_eq!(t.shared.limits.read_ahead_bytes, Some(4 << 20));
+        assert_eq!(Limits::default().read_ahead_bytes, None);
+        for (extra, says) in [
+            (
+                "read_ahead_bytes = 1000",
+                "from 262144 (256 KiB) to 1073741824",
+            ),
+            (
+                "read_ahead_bytes = 2147483648",
+                "from 262144 (256 KiB) to 1073741824",
+            ),
+            (
+                "memory_cap_bytes = 2097152\nread_ahead_bytes = 4194304",
+                "must not exceed memory_cap_bytes (2097152)",
+            ),
+        ] {
+            let e =
+                parse_gateway(&gateway_text(&format!("[gateway.limits]\n{extra}"))).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("gateway.limits.read_ahead_bytes"), "{text}");
+            assert!(text.contains(says), "{extra}: {text}");
+        }
     }
 
     #[test]

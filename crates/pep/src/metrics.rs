@@ -475,6 +475,11 @@ pub struct Metrics {
     tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
     pub(crate) memory_reserved_bytes: Gauge,
+    /// The STP hop's read-ahead bound (`limits.read_ahead_bytes`), the bytes held against it,
+    /// and how often a relay waited for room ([`crate::hop::read_ahead`]).
+    pub(crate) read_ahead_bound_bytes: Gauge,
+    pub(crate) read_ahead_bytes: Gauge,
+    pub(crate) read_ahead_waits: Counter,
     /// Status entries not recorded because the table was full.
     pub(crate) status_entries_dropped: Counter,
     /// Terminal in transparent mode: its QUIC policy ([`Metrics::set_quic_policy`]).
@@ -521,6 +526,9 @@ impl Metrics {
             tunnel_rekey_failures: Counter::default(),
             tunnel: Mutex::new(Default::default()),
             memory_reserved_bytes: Gauge::default(),
+            read_ahead_bound_bytes: Gauge::default(),
+            read_ahead_bytes: Gauge::default(),
+            read_ahead_waits: Counter::default(),
             status_entries_dropped: Counter::default(),
             quic_policy: Mutex::new(None),
             quic_packets: Counter::default(),
@@ -926,6 +934,24 @@ impl Metrics {
             &one(self.memory_reserved_bytes.get().to_string()),
         );
         family(
+            "satstp_read_ahead_bound_bytes",
+            "gauge",
+            "The STP hop's read-ahead bound: bytes read from TCP connections and not yet sent by STP, all connections together (limits.read_ahead_bytes).",
+            &one(self.read_ahead_bound_bytes.get().to_string()),
+        );
+        family(
+            "satstp_read_ahead_bytes",
+            "gauge",
+            "Bytes read from TCP connections that STP has not sent yet (first transmission), counted against the read-ahead bound.",
+            &one(self.read_ahead_bytes.get().to_string()),
+        );
+        family(
+            "satstp_read_ahead_waits_total",
+            "counter",
+            "Times a relay waited for room in the read-ahead bound before reading its TCP connection.",
+            &one(self.read_ahead_waits.get().to_string()),
+        );
+        family(
             "satstp_status_entries",
             "gauge",
             "Connections in the /status table.",
@@ -1034,6 +1060,11 @@ impl Metrics {
             "tunnel": self.tunnel_json(),
             "auth_failures": auth,
             "memory_reserved_bytes": self.memory_reserved_bytes.get(),
+            "read_ahead": {
+                "bound_bytes": self.read_ahead_bound_bytes.get(),
+                "bytes": self.read_ahead_bytes.get(),
+                "waits": self.read_ahead_waits.get(),
+            },
             "status_entries_dropped": self.status_entries_dropped.get(),
             "connections": connections,
         })

@@ -175,6 +175,9 @@ pub struct OpsConfig {
     /// Terminal: give up opening a stream through the gateway after this long; also bounds a
     /// client's SOCKS5 or HTTP CONNECT handshake (`None`: no bound).
     pub open_timeout: Option<Duration>,
+    /// STP hop: the read-ahead bound, bytes read from TCP and not yet sent by STP, all
+    /// connections together (`None`: from the hop's rate, [`crate::hop::default_read_ahead_bytes`]).
+    pub read_ahead_bytes: Option<u64>,
 }
 
 impl OpsConfig {
@@ -191,6 +194,7 @@ impl OpsConfig {
             memory_cap_bytes: limits.memory_cap_bytes,
             idle_timeout: Some(Duration::from_secs(u64::from(idle_timeout_s))),
             open_timeout: Some(Duration::from_secs(u64::from(connect_timeout_s))),
+            read_ahead_bytes: limits.read_ahead_bytes,
         }
     }
 
@@ -202,6 +206,7 @@ impl OpsConfig {
             memory_cap_bytes: u64::MAX,
             idle_timeout: None,
             open_timeout: None,
+            read_ahead_bytes: None,
         }
     }
 }

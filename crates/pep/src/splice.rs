@@ -188,13 +188,25 @@ async fn tcp_to_hop(
     // has sent them and had them acknowledged. An idle connection holds none. A full read
     // doubles the next, one using less than a quarter halves it; a read filling less than half
     // its buffer is copied into one of its size, so the bytes in flight hold no empty room.
+    // On an STP hop with a read-ahead bound the read waits, before that, for room in the
+    // stream's share of it (`hop::read_ahead`); what the read did not fill is given back, the
+    // rest returns as STP sends it.
     let tcp: &TcpStream = rd.as_ref();
+    let read_ahead = hw.read_ahead().cloned();
     let memory = conn.map(|c| std::sync::Arc::clone(c.ops().memory()));
     let mut size = READ_BUF_MIN;
     let mut total = 0u64;
     loop {
         tcp.readable().await.map_err(SpliceError::Tcp)?;
-        let room = size;
+        let room = match &read_ahead {
+            Some(slot) => slot.acquire(size as u64).await as usize,
+            None => size,
+        };
+        let unread = |n: usize| {
+            if let Some(slot) = &read_ahead {
+                slot.release(room.saturating_sub(n) as u64);
+            }
+        };
         let charge = match &memory {
             Some(m) => Some(m.charge(room as u64).await),
             None => None,
@@ -202,9 +214,16 @@ async fn tcp_to_hop(
         let mut buf = bytes::BytesMut::with_capacity(room);
         let n = match tcp.try_read_buf(&mut buf) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(SpliceError::Tcp(e)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                unread(0);
+                continue;
+            }
+            Err(e) => {
+                unread(0);
+                return Err(SpliceError::Tcp(e));
+            }
         };
+        unread(n);
         if n == 0 {
             hw.shutdown().await;
             if let Some(c) = conn {
@@ -215,9 +234,9 @@ async fn tcp_to_hop(
         if let Some(c) = conn {
             c.add_bytes(c.directions().0, n as u64);
         }
-        size = if n == room {
+        size = if n == size {
             (size * 2).min(READ_BUF)
-        } else if n < room / 4 {
+        } else if n < size / 4 {
             (size / 2).max(READ_BUF_MIN)
         } else {
             size

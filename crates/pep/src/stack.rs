@@ -245,6 +245,19 @@ async fn serve_metrics(
     Ok(bound)
 }
 
+/// Gives an STP hop its read-ahead bound: `limits.read_ahead_bytes`, or 20 ms of its send
+/// allocation ([`crate::hop::default_read_ahead_bytes`]); its use is reported in `ops`'s
+/// metrics.
+async fn bound_read_ahead(hop: &Hop, ops: &Ops, send_rate_bps: Option<u64>) {
+    let bound = ops
+        .config()
+        .read_ahead_bytes
+        .unwrap_or_else(|| crate::hop::default_read_ahead_bytes(send_rate_bps));
+    let read_ahead = crate::hop::read_ahead::ReadAhead::new(bound, Some(Arc::clone(ops.metrics())));
+    hop.bound_read_ahead(read_ahead).await;
+    tracing::debug!(bound, "STP hop read-ahead bound");
+}
+
 impl Terminal {
     /// Starts the hop, the listeners and the metrics endpoint (within a tokio runtime).
     pub async fn start(o: TerminalOptions) -> Result<Terminal, StackError> {
@@ -253,6 +266,8 @@ impl Terminal {
             source,
         };
         let &(gateway, gateway_key) = o.gateways.first().ok_or(hop_err(HopError::NoGateway))?;
+        // An STP hop's send allocation (`Some`), which sizes its default read-ahead bound.
+        let mut stp_rate = None;
         let hop = match o.hop {
             TerminalHop::Tcp {
                 tuning,
@@ -273,6 +288,7 @@ impl Terminal {
             TerminalHop::Stp(stp) => {
                 let stp = *stp;
                 stp.warn_without_allocation("terminal");
+                stp_rate = Some(stp.send_rate_bps);
                 let bind = stp.bind.unwrap_or(if gateway.is_ipv6() {
                     SocketAddr::from(([0u16; 8], 0))
                 } else {
@@ -309,6 +325,9 @@ impl Terminal {
         let hop = Arc::new(hop);
         let ops = Ops::new(o.ops, Arc::new(Metrics::new(Side::Terminal)));
         hop.charge_to(Arc::clone(ops.memory())).await;
+        if let Some(rate) = stp_rate {
+            bound_read_ahead(&hop, &ops, rate).await;
+        }
         let mut t = Terminal {
             hop,
             ops,
@@ -471,8 +490,11 @@ impl Gateway {
         use rand_core::SeedableRng;
         let mut hops = Vec::new();
         let mut listen = o.listen;
+        // The STP hop's send allocation (`Some`), which sizes its default read-ahead bound.
+        let mut stp_rate = None;
         if let Some(stp) = o.hops.stp {
             stp.warn_without_allocation("gateway");
+            stp_rate = Some(stp.send_rate_bps);
             let listen_err = |source| StackError::Listen {
                 field: "listen",
                 addr: listen,
@@ -535,8 +557,12 @@ impl Gateway {
         let policy = Arc::new(crate::gateway::policy::PolicyCell::new(o.policy));
         let outbound = Arc::new(o.outbound_tcp);
         let mut running = Vec::new();
-        for mut hop in hops {
+        for (i, mut hop) in hops.into_iter().enumerate() {
             hop.charge_to(Arc::clone(ops.memory())).await;
+            // The STP hop, when there is one, is the first.
+            if let (0, Some(rate)) = (i, stp_rate) {
+                bound_read_ahead(&hop, &ops, rate).await;
+            }
             let incoming = hop.take_incoming();
             tokio::spawn(crate::gateway::serve::serve_gateway(
                 incoming,
@@ -680,6 +706,8 @@ pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout:
 // long SOCKS5 fast open waits for early bytes).
 #[cfg(test)]
 mod tests_ops;
+#[cfg(test)]
+mod tests_read_ahead;
 #[cfg(test)]
 mod tests_socks;
 #[cfg(test)]

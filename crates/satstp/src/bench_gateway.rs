@@ -34,6 +34,11 @@ pub struct GatewayBenchArgs {
     /// most the relays may hold, which bounds what the gateway reads ahead of the hop.
     #[arg(long, value_parser = parse_bytes)]
     memory_cap: Option<u64>,
+    /// `limits.read_ahead_bytes` of both daemons (256KiB to 1GiB, at most the memory cap;
+    /// default: theirs, 20 ms of the hop's allocation and at least 32 MiB): how far the relays
+    /// may read ahead of STP's first transmission, all connections together.
+    #[arg(long, value_parser = parse_bytes)]
+    read_ahead: Option<u64>,
     /// Results as JSON: --json (or --json -) prints them on standard output instead of the
     /// text; --json FILE writes them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -50,6 +55,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         terminals: args.terminals,
         tunnel_cipher: args.tunnel_cipher.clone(),
         memory_cap: args.memory_cap,
+        read_ahead: args.read_ahead,
     };
     opts.check()?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
@@ -117,12 +123,14 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         f.gateway_handshakes
     );
     outln!(
-        "  peak memory         VmHWM terminal {} KiB, gateway {} KiB; memory_cap_bytes {}",
+        "  peak memory         VmHWM terminal {} KiB, gateway {} KiB; memory_cap_bytes {}, read_ahead_bytes {}",
         f.peak_rss_kib.0,
         f.peak_rss_kib.1,
         args.memory_cap
             .map_or("the daemons' default (512 MiB)".to_string(), |b| b
-                .to_string())
+                .to_string()),
+        args.read_ahead
+            .map_or("the daemons' default".to_string(), |b| b.to_string())
     );
     outln!(
         "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",

@@ -52,3 +52,27 @@ fn appended_datagrams_are_the_ones_poll_transmit_writes() {
         .is_none());
     assert_eq!(appended.len(), len);
 }
+
+#[test]
+fn unsent_counts_written_bytes_until_their_first_transmission() {
+    let peer: SocketAddr = "192.0.2.2:1".parse().unwrap();
+    let mut a = endpoint();
+    let h = a.connect(Instant::ZERO, peer).unwrap();
+    let data = vec![7u8; 20_000];
+    assert_eq!(a.connection(h).unwrap().unsent(), 0);
+    let n = a.connection(h).unwrap().write(&data).unwrap();
+    assert_eq!(a.connection(h).unwrap().unsent(), n as u64);
+    // What leaves (the BGN's flight, as far as the initial window allows) is no longer unsent;
+    // what is in flight is not counted.
+    let mut out = Vec::new();
+    let mut sent = 0;
+    while a.poll_transmit(Instant::ZERO, &mut out).is_some() {
+        sent += 1;
+    }
+    assert!(sent >= 1);
+    let left = a.connection(h).unwrap().unsent();
+    assert!(
+        left < n as u64,
+        "{left} of {n} still unsent after {sent} datagrams"
+    );
+}

@@ -29,6 +29,7 @@ use crate::tunnel::{CipherChoice, Initiator, Opened, Responder};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use stp::{ConnectionHandle, Endpoint, EndpointConfig, Event, Instant};
 
@@ -378,6 +379,20 @@ struct StreamState<S, P> {
     /// Terminal: the first piece (the stream header) has not gone into STP yet; it waits for
     /// the tunnel session, whose clock offset stamps the deadline.
     unstamped: bool,
+    /// Told as the writer's bytes leave for the first time (the hop's read-ahead bound).
+    on_sent: Option<Arc<dyn OnSent>>,
+    /// Bytes STP's send buffer took: all, and those of pieces without a token (the first
+    /// piece of a stream this side opened, which no read-ahead paid for; it leaves first).
+    accepted: u64,
+    untokened: u64,
+    /// Bytes of tokened pieces already reported to `on_sent`.
+    reported_sent: u64,
+}
+
+/// Told how many of a stream's written bytes (those handed in with a token) STP has sent for
+/// the first time: the hop's read-ahead bound ([`crate::hop::read_ahead`]) releases them.
+pub(crate) trait OnSent: Send + Sync {
+    fn on_sent(&self, bytes: u64);
 }
 
 /// What a terminal knows and tells about its tunnel (and a gateway about its handshakes).
@@ -414,6 +429,8 @@ pub struct HopCore<S, P> {
     blocked: HashSet<StreamId>,
     /// Streams whose connection closed: pumped on every turn until the connection is freed.
     closing: HashSet<StreamId>,
+    /// Streams with an `on_sent` whose STP send buffer took bytes not yet reported sent.
+    unsent: HashSet<StreamId>,
     next_id: StreamId,
     shaper: Option<Shaper>,
     counts: Counts,
@@ -523,6 +540,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             dirty: HashSet::new(),
             blocked: HashSet::new(),
             closing: HashSet::new(),
+            unsent: HashSet::new(),
             next_id: 1,
             shaper: config.send_rate_bps.map(|r| Shaper::new(r, overhead, now)),
             counts: Counts::default(),
@@ -703,6 +721,10 @@ impl<S: EventSink, P> HopCore<S, P> {
                 held: None,
                 deadline: None,
                 unstamped: false,
+                on_sent: None,
+                accepted: 0,
+                untokened: 0,
+                reported_sent: 0,
             },
         );
         self.by_handle.insert(handle, info.id);
@@ -732,6 +754,7 @@ impl<S: EventSink, P> HopCore<S, P> {
         self.dirty.remove(&id);
         self.blocked.remove(&id);
         self.closing.remove(&id);
+        self.unsent.remove(&id);
         Some(s)
     }
 
@@ -789,6 +812,41 @@ impl<S: EventSink, P> HopCore<S, P> {
         };
         let ns = i128::from(self.now_stamp(d)) + offset;
         u64::try_from(ns / 1_000_000).unwrap_or(0).max(1)
+    }
+
+    /// Tells `on_sent` from now on how many of the bytes written to stream `id` with a token
+    /// STP has sent for the first time ([`Self::report_sent`]).
+    pub(crate) fn set_on_sent(&mut self, id: StreamId, on_sent: Arc<dyn OnSent>) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.on_sent = Some(on_sent);
+        }
+    }
+
+    /// Reports to each stream's `on_sent` the bytes its connection sent for the first time
+    /// since the last report. Call it after the transmits: it visits only streams whose send
+    /// buffer took bytes not yet reported.
+    pub(crate) fn report_sent(&mut self) {
+        let (streams, endpoint) = (&mut self.streams, &mut self.endpoint);
+        self.unsent.retain(|id| {
+            let Some(s) = streams.get_mut(id) else {
+                return false;
+            };
+            let Some(c) = endpoint.connection(s.handle) else {
+                return false;
+            };
+            let unsent = c.unsent();
+            let sent = s
+                .accepted
+                .saturating_sub(unsent)
+                .saturating_sub(s.untokened);
+            if sent > s.reported_sent {
+                if let Some(o) = &s.on_sent {
+                    o.on_sent(sent - s.reported_sent);
+                }
+                s.reported_sent = sent;
+            }
+            unsent > 0
+        });
     }
 
     /// Queues bytes from a stream's writer; `token` is dropped once STP has taken them.
@@ -1653,15 +1711,23 @@ impl<S: EventSink, P> HopCore<S, P> {
                 continue;
             };
             // Writer → STP, as far as STP's send buffer takes it.
-            while let Some((bytes, _)) = s.pending.front_mut().filter(|_| !hold_writes) {
+            while let Some((bytes, token)) = s.pending.front_mut().filter(|_| !hold_writes) {
                 match c.write_bytes(bytes) {
-                    Ok(n) if n == bytes.len() => {
-                        s.pending.pop_front();
-                    }
                     Ok(n) => {
-                        let rest = bytes.slice(n..);
-                        *bytes = rest;
-                        break;
+                        s.accepted += n as u64;
+                        if token.is_none() {
+                            s.untokened += n as u64;
+                        }
+                        if n > 0 && s.on_sent.is_some() {
+                            self.unsent.insert(id);
+                        }
+                        if n == bytes.len() {
+                            s.pending.pop_front();
+                        } else {
+                            let rest = bytes.slice(n..);
+                            *bytes = rest;
+                            break;
+                        }
                     }
                     Err(_) => {
                         s.pending.clear();

@@ -36,6 +36,9 @@ pub(crate) enum Command {
     Status(oneshot::Sender<HopStatus>),
     /// Charge the chunks handed to readers from now on to this budget ([`Hop::charge_to`]).
     ChargeTo(Arc<crate::ops::MemoryBudget>),
+    /// Give each stream opened or accepted from now on a share of this read-ahead bound
+    /// ([`Hop::bound_read_ahead`]).
+    ReadAhead(Arc<super::read_ahead::ReadAhead>),
     /// Gateway: serve these terminal keys from now on ([`Hop::set_allowed_terminals`]).
     SetAllowed(Vec<PublicKey>, oneshot::Sender<AllowedChange>),
     /// Gateway: answer handshakes with this static key and, during a changeover, the next one
@@ -143,6 +146,9 @@ pub(crate) struct HopWriter {
     /// Set by `shutdown` and `abort`; a writer dropped without either aborts its stream, so a
     /// forgotten stream cannot keep its connection (and the peer's) alive.
     pub(super) ended: std::sync::atomic::AtomicBool,
+    /// The stream's share of the hop's read-ahead bound (STP hop with a bound set): the relay
+    /// takes from it before it reads its TCP socket, the hop returns what STP has sent.
+    pub(super) read_ahead: Option<Arc<super::read_ahead::Slot>>,
 }
 
 impl Drop for HopWriter {
@@ -164,6 +170,11 @@ impl Drop for HopWriter {
 }
 
 impl HopWriter {
+    /// The stream's share of the hop's read-ahead bound, when the hop has one.
+    pub(crate) fn read_ahead(&self) -> Option<&Arc<super::read_ahead::Slot>> {
+        self.read_ahead.as_ref()
+    }
+
     /// Sends bytes; waits while the relay buffer is full.
     pub(crate) async fn write(&self, data: &[u8]) -> Result<(), HopError> {
         for piece in data.chunks(self.piece_len()) {
@@ -388,6 +399,16 @@ impl Hop {
         }
     }
 
+    /// Bounds the bytes this hop's relays may have read from their TCP connections and STP has
+    /// not yet sent, all workers and streams together, shared fairly among the streams with
+    /// bytes to send ([`super::read_ahead`]). Call it before streams are opened or accepted.
+    /// The split-TCP hop ignores it (its kernel socket buffers bound what a relay reads ahead).
+    pub(crate) async fn bound_read_ahead(&self, bound: Arc<super::read_ahead::ReadAhead>) {
+        for tx in &self.workers {
+            let _ = tx.send(Command::ReadAhead(Arc::clone(&bound))).await;
+        }
+    }
+
     /// Gateway: serves the terminal keys in `allowed` from now on (a reloaded allow-list):
     /// sessions of kept keys carry on; those of removed keys end, and their connections fail.
     /// Returns the keys added and removed (none on a terminal's hop).
@@ -500,6 +521,7 @@ pub(crate) fn detached_stream(
             budget_bytes,
             tx,
             ended: Default::default(),
+            read_ahead: None,
         },
         // The transport waits on `events` for room; nobody listens to this.
         reader: HopReader {

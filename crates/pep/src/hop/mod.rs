@@ -5,6 +5,7 @@
 //! - [`core`]: the STP hop's logic, sans-IO (streams over one `stp::Endpoint`, the Noise tunnel);
 //! - [`stp`]: the STP hop's tokio driver, one UDP socket and one task around the core;
 //! - [`tcp`]: the split-TCP hop, one kernel TCP connection per stream;
+//! - [`read_ahead`]: the STP hop's bound on bytes read from TCP and not yet sent, shared fairly;
 //! - [`clock`]: the clock of times that cross the hop (tunnel responses, stream deadlines);
 //! - [`shaper`], [`batch`], [`open_budget`], [`udp_batch`]: the send allocation, datagrams
 //!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
@@ -17,6 +18,8 @@ mod error;
 #[cfg(feature = "runtime")]
 mod handle;
 mod open_budget;
+#[cfg(feature = "runtime")]
+pub(crate) mod read_ahead;
 mod shaper;
 #[cfg(feature = "runtime")]
 pub(crate) mod stp;
@@ -41,3 +44,5 @@ pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 pub use handle::{AllowedChange, Hop, HopConfig, HopMonitor, HopStream, Security};
 #[cfg(feature = "runtime")]
 pub(crate) use handle::{HopReader, HopWriter};
+#[cfg(feature = "runtime")]
+pub use read_ahead::default_read_ahead_bytes;

@@ -14,9 +14,10 @@
 //! system call where the kernel segments them) and sleeps until the core's next deadline.
 
 use super::batch::Batch;
-use super::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, StreamInfo, CHUNK};
+use super::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, OnSent, StreamInfo, CHUNK};
 use super::error::{AbortCode, HopError, StreamError};
 use super::handle::*;
+use super::read_ahead::ReadAhead;
 use super::udp_batch::UdpBatch;
 use crate::ops::MemoryBudget;
 use bytes::Bytes;
@@ -180,6 +181,7 @@ impl Hop {
                 start,
                 room: Arc::new(Notify::new()),
                 memory: None,
+                read_ahead: None,
                 batch: Batch::default(),
                 shutting_down: false,
                 ids: Ids {
@@ -276,6 +278,8 @@ struct HopTask {
     room: Arc<Notify>,
     /// What chunks handed to readers are charged to ([`Hop::charge_to`]).
     memory: Option<Arc<MemoryBudget>>,
+    /// The hop's read-ahead bound ([`Hop::bound_read_ahead`]), one for all workers.
+    read_ahead: Option<Arc<ReadAhead>>,
     /// The `Hop` handle is gone: reset everything and stop.
     shutting_down: bool,
     /// Reused between flushes: the datagrams waiting to leave together.
@@ -305,8 +309,18 @@ impl HopTask {
         Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
     }
 
-    /// A handle for a stream the core carries: its writer's budget and its reader's channel.
-    fn stream_handle(&self, info: StreamInfo, events: mpsc::Receiver<StreamEvent>) -> HopStream {
+    /// A handle for a stream the core carries: its writer's budget, its share of the read-ahead
+    /// bound (which the core tells as STP sends its bytes) and its reader's channel.
+    fn stream_handle(
+        &mut self,
+        info: StreamInfo,
+        events: mpsc::Receiver<StreamEvent>,
+    ) -> HopStream {
+        let read_ahead = self.read_ahead.as_ref().map(|r| r.slot());
+        if let Some(slot) = &read_ahead {
+            let on_sent: Arc<dyn OnSent> = slot.clone();
+            self.core.set_on_sent(info.id, on_sent);
+        }
         HopStream {
             writer: HopWriter {
                 id: self.ids.outer(info.id),
@@ -314,6 +328,7 @@ impl HopTask {
                 budget_bytes: self.relay_buffer,
                 tx: self.self_tx.clone(),
                 ended: Default::default(),
+                read_ahead,
             },
             reader: HopReader {
                 rx: events,
@@ -386,6 +401,7 @@ impl HopTask {
             }
             self.pump();
             self.flush().await;
+            self.core.report_sent();
             if self.shutting_down {
                 self.core
                     .abort_all(AbortCode::HopClosed, StreamError::HopClosed);
@@ -479,6 +495,7 @@ impl HopTask {
                 let _ = reply.send(status);
             }
             Command::ChargeTo(memory) => self.memory = Some(memory),
+            Command::ReadAhead(bound) => self.read_ahead = Some(bound),
             Command::SetAllowed(keys, reply) => {
                 let (added, removed) = self.core.set_allowed_terminals(keys).unwrap_or_default();
                 let _ = reply.send(AllowedChange { added, removed });

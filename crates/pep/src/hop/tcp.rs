@@ -325,6 +325,8 @@ async fn terminal_control(
             Command::ChargeTo(memory) => {
                 let _ = shared.memory.set(memory);
             }
+            // The kernel's socket buffers bound what a relay reads ahead on this hop.
+            Command::ReadAhead(_) => {}
             Command::SetAllowed(_, reply) => {
                 let _ = reply.send(Default::default());
             }
@@ -542,6 +544,8 @@ async fn gateway_control(
             Command::ChargeTo(memory) => {
                 let _ = shared.memory.set(memory);
             }
+            // The kernel's socket buffers bound what a relay reads ahead on this hop.
+            Command::ReadAhead(_) => {}
             Command::Close => break,
         }
     }

@@ -419,6 +419,12 @@ impl Connection {
         }
     }
 
+    /// Bytes written that have not left yet: not yet in any packet (their first transmission).
+    /// Bytes in flight (sent, awaiting acknowledgement) are not counted.
+    pub fn unsent(&self) -> u64 {
+        self.send.unsent() as u64
+    }
+
     /// Copies received bytes into `buf`. `Ok(0)` with a non-empty `buf` means end of stream.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, ReadError> {
         let Some(recv) = self.recv.as_mut() else {
