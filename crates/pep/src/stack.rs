@@ -255,7 +255,10 @@ async fn bound_read_ahead(hop: &Hop, ops: &Ops, send_rate_bps: Option<u64>) {
         .unwrap_or_else(|| crate::hop::default_read_ahead_bytes(send_rate_bps));
     let read_ahead = crate::hop::read_ahead::ReadAhead::new(bound, Some(Arc::clone(ops.metrics())));
     hop.bound_read_ahead(read_ahead).await;
-    tracing::debug!(bound, "STP hop read-ahead bound");
+    tracing::info!(
+        read_ahead_bytes = bound,
+        "STP hop read-ahead bound (limits.read_ahead_bytes)"
+    );
 }
 
 impl Terminal {

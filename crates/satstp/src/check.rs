@@ -117,6 +117,22 @@ fn shared_lines(side: &str, cfg: &SharedConfig, l: &mut Lines) -> Result<()> {
     let relay = bytes(cfg.relay_buffer_bytes());
     l.push(("relay_buffer_bytes".into(), format!("{relay}{sized}")));
     limits_lines(&cfg.limits, l);
+    // The STP hop's read-ahead bound, as pep's stack sizes it: this side's send allocation.
+    let send_rate = cfg
+        .rtt_ms
+        .and(cfg.up_rate_bps.zip(cfg.down_rate_bps))
+        .map(|(up, down)| if side == "terminal" { up } else { down });
+    let read_ahead = match cfg.limits.read_ahead_bytes {
+        Some(b) => bytes(b),
+        None => format!(
+            "{}, 20 ms of this side's send allocation within 32-256 MiB (the default)",
+            bytes(pep::hop::default_read_ahead_bytes(send_rate))
+        ),
+    };
+    l.push((
+        "limits.read_ahead_bytes".into(),
+        format!("{read_ahead}; bounds an STP hop only"),
+    ));
     for (key, s) in [
         ("idle_timeout_s", cfg.idle_timeout_s),
         ("connect_timeout_s", cfg.connect_timeout_s),

@@ -85,6 +85,11 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
         "{out}"
     );
     assert!(out.contains("300 s"), "{out}");
+    // No allocation: the read-ahead bound's floor.
+    assert!(
+        out.contains("33554432 bytes (32 MiB), 20 ms of this side's send allocation"),
+        "{out}"
+    );
 
     let terminal = keys.write_terminal_config(
         "terminal.toml",
