@@ -201,11 +201,14 @@ pub struct TcpConfig {
     /// sending through recovery instead of waiting for half a window of duplicate ACKs.
     pub prr: bool,
     /// ns-2's NewReno of 1997 (default false; `Agent/TCP/Newreno`, `tcp-newreno.cc` v1.7,
-    /// with `maxburst_ 0`), which the seeds' simulations ran, for senders without SACK: a
-    /// partial ACK drops the whole inflation (`cwnd = ssthresh`) instead of deflating by the
-    /// data acknowledged, and the ACK that ends recovery sets `cwnd = ssthresh` whatever the
-    /// data in flight, so the rest of the window leaves at once in one burst (RFC 6582 caps it
-    /// at the flight plus one segment).
+    /// with `maxburst_ 0`), which the seeds' simulations ran, for senders without SACK: the
+    /// third duplicate ACK halves `min(cwnd, peer window)` in whole segments, not the data in
+    /// flight (ssthresh the same, at least two), and restarts the timer before doubling the
+    /// backoff; a partial ACK drops the whole inflation (back to the halved cwnd) instead of
+    /// deflating by the data acknowledged, and the ACK that ends recovery does the same
+    /// whatever the data in flight, so the rest of the window leaves at once in one burst
+    /// (RFC 6582 caps it at the flight plus one segment); every timeout halves
+    /// `min(cwnd, peer window)` into ssthresh (RFC 5681: the flight, once per segment).
     ///
     /// On a SACK sender it selects ns-2's `Agent/TCP/Sack1` of 1997 instead (`tcp-sack1.cc`
     /// v1.13 with `tcp.cc` v1.26, `maxburst_ 0`): on the third duplicate ACK cwnd becomes
@@ -225,7 +228,11 @@ pub struct TcpConfig {
     /// nearest tick, `RTO = srtt + 4·mdev + 1 tick` in ns-2's fixed point, 3 s + 1 tick before
     /// the first sample, no floor but two ticks (`min_rto_ns` and `initial_rto_ns` are not
     /// used), and a timer that fires exactly one RTO after it is set instead of on the next
-    /// tick of BSD's slow timer. Needs a positive clock granularity.
+    /// tick of BSD's slow timer. A timeout sets the timer before doubling the backoff (the
+    /// first retransmission waits one RTO); each new ACK sets it before its sample; the
+    /// backoff ends when the first new segment sent since the last timeout or fast
+    /// retransmit is acknowledged (ns-2's `rtt_seq_`), not with a sample; segments sent in
+    /// fast recovery are timed. Needs a positive clock granularity.
     pub ns2_timer: bool,
 }
 

@@ -196,6 +196,15 @@ pub struct TcpConnection {
     /// ns-2's Sack1 `timeout_`: a timeout happened and no ACK of new data came since, so
     /// duplicate ACKs are ignored.
     sack1_timed_out: bool,
+    /// ns-2's NewReno (`TcpConfig::ns2_recovery` without SACK): `cwnd_` after the fast
+    /// retransmit halved it (`closecwnd(1)`: ⌊window()⌋ / 2 whole segments, which may be
+    /// below ssthresh's floor of two), what a partial ACK and the end of recovery return to.
+    ns2_halved: u64,
+    /// ns-2's `rtt_active_` / `rtt_seq_` (`TcpConfig::ns2_timer`): the first new segment sent
+    /// since the last timeout or fast retransmit, recovery or not; the ACK beyond it ends the
+    /// backoff (`t_backoff_ = 1`) after the timer was set. Separate from `timing`, which gives
+    /// the samples and is cleared by any retransmission (Karn).
+    ns2_rtt_seq: Option<u64>,
     /// ns-2's Sack1 after a timeout (`recover_cause_` RECOVER_TIMEOUT): `snd_max` at the
     /// timeout; no fast retransmit until an ACK goes beyond it.
     sack1_timeout_recover: Option<u64>,
@@ -269,6 +278,8 @@ impl TcpConnection {
             prr_allow: 0,
             pipe: 0,
             sack1_timed_out: false,
+            ns2_halved: 0,
+            ns2_rtt_seq: None,
             sack1_timeout_recover: None,
             rcv: None,
             ack: AckState::default(),
@@ -449,7 +460,7 @@ impl TcpConnection {
         }
         if self.rtx_deadline.is_some_and(|d| d <= now) {
             self.rtx_deadline = None;
-            self.retransmission_timeout();
+            self.retransmission_timeout(now);
         }
     }
 
@@ -837,8 +848,17 @@ impl TcpConnection {
 
     fn enter_fast_recovery(&mut self, now: Time) {
         let flight = self.snd_max - self.snd_una;
-        self.ssthresh = self.reduced_window(flight);
-        self.cwnd = self.ssthresh + u64::from(self.config.dupack_threshold) * self.mss;
+        if self.ns2_recovery() {
+            // closecwnd(1): cwnd = window() / 2 in whole segments, with ns-2's window() the
+            // smaller of cwnd and the peer's window (not the data in flight), ssthresh = cwnd
+            // at least two segments; then dupwnd_ = 3 inflates it.
+            self.ns2_halved = self.ns2_window() / self.mss / 2 * self.mss;
+            self.ssthresh = self.ns2_halved.max(2 * self.mss);
+            self.cwnd = self.ns2_halved + u64::from(self.config.dupack_threshold) * self.mss;
+        } else {
+            self.ssthresh = self.reduced_window(flight);
+            self.cwnd = self.ssthresh + u64::from(self.config.dupack_threshold) * self.mss;
+        }
         if self.config.prr {
             // No inflation: PRR meters sending; the fast retransmit goes at once.
             self.cwnd = self.ssthresh;
@@ -852,9 +872,15 @@ impl TcpConnection {
         self.recovery = RecoveryState::FastRecovery;
         self.stats.fast_retransmits += 1;
         self.timing = None;
+        self.ns2_rtt_seq = None;
         self.queue_retransmission(self.snd_una);
         // As BSD does: the retransmission restarts the timer.
         self.rtx_deadline = Some(self.rto.deadline(now));
+        if self.ns2_recovery() {
+            // ns-2's NewReno calls reset_rtx_timer(1): the timer restarts with the current
+            // timeout, then the backoff doubles (until a segment timed after it is acked).
+            self.rto.back_off();
+        }
     }
 
     fn on_new_ack(&mut self, now: Time, ack: u64, grow: bool) {
@@ -863,6 +889,8 @@ impl TcpConnection {
         self.snd_nxt = self.snd_nxt.max(ack);
         self.rexmit_hwm = self.rexmit_hwm.max(ack);
         self.scoreboard.remove_below(ack);
+        // ns-2's newack sets the timer (newtimer) before it takes the sample (rtt_update).
+        let ns2_deadline = self.config.ns2_timer.then(|| self.rto.deadline(now));
         if self.config.rtt_per_ack {
             // The echoed timestamp of an ACK of new data gives a sample (RFC 7323).
             if self.echoed > 0 {
@@ -877,8 +905,13 @@ impl TcpConnection {
         self.rtx_deadline = if self.snd_una >= self.snd_max {
             None
         } else {
-            Some(self.rto.deadline(now))
+            Some(ns2_deadline.unwrap_or_else(|| self.rto.deadline(now)))
         };
+        if self.ns2_rtt_seq.is_some_and(|seq| ack > seq) {
+            // ns-2's newack: newtimer() first, then t_backoff_ = 1 once rtt_seq_ is acked.
+            self.ns2_rtt_seq = None;
+            self.rto.reset_backoff();
+        }
         if self.sack1() {
             self.sack1_on_new_ack(now, ack, acked, grow);
             return;
@@ -888,7 +921,10 @@ impl TcpConnection {
                 if !self.config.variant.newreno_recovery() || ack >= self.snd_recover {
                     // Reno: the first new ACK ends recovery. NewReno rule 3: so does one that
                     // covers snd_recover, with cwnd no larger than the flight plus one segment.
-                    self.cwnd = if self.config.prr || self.ns2_recovery() {
+                    self.cwnd = if self.ns2_recovery() {
+                        // dupwnd_ = 0: back to the halved cwnd_, whatever is in flight.
+                        self.ns2_halved
+                    } else if self.config.prr {
                         self.ssthresh
                     } else if self.config.variant.newreno_recovery() {
                         self.ssthresh.min(self.snd_max - self.snd_una + self.mss)
@@ -902,8 +938,8 @@ impl TcpConnection {
                     // segment; always deflate by the data acknowledged and add one segment.
                     self.dupacks = 0;
                     if self.ns2_recovery() {
-                        // ns-2 zeroes its inflation (`dupwnd_`) and keeps cwnd at ssthresh.
-                        self.cwnd = self.ssthresh;
+                        // ns-2 zeroes its inflation (`dupwnd_`): cwnd is the halved cwnd_.
+                        self.cwnd = self.ns2_halved;
                     } else if !self.config.prr {
                         self.cwnd = self.cwnd.saturating_sub(acked) + self.mss;
                     }
@@ -942,6 +978,12 @@ impl TcpConnection {
 
     /// ns-2's `window()`: the smaller of cwnd and the peer's window, in whole segments.
     fn sack1_window(&self) -> u64 {
+        self.ns2_window()
+    }
+
+    /// ns-2's `window()` (`tcp.cc`; NewReno's adds `dupwnd_`, zero outside recovery): the
+    /// smaller of cwnd and the peer's window, in whole segments.
+    fn ns2_window(&self) -> u64 {
         self.cwnd.min(self.snd_wnd) / self.mss * self.mss
     }
 
@@ -981,6 +1023,7 @@ impl TcpConnection {
         self.recovery = RecoveryState::FastRecovery;
         self.stats.fast_retransmits += 1;
         self.timing = None;
+        self.ns2_rtt_seq = None;
         // The fast retransmit leaves outside the pipe count.
         self.queue_retransmission(self.snd_una);
         // reset_rtx_timer(1): the timer restarts with the current timeout, then backs off.
@@ -1035,6 +1078,7 @@ impl TcpConnection {
         self.rexmit_hwm = self.snd_una;
         self.rexmit_queue.clear();
         self.timing = None;
+        self.ns2_rtt_seq = None;
         self.rto.back_off();
     }
 
@@ -1236,7 +1280,7 @@ impl TcpConnection {
         Some(self.emit(now, start, len, false, fin, false))
     }
 
-    fn retransmission_timeout(&mut self) {
+    fn retransmission_timeout(&mut self, now: Time) {
         match self.state {
             TcpState::SynSent | TcpState::SynReceived => {
                 self.syn_retries += 1;
@@ -1265,11 +1309,21 @@ impl TcpConnection {
                     return;
                 }
                 self.stats.timeouts += 1;
+                if self.config.ns2_timer {
+                    // ns-2's timeout() calls reset_rtx_timer(0, 1): set_rtx_timer() with the
+                    // current backoff, then rtt_backoff(); the retransmission leaves with the
+                    // timer already running, so it waits one RTO more, not two.
+                    self.rtx_deadline = Some(self.rto.deadline(now));
+                }
                 if self.sack1() {
                     self.sack1_timeout();
                     return;
                 }
-                if self.timeout_una != Some(self.snd_una) {
+                if self.ns2_recovery() {
+                    // closecwnd(0) at every timeout: ssthresh = ⌊window()⌋ / 2 (dupwnd_ zeroed
+                    // first), at least two segments; not RFC 5681's once per segment.
+                    self.ssthresh = (self.ns2_window() / self.mss / 2 * self.mss).max(2 * self.mss);
+                } else if self.timeout_una != Some(self.snd_una) {
                     // RFC 5681: ssthresh is not lowered again for the same segment.
                     self.ssthresh = self.reduced_window(self.snd_max - self.snd_una);
                     self.timeout_una = Some(self.snd_una);
@@ -1288,6 +1342,7 @@ impl TcpConnection {
                 self.rexmit_hwm = self.snd_una;
                 self.rexmit_queue.clear();
                 self.timing = None;
+                self.ns2_rtt_seq = None;
                 self.rto.back_off();
             }
             TcpState::Listen | TcpState::Closed => {}
@@ -1409,10 +1464,14 @@ impl TcpConnection {
                 }
                 self.timing = None;
             } else if self.timing.is_none()
-                && self.recovery != RecoveryState::FastRecovery
+                && (self.recovery != RecoveryState::FastRecovery || self.config.ns2_timer)
                 && !self.config.rtt_per_ack
             {
                 self.timing = Some((seq, now));
+            }
+            if !retransmission && self.config.ns2_timer && self.ns2_rtt_seq.is_none() {
+                // ns-2's output(): new data with no rtt_active_ starts it, recovery or not.
+                self.ns2_rtt_seq = Some(seq);
             }
             if self.rtx_deadline.is_none() {
                 self.rtx_deadline = Some(self.rto.deadline(now));

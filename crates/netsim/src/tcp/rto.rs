@@ -91,7 +91,8 @@ impl RtoEstimator {
     }
 
     /// Takes an RTT sample for a segment sent at `sent` and acknowledged at `now`, as the clock
-    /// reads them, and ends any backoff (Karn: callers only pass segments sent once).
+    /// reads them, and ends any backoff (Karn: callers only pass segments sent once); ns-2's
+    /// timer keeps the backoff, which its caller ends (`reset_backoff`).
     pub fn sample(&mut self, sent: Time, now: Time) {
         let exact = now.saturating_sub(sent);
         self.exact_srtt = Some(match self.exact_srtt {
@@ -138,7 +139,8 @@ impl RtoEstimator {
         }
         self.srtt = Some(self.ns2_srtt8 * g / 8);
         self.rttvar = self.ns2_rttvar4 * g / 4;
-        self.backoff = 0;
+        // rtt_update leaves t_backoff_ alone: the connection ends the backoff once the segment
+        // ns-2 marked with rtt_seq_ is acknowledged (`reset_backoff`).
     }
 
     /// Ends any backoff without a sample (ns-2's Sack1 sets `t_backoff_ = 1` on a partial ACK).
@@ -324,8 +326,12 @@ mod tests {
             r.back_off();
         }
         assert_eq!(r.backoff(), 6);
+        // The next sample starts the mean again; the backoff stays (rtt_update leaves
+        // t_backoff_ alone) until the connection ends it.
         r.sample(0, SEC);
-        assert_eq!((r.srtt(), r.backoff()), (Some(SEC), 0));
+        assert_eq!((r.srtt(), r.backoff()), (Some(SEC), 6));
+        r.reset_backoff();
+        assert_eq!(r.backoff(), 0);
 
         // 10 ms ticks: no 1 s floor, only two ticks.
         let mut r = RtoEstimator::new(10 * MS, SEC, 64 * SEC, SEC).with_ns2_timer(true);

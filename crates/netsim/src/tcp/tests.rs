@@ -1240,6 +1240,9 @@ mod modern;
 #[path = "tests_sack1.rs"]
 mod sack1;
 
+#[path = "tests_ns2.rs"]
+mod ns2;
+
 /// NewReno, twenty segments in flight, segments 1 and 2 lost: eighteen duplicate ACKs, the
 /// partial ACK of the first retransmission, a duplicate ACK per segment sent meanwhile, then
 /// the ACK of everything. Returns (cwnd after the partial ACK, segments sent on the last ACK).
