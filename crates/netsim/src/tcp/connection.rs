@@ -867,6 +867,17 @@ impl TcpConnection {
             self.prr_out = 0;
             self.prr_allow = self.mss;
         }
+        self.fast_retransmit(now);
+        if self.ns2_recovery() {
+            // ns-2's NewReno calls reset_rtx_timer(1): the timer restarts with the current
+            // timeout, then the backoff doubles (until a segment timed after it is acked).
+            self.rto.back_off();
+        }
+    }
+
+    /// Enters fast recovery with the window already set: the lost segment goes again at once
+    /// (outside Sack1's pipe count) and, as BSD does, the retransmission restarts the timer.
+    fn fast_retransmit(&mut self, now: Time) {
         self.cwnd_frac = 0.0;
         self.snd_recover = self.snd_max;
         self.recovery = RecoveryState::FastRecovery;
@@ -874,13 +885,7 @@ impl TcpConnection {
         self.timing = None;
         self.ns2_rtt_seq = None;
         self.queue_retransmission(self.snd_una);
-        // As BSD does: the retransmission restarts the timer.
         self.rtx_deadline = Some(self.rto.deadline(now));
-        if self.ns2_recovery() {
-            // ns-2's NewReno calls reset_rtx_timer(1): the timer restarts with the current
-            // timeout, then the backoff doubles (until a segment timed after it is acked).
-            self.rto.back_off();
-        }
     }
 
     fn on_new_ack(&mut self, now: Time, ack: u64, grow: bool) {
@@ -1018,16 +1023,8 @@ impl TcpConnection {
         self.pipe = (self.cwnd / mss * mss) as i64 - (thresh * mss) as i64;
         self.cwnd = (self.sack1_window() / mss / 2 * mss).max(mss);
         self.ssthresh = self.cwnd.max(2 * mss);
-        self.cwnd_frac = 0.0;
-        self.snd_recover = self.snd_max;
-        self.recovery = RecoveryState::FastRecovery;
-        self.stats.fast_retransmits += 1;
-        self.timing = None;
-        self.ns2_rtt_seq = None;
-        // The fast retransmit leaves outside the pipe count.
-        self.queue_retransmission(self.snd_una);
+        self.fast_retransmit(now);
         // reset_rtx_timer(1): the timer restarts with the current timeout, then backs off.
-        self.rtx_deadline = Some(self.rto.deadline(now));
         self.rto.back_off();
     }
 
