@@ -1063,12 +1063,20 @@ impl TcpConnection {
     fn sack1_timeout(&mut self) {
         let mss = self.mss;
         self.ssthresh = (self.sack1_window() / mss / 2 * mss).max(2 * mss);
-        self.cwnd = mss;
+        self.sack1_timeout_recover = Some(self.snd_max);
+        self.sack1_timed_out = true;
+        self.go_back_n();
+    }
+
+    /// After a retransmission timeout (ssthresh already set): one segment of window, loss
+    /// recovery up to what was sent, the scoreboard forgotten (appendix A's rule 7 uses only
+    /// SACK information that arrives after the timeout), resending from `snd_una`, nothing
+    /// timed, the timer backed off.
+    fn go_back_n(&mut self) {
+        self.cwnd = self.mss;
         self.cwnd_frac = 0.0;
         self.recovery = RecoveryState::Loss;
         self.loss_recover = self.snd_max;
-        self.sack1_timeout_recover = Some(self.snd_max);
-        self.sack1_timed_out = true;
         self.dupacks = 0;
         self.snd_nxt = self.snd_una;
         self.scoreboard.clear();
@@ -1325,22 +1333,10 @@ impl TcpConnection {
                     self.ssthresh = self.reduced_window(self.snd_max - self.snd_una);
                     self.timeout_una = Some(self.snd_una);
                 }
-                self.cwnd = self.mss;
-                self.cwnd_frac = 0.0;
-                self.recovery = RecoveryState::Loss;
-                self.loss_recover = self.snd_max;
                 if self.config.variant.newreno_recovery() {
                     self.snd_recover = self.snd_max;
                 }
-                self.dupacks = 0;
-                self.snd_nxt = self.snd_una;
-                // Rule 7 uses only SACK information that arrives after the timeout.
-                self.scoreboard.clear();
-                self.rexmit_hwm = self.snd_una;
-                self.rexmit_queue.clear();
-                self.timing = None;
-                self.ns2_rtt_seq = None;
-                self.rto.back_off();
+                self.go_back_n();
             }
             TcpState::Listen | TcpState::Closed => {}
         }
