@@ -130,6 +130,13 @@ pub struct Config {
     /// slow the sender (design decision 17; default true). The seeds spread each window over the
     /// smoothed RTT: false.
     pub pacing_rtt_cap: bool,
+    /// Window controller: leave slow start, without reducing the window, once the smallest of
+    /// three consecutive RTT samples exceeds the smallest RTT seen by clamp(min RTT / 8, 4 ms,
+    /// 16 ms) (HyStart's delay test with RFC 9406's thresholds; spec §7.2c). Default false: an
+    /// RTT sample includes the return path, so a queue of STATs on a thin return channel ends
+    /// slow start early (spec §7.2c has the measurements). The seeds' STP leaves slow start only
+    /// on a loss.
+    pub slow_start_delay_exit: bool,
 }
 
 impl Default for Config {
@@ -161,6 +168,7 @@ impl Default for Config {
             pacing_gain: None,
             report_allowance: true,
             pacing_rtt_cap: true,
+            slow_start_delay_exit: false,
         }
     }
 }
@@ -205,7 +213,7 @@ impl Profile {
     /// size, controller, timers) as it is.
     pub fn apply_to(self, c: &mut Config) {
         let d = Config::default();
-        let (gain, tick, allowance, cap, iw, small, polls) = match self {
+        let (gain, tick, allowance, cap, iw, small, polls, delay_exit) = match self {
             Profile::Default => (
                 d.pacing_gain,
                 d.pacing_granularity_us,
@@ -214,6 +222,7 @@ impl Profile {
                 d.initial_window,
                 d.small_window_packets,
                 d.polls_per_rtt,
+                d.slow_start_delay_exit,
             ),
             Profile::Thesis => (
                 Some(1.0),
@@ -223,6 +232,7 @@ impl Profile {
                 InitialWindow::Packets(1),
                 10,
                 3,
+                false,
             ),
         };
         c.pacing_gain = gain;
@@ -232,6 +242,7 @@ impl Profile {
         c.initial_window = iw;
         c.small_window_packets = small;
         c.polls_per_rtt = polls;
+        c.slow_start_delay_exit = delay_exit;
     }
 
     /// The default configuration with the profile applied.

@@ -71,6 +71,8 @@ pub struct ConfigOptions {
     pub report_allowance: Option<bool>,
     /// Pace over min(srtt, 2 · smallest RTT) rather than srtt.
     pub pacing_rtt_cap: Option<bool>,
+    /// Window controller: leave slow start when the RTT rises above the smallest (spec §7.2c).
+    pub slow_start_delay_exit: Option<bool>,
 }
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -138,7 +140,8 @@ impl ConfigOptions {
             dead_timeout_ms,
             unpaced_first_flight,
             report_allowance,
-            pacing_rtt_cap
+            pacing_rtt_cap,
+            slow_start_delay_exit
         );
         set_opt!(
             min_rate_bps,
@@ -281,6 +284,7 @@ raw_options! {
     pacing_gain: f64,
     report_allowance: bool,
     pacing_rtt_cap: bool,
+    slow_start_delay_exit: bool,
 }
 
 /// Older keys and what replaced them.
@@ -382,6 +386,7 @@ impl TryFrom<RawOptions> for ConfigOptions {
             pacing_gain: r.pacing_gain,
             report_allowance: r.report_allowance,
             pacing_rtt_cap: r.pacing_rtt_cap,
+            slow_start_delay_exit: r.slow_start_delay_exit,
         })
     }
 }

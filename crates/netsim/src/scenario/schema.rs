@@ -267,9 +267,25 @@ impl TryFrom<toml::Table> for StpSpec {
                 ))
             }
         };
-        let options = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| e.message().to_string())?;
+        let options =
+            toml::Value::Table(table.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    // The parser's message names the value, not the key: find the key by reading
+                    // each alone (an unknown key is named by the parser already).
+                    let key = table.iter().find(|(k, v)| {
+                        let one = toml::Table::from_iter([((*k).clone(), (*v).clone())]);
+                        toml::Value::Table(one)
+                            .try_into::<stp::ConfigOptions>()
+                            .is_err()
+                    });
+                    match key {
+                        Some((k, _)) if !e.message().contains(k.as_str()) => {
+                            format!("{k}: {}", e.message())
+                        }
+                        _ => e.message().to_string(),
+                    }
+                })?;
         Ok(StpSpec { framing, options })
     }
 }

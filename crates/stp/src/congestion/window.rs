@@ -14,6 +14,55 @@ const SLOW_START_GAIN: f64 = 2.0;
 /// Pacing gain in congestion avoidance (keeps the pipe full despite the pacing lag).
 const AVOIDANCE_GAIN: f64 = 1.25;
 
+/// RTT samples whose smallest is tested against the smallest RTT seen (HyStart's round, counted
+/// in samples: about one RTT at three POLLs per RTT, longer where the minimum POLL interval binds).
+const DELAY_EXIT_SAMPLES: u32 = 3;
+/// No delay exit below this window, in full SDs (Linux's `hystart_low_window`): small windows
+/// leave slow start quickly enough on a loss.
+const DELAY_EXIT_LOW_WINDOW: u64 = 16;
+/// Bounds of the delay threshold, min RTT / 8 (RFC 9406 §4.2, `MIN_RTT_THRESH`/`MAX_RTT_THRESH`).
+const DELAY_EXIT_MIN: Duration = Duration::from_millis(4);
+const DELAY_EXIT_MAX: Duration = Duration::from_millis(16);
+
+/// The delay test of slow start (spec §7.2c): a group of [`DELAY_EXIT_SAMPLES`] consecutive RTT
+/// samples all at least the smallest RTT seen plus clamp(min / 8, 4 ms, 16 ms) (the group's
+/// smallest sample above the threshold). One sample may be delayed by anything (a scheduler, a
+/// POLL queued behind data); a whole group above it is the queue growing. One byte (an idle
+/// connection's budget is 1 KiB): bit 7 enabled, bit 6 a sample of this group was below the
+/// threshold, bits 0-5 the samples of this group so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct DelayExit(u8);
+
+impl DelayExit {
+    const ENABLED: u8 = 0x80;
+    const BELOW: u8 = 0x40;
+    const COUNT: u8 = 0x3f;
+
+    fn new(enabled: bool) -> Self {
+        DelayExit(if enabled { Self::ENABLED } else { 0 })
+    }
+
+    fn enabled(self) -> bool {
+        self.0 & Self::ENABLED != 0
+    }
+
+    /// Adds a sample; true when a full group stayed above the threshold.
+    fn sample(&mut self, sample: Duration, min_rtt: Duration) -> bool {
+        let threshold = (min_rtt / 8).clamp(DELAY_EXIT_MIN, DELAY_EXIT_MAX);
+        if sample < min_rtt + threshold {
+            self.0 |= Self::BELOW;
+        }
+        let count = (self.0 & Self::COUNT) + 1;
+        if u32::from(count) < DELAY_EXIT_SAMPLES {
+            self.0 = (self.0 & !Self::COUNT) | count;
+            return false;
+        }
+        let above = self.0 & Self::BELOW == 0;
+        self.0 &= Self::ENABLED;
+        above
+    }
+}
+
 /// TCP-equivalent window control with byte counting.
 #[derive(Debug, Clone)]
 pub struct WindowController {
@@ -36,6 +85,8 @@ pub struct WindowController {
     acked_any: bool,
     /// Reductions caused by RTT samples.
     delay_reductions: u32,
+    /// The delay test of slow start (off unless the configuration enables it).
+    delay_exit: DelayExit,
 }
 
 impl WindowController {
@@ -53,6 +104,7 @@ impl WindowController {
             pacing_gain: None,
             acked_any: false,
             delay_reductions: 0,
+            delay_exit: DelayExit::default(),
         }
     }
 
@@ -63,6 +115,7 @@ impl WindowController {
             rtt_backoff_ms: config.window_rtt_backoff_ms,
             unpaced_first_flight: config.unpaced_first_flight,
             pacing_gain: config.pacing_gain,
+            delay_exit: DelayExit::new(config.slow_start_delay_exit),
             ..WindowController::new(mss, config.initial_window.bytes(mss))
         }
     }
@@ -142,6 +195,15 @@ impl Controller for WindowController {
     }
 
     fn on_rtt_sample(&mut self, sample: Duration, min_rtt: Duration, sent_stamp: u32, next: u32) {
+        if self.delay_exit.enabled()
+            && self.cwnd < self.ssthresh
+            && self.delay_exit.sample(sample, min_rtt)
+            && self.cwnd >= DELAY_EXIT_LOW_WINDOW * self.mss
+        {
+            // Leave slow start where it stands: the queue already holds the excess.
+            self.ssthresh = self.cwnd;
+            self.avoidance_credit = 0;
+        }
         if let Some(ms) = self.rtt_backoff_ms {
             let limit = Duration::from_millis(u64::from(ms));
             if sample > min_rtt + limit && self.congestion_signal(sent_stamp, next) {
@@ -294,6 +356,85 @@ mod tests {
         one.on_loss(1, 2);
         assert_eq!(default.pacing_rate(srtt), 1.25 * default.cwnd as f64);
         assert_eq!(one.pacing_rate(srtt), one.cwnd as f64);
+    }
+
+    fn with_delay_exit(initial_packets: u32) -> WindowController {
+        let cfg = Config {
+            slow_start_delay_exit: true,
+            initial_window: crate::config::InitialWindow::Packets(initial_packets),
+            ..Config::default()
+        };
+        WindowController::from_config(&cfg, 1000)
+    }
+
+    #[test]
+    fn delay_exit_leaves_slow_start_when_a_group_of_samples_rises() {
+        let ms = Duration::from_millis;
+        let min = ms(100);
+        let mut c = with_delay_exit(20);
+        for s in [100, 103, 101] {
+            c.on_rtt_sample(ms(s), min, 1, 2);
+        }
+        assert!(c.in_slow_start(), "within min + 12.5 ms");
+        c.on_ack(20_000, false);
+        assert_eq!(c.window(), 40_000);
+        // One late sample (a POLL delayed by anything) in a group is not a queue.
+        for s in [100, 400, 100] {
+            c.on_rtt_sample(ms(s), min, 2, 3);
+        }
+        assert!(c.in_slow_start(), "the group's smallest sample decides");
+        for s in [115, 120, 113] {
+            c.on_rtt_sample(ms(s), min, 3, 4);
+        }
+        assert!(!c.in_slow_start(), "113 ms ≥ 100 + 12.5 ms");
+        assert_eq!(c.window(), 40_000, "the window is kept, not reduced");
+        assert_eq!(c.ssthresh(), 40_000);
+        c.on_ack(40_000, false);
+        assert_eq!(c.window(), 41_000, "congestion avoidance from here");
+    }
+
+    #[test]
+    fn delay_exit_is_off_by_default_and_in_the_thesis_profile() {
+        let ms = Duration::from_millis;
+        for cfg in [Config::default(), crate::config::Profile::Thesis.config()] {
+            let mut c = WindowController::from_config(&cfg, 1000);
+            c.on_ack(100_000, false);
+            for _ in 0..9 {
+                c.on_rtt_sample(ms(900), ms(100), 1, 2);
+            }
+            assert!(c.in_slow_start());
+        }
+    }
+
+    #[test]
+    fn delay_exit_waits_for_sixteen_segments_and_clamps_its_threshold() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let mut small = with_delay_exit(10);
+        for _ in 0..3 {
+            small.on_rtt_sample(ms(900), ms(100), 1, 2);
+        }
+        assert!(small.in_slow_start(), "10 segments: below the low window");
+        // A 1 ms path: the threshold is 4 ms, not 125 µs.
+        let mut lan = with_delay_exit(16);
+        for _ in 0..3 {
+            lan.on_rtt_sample(us(4_900), ms(1), 1, 2);
+        }
+        assert!(lan.in_slow_start(), "4.9 ms < 1 + 4 ms");
+        for _ in 0..3 {
+            lan.on_rtt_sample(ms(5), ms(1), 2, 3);
+        }
+        assert!(!lan.in_slow_start());
+        // A GEO path: 16 ms, not 75.
+        let mut geo = with_delay_exit(16);
+        for _ in 0..3 {
+            geo.on_rtt_sample(ms(615), ms(600), 1, 2);
+        }
+        assert!(geo.in_slow_start(), "615 < 600 + 16 ms");
+        for _ in 0..3 {
+            geo.on_rtt_sample(ms(616), ms(600), 2, 3);
+        }
+        assert!(!geo.in_slow_start());
     }
 
     #[test]
