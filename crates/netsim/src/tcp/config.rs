@@ -205,10 +205,13 @@ pub struct TcpConfig {
     /// third duplicate ACK halves `min(cwnd, peer window)` in whole segments, not the data in
     /// flight (ssthresh the same, at least two), and restarts the timer before doubling the
     /// backoff; a partial ACK drops the whole inflation (back to the halved cwnd) instead of
-    /// deflating by the data acknowledged, and the ACK that ends recovery does the same
-    /// whatever the data in flight, so the rest of the window leaves at once in one burst
-    /// (RFC 6582 caps it at the flight plus one segment); every timeout halves
-    /// `min(cwnd, peer window)` into ssthresh (RFC 5681: the flight, once per segment).
+    /// deflating by the data acknowledged; each ACK in fast recovery (duplicate or partial)
+    /// sends at most two new segments (`send(0, 0, 2)`), the first duplicate ACKs below the
+    /// threshold none; the ACK that ends recovery also returns to the halved cwnd whatever
+    /// the data in flight, opens it as any new ACK does (`opencwnd()`, the increase policy
+    /// included), and sends the rest of the window at once in one burst (RFC 6582 caps cwnd
+    /// at the flight plus one segment); every timeout halves `min(cwnd, peer window)` into
+    /// ssthresh (RFC 5681: the flight, once per segment).
     ///
     /// On a SACK sender it selects ns-2's `Agent/TCP/Sack1` of 1997 instead (`tcp-sack1.cc`
     /// v1.13 with `tcp.cc` v1.26, `maxburst_ 0`): on the third duplicate ACK cwnd becomes
@@ -231,8 +234,11 @@ pub struct TcpConfig {
     /// tick of BSD's slow timer. A timeout sets the timer before doubling the backoff (the
     /// first retransmission waits one RTO); each new ACK sets it before its sample; the
     /// backoff ends when the first new segment sent since the last timeout or fast
-    /// retransmit is acknowledged (ns-2's `rtt_seq_`), not with a sample; segments sent in
-    /// fast recovery are timed. Needs a positive clock granularity.
+    /// retransmit is acknowledged (ns-2's `rtt_seq_`), not with a sample. RTT samples come
+    /// from the time stamp ns-2's sink echoes (a simulator header field: no option bytes on
+    /// the wire): every ACK of new data but a partial ACK in fast recovery gives one, from
+    /// when the segment it answers (the one at the old `snd_una`) was last sent, instead of
+    /// BSD's one timed segment per round trip. Needs a positive clock granularity.
     pub ns2_timer: bool,
 }
 

@@ -23,6 +23,9 @@ const MAX_SCOREBOARD_RANGES: usize = 1024;
 /// Most retransmissions waiting to be sent; at most one is queued per ACK and `poll_segment`
 /// drains them, so this is never reached in practice.
 const MAX_PENDING_RETRANSMISSIONS: usize = 64;
+/// New segments ns-2's NewReno of 1997 sends at most on one ACK in fast recovery
+/// (`tcp-newreno.cc` v1.7: `send(0, 0, 2)`).
+const NS2_RECOVERY_BURST: u32 = 2;
 
 /// Where the connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +211,14 @@ pub struct TcpConnection {
     /// ns-2's Sack1 after a timeout (`recover_cause_` RECOVER_TIMEOUT): `snd_max` at the
     /// timeout; no fast retransmit until an ACK goes beyond it.
     sack1_timeout_recover: Option<u64>,
+    /// ns-2's NewReno (`TcpConfig::ns2_recovery` without SACK): how many new segments the
+    /// ACK being answered may still send (`send(0, 0, 2)` in fast recovery, none on the first
+    /// duplicate ACKs), `None` for no limit (`maxburst_ 0`).
+    ns2_burst: Option<u32>,
+    /// ns-2's timer (`TcpConfig::ns2_timer`): each segment in flight (its first sequence
+    /// number) and when it was last sent, the time stamp ns-2's sink echoes in the ACK the
+    /// segment's arrival triggers.
+    ns2_sent: VecDeque<(u64, Time)>,
 
     // Receive side.
     rcv: Option<Receiver>,
@@ -281,6 +292,8 @@ impl TcpConnection {
             ns2_halved: 0,
             ns2_rtt_seq: None,
             sack1_timeout_recover: None,
+            ns2_burst: None,
+            ns2_sent: VecDeque::new(),
             rcv: None,
             ack: AckState::default(),
             last_window_sent: 0,
@@ -323,6 +336,8 @@ impl TcpConnection {
         let room = (u64::MAX / 4).saturating_sub(self.write_end);
         let n = bytes.min(space).min(room);
         self.write_end += n;
+        // ns-2's advanceby sends with maxburst_ (no limit).
+        self.ns2_burst = None;
         n
     }
 
@@ -440,6 +455,12 @@ impl TcpConnection {
     /// The receive window this side offers now.
     pub fn offered_window(&self) -> u64 {
         self.local_window()
+    }
+
+    /// How many times the retransmission timeout is doubled now (tests of ns-2's backoff).
+    #[cfg(test)]
+    pub(crate) fn rto_backoff(&self) -> u32 {
+        self.rto.backoff()
     }
 
     // ----- driver interface -----
@@ -721,6 +742,23 @@ impl TcpConnection {
     // ----- acknowledgements -----
 
     fn process_ack(&mut self, now: Time, seg: &TcpSegment, grow: bool) {
+        self.process_ack_rules(now, seg, grow);
+        if self.ns2_recovery() {
+            // ns-2's NewReno answers an ACK with send(0, 0, 2) while dupacks_ is at the
+            // threshold or above (fast recovery: duplicate and partial ACKs), with nothing on
+            // the duplicate ACKs below it, and with send(0, 0, maxburst_) (no limit) once
+            // newack() zeroed dupacks_.
+            self.ns2_burst = if self.recovery == RecoveryState::FastRecovery {
+                Some(NS2_RECOVERY_BURST)
+            } else if self.dupacks > 0 {
+                Some(0)
+            } else {
+                None
+            };
+        }
+    }
+
+    fn process_ack_rules(&mut self, now: Time, seg: &TcpSegment, grow: bool) {
         let ack = seg.ack;
         if ack > self.snd_max {
             // Acknowledges something never sent.
@@ -890,13 +928,27 @@ impl TcpConnection {
 
     fn on_new_ack(&mut self, now: Time, ack: u64, grow: bool) {
         let acked = ack - self.snd_una;
+        // ns-2's sink echoes the time stamp of the segment whose arrival it acknowledges:
+        // with an ACK per segment, the one at the old snd_una (in order, or the retransmission
+        // that fills the hole), as last sent.
+        let ns2_echo = self.ns2_acked(ack);
+        let partial = self.recovery == RecoveryState::FastRecovery
+            && (self.config.variant.newreno_recovery() || self.sack1())
+            && ack < self.snd_recover;
         self.snd_una = ack;
         self.snd_nxt = self.snd_nxt.max(ack);
         self.rexmit_hwm = self.rexmit_hwm.max(ack);
         self.scoreboard.remove_below(ack);
         // ns-2's newack sets the timer (newtimer) before it takes the sample (rtt_update).
         let ns2_deadline = self.config.ns2_timer.then(|| self.rto.deadline(now));
-        if self.config.rtt_per_ack {
+        if self.config.ns2_timer {
+            // ns-2's newack() takes a sample from the echoed time stamp on every ACK of new
+            // data; a partial ACK in fast recovery goes through partialnewack() (NewReno) or
+            // only newtimer() (Sack1), which take none.
+            if let Some(sent) = ns2_echo.filter(|_| !partial) {
+                self.rto.sample(sent, now);
+            }
+        } else if self.config.rtt_per_ack {
             // The echoed timestamp of an ACK of new data gives a sample (RFC 7323).
             if self.echoed > 0 {
                 self.rto.sample(self.echoed - 1, now);
@@ -938,6 +990,10 @@ impl TcpConnection {
                     };
                     self.recovery = RecoveryState::Open;
                     self.dupacks = 0;
+                    if self.ns2_recovery() && grow {
+                        // ns-2's NewReno calls opencwnd() after newack() on this ACK too.
+                        self.grow_cwnd(now, acked);
+                    }
                 } else {
                     // Rule 4: partial ACK. Without SACK retransmit the next unacknowledged
                     // segment; always deflate by the data acknowledged and add one segment.
@@ -990,6 +1046,38 @@ impl TcpConnection {
     /// smaller of cwnd and the peer's window, in whole segments.
     fn ns2_window(&self) -> u64 {
         self.cwnd.min(self.snd_wnd) / self.mss * self.mss
+    }
+
+    /// ns-2's timer: notes that the segment starting at `seq` left at `now`.
+    fn ns2_note_sent(&mut self, seq: u64, now: Time) {
+        match self.ns2_sent.binary_search_by_key(&seq, |&(s, _)| s) {
+            Ok(i) => {
+                if let Some(e) = self.ns2_sent.get_mut(i) {
+                    e.1 = now;
+                }
+            }
+            Err(i) => self.ns2_sent.insert(i, (seq, now)),
+        }
+    }
+
+    /// ns-2's timer, on an ACK of everything below `ack`: forgets those segments and returns
+    /// when the one at `snd_una` (the arrival this ACK answers) was last sent.
+    fn ns2_acked(&mut self, ack: u64) -> Option<Time> {
+        if !self.config.ns2_timer {
+            return None;
+        }
+        let una = self.snd_una;
+        let mut sent = None;
+        while let Some(&(s, t)) = self.ns2_sent.front() {
+            if s >= ack {
+                break;
+            }
+            if s <= una {
+                sent = Some(t);
+            }
+            self.ns2_sent.pop_front();
+        }
+        sent
     }
 
     /// Sack1 on a duplicate ACK (its scoreboard already holds the ACK's SACK blocks).
@@ -1314,6 +1402,8 @@ impl TcpConnection {
                     return;
                 }
                 self.stats.timeouts += 1;
+                // ns-2's timeout() sends with maxburst_ (no limit).
+                self.ns2_burst = None;
                 if self.config.ns2_timer {
                     // ns-2's timeout() calls reset_rtx_timer(0, 1): set_rtx_timer() with the
                     // current backoff, then rtt_backoff(); the retransmission leaves with the
@@ -1408,6 +1498,10 @@ impl TcpConnection {
         if len == 0 && !fin {
             return None;
         }
+        if !rexmit && self.ns2_burst == Some(0) {
+            // ns-2's NewReno: this ACK has sent all it may.
+            return None;
+        }
         if len > 0 && len < self.mss {
             let ends_data = start + len == data_end;
             if !ends_data {
@@ -1422,6 +1516,11 @@ impl TcpConnection {
         if self.force_probe {
             self.force_probe = false;
             self.probing = true;
+        }
+        if !rexmit {
+            if let Some(left) = self.ns2_burst.as_mut() {
+                *left -= 1;
+            }
         }
         Some(self.emit(now, start, len, false, fin, true))
     }
@@ -1457,10 +1556,14 @@ impl TcpConnection {
                 }
                 self.timing = None;
             } else if self.timing.is_none()
-                && (self.recovery != RecoveryState::FastRecovery || self.config.ns2_timer)
+                && self.recovery != RecoveryState::FastRecovery
                 && !self.config.rtt_per_ack
+                && !self.config.ns2_timer
             {
                 self.timing = Some((seq, now));
+            }
+            if self.config.ns2_timer {
+                self.ns2_note_sent(seq, now);
             }
             if !retransmission && self.config.ns2_timer && self.ns2_rtt_seq.is_none() {
                 // ns-2's output(): new data with no rtt_active_ starts it, recovery or not.

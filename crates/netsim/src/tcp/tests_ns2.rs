@@ -2,7 +2,9 @@
 //! rule against a hand-worked trace beside the default: the fast retransmit halves cwnd (ns-2's
 //! `window()`), not the data in flight; it restarts the timer and then doubles the backoff;
 //! every timeout halves `window()` into ssthresh; a timeout sets the timer before doubling the
-//! backoff; and a segment sent in fast recovery is timed.
+//! backoff; an ACK in fast recovery sends at most two new segments, the ACK that ends it
+//! opens cwnd and sends the rest at once; and every ACK of new data but a partial one gives
+//! an RTT sample from the time stamp echoed (the segment it answers, as last sent).
 
 use super::*;
 
@@ -75,11 +77,71 @@ fn ns2_newreno_partial_ack_and_exit_return_to_the_halved_cwnd() {
     assert_eq!(a.cwnd(), 10_000);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].seq, seg(1));
-    // The ACK of everything ends recovery with cwnd 10: ten segments at once.
+    // The ACK of everything ends recovery with cwnd 10, opened by 1/10 segment (ns-2's
+    // opencwnd() after newack()): ten segments at once.
     t += MS;
     a.on_segment(t, &ack_of(seg(28), vec![]));
     assert_eq!(a.recovery(), RecoveryState::Open);
-    assert_eq!((a.cwnd(), drain(&mut a, t).len()), (10_000, 10));
+    assert_eq!((a.cwnd(), drain(&mut a, t).len()), (10_100, 10));
+}
+
+/// Twenty in flight, segments 0 and 19 lost, only three duplicate ACKs come back (the others'
+/// ACKs lost): the fast retransmit at 203 ms, the partial ACK of segments 0..=18 at `partial`.
+fn partial_ack_after_three_dupacks(
+    increase: IncreasePolicy,
+    partial: Time,
+) -> (TcpConnection, Vec<u64>) {
+    let mut c = cfg(Variant::NewReno);
+    c.initial_window = InitialWindow::Segments(20);
+    c.clock_granularity_ns = TICK;
+    c.min_rto_ns = 2 * TICK;
+    c.ns2_recovery = true;
+    c.ns2_timer = true;
+    c.increase = increase;
+    let mut a = established(c, 100 * MS, 100_000);
+    assert_eq!(drain(&mut a, 100 * MS).len(), 20);
+    let (_, sent) = dupacks(&mut a, 3);
+    assert_eq!(sent.concat().len(), 1);
+    a.on_segment(partial, &ack_of(seg(19), vec![]));
+    let sent = drain(&mut a, partial).iter().map(|s| s.seq).collect();
+    (a, sent)
+}
+
+#[test]
+fn ns2_newreno_sends_at_most_two_new_segments_per_ack_in_recovery() {
+    // The partial ACK: cwnd back to 10 from segment 19 allows segments up to 28, nine of them
+    // new (20..=28); ns-2's send(0, 0, 2) sends segment 19 again and two new ones.
+    let (mut a, sent) = partial_ack_after_three_dupacks(IncreasePolicy::Standard, 300 * MS);
+    assert_eq!(a.cwnd(), 10_000);
+    assert_eq!(sent, vec![seg(19), seg(20), seg(21)]);
+    // A duplicate ACK inflates cwnd to 11 (up to segment 29): two more, not eight.
+    a.on_segment(301 * MS, &ack_of(seg(19), vec![]));
+    let sent: Vec<u64> = drain(&mut a, 301 * MS).iter().map(|s| s.seq).collect();
+    assert_eq!(sent, vec![seg(22), seg(23)]);
+    // The ACK of segments 19..=21 passes the recovery point (20): dupacks_ = 0, opencwnd()
+    // makes cwnd 10 + 1/10, and send(0, 0, maxburst_ = 0) sends the rest of the window up to
+    // segment 31 at once: eight segments back to back.
+    a.on_segment(302 * MS, &ack_of(seg(22), vec![]));
+    assert_eq!(a.recovery(), RecoveryState::Open);
+    assert_eq!(a.cwnd(), 10_100);
+    let sent: Vec<u64> = drain(&mut a, 302 * MS).iter().map(|s| s.seq).collect();
+    assert_eq!(sent, (24..32).map(seg).collect::<Vec<_>>());
+}
+
+#[test]
+fn ns2_newreno_opens_cwnd_by_the_increase_policy_on_the_ack_that_ends_recovery() {
+    // As above; the exit ACK's opencwnd() with increase-by-K adds min(K/cwnd, 1) segment:
+    // K = 4 gives 10.4, K = 16 a whole segment (11), so one segment more leaves at once.
+    let exit = |k: f64| {
+        let (mut a, _) =
+            partial_ack_after_three_dupacks(IncreasePolicy::IncreaseByK { k }, 300 * MS);
+        a.on_segment(301 * MS, &ack_of(seg(19), vec![]));
+        drain(&mut a, 301 * MS);
+        a.on_segment(302 * MS, &ack_of(seg(22), vec![]));
+        (a.cwnd(), drain(&mut a, 302 * MS).len())
+    };
+    assert_eq!(exit(4.0), (10_400, 8));
+    assert_eq!(exit(16.0), (11_000, 9));
 }
 
 #[test]
@@ -149,37 +211,38 @@ fn ns2_timer_first_retransmission_waits_one_rto() {
 }
 
 #[test]
-fn ns2_timer_times_a_segment_sent_in_fast_recovery() {
-    // Twenty in flight, segment 0 lost, 19 duplicate ACKs: segments 20..=28 leave in
-    // recovery, the first (20) on the 11th duplicate ACK at 211 ms.
-    let exit = |ns2_timer: bool| {
-        let mut a = sender(true, ns2_timer, 20, 100_000);
-        let (mut t, sent) = dupacks(&mut a, 19);
-        assert_eq!(sent[10].len(), 1);
-        assert_eq!(sent[10][0].seq, seg(20));
-        let before = a.stats().srtt_ns;
-        // The ACK of everything at 311 ms: 100 ms after segment 20 left.
-        t = t.max(311 * MS);
-        a.on_segment(t, &ack_of(seg(29), vec![]));
-        assert_eq!(a.recovery(), RecoveryState::Open);
-        assert_eq!(a.poll_timeout(), None);
-        // Ten more segments: the timer runs from here with the timeout as it now stands.
-        a.write(10_000);
-        drain(&mut a, t);
-        let wait = a.poll_timeout().expect("timer") - t;
-        (before, a.stats().srtt_ns, a.stats().rto_ns, wait)
+fn ns2_timer_samples_every_ack_from_the_echoed_time_stamp() {
+    // Two segments at 100 ms; their ACKs at 150 and 160 ms. ns-2's newack() takes a sample
+    // on each from the echoed time stamp: 50 ms (5 ticks) and 60 ms (6 ticks). After the
+    // handshake's 10 ticks (srtt8 80, rttvar4 20): srtt8 80 + 5 - 10 = 75, rttvar4 20 + 5 - 5
+    // = 20; then srtt8 75 + 6 - 9 = 72 (90 ms), rttvar4 20 + 3 - 5 = 18: RTO 9 + 18 + 1 = 28
+    // ticks.
+    let srtt_rto = |ns2_timer: bool| {
+        let mut a = sender(false, ns2_timer, 2, 100_000);
+        a.on_segment(150 * MS, &ack_of(seg(1), vec![]));
+        drain(&mut a, 150 * MS);
+        a.on_segment(160 * MS, &ack_of(seg(2), vec![]));
+        (a.stats().srtt_ns, a.stats().rto_ns)
     };
-    // ns-2's output() starts timing segment 20 (rtt_active_ was cleared by the fast
-    // retransmit): its ACK gives a 100 ms sample and ends the fast retransmit's backoff.
-    let (before, after, rto, wait) = exit(true);
-    assert_eq!(before, Some(100 * MS));
-    assert_eq!(after, Some(100 * MS));
-    // srtt 80 + 10 - 10 = 80 (eighths), 4·mdev 20 + 0 - 5 = 15: 10 + 15 + 1 = 26 ticks.
-    assert_eq!((rto, wait), (260 * MS, 260 * MS));
-    // BSD times nothing sent in recovery: no sample, the backoff stays (2 × 300 ms, on the
-    // next 10 ms tick after 311 + 600 ms).
-    let (_, _, rto, wait) = exit(false);
-    assert_eq!((rto, wait), (600 * MS, 609 * MS));
+    assert_eq!(srtt_rto(true), (Some(90 * MS), 280 * MS));
+    // BSD times one segment a round trip (segment 0): one sample, 50 ms (RFC 6298: srtt
+    // 100 · 7/8 + 50/8).
+    assert_eq!(srtt_rto(false).0, Some(93_750_000));
+}
+
+#[test]
+fn ns2_timer_takes_no_sample_on_a_partial_ack_and_one_from_the_retransmission_on_the_exit() {
+    // Fast retransmit of segment 0 at 203 ms; its partial ACK at 353 ms would be a 150 ms
+    // sample, but partialnewack() takes none: srtt stays the handshake's 100 ms.
+    let (mut a, _) = partial_ack_after_three_dupacks(IncreasePolicy::Standard, 353 * MS);
+    assert_eq!(a.stats().srtt_ns, Some(100 * MS));
+    a.on_segment(354 * MS, &ack_of(seg(19), vec![]));
+    drain(&mut a, 354 * MS);
+    assert_eq!(a.stats().srtt_ns, Some(100 * MS));
+    // The ACK ending recovery answers segment 19, resent at 353 ms: a 120 ms (12 ticks)
+    // sample, srtt8 80 + 12 - 10 = 82 (102.5 ms).
+    a.on_segment(473 * MS, &ack_of(seg(22), vec![]));
+    assert_eq!(a.stats().srtt_ns, Some(102_500_000));
 }
 
 #[test]
@@ -200,7 +263,7 @@ fn ns2_timer_backoff_ends_with_the_ack_of_a_new_segment_not_with_a_sample() {
     // Slow start from one segment: segments 1 and 2 are resent (go back N), nothing new.
     let sent: Vec<u64> = drain(&mut a, t).iter().map(|s| s.seq).collect();
     assert_eq!(sent, vec![seg(1), seg(2)]);
-    assert_eq!(a.stats().rto_ns, 4 * 310 * MS);
+    assert_eq!(a.rto_backoff(), 2);
     assert_eq!(a.poll_timeout(), Some(t + 4 * 310 * MS));
     // Go back N up to segment 9, then new data (segment 10 on): the ACK beyond segment 10
     // ends the backoff, after newtimer() set the timer with it and with the RTO as it stood
@@ -209,10 +272,12 @@ fn ns2_timer_backoff_ends_with_the_ack_of_a_new_segment_not_with_a_sample() {
         t += 100 * MS;
         a.on_segment(t, &ack_of(seg(next), vec![]));
         drain(&mut a, t);
-        assert_eq!(a.stats().rto_ns, 4 * 310 * MS, "ack of segment {next}");
+        assert_eq!(a.rto_backoff(), 2, "ack of segment {next}");
     }
+    let before = a.stats().rto_ns;
     t += 100 * MS;
     a.on_segment(t, &ack_of(seg(11), vec![]));
-    assert_eq!(a.poll_timeout(), Some(t + 4 * 310 * MS));
-    assert!(a.stats().rto_ns < 4 * 310 * MS);
+    assert_eq!(a.poll_timeout(), Some(t + before));
+    assert_eq!(a.rto_backoff(), 0);
+    assert!(a.stats().rto_ns < before / 2);
 }
