@@ -52,6 +52,8 @@ pub struct GatewayOptions {
     pub memory_cap: Option<u64>,
     /// `limits.read_ahead_bytes` of both daemons (`None`: their default).
     pub read_ahead: Option<u64>,
+    /// `stp.min_poll_interval_ms` of both daemons (`None`: the engine's default, 10 ms).
+    pub min_poll_interval_ms: Option<u32>,
 }
 
 /// CPU seconds spent during one run, by process.
@@ -281,6 +283,11 @@ impl GatewayOptions {
                 bail!("--read-ahead must not exceed the memory cap (--memory-cap, default 512MiB), got {b} bytes");
             }
         }
+        if let Some(ms) = args.min_poll_interval_ms {
+            if !(1..=1000).contains(&ms) {
+                bail!("--min-poll-interval must be between 1 and 1000 ms, got {ms}");
+            }
+        }
         if !(1..=200).contains(&args.terminals) {
             bail!(
                 "--terminals must be between 1 and 200, got {}",
@@ -341,6 +348,7 @@ impl Figures {
             "gateway_peak_rss_kib": f.peak_rss_kib.1,
             "memory_cap_bytes": args.memory_cap,
             "read_ahead_bytes": args.read_ahead,
+            "min_poll_interval_ms": args.min_poll_interval_ms,
             "terminal_idle_conn_kib": t_idle,
             "gateway_idle_conn_kib": g_idle,
             "idle_conn_kib": t_idle + g_idle,
@@ -382,12 +390,14 @@ fn start_daemons(
         + &args
             .read_ahead
             .map_or(String::new(), |b| format!("read_ahead_bytes = {b}\n"));
+    let poll = args
+        .min_poll_interval_ms
+        .map_or(String::new(), |ms| format!("min_poll_interval_ms = {ms}\n"));
     let common = format!(
         "idle_timeout_s = 3600\n{workers}\
          [{{side}}.limits]\nrelay_buffer_bytes = {RELAY_BUFFER}\nmax_connections = {max_connections}\n\
          max_connections_per_terminal = {max_connections}\n{memcap}\
-         [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n\
-         min_poll_interval_ms = 1\n"
+         [{{side}}.stp]\nrecv_buffer_bytes = {STP_BUFFER}\nsend_buffer_bytes = {STP_BUFFER}\n{poll}"
     );
     let allowed: Vec<String> = terminals
         .iter()
@@ -663,6 +673,7 @@ mod tests {
             terminals: 1,
             memory_cap: Some(MIN_MEMORY_CAP),
             read_ahead: Some(8 << 20),
+            min_poll_interval_ms: Some(1),
         };
         assert!(ok.check().is_ok());
         for (o, flag) in [
@@ -730,6 +741,13 @@ mod tests {
                 },
                 "--read-ahead must not exceed",
             ),
+            (
+                GatewayOptions {
+                    min_poll_interval_ms: Some(0),
+                    ..ok.clone()
+                },
+                "--min-poll-interval",
+            ),
         ] {
             let e = o.check().unwrap_err().to_string();
             assert!(e.contains(flag), "{flag}: {e}");
@@ -764,6 +782,7 @@ mod tests {
             terminals: 1,
             memory_cap: None,
             read_ahead: None,
+            min_poll_interval_ms: None,
         });
         assert_eq!(v["terminal_idle_conn_kib"], 5.0);
         assert_eq!(v["idle_conn_kib"], 5.0);

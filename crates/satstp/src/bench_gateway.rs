@@ -39,6 +39,11 @@ pub struct GatewayBenchArgs {
     /// may read ahead of STP's first transmission, all connections together.
     #[arg(long, value_parser = parse_bytes)]
     read_ahead: Option<u64>,
+    /// `stp.min_poll_interval_ms` of both daemons, 1 to 1000 ms (default: theirs, 10 ms; runs
+    /// before 27 November 2026 evening used 1 ms): the shortest POLL interval of each
+    /// connection, so with 100 flows over loopback (srtt a few ms) the POLLs and STATs per GB.
+    #[arg(long, value_name = "MS")]
+    min_poll_interval: Option<u32>,
     /// Results as JSON: --json (or --json -) prints them on standard output instead of the
     /// text; --json FILE writes them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -56,6 +61,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         tunnel_cipher: args.tunnel_cipher.clone(),
         memory_cap: args.memory_cap,
         read_ahead: args.read_ahead,
+        min_poll_interval_ms: args.min_poll_interval,
     };
     opts.check()?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
@@ -123,14 +129,16 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         f.gateway_handshakes
     );
     outln!(
-        "  peak memory         VmHWM terminal {} KiB, gateway {} KiB; memory_cap_bytes {}, read_ahead_bytes {}",
+        "  peak memory         VmHWM terminal {} KiB, gateway {} KiB; memory_cap_bytes {}, read_ahead_bytes {}, min_poll_interval_ms {}",
         f.peak_rss_kib.0,
         f.peak_rss_kib.1,
         args.memory_cap
             .map_or("the daemons' default (512 MiB)".to_string(), |b| b
                 .to_string()),
         args.read_ahead
-            .map_or("the daemons' default".to_string(), |b| b.to_string())
+            .map_or("the daemons' default".to_string(), |b| b.to_string()),
+        args.min_poll_interval
+            .map_or("the daemons' default (10)".to_string(), |ms| ms.to_string())
     );
     outln!(
         "  idle connections    {}: VmRSS terminal {} → {} KiB = {t_idle:.1} KiB, gateway {} → {} KiB = {g_idle:.1} KiB per connection  (target ≤ 64 for both)",
