@@ -121,7 +121,9 @@ impl Figures {
 /// What the gateway's hop did during one run, from its `/metrics`: datagrams it sent and
 /// received with their bytes (tunnel and STP headers included), the STP retransmissions among
 /// those sent, the POLLs it sent and the STATs and USTATs it received (the acknowledgement
-/// traffic a run costs per byte).
+/// traffic a run costs per byte); and the receives the kernel dropped at each daemon's hop
+/// sockets, their receive buffers full (`satstp_hop_socket_overflows_total`, a segmented send
+/// counting once: the terminals' is where a download's losses on loopback come from).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HopDelta {
     pub datagrams_sent: u64,
@@ -131,6 +133,8 @@ pub struct HopDelta {
     pub retransmitted_packets: u64,
     pub polls_sent: u64,
     pub stats_received: u64,
+    pub gateway_socket_overflows: u64,
+    pub terminal_socket_overflows: u64,
 }
 
 impl HopDelta {
@@ -149,6 +153,8 @@ impl HopDelta {
             "retransmitted_packets": self.retransmitted_packets,
             "polls_sent": self.polls_sent,
             "stats_received": self.stats_received,
+            "gateway_socket_overflows": self.gateway_socket_overflows,
+            "terminal_socket_overflows": self.terminal_socket_overflows,
         })
     }
 }
@@ -163,10 +169,26 @@ struct HopCounters {
     retransmissions: f64,
     polls_sent: f64,
     stats_received: f64,
+    gateway_socket_overflows: f64,
+    terminal_socket_overflows: f64,
+}
+
+/// The sum of the `satstp_hop_socket_overflows_total` a daemon's `/metrics` reports.
+fn socket_overflows(m: &std::collections::BTreeMap<String, f64>) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.starts_with("satstp_hop_socket_overflows_total"))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 impl HopCounters {
-    fn read(metrics: SocketAddr) -> Result<HopCounters> {
+    /// The gateway's counters from its `/metrics` at `metrics`, and the terminals' socket
+    /// overflows from theirs.
+    fn read(metrics: SocketAddr, terminals: &[SocketAddr]) -> Result<HopCounters> {
+        let mut terminal_socket_overflows = 0.0;
+        for &t in terminals {
+            terminal_socket_overflows += socket_overflows(&scrape(t)?);
+        }
         let m = scrape(metrics)?;
         let sum = |name: &str, label: &str| -> f64 {
             m.iter()
@@ -184,6 +206,8 @@ impl HopCounters {
             polls_sent: sum("satstp_stp_packets_sent_total{", "type=\"poll\""),
             stats_received: sum("satstp_stp_packets_received_total{", "type=\"stat\"")
                 + sum("satstp_stp_packets_received_total{", "type=\"ustat\""),
+            gateway_socket_overflows: socket_overflows(&m),
+            terminal_socket_overflows,
         })
     }
 
@@ -197,6 +221,14 @@ impl HopCounters {
             retransmitted_packets: d(self.retransmissions, later.retransmissions),
             polls_sent: d(self.polls_sent, later.polls_sent),
             stats_received: d(self.stats_received, later.stats_received),
+            gateway_socket_overflows: d(
+                self.gateway_socket_overflows,
+                later.gateway_socket_overflows,
+            ),
+            terminal_socket_overflows: d(
+                self.terminal_socket_overflows,
+                later.terminal_socket_overflows,
+            ),
         }
     }
 }
@@ -208,6 +240,8 @@ struct Daemons {
     gateway: Proc,
     socks: Vec<SocketAddr>,
     metrics: SocketAddr,
+    /// Each terminal's `/metrics` address.
+    terminal_metrics: Vec<SocketAddr>,
 }
 
 impl Daemons {
@@ -467,6 +501,10 @@ fn start_daemons(
             .map(|(_, _, p, _)| SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect(),
         metrics,
+        terminal_metrics: terminals
+            .iter()
+            .map(|(_, _, _, p)| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect(),
     };
     for (_, _, _, port) in &terminals {
         let addr = SocketAddr::from(([127, 0, 0, 1], *port));
@@ -585,7 +623,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Single flow, with each process's CPU time around it.
-    let hop0 = HopCounters::read(d.metrics)?;
+    let hop0 = HopCounters::read(d.metrics, &d.terminal_metrics)?;
     let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     download(socks, origin.addr(), args.bytes)
@@ -593,7 +631,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
         .context("single-flow download")?;
     let single_secs = t0.elapsed().as_secs_f64();
     let single_cpu = cpu_since(cpu0, d)?;
-    let single_hop = hop0.delta(&HopCounters::read(d.metrics)?);
+    let single_hop = hop0.delta(&HopCounters::read(d.metrics, &d.terminal_metrics)?);
 
     // Parallel flows: the same total split evenly.
     let n = u64::from(args.parallel);
@@ -604,7 +642,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
             .await
             .context("warm-up download")?;
     }
-    let hop0 = HopCounters::read(d.metrics)?;
+    let hop0 = HopCounters::read(d.metrics, &d.terminal_metrics)?;
     let cpu0 = cpu_now(d)?;
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
@@ -619,7 +657,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
     }
     let parallel_secs = t0.elapsed().as_secs_f64();
     let parallel_cpu = cpu_since(cpu0, d)?;
-    let parallel_hop = hop0.delta(&HopCounters::read(d.metrics)?);
+    let parallel_hop = hop0.delta(&HopCounters::read(d.metrics, &d.terminal_metrics)?);
     let peak_rss_kib = d.peak_rss()?;
     let parallel_bytes = each * n;
     let gateway_handshakes = scrape(d.metrics)?

@@ -455,6 +455,8 @@ pub struct Metrics {
     auth_failures: [Counter; 4],
     /// Datagrams the hop dropped before its STP endpoint, by [`HOP_DROP_REASONS`].
     hop_dropped: [Counter; HOP_DROP_REASONS.len()],
+    /// Receives the kernel dropped at the hop's UDP sockets, their receive buffers full.
+    hop_socket_overflows: Counter,
     /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
     pub(crate) stp_srtt_mean_us: Gauge,
     pub(crate) stp_srtt_max_us: Gauge,
@@ -515,6 +517,7 @@ impl Metrics {
             stp_retransmitted_bytes: Counter::default(),
             auth_failures: Default::default(),
             hop_dropped: Default::default(),
+            hop_socket_overflows: Counter::default(),
             stp_srtt_mean_us: Gauge::default(),
             stp_srtt_max_us: Gauge::default(),
             stp_cwnd_sum_bytes: Gauge::default(),
@@ -670,6 +673,7 @@ impl Metrics {
         ]) {
             c.set(v);
         }
+        self.hop_socket_overflows.set(st.socket_overflows);
 
         // The STP connections' figures (the split-TCP hop's streams have none).
         let conns: Vec<&stp::ConnectionStats> =
@@ -886,6 +890,12 @@ impl Metrics {
             "counter",
             "Datagrams dropped by the hop before its STP endpoint, by reason: malformed tunnel datagrams, unknown sessions, handshakes over the handshake rate, handshakes over the session limit, connection-opening datagrams over a terminal's budget (authentication failures and replays are in satstp_auth_failures_total).",
             &dropped,
+        );
+        family(
+            "satstp_hop_socket_overflows_total",
+            "counter",
+            "Receives the kernel dropped at the hop's UDP sockets because their receive buffers were full (SO_RXQ_OVFL; a receive is a datagram, or a run of datagrams the peer sent in one segmented call): the hop's workers did not read fast enough for the peer's bursts. The peer's STP retransmits what was lost; each rise is also logged with its likely cause.",
+            &one(self.hop_socket_overflows.get().to_string()),
         );
         family(
             "satstp_hop_established",

@@ -115,13 +115,15 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         ("parallel", &f.parallel_hop),
     ] {
         outln!(
-            "  {name:<11} hop     gateway sent {} datagrams ({:.0} bytes each), received {} ({} STATs and USTATs for {} POLLs sent); {} STP retransmissions",
+            "  {name:<11} hop     gateway sent {} datagrams ({:.0} bytes each), received {} ({} STATs and USTATs for {} POLLs sent); {} STP retransmissions; receives the kernel dropped at full hop sockets: terminal {}, gateway {}",
             h.datagrams_sent,
             h.bytes_per_datagram_sent(),
             h.datagrams_received,
             h.stats_received,
             h.polls_sent,
-            h.retransmitted_packets
+            h.retransmitted_packets,
+            h.terminal_socket_overflows,
+            h.gateway_socket_overflows
         );
     }
     outln!(

@@ -217,6 +217,10 @@ pub struct HopStatus {
     /// Gateway: datagrams opening connections dropped because their terminal opened faster
     /// than [`super::open_budget::OPENS_PER_S`].
     pub opens_rate_limited: u64,
+    /// Receives the kernel dropped at the hop's UDP sockets because their receive buffers were
+    /// full (`SO_RXQ_OVFL`: a datagram, or a run coalesced from one segmented send, counts once;
+    /// 0 where the kernel does not report it).
+    pub socket_overflows: u64,
     pub send_rate_bps: Option<u64>,
     /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
     pub tunnel: crate::tunnel::Counters,
@@ -1945,6 +1949,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             bytes_received: self.counts.bytes_received,
             shaped: self.counts.shaped,
             opens_rate_limited: self.counts.opens_rate_limited,
+            socket_overflows: 0,
             send_rate_bps: self.shaper.as_ref().map(|s| s.rate_bps),
             tunnel,
             stp: Some(StpStatus {

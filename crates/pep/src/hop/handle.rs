@@ -592,6 +592,7 @@ impl HopStatus {
             bytes_received: o.bytes_received,
             shaped: 0,
             opens_rate_limited: 0,
+            socket_overflows: 0,
             send_rate_bps: None,
             tunnel: o.tunnel,
             tunnel_report: Default::default(),
@@ -620,6 +621,7 @@ impl HopStatus {
             m.bytes_received += s.bytes_received;
             m.shaped += s.shaped;
             m.opens_rate_limited += s.opens_rate_limited;
+            m.socket_overflows += s.socket_overflows;
             add_tunnel_counters(&mut m.tunnel, &s.tunnel);
             merge_report(&mut m.tunnel_report, s.tunnel_report);
             match (&mut m.stp, s.stp) {

@@ -168,8 +168,15 @@ impl Hop {
                 }));
             }
             let (tx, rx) = mpsc::channel(1024);
+            let recv_buffer = socket2::SockRef::from(&socket)
+                .recv_buffer_size()
+                .unwrap_or(0);
             tasks.push(HopTask {
                 udp: UdpBatch::new(&socket),
+                overflow: SocketOverflow {
+                    recv_buffer,
+                    ..SocketOverflow::default()
+                },
                 socket,
                 core,
                 commands: rx,
@@ -271,6 +278,8 @@ struct HopTask {
     /// `incoming`'s capacity ([`accept_queue`]), and when its being full was last logged.
     queue: usize,
     queue_full_logged: Option<Instant>,
+    /// The kernel's drops on `socket` (receive buffer full), as `SO_RXQ_OVFL` reports them.
+    overflow: SocketOverflow,
     self_tx: mpsc::Sender<Command>,
     relay_buffer: u32,
     start: tokio::time::Instant,
@@ -285,6 +294,33 @@ struct HopTask {
     /// Reused between flushes: the datagrams waiting to leave together.
     batch: Batch,
     ids: Ids,
+}
+
+/// What the kernel dropped on a hop socket because its receive buffer was full: the count it
+/// reports beside received datagrams (`SO_RXQ_OVFL`, since the socket opened, 32 bits; one per
+/// dropped receive unit: a datagram, or a run coalesced from one segmented send), and when a
+/// rise was last logged.
+#[derive(Default)]
+struct SocketOverflow {
+    /// The receive buffer the kernel granted, bytes (`SO_RCVBUF` as read back).
+    recv_buffer: usize,
+    /// The kernel's last count, and the drops counted so far (wraps of the 32 bits included).
+    last: u32,
+    total: u64,
+    logged: Option<Instant>,
+    /// Drops since the last log line.
+    unlogged: u64,
+}
+
+impl SocketOverflow {
+    /// Takes the kernel's count from a received datagram; true when it rose.
+    fn note(&mut self, count: u32) -> bool {
+        let new = u64::from(count.wrapping_sub(self.last));
+        self.last = count;
+        self.total += new;
+        self.unlogged += new;
+        new > 0
+    }
 }
 
 /// Stream ids unique across a hop's workers: worker `w` of `n` hands out its core's id `i` as
@@ -305,6 +341,35 @@ impl Ids {
 }
 
 impl HopTask {
+    /// Logs the kernel's receive-buffer drops on the hop socket, at most every
+    /// [`QUEUE_FULL_LOG_EVERY`], with their likely cause.
+    fn log_overflow(&mut self) {
+        let now = self.now();
+        if self
+            .overflow
+            .logged
+            .is_some_and(|t| now.saturating_duration_since(t) < QUEUE_FULL_LOG_EVERY)
+        {
+            return;
+        }
+        self.overflow.logged = Some(now);
+        tracing::warn!(
+            dropped = self.overflow.unlogged,
+            total = self.overflow.total,
+            recv_buffer_bytes = self.overflow.recv_buffer,
+            "the kernel dropped {} receives at the hop's UDP socket ({} since start; a receive \
+             is a datagram, or a run of datagrams the peer sent in one call): its receive \
+             buffer ({} bytes as the kernel counts it) was full, so this worker did not read \
+             fast enough for the peer's bursts (a busy or slow CPU, or many connections \
+             starting at once); the peer's STP retransmits what was lost. If it persists, give \
+             the daemon more cores (`workers`) or less competing load",
+            self.overflow.unlogged,
+            self.overflow.total,
+            self.overflow.recv_buffer
+        );
+        self.overflow.unlogged = 0;
+    }
+
     fn now(&self) -> Instant {
         Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
     }
@@ -365,6 +430,11 @@ impl HopTask {
                             let Ok(got) = self.udp.try_recv(&self.socket, &mut buf) else {
                                 break;
                             };
+                            if let Some(c) = got.overflows {
+                                if self.overflow.note(c) {
+                                    self.log_overflow();
+                                }
+                            }
                             let data = buf.get_mut(..got.len).unwrap_or_default();
                             let now = self.now();
                             for d in data.chunks_mut(got.segment.max(1)) {
@@ -489,6 +559,7 @@ impl HopTask {
             }
             Command::Status(reply) => {
                 let mut status = self.core.status();
+                status.socket_overflows = self.overflow.total;
                 for s in &mut status.streams {
                     s.id = self.ids.outer(s.id);
                 }
@@ -558,5 +629,21 @@ impl HopTask {
                 .note_sent(now, batch.count as u64, batch.committed().len() as u64);
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod overflow_tests {
+    use super::SocketOverflow;
+
+    #[test]
+    fn the_kernels_count_is_summed_across_its_32_bit_wrap() {
+        let mut o = SocketOverflow::default();
+        assert!(o.note(5));
+        assert!(!o.note(5), "no new drops");
+        assert!(o.note(u32::MAX));
+        assert!(o.note(3), "wrapped: 4 more");
+        assert_eq!(o.total, u64::from(u32::MAX) + 4);
+        assert_eq!(o.unlogged, o.total);
     }
 }

@@ -22,14 +22,19 @@ pub(crate) struct UdpBatch {
     gso: bool,
     /// The kernel may hand over coalesced datagrams (with a segment size beside them).
     gro: bool,
+    /// The kernel reports its receive-buffer drops beside each datagram (`SO_RXQ_OVFL`).
+    overflow_count: bool,
 }
 
 /// What one receive call produced: `len` bytes at the front of the buffer, datagrams of
-/// `segment` bytes each (the last may be shorter), all from `from`.
+/// `segment` bytes each (the last may be shorter), all from `from`; and, where the kernel
+/// reports it (`SO_RXQ_OVFL`), how many datagrams it has dropped on this socket since it was
+/// opened because its receive buffer was full.
 pub(crate) struct Received {
     pub(crate) len: usize,
     pub(crate) segment: usize,
     pub(crate) from: SocketAddr,
+    pub(crate) overflows: Option<u32>,
 }
 
 impl UdpBatch {
@@ -41,7 +46,12 @@ impl UdpBatch {
             let fd = socket.as_raw_fd();
             let gso = sys::get_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
             let gro = sys::set_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
-            UdpBatch { gso, gro }
+            let overflow_count = sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1).is_ok();
+            UdpBatch {
+                gso,
+                gro,
+                overflow_count,
+            }
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -49,6 +59,7 @@ impl UdpBatch {
             UdpBatch {
                 gso: false,
                 gro: false,
+                overflow_count: false,
             }
         }
     }
@@ -105,7 +116,7 @@ impl UdpBatch {
     /// Receives what is queued without waiting (`WouldBlock` when nothing is).
     pub(crate) fn try_recv(&self, socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
         #[cfg(target_os = "linux")]
-        if self.gro {
+        if self.gro || self.overflow_count {
             use std::os::fd::AsRawFd;
             let fd = socket.as_raw_fd();
             return socket.try_io(Interest::READABLE, || sys::recv_coalesced(fd, buf));
@@ -115,6 +126,7 @@ impl UdpBatch {
             len,
             segment: len,
             from,
+            overflows: None,
         })
     }
 }
@@ -287,7 +299,8 @@ mod sys {
     }
 
     /// One `recvmsg` into `buf`; the segment size comes from the `UDP_GRO` cmsg when the kernel
-    /// coalesced datagrams, else the datagram is one segment.
+    /// coalesced datagrams, else the datagram is one segment; the drop count from the
+    /// `SO_RXQ_OVFL` cmsg when the socket asked for it.
     pub(super) fn recv_coalesced(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
         // SAFETY: an all-zero sockaddr_storage is a valid value.
         let mut name: libc::sockaddr_storage = unsafe { zeroed() };
@@ -313,6 +326,7 @@ mod sys {
             }
             let len = n as usize;
             let mut segment = len;
+            let mut overflows = None;
             let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
             while !cmsg.is_null() {
                 if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
@@ -320,12 +334,23 @@ mod sys {
                     if s > 0 {
                         segment = s as usize;
                     }
+                } else if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL
+                {
+                    overflows = Some(std::ptr::read_unaligned(
+                        libc::CMSG_DATA(cmsg).cast::<u32>(),
+                    ));
                 }
                 cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
             }
             let from = from_raw(&name, msg.msg_namelen)
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
-            Ok(Received { len, segment, from })
+            Ok(Received {
+                len,
+                segment,
+                from,
+                overflows,
+            })
         }
     }
 }
@@ -382,6 +407,52 @@ mod tests {
             }
         }
         (out, coalesced)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_kernels_drops_at_a_full_receive_buffer_are_reported() {
+        // A socket with the smallest receive buffer, sent far more than it holds before it
+        // reads: the kernel drops the rest and says how many beside the datagrams that follow.
+        let (tx, rx) = pair().await;
+        socket2::SockRef::from(&rx)
+            .set_recv_buffer_size(4096)
+            .expect("SO_RCVBUF");
+        let receiver = UdpBatch::new(&rx);
+        assert!(receiver.overflow_count, "SO_RXQ_OVFL refused");
+        let to = rx.local_addr().unwrap();
+        let datagram = [7u8; 1000];
+        for _ in 0..200 {
+            tx.send_to(&datagram, to).await.expect("send");
+        }
+        let mut buf = vec![0u8; 65_536];
+        let mut received = 0;
+        let mut reported = None;
+        tokio::time::timeout(Duration::from_secs(5), rx.readable())
+            .await
+            .expect("datagrams within 5 s")
+            .expect("readable");
+        while let Ok(got) = receiver.try_recv(&rx, &mut buf) {
+            received += got.len / got.segment.max(1);
+            reported = got.overflows.or(reported);
+        }
+        // One more after the buffer drained carries the total so far.
+        tx.send_to(&datagram, to).await.expect("send");
+        tokio::time::timeout(Duration::from_secs(5), rx.readable())
+            .await
+            .expect("the last datagram within 5 s")
+            .expect("readable");
+        while let Ok(got) = receiver.try_recv(&rx, &mut buf) {
+            received += got.len / got.segment.max(1);
+            reported = got.overflows.or(reported);
+        }
+        let dropped = reported.expect("no drop count beside the datagrams") as usize;
+        assert!(received < 200, "a 4 KiB buffer held all 200 datagrams");
+        assert_eq!(
+            received + dropped,
+            201,
+            "{received} received and {dropped} reported dropped of 201 sent"
+        );
     }
 
     #[tokio::test]
