@@ -1059,6 +1059,7 @@ impl Metrics {
                 "up": self.hop_datagrams(Direction::Up).get(),
                 "down": self.hop_datagrams(Direction::Down).get(),
             },
+            "hop_socket_overflows": self.hop_socket_overflows.get(),
             "stp": {
                 "packets_sent": types(&self.stp_sent),
                 "packets_received": types(&self.stp_received),
