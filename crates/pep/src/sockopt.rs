@@ -294,11 +294,13 @@ pub(crate) fn reset(tcp: tokio::net::TcpStream) {
 }
 
 /// Asks the kernel for `bytes` of receive and send buffer on the hop's UDP socket (it may grant
-/// less: `net.core.rmem_max`, `wmem_max`).
-pub(crate) fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) {
+/// less: `net.core.rmem_max`, `wmem_max`) and returns the receive buffer it granted, as it
+/// counts it (0 if it cannot be read).
+pub(crate) fn set_udp_buffers(socket: &tokio::net::UdpSocket, bytes: usize) -> usize {
     let sref = SockRef::from(socket);
     let _ = sref.set_recv_buffer_size(bytes);
     let _ = sref.set_send_buffer_size(bytes);
+    sref.recv_buffer_size().unwrap_or(0)
 }
 
 /// Binds the UDP sockets of a gateway's `n` hop workers to `addr` (port 0: one the system

@@ -127,7 +127,7 @@ impl Hop {
             })?;
             first_local.get_or_insert(local);
             // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
-            crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+            let recv_buffer = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
             let security = match security {
                 Security::Terminal {
                     local,
@@ -168,9 +168,6 @@ impl Hop {
                 }));
             }
             let (tx, rx) = mpsc::channel(1024);
-            let recv_buffer = socket2::SockRef::from(&socket)
-                .recv_buffer_size()
-                .unwrap_or(0);
             tasks.push(HopTask {
                 udp: UdpBatch::new(&socket),
                 overflow: SocketOverflow {
@@ -296,6 +293,16 @@ struct HopTask {
     ids: Ids,
 }
 
+/// Whether a warning last logged at `last` may be logged again at `now`, at most every
+/// [`QUEUE_FULL_LOG_EVERY`] (and if so, records `now`).
+fn log_due(last: &mut Option<Instant>, now: Instant) -> bool {
+    if last.is_some_and(|t| now.saturating_duration_since(t) < QUEUE_FULL_LOG_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
 /// What the kernel dropped on a hop socket because its receive buffer was full: the count it
 /// reports beside received datagrams (`SO_RXQ_OVFL`, since the socket opened, 32 bits; one per
 /// dropped receive unit: a datagram, or a run coalesced from one segmented send), and when a
@@ -345,14 +352,9 @@ impl HopTask {
     /// [`QUEUE_FULL_LOG_EVERY`], with their likely cause.
     fn log_overflow(&mut self) {
         let now = self.now();
-        if self
-            .overflow
-            .logged
-            .is_some_and(|t| now.saturating_duration_since(t) < QUEUE_FULL_LOG_EVERY)
-        {
+        if !log_due(&mut self.overflow.logged, now) {
             return;
         }
-        self.overflow.logged = Some(now);
         tracing::warn!(
             dropped = self.overflow.unlogged,
             total = self.overflow.total,
@@ -509,12 +511,7 @@ impl HopTask {
         for (info, events, permit) in accepted {
             permit.send(self.stream_handle(info, events));
         }
-        if refused > 0
-            && self
-                .queue_full_logged
-                .is_none_or(|t| now.saturating_duration_since(t) >= QUEUE_FULL_LOG_EVERY)
-        {
-            self.queue_full_logged = Some(now);
+        if refused > 0 && log_due(&mut self.queue_full_logged, now) {
             tracing::warn!(
                 refused,
                 waiting = self.queue,
