@@ -41,6 +41,7 @@ pub mod capture;
 pub mod config;
 #[cfg(feature = "runtime")]
 pub mod fdlimit;
+mod fast_hash;
 pub mod gateway;
 pub mod hop;
 #[cfg(feature = "runtime")]

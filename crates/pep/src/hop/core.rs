@@ -24,10 +24,11 @@
 use super::error::{AbortCode, HopError, StreamError};
 use super::open_budget::OpenBudgets;
 use super::shaper::Shaper;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::tunnel::{CipherChoice, Initiator, Opened, Responder};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -424,17 +425,17 @@ struct TunnelWatch {
 pub struct HopCore<S, P> {
     endpoint: Endpoint,
     security: Sec,
-    streams: HashMap<StreamId, StreamState<S, P>>,
-    by_handle: HashMap<ConnectionHandle, StreamId>,
+    streams: FastMap<StreamId, StreamState<S, P>>,
+    by_handle: FastMap<ConnectionHandle, StreamId>,
     /// Streams to pump at the next turn: a command or a connection event touched them.
     /// Pumping visits only these (and `blocked` and `closing`), never every stream.
-    dirty: HashSet<StreamId>,
+    dirty: FastSet<StreamId>,
     /// Streams whose reader had no room for an event: pumped again on every turn.
-    blocked: HashSet<StreamId>,
+    blocked: FastSet<StreamId>,
     /// Streams whose connection closed: pumped on every turn until the connection is freed.
-    closing: HashSet<StreamId>,
+    closing: FastSet<StreamId>,
     /// Streams with an `on_sent` whose STP send buffer took bytes not yet reported sent.
-    unsent: HashSet<StreamId>,
+    unsent: FastSet<StreamId>,
     next_id: StreamId,
     shaper: Option<Shaper>,
     counts: Counts,
@@ -539,12 +540,12 @@ impl<S: EventSink, P> HopCore<S, P> {
         Ok(HopCore {
             endpoint,
             security,
-            streams: HashMap::new(),
-            by_handle: HashMap::new(),
-            dirty: HashSet::new(),
-            blocked: HashSet::new(),
-            closing: HashSet::new(),
-            unsent: HashSet::new(),
+            streams: FastMap::default(),
+            by_handle: FastMap::default(),
+            dirty: FastSet::default(),
+            blocked: FastSet::default(),
+            closing: FastSet::default(),
+            unsent: FastSet::default(),
             next_id: 1,
             shaper: config.send_rate_bps.map(|r| Shaper::new(r, overhead, now)),
             counts: Counts::default(),

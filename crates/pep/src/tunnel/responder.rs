@@ -6,6 +6,7 @@ use super::log_limit::LogLimiter;
 use super::session::Session;
 use super::wire::{emit_header, Packet, RESPONSE_LEN};
 use super::{noise_params_for, prologue, Cipher, CipherChoice, Counters, Error, Opened};
+use crate::fast_hash::FastMap;
 use crate::keys::{PrivateKey, PublicKey};
 use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
@@ -105,8 +106,10 @@ pub struct Responder {
     next: Option<PrivateKey>,
     config: ResponderConfig,
     peers: HashMap<PublicKey, Peer>,
-    sessions: HashMap<u32, Entry>,
-    by_addr: HashMap<SocketAddr, u32>,
+    /// Keyed by the index this gateway drew for each session.
+    sessions: FastMap<u32, Entry>,
+    /// Only addresses a datagram authenticated from (a completed handshake or a session's data).
+    by_addr: FastMap<SocketAddr, u32>,
     /// Ephemeral key of each peer's last accepted initiation -> that peer (at most one per peer).
     initiations: HashMap<[u8; 32], PublicKey>,
     bucket: Bucket,
@@ -153,8 +156,8 @@ impl Responder {
             local,
             next: None,
             peers: allowed.into_iter().map(|k| (k, Peer::default())).collect(),
-            sessions: HashMap::new(),
-            by_addr: HashMap::new(),
+            sessions: FastMap::default(),
+            by_addr: FastMap::default(),
             initiations: HashMap::new(),
             bucket: Bucket {
                 milli_tokens: burst,
