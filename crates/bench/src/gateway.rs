@@ -105,6 +105,8 @@ pub struct Figures {
     pub parallel_hop: HopDelta,
     /// Tunnel handshakes the gateway completed by the end (one per terminal session).
     pub gateway_handshakes: u64,
+    /// How fast this host seals and copies, measured before the daemons started.
+    pub host: Option<crate::host::HostReference>,
 }
 
 impl Figures {
@@ -337,8 +339,12 @@ impl GatewayOptions {
 /// parallel flows measured.
 pub fn run(args: &GatewayOptions, exe: &Path, dir: &Path) -> Result<Figures> {
     let _ = pep::fdlimit::raise_nofile_limit();
+    // Before anything of the bench runs, so the figures describe the host, not the bench.
+    let host = crate::host::measure(usize::from(MAX_DATAGRAM), Duration::from_millis(200));
     let mut daemons = start_daemons(exe, dir, args, args.idle + args.parallel + 64)?;
-    measure(args, &mut daemons)
+    let mut f = measure(args, &mut daemons)?;
+    f.host = Some(host);
+    Ok(f)
 }
 
 impl Figures {
@@ -392,6 +398,7 @@ impl Figures {
             "single_flow_gateway_hop": f.single_hop.json(),
             "parallel_gateway_hop": f.parallel_hop.json(),
             "gateway_tunnel_handshakes": f.gateway_handshakes,
+            "host": f.host.as_ref().map(|h| h.json()),
         })
     }
 }
@@ -681,6 +688,7 @@ async fn bench(args: &GatewayOptions, d: &Daemons) -> Result<Figures> {
         single_hop,
         parallel_hop,
         gateway_handshakes,
+        host: None,
     })
 }
 
@@ -809,6 +817,7 @@ mod tests {
             single_hop: HopDelta::default(),
             parallel_hop: HopDelta::default(),
             gateway_handshakes: 1,
+            host: None,
         };
         assert_eq!(f.idle_kib(), (5.0, 0.0));
         let v = f.json(&GatewayOptions {

@@ -16,6 +16,7 @@ pub mod emulate;
 pub mod engine;
 pub mod flood;
 pub mod gateway;
+pub mod host;
 pub mod leo;
 pub mod link;
 pub mod loopback;

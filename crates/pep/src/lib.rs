@@ -39,9 +39,9 @@
 
 pub mod capture;
 pub mod config;
+mod fast_hash;
 #[cfg(feature = "runtime")]
 pub mod fdlimit;
-mod fast_hash;
 pub mod gateway;
 pub mod hop;
 #[cfg(feature = "runtime")]

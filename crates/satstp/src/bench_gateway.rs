@@ -86,9 +86,14 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             .map_or("the daemons' default".to_string(), |w| w.to_string())
     );
     outln!(
-        "  STP config          recv/send buffers {mib} MiB, max datagram {MAX_DATAGRAM} bytes, min POLL interval 1 ms; relay buffer {} MiB",
+        "  STP config          recv/send buffers {mib} MiB, max datagram {MAX_DATAGRAM} bytes, min POLL interval {}; relay buffer {} MiB",
+        args.min_poll_interval
+            .map_or("the daemons' default (10 ms)".to_string(), |ms| format!("{ms} ms")),
         RELAY_BUFFER >> 20
     );
+    if let Some(h) = &f.host {
+        outln!("  host                {}", h.line());
+    }
     outln!(
         "  single flow         {} bytes in {:.3} s = {:.2} Gbit/s  (target ≥ 2)",
         args.bytes,
