@@ -419,10 +419,12 @@ fn rate_trace_delay_trace_and_outage_shape_the_link() {
             linkmodel::Fate::Deliver { at_ns, .. } => at_ns,
         };
         let &(_, at) = arrival.unwrap_or_else(|| panic!("probe sent at {t} ns lost"));
-        // Never early; late by a wake-up at most, with slack for a loaded 2-core machine (the
-        // step being checked is 20 ms).
+        // Never early (a delay or step applied short shows here); late by a wake-up, which on
+        // a loaded 2-core machine is now and then 10-20 ms for one probe (seen in CI), so each
+        // probe gets 100 ms and the distribution is checked below: a step applied long (20 ms)
+        // makes a third of the probes late by 20 ms.
         assert!(
-            at >= expected && at < expected + 10 * MS,
+            at >= expected && at < expected + 100 * MS,
             "sent at {} ms: arrived at {} µs, expected {} µs",
             t / MS,
             at / 1000,
@@ -439,6 +441,8 @@ fn rate_trace_delay_trace_and_outage_shape_the_link() {
         late[checked - 1] / 1000
     );
     assert!(median_late < MS, "median lateness {median_late} ns");
+    let p95_late = late[checked * 95 / 100];
+    assert!(p95_late < 10 * MS, "95th percentile lateness {p95_late} ns");
     assert!(lost >= 15, "{lost}");
     assert!(checked > 100, "{checked}");
 
