@@ -18,6 +18,9 @@ pub struct HostReference {
     pub datagram: usize,
     /// `/proc/loadavg`'s 1, 5 and 15 minute figures before the measurement.
     pub load: [f64; 3],
+    /// `net.core.rmem_max` and `wmem_max`, bytes (`None` where unreadable): the kernel caps a
+    /// process's socket buffers there unless it may force them past (the daemons do as root).
+    pub socket_max: [Option<u64>; 2],
 }
 
 impl HostReference {
@@ -28,14 +31,24 @@ impl HostReference {
             "copy_gbps_one_core": self.copy_gbps,
             "datagram_bytes": self.datagram,
             "load_average": self.load,
+            "net_core_rmem_max": self.socket_max[0],
+            "net_core_wmem_max": self.socket_max[1],
         })
     }
 
     /// One line for a report.
     pub fn line(&self) -> String {
+        let max = |v: Option<u64>| v.map_or_else(|| "unknown".to_string(), |b| b.to_string());
         format!(
-            "one core seals {}-byte datagrams (AES-256-GCM) at {:.1} Gbit/s and copies them at {:.1} Gbit/s; load average {:.2} {:.2} {:.2} at the start",
-            self.datagram, self.seal_gbps, self.copy_gbps, self.load[0], self.load[1], self.load[2]
+            "one core seals {}-byte datagrams (AES-256-GCM) at {:.1} Gbit/s and copies them at {:.1} Gbit/s; load average {:.2} {:.2} {:.2} at the start; net.core.rmem_max {} and wmem_max {} bytes",
+            self.datagram,
+            self.seal_gbps,
+            self.copy_gbps,
+            self.load[0],
+            self.load[1],
+            self.load[2],
+            max(self.socket_max[0]),
+            max(self.socket_max[1])
         )
     }
 }
@@ -48,7 +61,17 @@ pub fn measure(datagram: usize, each: Duration) -> HostReference {
         copy_gbps: copy_gbps(datagram, each),
         datagram,
         load,
+        socket_max: [sysctl_u64("rmem_max"), sysctl_u64("wmem_max")],
     }
+}
+
+/// `/proc/sys/net/core/NAME` as a number.
+fn sysctl_u64(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn load_average() -> [f64; 3] {

@@ -72,7 +72,7 @@ fn check_hop_tcp<C: SideConfig>(cfg: &C) -> Result<(), ConfigError> {
                 tracing::warn!(
                     asked,
                     granted = got / 2,
-                    "{field}.{name}: the kernel granted less than asked (raise {sysctl})"
+                    "{field}.{name}: the kernel granted less than asked and this process may not force it past the cap (raise {sysctl}, or run the daemon with CAP_NET_ADMIN)"
                 );
             }
         }

@@ -126,8 +126,13 @@ impl Hop {
                 source,
             })?;
             first_local.get_or_insert(local);
-            // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max).
-            let recv_buffer = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+            // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max), and
+            // the daemon then raises it past the cap where it may.
+            let buffers = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+            if i == 0 {
+                log_udp_buffers(&buffers);
+            }
+            let recv_buffer = buffers.recv_bytes;
             let security = match security {
                 Security::Terminal {
                     local,
@@ -172,6 +177,7 @@ impl Hop {
                 udp: UdpBatch::new(&socket),
                 overflow: SocketOverflow {
                     recv_buffer,
+                    capped: buffers.short,
                     ..SocketOverflow::default()
                 },
                 socket,
@@ -303,6 +309,39 @@ fn log_due(last: &mut Option<Instant>, now: Instant) -> bool {
     true
 }
 
+/// Says once per hop what its UDP sockets' buffers came to when the kernel capped them: raised
+/// past `net.core.rmem_max` / `wmem_max` (info), or left short (a warning with the fix).
+fn log_udp_buffers(b: &crate::sockopt::UdpBuffers) {
+    if b.short {
+        tracing::warn!(
+            asked_bytes = b.asked,
+            recv_buffer_bytes = b.recv_bytes,
+            send_buffer_bytes = b.send_bytes,
+            "the hop's UDP sockets asked for {} bytes of receive and send buffer and the kernel \
+             granted {} and {} as it counts them (twice the usable size): it caps them at \
+             net.core.rmem_max and net.core.wmem_max, and this process may not raise them past \
+             that (no CAP_NET_ADMIN). Bursts beyond the buffer are dropped at the socket and \
+             retransmitted; raise both sysctls to at least {} (sysctl -w \
+             net.core.rmem_max={} net.core.wmem_max={}) or run the daemon with CAP_NET_ADMIN",
+            b.asked,
+            b.recv_bytes,
+            b.send_bytes,
+            b.asked,
+            b.asked,
+            b.asked
+        );
+    } else if b.forced {
+        tracing::info!(
+            asked_bytes = b.asked,
+            recv_buffer_bytes = b.recv_bytes,
+            send_buffer_bytes = b.send_bytes,
+            "the hop's UDP socket buffers were raised past net.core.rmem_max / wmem_max with \
+             CAP_NET_ADMIN (SO_RCVBUFFORCE, SO_SNDBUFFORCE) to the {} bytes asked",
+            b.asked
+        );
+    }
+}
+
 /// What the kernel dropped on a hop socket because its receive buffer was full: the count it
 /// reports beside received datagrams (`SO_RXQ_OVFL`, since the socket opened, 32 bits; one per
 /// dropped receive unit: a datagram, or a run coalesced from one segmented send), and when a
@@ -311,6 +350,8 @@ fn log_due(last: &mut Option<Instant>, now: Instant) -> bool {
 struct SocketOverflow {
     /// The receive buffer the kernel granted, bytes (`SO_RCVBUF` as read back).
     recv_buffer: usize,
+    /// The kernel granted less than the hop asked (`net.core.rmem_max`, not raised).
+    capped: bool,
     /// The kernel's last count, and the drops counted so far (wraps of the 32 bits included).
     last: u32,
     total: u64,
@@ -364,10 +405,16 @@ impl HopTask {
              buffer ({} bytes as the kernel counts it) was full, so this worker did not read \
              fast enough for the peer's bursts (a busy or slow CPU, or many connections \
              starting at once); the peer's STP retransmits what was lost. If it persists, give \
-             the daemon more cores (`workers`) or less competing load",
+             the daemon more cores (`workers`) or less competing load{}",
             self.overflow.unlogged,
             self.overflow.total,
-            self.overflow.recv_buffer
+            self.overflow.recv_buffer,
+            if self.overflow.capped {
+                ", and raise net.core.rmem_max: the kernel granted less buffer than the hop \
+                 asked (see the warning at start)"
+            } else {
+                ""
+            }
         );
         self.overflow.unlogged = 0;
     }
