@@ -144,6 +144,12 @@ fn shared_lines(side: &str, cfg: &SharedConfig, l: &mut Lines) -> Result<()> {
         "hop_transport".into(),
         format!("{:?}", cfg.hop_transport).to_lowercase(),
     ));
+    if cfg.hop_transport.stp() {
+        l.push((
+            "hop UDP socket buffers".into(),
+            pep::hop::udp_buffer_report(),
+        ));
+    }
     l.push(("metrics_listen".into(), opt(&cfg.metrics_listen)));
     let (filter, _) = crate::daemon::log_filter(None, cfg.log_level.as_deref(), side)?;
     let unset = if cfg.log_level.is_some() {

@@ -46,3 +46,5 @@ pub use handle::{AllowedChange, Hop, HopConfig, HopMonitor, HopStream, Security}
 pub(crate) use handle::{HopReader, HopWriter};
 #[cfg(feature = "runtime")]
 pub use read_ahead::default_read_ahead_bytes;
+#[cfg(feature = "runtime")]
+pub use stp::udp_buffer_report;

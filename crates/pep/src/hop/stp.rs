@@ -309,6 +309,39 @@ fn log_due(last: &mut Option<Instant>, now: Instant) -> bool {
     true
 }
 
+/// What this process's hop sockets' buffers come to on this host, for `satstp check`: a probe
+/// socket asks as a hop worker does ([`crate::sockopt::set_udp_buffers`]).
+pub fn udp_buffer_report() -> String {
+    let socket = match std::net::UdpSocket::bind("127.0.0.1:0") {
+        Ok(s) => s,
+        Err(e) => return format!("unknown (a probe UDP socket failed: {e})"),
+    };
+    let b = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+    let mib = |n: usize| format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20));
+    let granted = format!(
+        "receive {}, send {} as the kernel counts them (twice the usable size)",
+        mib(b.recv_bytes),
+        mib(b.send_bytes)
+    );
+    if b.short {
+        format!(
+            "{granted}: short of the {} asked, capped at net.core.rmem_max / wmem_max, and \
+             this process may not force them past (no CAP_NET_ADMIN); raise both sysctls to \
+             at least {}",
+            mib(b.asked),
+            b.asked
+        )
+    } else if b.forced {
+        format!(
+            "{granted}: the {} asked, raised past net.core.rmem_max / wmem_max with \
+             CAP_NET_ADMIN (a daemon without it gets less)",
+            mib(b.asked)
+        )
+    } else {
+        format!("{granted}: the {} asked", mib(b.asked))
+    }
+}
+
 /// Says once per hop what its UDP sockets' buffers came to when the kernel capped them: raised
 /// past `net.core.rmem_max` / `wmem_max` (info), or left short (a warning with the fix).
 fn log_udp_buffers(b: &crate::sockopt::UdpBuffers) {
