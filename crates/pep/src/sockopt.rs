@@ -563,7 +563,15 @@ mod tests {
                 .parse()
                 .expect("a number")
         };
-        let asked = 2 * max("rmem_max").max(max("wmem_max")).min(64 << 20);
+        let cap = max("rmem_max").max(max("wmem_max"));
+        if cap > 256 << 20 {
+            // Twice the cap would approach the kernel's int limit on buffer sizes.
+            let why = format!("both sysctls are huge here ({cap} bytes): nothing to force");
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let asked = 2 * cap;
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let b = set_udp_buffers(&socket, asked);
         assert_eq!(b.asked, asked);
