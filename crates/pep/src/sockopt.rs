@@ -311,10 +311,8 @@ pub(crate) struct UdpBuffers {
 /// granted comes back for the caller to log.
 pub(crate) fn set_udp_buffers(socket: &impl std::os::fd::AsFd, bytes: usize) -> UdpBuffers {
     let sref = SockRef::from(socket);
-    let forced_recv = set_buffer(&sref, Buffer::Recv, bytes).unwrap_or(false);
-    let forced_send = set_buffer(&sref, Buffer::Send, bytes).unwrap_or(false);
-    let recv_bytes = sref.recv_buffer_size().unwrap_or(0);
-    let send_bytes = sref.send_buffer_size().unwrap_or(0);
+    let (recv_bytes, forced_recv) = set_buffer(&sref, Buffer::Recv, bytes).unwrap_or((0, false));
+    let (send_bytes, forced_send) = set_buffer(&sref, Buffer::Send, bytes).unwrap_or((0, false));
     let full = granted_in_full(bytes);
     UdpBuffers {
         asked: bytes,
@@ -347,20 +345,20 @@ fn granted_in_full(bytes: usize) -> usize {
 /// third of a second of a 5 Mbit/s GEO connection's window); a capped buffer is then raised
 /// past the cap with `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` where the process may
 /// (`CAP_NET_ADMIN`, which a daemon doing transparent interception has anyway), as quic-go and
-/// wireguard-go do. True if it was forced; a refused force leaves the capped size.
-fn set_buffer(sock: &SockRef<'_>, which: Buffer, bytes: usize) -> io::Result<bool> {
-    let got = match which {
-        Buffer::Recv => {
-            sock.set_recv_buffer_size(bytes)?;
-            sock.recv_buffer_size()?
-        }
-        Buffer::Send => {
-            sock.set_send_buffer_size(bytes)?;
-            sock.send_buffer_size()?
-        }
+/// wireguard-go do. Returns the size granted as the kernel reports it, and whether it was
+/// forced (a refused force leaves the capped size).
+fn set_buffer(sock: &SockRef<'_>, which: Buffer, bytes: usize) -> io::Result<(usize, bool)> {
+    let granted = || match which {
+        Buffer::Recv => sock.recv_buffer_size(),
+        Buffer::Send => sock.send_buffer_size(),
     };
+    match which {
+        Buffer::Recv => sock.set_recv_buffer_size(bytes)?,
+        Buffer::Send => sock.set_send_buffer_size(bytes)?,
+    }
+    let got = granted()?;
     if got >= granted_in_full(bytes) {
-        return Ok(false);
+        return Ok((got, false));
     }
     #[cfg(target_os = "linux")]
     {
@@ -368,10 +366,11 @@ fn set_buffer(sock: &SockRef<'_>, which: Buffer, bytes: usize) -> io::Result<boo
             Buffer::Recv => libc::SO_RCVBUFFORCE,
             Buffer::Send => libc::SO_SNDBUFFORCE,
         };
-        Ok(force_buffer(sock, option, bytes))
+        if force_buffer(sock, option, bytes) {
+            return Ok((granted()?, true));
+        }
     }
-    #[cfg(not(target_os = "linux"))]
-    Ok(false)
+    Ok((got, false))
 }
 
 /// Sets `SO_RCVBUFFORCE` or `SO_SNDBUFFORCE`; false if refused (no `CAP_NET_ADMIN`).
