@@ -473,6 +473,7 @@ pub struct Metrics {
     /// for a new handshake; always 0 on a gateway).
     pub(crate) tunnel_rekeys: Counter,
     pub(crate) tunnel_rekey_failures: Counter,
+    pub(crate) tunnel_stp_checksums_filled: Counter,
     /// The tunnel's state, last handshake and last error at the last hop snapshot.
     tunnel: Mutex<crate::hop::TunnelReport>,
     /// Bytes of relay buffers reserved by open connections (see `limits.memory_cap_bytes`).
@@ -527,6 +528,7 @@ impl Metrics {
             tunnel_handshakes: Counter::default(),
             tunnel_rekeys: Counter::default(),
             tunnel_rekey_failures: Counter::default(),
+            tunnel_stp_checksums_filled: Counter::default(),
             tunnel: Mutex::new(Default::default()),
             memory_reserved_bytes: Gauge::default(),
             read_ahead_bound_bytes: Gauge::default(),
@@ -661,6 +663,8 @@ impl Metrics {
         self.tunnel_handshakes.set(st.tunnel.handshakes);
         self.tunnel_rekeys.set(st.rekeys);
         self.tunnel_rekey_failures.set(st.rekey_failures);
+        self.tunnel_stp_checksums_filled
+            .set(st.tunnel.stp_checksums_filled);
         if let Ok(mut t) = self.tunnel.lock() {
             *t = st.tunnel_report.clone();
         }
@@ -936,6 +940,12 @@ impl Metrics {
             "counter",
             "Terminal: rekeys left unanswered, after which the session was torn down for a new handshake.",
             &one(self.tunnel_rekey_failures.get().to_string()),
+        );
+        family(
+            "satstp_tunnel_stp_checksums_filled_total",
+            "counter",
+            "STP checksums the tunnel computed as it sealed, for a peer that verifies them (an older version, or a session whose capabilities had not arrived yet); near zero between two ends of this version.",
+            &one(self.tunnel_stp_checksums_filled.get().to_string()),
         );
         family(
             "satstp_memory_reserved_bytes",

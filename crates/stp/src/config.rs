@@ -137,6 +137,11 @@ pub struct Config {
     /// slow start early (spec §7.2c has the measurements). The seeds' STP leaves slow start only
     /// on a loss.
     pub slow_start_delay_exit: bool,
+    /// Compute the checksum of every datagram sent (spec §3.3; default true). false leaves the
+    /// field zero: only for a driver whose carrier authenticates every byte and which fills the
+    /// checksum ([`crate::wire::fill_checksum`]) for a peer that has not said it skips the
+    /// verification (satstp's tunnel, `docs/tunnel.md`, "Capabilities").
+    pub emit_checksum: bool,
 }
 
 impl Default for Config {
@@ -169,6 +174,7 @@ impl Default for Config {
             report_allowance: true,
             pacing_rtt_cap: true,
             slow_start_delay_exit: false,
+            emit_checksum: true,
         }
     }
 }

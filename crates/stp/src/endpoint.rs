@@ -319,6 +319,17 @@ impl Endpoint {
 
     /// Processes one received datagram from `remote`. Never panics, whatever the bytes.
     pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) {
+        self.receive(now, remote, data, true);
+    }
+
+    /// As [`Self::handle_datagram`] for a datagram a carrier has authenticated byte for byte
+    /// (satstp's tunnel: its AEAD tag covers the whole STP datagram): the STP checksum is not
+    /// verified (spec §3.3), every other check is.
+    pub fn handle_authenticated_datagram(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) {
+        self.receive(now, remote, data, false);
+    }
+
+    fn receive(&mut self, now: Instant, remote: SocketAddr, data: &[u8], verify_checksum: bool) {
         self.stats.datagrams_received += 1;
         let header = match Packet::peek_header(data) {
             Ok(h) => h,
@@ -332,7 +343,12 @@ impl Endpoint {
                 return;
             }
         };
-        let packet = match Packet::parse(data) {
+        let parsed = if verify_checksum {
+            Packet::parse(data)
+        } else {
+            Packet::parse_authenticated(data)
+        };
+        let packet = match parsed {
             Ok(p) => p,
             Err(_) => {
                 self.stats.malformed += 1;

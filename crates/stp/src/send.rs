@@ -201,8 +201,9 @@ impl SendBuffer {
     }
 
     /// Takes up to `max` bytes of new data as the next SD, stamped `stamp`; returns its sequence
-    /// number and payload.
-    pub fn packetize(&mut self, max: usize, stamp: u32) -> Option<(u64, Bytes)> {
+    /// number and payload length. The payload stays here ([`Self::get`]): the datagram borrows
+    /// it rather than holding a reference count of its own.
+    pub fn packetize(&mut self, max: usize, stamp: u32) -> Option<(u64, usize)> {
         if self.pending_len == 0 || max == 0 {
             return None;
         }
@@ -212,12 +213,12 @@ impl SendBuffer {
         self.outstanding_charge += sd_charge(n);
         self.in_flight += n as u64;
         self.sent.push_back(SentSd {
-            payload: payload.clone(),
+            payload,
             last_stamp: stamp,
             transmissions: 1,
             state: SdState::InFlight,
         });
-        Some((seq, payload))
+        Some((seq, n))
     }
 
     /// Length of the next new SD if `max` bytes fit in a datagram.
@@ -269,8 +270,8 @@ impl SendBuffer {
     }
 
     /// Takes the lost SD `seq` out of the retransmission queue (usually its head) for sending,
-    /// restamping it.
-    pub fn pop_retx(&mut self, seq: u64, stamp: u32) -> Option<(u64, Bytes)> {
+    /// restamping it; returns its sequence number and payload length (the payload stays here).
+    pub fn pop_retx(&mut self, seq: u64, stamp: u32) -> Option<(u64, usize)> {
         self.lost_len(seq)?;
         if let Some(q) = self.retx.as_mut() {
             if q.front() == Some(&seq) {
@@ -283,9 +284,9 @@ impl SendBuffer {
         sd.state = SdState::InFlight;
         sd.last_stamp = stamp;
         sd.transmissions += 1;
-        let payload = sd.payload.clone();
-        self.in_flight += payload.len() as u64;
-        Some((seq, payload))
+        let len = sd.payload.len();
+        self.in_flight += len as u64;
+        Some((seq, len))
     }
 
     /// Whether a retransmission is waiting.
@@ -390,13 +391,21 @@ impl SendBuffer {
 mod tests {
     use super::*;
 
+    /// Packetizes as the connection does and returns the new SD's payload as kept.
+    fn take(s: &mut SendBuffer, max: usize, stamp: u32) -> Option<(u64, Bytes)> {
+        let (seq, len) = s.packetize(max, stamp)?;
+        let payload = s.get(seq)?.payload.clone();
+        assert_eq!(payload.len(), len);
+        Some((seq, payload))
+    }
+
     #[test]
     fn packetize_ack_and_retransmit() {
         let mut s = SendBuffer::new(100, 10_000);
         assert_eq!(s.write(&[1u8; 2500]), 2500);
-        let (a, pa) = s.packetize(1000, 1).unwrap();
-        let (b, _) = s.packetize(1000, 2).unwrap();
-        let (c, pc) = s.packetize(1000, 3).unwrap();
+        let (a, pa) = take(&mut s, 1000, 1).unwrap();
+        let (b, _) = take(&mut s, 1000, 2).unwrap();
+        let (c, pc) = take(&mut s, 1000, 3).unwrap();
         assert_eq!((a, b, c), (100, 101, 102));
         assert_eq!((pa.len(), pc.len()), (1000, 500));
         assert_eq!(s.in_flight(), 2500);
@@ -417,7 +426,7 @@ mod tests {
         let mut s = SendBuffer::new(0, 3000);
         let data = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
         assert_eq!(s.write_bytes(&data), 3000, "only what fits");
-        let (_, p) = s.packetize(1000, 1).unwrap();
+        let (_, p) = take(&mut s, 1000, 1).unwrap();
         assert_eq!(&p[..], &data[..1000]);
         assert_eq!(p.as_ptr(), data.as_ptr(), "a slice of the caller's buffer");
         assert_eq!(s.write_bytes(&data.slice(3000..)), 0, "full");
@@ -429,7 +438,7 @@ mod tests {
         let mut s = SendBuffer::new(0, 100_000);
         s.write(&[0u8; 5000]);
         for stamp in [1, 1, 2, 2, 3] {
-            s.packetize(1000, stamp).unwrap();
+            take(&mut s, 1000, stamp).unwrap();
         }
         assert_eq!(s.in_flight(), 5000);
         // A partial STAT answering the POLL stamped 2 covered only up to SD 1.
@@ -464,15 +473,15 @@ mod tests {
         s.write(b"abc");
         s.write(b"defgh");
         s.write(b"i");
-        let (_, a) = s.packetize(4, 0).unwrap();
-        let (_, b) = s.packetize(4, 0).unwrap();
-        let (_, c) = s.packetize(4, 0).unwrap();
+        let (_, a) = take(&mut s, 4, 0).unwrap();
+        let (_, b) = take(&mut s, 4, 0).unwrap();
+        let (_, c) = take(&mut s, 4, 0).unwrap();
         assert_eq!(
             (&a[..], &b[..], &c[..]),
             (&b"abcd"[..], &b"efgh"[..], &b"i"[..])
         );
         assert_eq!(s.unsent(), 0);
-        assert!(s.packetize(4, 0).is_none());
+        assert!(take(&mut s, 4, 0).is_none());
     }
 
     #[test]
@@ -480,7 +489,7 @@ mod tests {
         let mut s = SendBuffer::new(0, 1000);
         assert_eq!(s.write(&[0u8; 1500]), 1000);
         assert_eq!(s.write(&[0u8; 10]), 0);
-        s.packetize(400, 0);
+        take(&mut s, 400, 0);
         assert_eq!(s.free_space(), 0);
         s.ack_cumulative(1);
         assert_eq!(s.free_space(), 400);
@@ -490,8 +499,8 @@ mod tests {
     fn ineligible_loss_is_ignored_and_received_skips_retx() {
         let mut s = SendBuffer::new(0, 10_000);
         s.write(&[0u8; 2000]);
-        s.packetize(1000, 5);
-        s.packetize(1000, 6);
+        take(&mut s, 1000, 5);
+        take(&mut s, 1000, 6);
         assert_eq!(s.mark_lost(0, |sd| sd.last_stamp < 5), None);
         assert!(s.mark_lost(1, |_| true).is_some());
         s.mark_received(1, 2);

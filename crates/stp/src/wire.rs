@@ -463,6 +463,20 @@ impl<'a> Packet<'a> {
         if ones_complement_sum(data) != 0xffff {
             return Err(WireError::Checksum);
         }
+        Self::parse_bodies(data, header)
+    }
+
+    /// As [`Self::parse`] without verifying the checksum (spec §3.3, "inside an authenticating
+    /// carrier"): for a datagram whose every byte a carrier has already authenticated, such as
+    /// satstp's tunnel, whose AEAD tag covers the whole STP datagram and rejects any change the
+    /// checksum would catch. Every other check of §3.14 applies.
+    pub fn parse_authenticated(data: &'a [u8]) -> Result<Packet<'a>, WireError> {
+        let header = Self::peek_header(data)?;
+        Self::parse_bodies(data, header)
+    }
+
+    /// The bodies and payload after a checked header (§3.14 rules 7-10).
+    fn parse_bodies(data: &'a [u8], header: Header) -> Result<Packet<'a>, WireError> {
         let t = header.types;
         let mut p = Packet::new(header);
         let mut rest = &data[HEADER_LEN..];
@@ -596,6 +610,12 @@ impl<'a> Packet<'a> {
     /// Appends the encoded datagram to `buf` and returns its length. The type field is derived
     /// from the bodies present (the header's `types` is ignored); the checksum is computed.
     pub fn emit(&self, buf: &mut Vec<u8>) -> usize {
+        self.emit_with(buf, true)
+    }
+
+    /// As [`Self::emit`]; with `checksum` false the checksum field is left zero (spec §3.3,
+    /// "inside an authenticating carrier"), for [`fill_checksum`] to complete where needed.
+    pub fn emit_with(&self, buf: &mut Vec<u8>, checksum: bool) -> usize {
         let start = buf.len();
         let h = &self.header;
         let types = self.types();
@@ -663,10 +683,22 @@ impl<'a> Packet<'a> {
             buf.push(0);
         }
         buf.extend_from_slice(self.payload);
-        let sum = !ones_complement_sum(&buf[start..]);
-        buf[start + 2..start + 4].copy_from_slice(&sum.to_be_bytes());
+        if checksum {
+            fill_checksum(&mut buf[start..]);
+        }
         buf.len() - start
     }
+}
+
+/// Computes and writes the checksum of an STP datagram (spec §3.3), whatever its field held; a
+/// datagram shorter than the header is left as it is.
+pub fn fill_checksum(datagram: &mut [u8]) {
+    if datagram.len() < HEADER_LEN {
+        return;
+    }
+    datagram[2..4].fill(0);
+    let sum = !ones_complement_sum(datagram);
+    datagram[2..4].copy_from_slice(&sum.to_be_bytes());
 }
 
 #[cfg(test)]
@@ -866,6 +898,63 @@ mod tests {
             b[bit / 8] ^= 1 << (bit % 8);
             assert!(Packet::parse(&b).is_err(), "flip of bit {bit} accepted");
         }
+    }
+
+    /// Inside an authenticating carrier the checksum alone is not verified: a wrong checksum
+    /// field passes `parse_authenticated` (same packet as the intact datagram) and fails `parse`,
+    /// while truncation and reserved bits are still refused.
+    #[test]
+    fn authenticated_parse_skips_only_the_checksum() {
+        let payload = [0x5au8; 40];
+        let mut p = Packet::new(Header { seq: 9, ..header() });
+        p.payload = &payload;
+        p.poll = Some(Poll {
+            next_seq: 10,
+            keepalive: false,
+            timestamp: 1234,
+        });
+        let mut buf = Vec::new();
+        p.emit(&mut buf);
+        let intact = Packet::parse(&buf).unwrap();
+        assert_eq!(Packet::parse_authenticated(&buf).unwrap(), intact);
+        let mut bad_sum = buf.clone();
+        bad_sum[2] ^= 0x10;
+        assert_eq!(Packet::parse(&bad_sum), Err(WireError::Checksum));
+        assert_eq!(Packet::parse_authenticated(&bad_sum).unwrap(), intact);
+        // POLL's reserved flag bits (byte 3 of its body, after the 12-byte header).
+        let mut reserved = buf.clone();
+        reserved[HEADER_LEN + 3] |= 0x80;
+        assert!(Packet::parse_authenticated(&reserved).is_err());
+        for len in 0..HEADER_LEN + POLL_LEN {
+            assert!(
+                Packet::parse_authenticated(&buf[..len]).is_err(),
+                "truncation to {len} accepted"
+            );
+        }
+    }
+
+    /// A datagram emitted without its checksum has a zero field, and `fill_checksum` makes it
+    /// exactly the datagram `emit` writes (whatever the field held before).
+    #[test]
+    fn an_unsummed_datagram_is_completed_by_fill_checksum() {
+        let payload: Vec<u8> = (0..1001u32).map(|i| (i * 7) as u8).collect();
+        let mut p = Packet::new(Header { seq: 3, ..header() });
+        p.payload = &payload;
+        let mut summed = Vec::new();
+        p.emit(&mut summed);
+        let mut bare = vec![9u8; 5];
+        let n = p.emit_with(&mut bare, false);
+        assert_eq!(n, summed.len());
+        assert_eq!(&bare[5 + 2..5 + 4], &[0, 0]);
+        assert_eq!(Packet::parse(&bare[5..]), Err(WireError::Checksum));
+        fill_checksum(&mut bare[5..]);
+        assert_eq!(&bare[5..], &summed[..]);
+        bare[5 + 2] ^= 0xff;
+        fill_checksum(&mut bare[5..]);
+        assert_eq!(&bare[5..], &summed[..]);
+        let mut short = [1u8; 11];
+        fill_checksum(&mut short);
+        assert_eq!(short, [1u8; 11]);
     }
 
     #[test]

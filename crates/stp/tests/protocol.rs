@@ -229,6 +229,41 @@ fn unknown_connections_get_a_stateless_reset_and_resets_get_nothing() {
     assert_eq!(b.connection_count(), 0, "no state created");
 }
 
+/// A datagram with a wrong checksum is dropped as malformed, unless a carrier authenticated it
+/// (the tunnel's AEAD): then it is processed like an intact one (spec §3.3).
+#[test]
+fn an_authenticated_datagram_skips_only_the_checksum() {
+    let now = Instant::ZERO;
+    let mut p = Packet::new(header(Types::SD, true, 1234, 5, 77));
+    p.payload = b"stray";
+    let mut d = Vec::new();
+    p.emit(&mut d);
+    d[2] ^= 0x01;
+    let mut plain = raw_endpoint(1);
+    plain.handle_datagram(now, addr("192.0.2.9:1"), &d);
+    assert!(drain(&mut plain, now).is_empty());
+    assert_eq!(
+        (plain.stats().malformed, plain.stats().unknown_connection),
+        (1, 0)
+    );
+    let mut tunnelled = raw_endpoint(1);
+    tunnelled.handle_authenticated_datagram(now, addr("192.0.2.9:1"), &d);
+    let out = drain(&mut tunnelled, now);
+    assert_eq!(out.len(), 1, "the stray SD draws its RST");
+    let r = Packet::parse(&out[0]).unwrap();
+    assert_eq!(r.rst.map(|r| r.reason), Some(RstReason::UnknownConnection));
+    assert_eq!(
+        (
+            tunnelled.stats().malformed,
+            tunnelled.stats().unknown_connection
+        ),
+        (0, 1)
+    );
+    // Everything but the checksum is still checked: a truncated datagram is malformed.
+    tunnelled.handle_authenticated_datagram(now, addr("192.0.2.9:1"), &d[..8]);
+    assert_eq!(tunnelled.stats().malformed, 1);
+}
+
 #[test]
 fn stateless_resets_are_rate_limited() {
     let mut b = raw_endpoint(1);

@@ -311,6 +311,14 @@ pub struct StreamInfo {
 /// Sees every STP datagram in clear: (source, destination, datagram).
 pub(crate) type Tap = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) + Send>;
 
+/// Shows a tunnelled STP datagram to the tap with its checksum filled: inside the tunnel it may
+/// be left zero (`emit_checksum`), and a capture should read as the datagram STP means.
+fn show_tunnelled(tap: &mut Tap, from: SocketAddr, to: SocketAddr, datagram: &[u8]) {
+    let mut d = datagram.to_vec();
+    stp::wire::fill_checksum(&mut d);
+    tap(from, to, &d);
+}
+
 #[derive(Default)]
 struct Counts {
     datagrams_sent: u64,
@@ -461,6 +469,9 @@ pub struct HopCore<S, P> {
     /// `next_session_sweep`.
     session_idle: Duration,
     next_session_sweep: Instant,
+    /// Tests: behave as a version before tunnel capabilities (26 November 2026 and earlier):
+    /// announce none, drop capabilities datagrams as malformed, verify every STP checksum.
+    legacy_tunnel: bool,
 }
 
 /// The age of use at which a terminal's session is rekeyed: `after`, or [`UPGRADE_AFTER`] for
@@ -503,7 +514,12 @@ impl<S: EventSink, P> HopCore<S, P> {
             .unwrap_or_else(|| Box::new(rand_chacha::ChaCha20Rng::seed_from_u64(config.seed)));
         let session_idle = SESSION_IDLE_EXPIRY
             .max(2 * Duration::from_millis(u64::from(config.endpoint.connection.dead_timeout_ms)));
-        let endpoint = Endpoint::new(config.endpoint, rng)?;
+        let mut endpoint_config = config.endpoint;
+        // Inside the tunnel STP's checksum is left out where the peer does not verify it: the
+        // AEAD tag covers every byte (`docs/tunnel.md`, "Capabilities"); the hop fills it for a
+        // peer that has not said so when it seals.
+        endpoint_config.connection.emit_checksum = matches!(security, CoreSecurity::Clear { .. });
+        let endpoint = Endpoint::new(endpoint_config, rng)?;
         if config.send_rate_bps == Some(0) {
             return Err(HopError::ZeroRate);
         }
@@ -567,6 +583,7 @@ impl<S: EventSink, P> HopCore<S, P> {
             last_now: now,
             session_idle,
             next_session_sweep: now + SESSION_SWEEP_EVERY,
+            legacy_tunnel: false,
         })
     }
 
@@ -620,6 +637,18 @@ impl<S: EventSink, P> HopCore<S, P> {
     #[cfg(test)]
     pub(crate) fn previous_session_kept(&self) -> bool {
         matches!(&self.security, Sec::Terminal { init, .. } if init.has_previous())
+    }
+
+    /// Tests: whether STP computes its checksums itself (not inside the tunnel).
+    #[cfg(test)]
+    pub(crate) fn stp_emits_checksums(&self) -> bool {
+        self.endpoint.config().connection.emit_checksum
+    }
+
+    /// Tests: behave as a version without tunnel capabilities (see `legacy_tunnel`).
+    #[cfg(test)]
+    pub(crate) fn act_as_legacy_tunnel(&mut self) {
+        self.legacy_tunnel = true;
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
@@ -917,6 +946,12 @@ impl<S: EventSink, P> HopCore<S, P> {
         self.counts.datagrams_received += 1;
         self.counts.bytes_received += input.get().len() as u64;
         self.last_now = now;
+        if self.legacy_tunnel
+            && input.get().first() == Some(&crate::tunnel::wire::TYPE_CAPABILITIES)
+        {
+            return;
+        }
+        let verify = self.legacy_tunnel;
         let plain = &mut self.plain;
         match &mut self.security {
             Sec::Terminal {
@@ -960,15 +995,26 @@ impl<S: EventSink, P> HopCore<S, P> {
                 match opened {
                     Ok(Opened::Data { .. }) => {
                         if let Some(t) = &mut self.tap {
-                            t(from, self.local, plain);
+                            show_tunnelled(t, from, self.local, plain);
                         }
-                        self.endpoint.handle_datagram(now, endpoint_from, plain);
+                        if verify {
+                            self.endpoint.handle_datagram(now, endpoint_from, plain);
+                        } else {
+                            self.endpoint
+                                .handle_authenticated_datagram(now, endpoint_from, plain);
+                        }
                         if on_previous {
                             self.probe_new_session(now);
                         }
                     }
-                    Ok(Opened::Established) => self.on_established(now),
-                    Ok(Opened::Rekeyed) => self.on_rekeyed(now),
+                    Ok(Opened::Established) => {
+                        self.on_established(now);
+                        self.send_capabilities();
+                    }
+                    Ok(Opened::Rekeyed) => {
+                        self.on_rekeyed(now);
+                        self.send_capabilities();
+                    }
                     Ok(Opened::SessionUnknown) => self.on_session_unknown(now),
                     _ => {}
                 }
@@ -993,11 +1039,17 @@ impl<S: EventSink, P> HopCore<S, P> {
                         self.watch.last_handshake = Some(now);
                         self.control.push_back((from, plain.to_vec(), true));
                     }
+                    // The terminal's capabilities (noted on its session): ours in return.
+                    Ok(Opened::Capabilities { session }) => {
+                        if let Ok(d) = responder.capabilities_datagram(session) {
+                            self.control.push_back((from, d, true));
+                        }
+                    }
                     // A terminal's probe: it only wanted to know whether we know its session.
                     Ok(Opened::Data { .. }) if plain.is_empty() => {}
                     Ok(Opened::Data { session }) => {
                         if let Some(t) = &mut self.tap {
-                            t(from, self.local, plain);
+                            show_tunnelled(t, from, self.local, plain);
                         }
                         let opens = stp::wire::peek_types(plain)
                             .is_some_and(|t| t.contains(stp::wire::Types::BGN));
@@ -1005,7 +1057,12 @@ impl<S: EventSink, P> HopCore<S, P> {
                             self.counts.opens_rate_limited += 1;
                             return;
                         }
-                        self.endpoint.handle_datagram(now, from, plain)
+                        if verify {
+                            self.endpoint.handle_datagram(now, from, plain);
+                        } else {
+                            self.endpoint
+                                .handle_authenticated_datagram(now, from, plain);
+                        }
                     }
                     Err(crate::tunnel::Error::UnknownSession(index))
                         if data.first() == Some(&crate::tunnel::wire::TYPE_DATA) =>
@@ -1365,6 +1422,21 @@ impl<S: EventSink, P> HopCore<S, P> {
     /// Terminal, after a rekey: an empty datagram (a probe) on the new session, so the gateway
     /// seals on it from now on; again while the gateway's datagrams still come on the old one,
     /// at most every [`SWITCH_PROBE_INTERVAL`] (the first may be lost).
+    /// Terminal: announces our capabilities on the session just established (`docs/tunnel.md`,
+    /// "Capabilities"); the gateway answers with its own. Lost, it costs only the checksums
+    /// both ends keep computing until the next session.
+    fn send_capabilities(&mut self) {
+        let Sec::Terminal { init, gateway, .. } = &mut self.security else {
+            return;
+        };
+        if self.legacy_tunnel {
+            return;
+        }
+        if let Ok(d) = init.capabilities_datagram() {
+            self.control.push_back((*gateway, d, true));
+        }
+    }
+
     fn probe_new_session(&mut self, now: Instant) {
         let Sec::Terminal { init, gateway, .. } = &mut self.security else {
             return;
@@ -1835,7 +1907,10 @@ impl<S: EventSink, P> HopCore<S, P> {
                 Sec::Gateway { .. } | Sec::Clear { .. } => t.destination,
             };
             if let Some(tap) = &mut self.tap {
-                tap(self.local, destination, datagram);
+                match self.security {
+                    Sec::Clear { .. } => tap(self.local, destination, datagram),
+                    _ => show_tunnelled(tap, self.local, destination, datagram),
+                }
             }
             // The silence timer runs from the first send the gateway must answer (data, a
             // poll, an open or a close); a STAT answering the gateway's own poll expects
@@ -1851,10 +1926,12 @@ impl<S: EventSink, P> HopCore<S, P> {
             {
                 self.sent_since_heard = Some(now);
             }
+            // STP left the checksum out (`emit_checksum`, set in `new`): filled here for a
+            // peer that has not said it skips it.
             let ok = match &mut self.security {
-                Sec::Terminal { init, .. } => init.seal_in_place(out, start).is_ok(),
+                Sec::Terminal { init, .. } => init.seal_stp_in_place(out, start).is_ok(),
                 Sec::Gateway { responder } => responder
-                    .seal_to_in_place(t.destination, out, start)
+                    .seal_to_in_place(t.destination, out, start, true)
                     .is_ok(),
                 Sec::Clear { .. } => true,
             };

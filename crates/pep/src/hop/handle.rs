@@ -650,6 +650,7 @@ fn add_tunnel_counters(a: &mut crate::tunnel::Counters, b: &crate::tunnel::Count
     a.duplicate_initiations += b.duplicate_initiations;
     a.data_sealed += b.data_sealed;
     a.data_opened += b.data_opened;
+    a.stp_checksums_filled += b.stp_checksums_filled;
     a.rekeys += b.rekeys;
 }
 

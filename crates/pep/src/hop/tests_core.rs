@@ -992,3 +992,87 @@ fn a_terminal_that_fell_back_to_chacha_tries_aes_once_more_then_stays() {
         seen.failed
     );
 }
+
+/// A 2 MB download over a small GEO hop with one end possibly of the version before tunnel
+/// capabilities; the body, and both sides' status after it.
+fn download_with_legacy(
+    legacy_terminal: bool,
+    legacy_gateway: bool,
+) -> (Received, super::HopStatus, super::HopStatus) {
+    let (up, down) = geo(20_000_000);
+    let mut p = Pair::new(up, down, 30_000, 5);
+    // STP leaves the checksum to the tunnel, which fills it where the peer verifies.
+    assert!(!p.terminal.stp_emits_checksums() && !p.gateway.stp_emits_checksums());
+    if legacy_terminal {
+        p.terminal.act_as_legacy_tunnel();
+    }
+    if legacy_gateway {
+        p.gateway.act_as_legacy_tunnel();
+    }
+    let body = pattern(3, 2_000_000);
+    let (done, seen) = p.download(&body, 60 * S);
+    assert!(done && seen.finished, "download failed: {:?}", seen.failed);
+    assert!(seen.bytes == body, "the body arrived altered");
+    (seen, p.terminal.status(), p.gateway.status())
+}
+
+fn stp_malformed(st: &super::HopStatus) -> u64 {
+    st.stp.as_ref().map_or(0, |s| s.endpoint.malformed)
+}
+
+/// Two ends of this version exchange capabilities on their session and from then on leave STP's
+/// checksum out (the AEAD tag covers every byte): the gateway computes it only for what it sent
+/// before the terminal's capabilities arrived, and neither STP endpoint drops a datagram.
+#[test]
+fn ends_that_both_skip_the_checksum_stop_computing_it_after_one_exchange() {
+    let (_, t, g) = download_with_legacy(false, false);
+    assert!(
+        g.tunnel.data_sealed > 1000,
+        "{} sealed",
+        g.tunnel.data_sealed
+    );
+    assert!(
+        g.tunnel.stp_checksums_filled <= 2,
+        "the gateway computed {} of {} checksums",
+        g.tunnel.stp_checksums_filled,
+        g.tunnel.data_sealed
+    );
+    assert!(
+        t.tunnel.stp_checksums_filled <= 2,
+        "the terminal computed {} of {} checksums",
+        t.tunnel.stp_checksums_filled,
+        t.tunnel.data_sealed
+    );
+    assert_eq!((stp_malformed(&t), stp_malformed(&g)), (0, 0));
+    assert_eq!((t.tunnel.malformed, g.tunnel.malformed), (0, 0));
+}
+
+/// Against a gateway of the version before (no capabilities, every checksum verified) a
+/// terminal of this one computes every checksum: the old gateway drops its capabilities
+/// datagram as malformed, and not one STP datagram.
+#[test]
+fn a_terminal_computes_every_checksum_for_an_older_gateway() {
+    let (_, t, g) = download_with_legacy(false, true);
+    assert!(t.tunnel.data_sealed > 10, "{} sealed", t.tunnel.data_sealed);
+    assert_eq!(
+        t.tunnel.stp_checksums_filled,
+        t.tunnel.data_sealed - 1,
+        "every STP datagram but the capabilities"
+    );
+    assert_eq!(stp_malformed(&g), 0, "the older gateway refused a datagram");
+    assert_eq!(stp_malformed(&t), 0);
+}
+
+/// Against a terminal of the version before, a gateway of this one computes every checksum.
+#[test]
+fn a_gateway_computes_every_checksum_for_an_older_terminal() {
+    let (_, t, g) = download_with_legacy(true, false);
+    assert!(g.tunnel.data_sealed > 1000);
+    assert_eq!(g.tunnel.stp_checksums_filled, g.tunnel.data_sealed);
+    assert_eq!(
+        stp_malformed(&t),
+        0,
+        "the older terminal refused a datagram"
+    );
+    assert_eq!(stp_malformed(&g), 0);
+}

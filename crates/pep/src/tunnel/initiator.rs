@@ -282,6 +282,22 @@ impl Initiator {
         Ok(())
     }
 
+    /// As [`Self::seal_in_place`] for an STP datagram emitted without its checksum: the
+    /// checksum is filled first unless the gateway said it does not verify it.
+    pub(crate) fn seal_stp_in_place(
+        &mut self,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<(), Error> {
+        if !self.peer_skips_stp_checksum() {
+            if let Some(d) = out.get_mut(start + super::wire::DATA_HEADER_LEN..) {
+                stp::wire::fill_checksum(d);
+                self.counters.stp_checksums_filled += 1;
+            }
+        }
+        self.seal_in_place(out, start)
+    }
+
     /// Handles one datagram from the gateway. On `Opened::Data`, `out` holds the STP datagram;
     /// on `Opened::Established`, `out` is empty and the session is ready. Errors are counted and
     /// change no state.
@@ -373,7 +389,49 @@ impl Initiator {
                 out.truncate(n);
                 Ok(Opened::Data { session: receiver })
             }
+            Packet::Capabilities {
+                receiver,
+                nonce,
+                ciphertext,
+            } => {
+                out.extend_from_slice(ciphertext);
+                let n = self.open_data(receiver, nonce, out)?;
+                let flags = out
+                    .get(..n)
+                    .and_then(super::wire::parse_capabilities)
+                    .ok_or(Error::Malformed)?;
+                out.clear();
+                if let Some(s) = self.session_mut(receiver) {
+                    s.peer_capabilities = flags;
+                }
+                Ok(Opened::Capabilities { session: receiver })
+            }
         }
+    }
+
+    /// The current or the previous session, by our index.
+    fn session_mut(&mut self, receiver: u32) -> Option<&mut Session> {
+        match (&mut self.session, &mut self.previous) {
+            (Some(s), _) if receiver == self.session_index => Some(s),
+            (_, Some((i, s))) if receiver == *i => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A capabilities datagram announcing [`super::OUR_CAPABILITIES`] on the current session.
+    pub(crate) fn capabilities_datagram(&mut self) -> Result<Vec<u8>, Error> {
+        let session = self.session.as_mut().ok_or(Error::NotEstablished)?;
+        let d = session.seal_capabilities(super::OUR_CAPABILITIES)?;
+        self.counters.data_sealed += 1;
+        Ok(d)
+    }
+
+    /// Whether the gateway said, on the current session, that it does not verify STP
+    /// checksums: the hop then leaves them out of the datagrams it seals.
+    pub(crate) fn peer_skips_stp_checksum(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(Session::peer_skips_stp_checksum)
     }
 
     /// As [`Self::open`] for a data datagram, decrypted where it lies: on `Opened::Data` the
@@ -395,11 +453,9 @@ impl Initiator {
     /// Opens a data datagram's `sealed` part (ciphertext and tag) in place on the session it
     /// names (the current or the previous one); returns the plaintext's length.
     fn open_data(&mut self, receiver: u32, nonce: u64, sealed: &mut [u8]) -> Result<usize, Error> {
-        let session = match (&mut self.session, &mut self.previous) {
-            (Some(s), _) if receiver == self.session_index => s,
-            (_, Some((i, s))) if receiver == *i => s,
-            _ => return Err(Error::UnknownSession(receiver)),
-        };
+        let session = self
+            .session_mut(receiver)
+            .ok_or(Error::UnknownSession(receiver))?;
         if sealed.len() < TAG_LEN {
             return Err(Error::Malformed);
         }

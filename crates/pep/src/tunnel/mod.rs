@@ -291,8 +291,13 @@ pub struct Counters {
     pub handshakes: u64,
     /// Byte-identical initiations answered from the cache.
     pub duplicate_initiations: u64,
+    /// Data and capabilities datagrams sealed and opened.
     pub data_sealed: u64,
     pub data_opened: u64,
+    /// STP datagrams whose checksum the hop computed as it sealed them, because the session's
+    /// peer had not said it skips the verification (an older version, or before its
+    /// capabilities arrived; `docs/tunnel.md`, "Capabilities").
+    pub stp_checksums_filled: u64,
     /// Rekeys completed (initiator: a new session replaced a live one; responder: a handshake
     /// from a key that had a live session).
     pub rekeys: u64,
@@ -332,7 +337,14 @@ pub enum Opened {
     /// (Initiator) the gateway says it has no session with the index ours writes: it probably
     /// restarted. Unauthenticated: the driver starts a new handshake, nothing more.
     SessionUnknown,
+    /// The peer's capabilities datagram on session `session` (the local index): its flags are
+    /// noted on the session (`docs/tunnel.md`, "Capabilities"); the output buffer is empty.
+    Capabilities { session: u32 },
 }
+
+/// The capabilities this version announces on every session: it does not verify STP checksums
+/// inside the tunnel (`stp::Endpoint::handle_authenticated_datagram`).
+pub const OUR_CAPABILITIES: u32 = wire::CAP_SKIPS_STP_CHECKSUM;
 
 /// Opens a data datagram where it lies, for either end: `open` decrypts the sealed part for the
 /// session `receiver` at `nonce` and returns the plaintext's length. On success the STP

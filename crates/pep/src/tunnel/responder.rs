@@ -341,16 +341,19 @@ impl Responder {
         out.clear();
         out.extend_from_slice(&[0; super::wire::DATA_HEADER_LEN]);
         out.extend_from_slice(stp_datagram);
-        self.seal_to_in_place(addr, out, 0)
+        self.seal_to_in_place(addr, out, 0, false)
     }
 
-    /// As [`Self::seal_to`], sealing in place the STP datagram at `out[start + 13..]` behind
-    /// the header's room ([`Session::seal_in_place`]).
+    /// As [`Self::seal_to`], sealing in place the datagram at `out[start + 13..]` behind the
+    /// header's room ([`Session::seal_in_place`]). With `stp` it is an STP datagram emitted
+    /// without its checksum: the checksum is filled first unless the session's terminal said it
+    /// does not verify it.
     pub(crate) fn seal_to_in_place(
         &mut self,
         addr: SocketAddr,
         out: &mut Vec<u8>,
         start: usize,
+        stp: bool,
     ) -> Result<(), Error> {
         let entry = self
             .session_for_addr(addr)
@@ -359,6 +362,12 @@ impl Responder {
             out.truncate(start);
             return Err(Error::NotEstablished);
         };
+        if stp && !entry.session.peer_skips_stp_checksum() {
+            if let Some(d) = out.get_mut(start + super::wire::DATA_HEADER_LEN..) {
+                stp::wire::fill_checksum(d);
+                self.counters.stp_checksums_filled += 1;
+            }
+        }
         entry.session.seal_in_place(out, start)?;
         self.counters.data_sealed += 1;
         Ok(())
@@ -483,6 +492,14 @@ impl Responder {
                     Opened::Data { session: receiver }
                 })
             }
+            Some(Packet::Capabilities {
+                receiver,
+                nonce,
+                ciphertext,
+            }) => {
+                out.extend_from_slice(ciphertext);
+                self.capabilities(now, receiver, nonce, out, from)
+            }
         };
         if let Err(e) = &r {
             out.clear();
@@ -508,6 +525,39 @@ impl Responder {
             self.counters.count(e);
         }
         r
+    }
+
+    /// Opens a capabilities datagram's sealed part (in `out`) on session `receiver` (which it
+    /// confirms like data) and notes the terminal's flags; `out` is left empty.
+    fn capabilities(
+        &mut self,
+        now: Instant,
+        receiver: u32,
+        nonce: u64,
+        out: &mut Vec<u8>,
+        from: SocketAddr,
+    ) -> Result<Opened, Error> {
+        let n = self.data(now, receiver, nonce, out, from)?;
+        let flags = out
+            .get(..n)
+            .and_then(super::wire::parse_capabilities)
+            .ok_or(Error::Malformed)?;
+        out.clear();
+        if let Some(e) = self.sessions.get_mut(&receiver) {
+            e.session.peer_capabilities = flags;
+        }
+        Ok(Opened::Capabilities { session: receiver })
+    }
+
+    /// A capabilities datagram announcing [`super::OUR_CAPABILITIES`] on session `session`.
+    pub(crate) fn capabilities_datagram(&mut self, session: u32) -> Result<Vec<u8>, Error> {
+        let e = self
+            .sessions
+            .get_mut(&session)
+            .ok_or(Error::UnknownSession(session))?;
+        let d = e.session.seal_capabilities(super::OUR_CAPABILITIES)?;
+        self.counters.data_sealed += 1;
+        Ok(d)
     }
 
     /// Opens a data datagram's `sealed` part (ciphertext and tag) in place on session

@@ -9,7 +9,9 @@
 //! or AES-256-GCM with 32 zero bits and the counter big-endian.
 
 use super::replay::ReplayWindow;
-use super::wire::{write_data_header, DATA_HEADER_LEN, MAX_PAYLOAD, TAG_LEN};
+use super::wire::{
+    write_data_header, CAP_SKIPS_STP_CHECKSUM, DATA_HEADER_LEN, MAX_PAYLOAD, TAG_LEN, TYPE_DATA,
+};
 use super::{Cipher, Error, REJECT_AFTER_MESSAGES};
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Nonce, Tag};
@@ -126,6 +128,9 @@ pub(crate) struct Session {
     send_nonce: u64,
     received: u64,
     window: ReplayWindow,
+    /// The capability flags the peer announced on this session (`wire::CAP_*`; none until its
+    /// capabilities datagram arrives).
+    pub(crate) peer_capabilities: u32,
 }
 
 impl Session {
@@ -158,6 +163,7 @@ impl Session {
             send_nonce: 0,
             received: 0,
             window: ReplayWindow::default(),
+            peer_capabilities: 0,
         })
     }
 
@@ -185,6 +191,28 @@ impl Session {
     /// where it leaves, so the payload is not copied to be sealed. On an error `out` is cut
     /// back to `start`.
     pub(crate) fn seal_in_place(&mut self, out: &mut Vec<u8>, start: usize) -> Result<(), Error> {
+        self.seal_kind_in_place(out, start, TYPE_DATA)
+    }
+
+    /// A capabilities datagram announcing `flags` (`wire::CAP_*`), sealed on this session.
+    pub(crate) fn seal_capabilities(&mut self, flags: u32) -> Result<Vec<u8>, Error> {
+        let mut out = vec![0; DATA_HEADER_LEN];
+        out.extend_from_slice(&super::wire::capabilities(flags));
+        self.seal_kind_in_place(&mut out, 0, super::wire::TYPE_CAPABILITIES)?;
+        Ok(out)
+    }
+
+    /// Whether the peer said it does not verify STP checksums ([`CAP_SKIPS_STP_CHECKSUM`]).
+    pub(crate) fn peer_skips_stp_checksum(&self) -> bool {
+        self.peer_capabilities & CAP_SKIPS_STP_CHECKSUM != 0
+    }
+
+    fn seal_kind_in_place(
+        &mut self,
+        out: &mut Vec<u8>,
+        start: usize,
+        kind: u8,
+    ) -> Result<(), Error> {
         let payload_len = out
             .len()
             .checked_sub(start.saturating_add(DATA_HEADER_LEN))
@@ -201,7 +229,7 @@ impl Session {
                 .get_mut(start..start + DATA_HEADER_LEN)
                 .and_then(|h| <&mut [u8; DATA_HEADER_LEN]>::try_from(h).ok())
                 .ok_or(Error::Internal)?;
-            write_data_header(head, self.remote_index, nonce);
+            write_data_header(head, kind, self.remote_index, nonce);
             let body = out
                 .get_mut(start + DATA_HEADER_LEN..)
                 .ok_or(Error::Internal)?;

@@ -925,7 +925,7 @@ fn sealing_and_opening_in_place_match_the_copying_path() {
         // bit fails authentication and changes nothing.
         let mut back = vec![0; DATA_HEADER_LEN];
         back.extend_from_slice(msg);
-        s.gw.seal_to_in_place(addr(0), &mut back, 0).unwrap();
+        s.gw.seal_to_in_place(addr(0), &mut back, 0, false).unwrap();
         let mut bad = back.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
@@ -940,4 +940,56 @@ fn sealing_and_opening_in_place_match_the_copying_path() {
     // Anything but a data datagram is not opened in place (the hop hands it to `open`).
     let mut initiation = ini.initiation().to_vec();
     assert_eq!(ini.open_in_place(&mut initiation), Err(Error::Malformed));
+}
+
+/// Capabilities: each end's datagram is opened on its session and noted there (nothing else is
+/// delivered); a replayed one is refused; a tampered one fails authentication; sealed
+/// bytes that are not a capabilities plaintext are malformed. Data sealed afterwards still
+/// opens (one nonce sequence for both).
+#[test]
+fn capabilities_are_noted_on_the_session_and_guarded_like_data() {
+    use crate::tunnel::wire::{TYPE_CAPABILITIES, TYPE_DATA};
+    let mut s = setup(1, ResponderConfig::default());
+    let (mut ini, session) = connect(&mut s, 0, 1);
+    assert!(!ini.peer_skips_stp_checksum(), "nothing announced yet");
+    let caps = ini.capabilities_datagram().unwrap();
+    assert_eq!(caps.len(), 37);
+    assert_eq!(caps[0], TYPE_CAPABILITIES);
+    let mut out = Vec::new();
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &caps, addr(0), &mut out),
+        Ok(Opened::Capabilities { session })
+    );
+    assert!(out.is_empty());
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &caps, addr(0), &mut out),
+        Err(Error::Replay(0))
+    );
+    let reply = s.gw.capabilities_datagram(session).unwrap();
+    let mut tampered = reply.clone();
+    tampered[20] ^= 1;
+    assert_eq!(ini.open(&tampered, &mut out), Err(Error::AuthFailed));
+    assert!(!ini.peer_skips_stp_checksum());
+    assert!(matches!(
+        ini.open(&reply, &mut out),
+        Ok(Opened::Capabilities { .. })
+    ));
+    assert!(ini.peer_skips_stp_checksum());
+    // Data sealed as type 3 but relabelled type 7: its plaintext is not capabilities.
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    ini.seal(&[0x10; 8], &mut wire).unwrap();
+    wire[0] = TYPE_CAPABILITIES;
+    assert_eq!(wire.len(), 37);
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Err(Error::Malformed)
+    );
+    // And data still flows on the same nonce sequence.
+    ini.seal(b"after", &mut wire).unwrap();
+    assert_eq!(wire[0], TYPE_DATA);
+    assert_eq!(
+        s.gw.open(Instant::ZERO, &wire, addr(0), &mut plain),
+        Ok(Opened::Data { session })
+    );
+    assert_eq!(plain, b"after");
 }

@@ -6,7 +6,12 @@
 //! (types 5 and 6: the same in the AES-256-GCM suite)
 //! data:       type=3 | receiver index (4) | nonce (8) | ciphertext+tag (n+16) = n + 29 bytes
 //! unknown:    type=4 | receiver index (4)                                =   5 bytes
+//! capabilities: type=7 | receiver index (4) | nonce (8) | sealed 8 bytes + tag (16) = 37 bytes
 //! ```
+//!
+//! A capabilities datagram is sealed on the session like data (same nonce sequence); its
+//! plaintext is `00 63 61 70` ("\0cap", never an STP datagram: version nibble 0) and a 32-bit
+//! flag word. A version that does not know type 7 drops it as malformed.
 //!
 //! Parsing only splits bytes; it never panics and never allocates.
 
@@ -23,6 +28,31 @@ pub(crate) const TYPE_RESPONSE_AESGCM: u8 = 6;
 pub(crate) const TYPE_UNKNOWN_SESSION: u8 = 4;
 /// Length of an unknown-session notice.
 pub(crate) const UNKNOWN_SESSION_LEN: usize = 5;
+/// Either end, sealed on the session: what this end does (`docs/tunnel.md`, "Capabilities").
+pub(crate) const TYPE_CAPABILITIES: u8 = 7;
+/// The first four bytes of a capabilities plaintext.
+pub(crate) const CAPABILITIES_MAGIC: [u8; 4] = [0, b'c', b'a', b'p'];
+/// A capabilities plaintext: the magic and a 32-bit flag word.
+pub(crate) const CAPABILITIES_LEN: usize = 8;
+/// Capability: this end does not verify the STP checksum of the datagrams it opens (the AEAD
+/// tag covers every byte), so its peer may leave the checksum field zero (spec §3.3).
+pub(crate) const CAP_SKIPS_STP_CHECKSUM: u32 = 1;
+
+/// A capabilities plaintext announcing `flags`.
+pub(crate) fn capabilities(flags: u32) -> [u8; CAPABILITIES_LEN] {
+    let mut b = [0u8; CAPABILITIES_LEN];
+    b[..4].copy_from_slice(&CAPABILITIES_MAGIC);
+    b[4..].copy_from_slice(&flags.to_be_bytes());
+    b
+}
+
+/// The flag word of a capabilities plaintext (unknown bits are kept for the caller to ignore).
+pub(crate) fn parse_capabilities(plain: &[u8]) -> Option<u32> {
+    if plain.len() != CAPABILITIES_LEN || plain[..4] != CAPABILITIES_MAGIC {
+        return None;
+    }
+    be32(&plain[4..])
+}
 
 /// Noise IK message 1: ephemeral (32) + encrypted static (32 + 16) + encrypted 8-byte timestamp (8 + 16).
 pub(crate) const INITIATION_NOISE_LEN: usize = 32 + 48 + 8 + 16;
@@ -88,6 +118,11 @@ pub(crate) enum Packet<'a> {
     UnknownSession {
         receiver: u32,
     },
+    Capabilities {
+        receiver: u32,
+        nonce: u64,
+        ciphertext: &'a [u8],
+    },
 }
 
 fn be32(b: &[u8]) -> Option<u32> {
@@ -133,6 +168,13 @@ impl<'a> Packet<'a> {
                     ciphertext: body.get(8..)?,
                 })
             }
+            TYPE_CAPABILITIES if body.len() == 8 + CAPABILITIES_LEN + TAG_LEN => {
+                Some(Packet::Capabilities {
+                    receiver: index,
+                    nonce: be64(body)?,
+                    ciphertext: body.get(8..)?,
+                })
+            }
             TYPE_UNKNOWN_SESSION if body.is_empty() => {
                 Some(Packet::UnknownSession { receiver: index })
             }
@@ -147,11 +189,17 @@ pub(crate) fn emit_header(out: &mut Vec<u8>, ty: u8, index: u32) {
     out.extend_from_slice(&index.to_be_bytes());
 }
 
-/// Writes a data datagram's header (type, receiver index, nonce) into its room.
-pub(crate) fn write_data_header(head: &mut [u8; DATA_HEADER_LEN], receiver: u32, nonce: u64) {
+/// Writes a sealed datagram's header (type: data or capabilities, receiver index, nonce) into
+/// its room.
+pub(crate) fn write_data_header(
+    head: &mut [u8; DATA_HEADER_LEN],
+    kind: u8,
+    receiver: u32,
+    nonce: u64,
+) {
     let (ty, rest) = head.split_at_mut(1);
     let (index, n) = rest.split_at_mut(4);
-    ty[0] = TYPE_DATA;
+    ty[0] = kind;
     index.copy_from_slice(&receiver.to_be_bytes());
     n.copy_from_slice(&nonce.to_be_bytes());
 }

@@ -14,7 +14,6 @@ use crate::wire::{
     ENDAK_LEN, END_LEN, GAP_LEN, HEADER_LEN, POLL_LEN, SD_RESERVE, STAT_FIXED_LEN,
     SUPPORTED_VERSIONS, USTAT_LEN, VERSION,
 };
-use bytes::Bytes;
 
 /// Bytes the reverse budget must hold before feedback is sent (a STAT with a few gaps).
 pub(super) const FEEDBACK_ESTIMATE: usize = 64;
@@ -44,12 +43,13 @@ impl Quiet {
     }
 }
 
-/// A datagram being assembled: its bodies, the STAT's gap list and the SD payload (which the
-/// packet borrows only when emitted), and the room taken.
+/// A datagram being assembled: its bodies, the STAT's gap list, the SD's sequence number (its
+/// payload stays in the send buffer, which the packet borrows only when emitted), and the room
+/// taken.
 struct PacketBuilder {
     packet: Packet<'static>,
     gaps: Vec<(u32, u32)>,
-    sd: Option<Bytes>,
+    sd: Option<u64>,
     /// Bytes the datagram holds so far, header included.
     used: usize,
     /// The peer's datagram limit.
@@ -117,14 +117,20 @@ impl Connection {
             });
             return None;
         }
-        let mut p = b.packet;
-        if let Some(payload) = &b.sd {
-            p.payload = payload;
+        let mut p: Packet<'_> = b.packet;
+        if let Some(seq) = b.sd {
+            let sd = self.send.get(seq);
+            debug_assert!(sd.is_some(), "SD {seq} packetized but no longer kept");
+            if let Some(sd) = sd {
+                p.payload = &sd.payload;
+            }
         }
         if let Some(stat) = p.stat.as_mut() {
             stat.gaps = Gaps::List(&b.gaps);
         }
-        let n = self.emit(&p, buf);
+        // `self.emit` inlined: the payload borrows the send buffer.
+        let n = p.emit_with(buf, self.config.emit_checksum);
+        self.stats.record_sent(p.types(), n, p.payload.len());
         if b.sd.is_none() && (p.stat.is_some() || p.ustat.is_some()) {
             if let Some(fp) = self.feedback_pacer.as_mut() {
                 fp.on_sent(n);
@@ -290,7 +296,7 @@ impl Connection {
         } else {
             self.send.packetize(len, stamp)
         };
-        let Some((seq, payload)) = taken else {
+        let Some((seq, payload_len)) = taken else {
             return;
         };
         // Spec §6.5/§7.2a: an SD leaves only into an empty pipe or within cwnd plus the report
@@ -301,17 +307,17 @@ impl Connection {
             self.send.in_flight(),
             self.send_window()
         );
-        self.pacer.on_sent(payload.len() + HEADER_LEN);
+        self.pacer.on_sent(payload_len + HEADER_LEN);
         if retx.is_some() {
             self.stats.count(Counter::RetransmittedPackets, 1);
             self.stats
-                .count(Counter::RetransmittedBytes, payload.len() as u64);
+                .count(Counter::RetransmittedBytes, payload_len as u64);
         } else {
             self.sds_since_poll += 1;
         }
         b.packet.header.seq = to_wire(seq);
         self.zero_window_probes = 0;
-        b.sd = Some(payload);
+        b.sd = Some(seq);
     }
 
     /// Step 4: END becomes due once every written byte is packetized; a POLL (carrying the END

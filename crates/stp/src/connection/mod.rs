@@ -741,7 +741,7 @@ impl Connection {
     }
 
     fn emit(&mut self, p: &Packet<'_>, buf: &mut Vec<u8>) -> usize {
-        let n = p.emit(buf);
+        let n = p.emit_with(buf, self.config.emit_checksum);
         self.stats.record_sent(p.types(), n, p.payload.len());
         n
     }
