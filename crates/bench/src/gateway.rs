@@ -137,6 +137,11 @@ pub struct HopDelta {
     pub stats_received: u64,
     pub gateway_socket_overflows: u64,
     pub terminal_socket_overflows: u64,
+    /// STP checksums the tunnel computed as it sealed, for a peer that verifies them
+    /// (`satstp_tunnel_stp_checksums_filled_total`); `None` where a daemon does not report it
+    /// (an older version, which computes every one).
+    pub gateway_stp_checksums_filled: Option<u64>,
+    pub terminal_stp_checksums_filled: Option<u64>,
 }
 
 impl HopDelta {
@@ -157,6 +162,8 @@ impl HopDelta {
             "stats_received": self.stats_received,
             "gateway_socket_overflows": self.gateway_socket_overflows,
             "terminal_socket_overflows": self.terminal_socket_overflows,
+            "gateway_stp_checksums_filled": self.gateway_stp_checksums_filled,
+            "terminal_stp_checksums_filled": self.terminal_stp_checksums_filled,
         })
     }
 }
@@ -173,6 +180,8 @@ struct HopCounters {
     stats_received: f64,
     gateway_socket_overflows: f64,
     terminal_socket_overflows: f64,
+    gateway_stp_checksums_filled: Option<f64>,
+    terminal_stp_checksums_filled: Option<f64>,
 }
 
 /// The sum of the `satstp_hop_socket_overflows_total` a daemon's `/metrics` reports.
@@ -183,13 +192,25 @@ fn socket_overflows(m: &std::collections::BTreeMap<String, f64>) -> f64 {
         .sum()
 }
 
+/// `satstp_tunnel_stp_checksums_filled_total` as a daemon's `/metrics` reports it, if it does.
+fn stp_checksums_filled(m: &std::collections::BTreeMap<String, f64>) -> Option<f64> {
+    m.iter()
+        .find(|(k, _)| k.starts_with("satstp_tunnel_stp_checksums_filled_total"))
+        .map(|(_, v)| *v)
+}
+
 impl HopCounters {
     /// The gateway's counters from its `/metrics` at `metrics`, and the terminals' socket
-    /// overflows from theirs.
+    /// overflows and checksums from theirs.
     fn read(metrics: SocketAddr, terminals: &[SocketAddr]) -> Result<HopCounters> {
         let mut terminal_socket_overflows = 0.0;
+        let mut terminal_stp_checksums_filled = Some(0.0);
         for &t in terminals {
-            terminal_socket_overflows += socket_overflows(&scrape(t)?);
+            let m = scrape(t)?;
+            terminal_socket_overflows += socket_overflows(&m);
+            terminal_stp_checksums_filled = terminal_stp_checksums_filled
+                .zip(stp_checksums_filled(&m))
+                .map(|(a, b)| a + b);
         }
         let m = scrape(metrics)?;
         let sum = |name: &str, label: &str| -> f64 {
@@ -210,6 +231,8 @@ impl HopCounters {
                 + sum("satstp_stp_packets_received_total{", "type=\"ustat\""),
             gateway_socket_overflows: socket_overflows(&m),
             terminal_socket_overflows,
+            gateway_stp_checksums_filled: stp_checksums_filled(&m),
+            terminal_stp_checksums_filled,
         })
     }
 
@@ -231,6 +254,14 @@ impl HopCounters {
                 self.terminal_socket_overflows,
                 later.terminal_socket_overflows,
             ),
+            gateway_stp_checksums_filled: self
+                .gateway_stp_checksums_filled
+                .zip(later.gateway_stp_checksums_filled)
+                .map(|(a, b)| d(a, b)),
+            terminal_stp_checksums_filled: self
+                .terminal_stp_checksums_filled
+                .zip(later.terminal_stp_checksums_filled)
+                .map(|(a, b)| d(a, b)),
         }
     }
 }
@@ -334,14 +365,21 @@ impl GatewayOptions {
     }
 }
 
-/// Runs the benchmark: the daemons started from `exe` (the satstp binary) with their files in
-/// `dir` (see [`crate::process::daemon_dir`]), the idle connections, the single flow and the
-/// parallel flows measured.
-pub fn run(args: &GatewayOptions, exe: &Path, dir: &Path) -> Result<Figures> {
+/// The satstp binaries the daemons are started from (usually both this one).
+#[derive(Debug, Clone)]
+pub struct DaemonExes {
+    pub gateway: std::path::PathBuf,
+    pub terminal: std::path::PathBuf,
+}
+
+/// Runs the benchmark: the daemons started from `exes` with their files in `dir` (see
+/// [`crate::process::daemon_dir`]), the idle connections, the single flow and the parallel
+/// flows measured.
+pub fn run(args: &GatewayOptions, exes: &DaemonExes, dir: &Path) -> Result<Figures> {
     let _ = pep::fdlimit::raise_nofile_limit();
     // Before anything of the bench runs, so the figures describe the host, not the bench.
     let host = crate::host::measure(usize::from(MAX_DATAGRAM), Duration::from_millis(200));
-    let mut daemons = start_daemons(exe, dir, args, args.idle + args.parallel + 64)?;
+    let mut daemons = start_daemons(exes, dir, args, args.idle + args.parallel + 64)?;
     let mut f = measure(args, &mut daemons)?;
     f.host = Some(host);
     Ok(f)
@@ -407,7 +445,7 @@ impl Figures {
 /// daemons; returns once every daemon's metrics endpoint answers ([`wait_ready`]): a terminal
 /// binds its SOCKS5 listener before it.
 fn start_daemons(
-    exe: &Path,
+    exes: &DaemonExes,
     dir: &Path,
     args: &GatewayOptions,
     max_connections: u32,
@@ -477,6 +515,11 @@ fn start_daemons(
             "gateway"
         } else {
             "terminal"
+        };
+        let exe = if role == "gateway" {
+            &exes.gateway
+        } else {
+            &exes.terminal
         };
         procs.push(spawn(
             exe,

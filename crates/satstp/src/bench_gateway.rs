@@ -44,6 +44,13 @@ pub struct GatewayBenchArgs {
     /// connection, so with 100 flows over loopback (srtt a few ms) the POLLs and STATs per GB.
     #[arg(long, value_name = "MS")]
     min_poll_interval: Option<u32>,
+    /// Start the gateway daemon from this satstp binary instead of this one (another version,
+    /// to measure or check a mixed pair: its configuration file must read as this version's).
+    #[arg(long, value_name = "PATH")]
+    gateway_exe: Option<PathBuf>,
+    /// Start the terminal daemons from this satstp binary instead of this one.
+    #[arg(long, value_name = "PATH")]
+    terminal_exe: Option<PathBuf>,
     /// Results as JSON: --json (or --json -) prints them on standard output instead of the
     /// text; --json FILE writes them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -65,8 +72,40 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     };
     opts.check()?;
     let exe = std::env::current_exe().context("cannot find the satstp binary itself")?;
+    // Another binary must answer `--version` as satstp does; its answer is printed.
+    let daemon_exe = |flag: &str, path: &Option<PathBuf>| -> Result<(PathBuf, String)> {
+        let Some(p) = path else {
+            return Ok((exe.clone(), format!("satstp {}", env!("SATSTP_VERSION"))));
+        };
+        let not = |why: String| {
+            anyhow::anyhow!(
+                "{flag} {}: {why}; give the path of a satstp binary",
+                p.display()
+            )
+        };
+        let out = std::process::Command::new(p)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| not(format!("cannot run it ({e})")))?;
+        let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || !v.starts_with("satstp ") {
+            return Err(not(format!(
+                "`--version` did not answer as satstp does ({v:?})"
+            )));
+        }
+        Ok((p.clone(), v))
+    };
+    let ((gateway_exe, gateway_version), (terminal_exe, terminal_version)) = (
+        daemon_exe("--gateway-exe", &args.gateway_exe)?,
+        daemon_exe("--terminal-exe", &args.terminal_exe)?,
+    );
+    let exes = bench::gateway::DaemonExes {
+        gateway: gateway_exe,
+        terminal: terminal_exe,
+    };
     let dir = bench::process::daemon_dir("satstp-bench-gateway")?;
-    let result = bench::gateway::run(&opts, &exe, &dir);
+    let result = bench::gateway::run(&opts, &exes, &dir);
     for line in bench::process::end_daemon_dir(&dir, result.is_err()) {
         eprintln!("{line}");
     }
@@ -76,7 +115,12 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
     let parallel = f.parallel_cpu.per_gb(f.parallel_bytes);
     let (t_idle, g_idle) = f.idle_kib();
     if args.json.is_some() {
-        crate::outpath::write_json(&args.json, &f.json(&opts))?;
+        let mut j = f.json(&opts);
+        j["gateway_exe"] = serde_json::json!(exes.gateway.display().to_string());
+        j["terminal_exe"] = serde_json::json!(exes.terminal.display().to_string());
+        j["gateway_version"] = serde_json::json!(gateway_version);
+        j["terminal_version"] = serde_json::json!(terminal_version);
+        crate::outpath::write_json(&args.json, &j)?;
     }
     outln!("satstp bench gateway: SOCKS client → terminal daemon → encrypted STP hop → gateway daemon → origin, all on loopback, no impairment");
     outln!(
@@ -129,6 +173,24 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             h.retransmitted_packets,
             h.terminal_socket_overflows,
             h.gateway_socket_overflows
+        );
+        let filled = |n: Option<u64>| {
+            n.map_or(
+                "not reported (an older daemon: it computes every one)".to_string(),
+                |n| n.to_string(),
+            )
+        };
+        outln!(
+            "  {name:<11} tunnel  STP checksums computed as the tunnel sealed (for a peer that verifies them): gateway {}, terminal {}",
+            filled(h.gateway_stp_checksums_filled),
+            filled(h.terminal_stp_checksums_filled)
+        );
+    }
+    if args.gateway_exe.is_some() || args.terminal_exe.is_some() {
+        outln!(
+            "  daemons from        gateway {} ({gateway_version}), terminal {} ({terminal_version})",
+            exes.gateway.display(),
+            exes.terminal.display()
         );
     }
     outln!(

@@ -70,6 +70,19 @@ fn bench_gateway_json_has_positive_figures() {
         "{par}"
     );
     assert!(par["polls_sent"].as_u64().unwrap_or(0) > 0, "{par}");
+    // Both daemons are this version: they exchanged capabilities when their session came up,
+    // before either run, so the tunnel computed no STP checksum in either (a handful at most,
+    // should a session be renewed during a run).
+    for run in ["single_flow_gateway_hop", "parallel_gateway_hop"] {
+        for side in ["gateway", "terminal"] {
+            let n = v[run][format!("{side}_stp_checksums_filled")].as_u64();
+            assert!(
+                n.is_some_and(|n| n <= 10),
+                "{run}: {side} computed {n:?}: {}",
+                v[run]
+            );
+        }
+    }
     // The peak memory is at least what the daemon held with its idle connections.
     let gw = &v["gateway_rss_kib"];
     assert!(
@@ -103,13 +116,30 @@ fn bench_gateway_with_workers_and_several_terminals() {
     assert!(v["parallel_gbps"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
     let hs = v["gateway_tunnel_handshakes"].as_u64().unwrap_or(0);
     assert!(hs >= 3, "one session per terminal: {hs} handshakes");
+    // An executable that is not satstp (a shell script that answers `--version` otherwise).
+    let dir = common::fresh_dir("bench-gateway-exe");
+    let other = dir.join("other");
+    std::fs::write(&other, "#!/bin/sh\necho other 1.0\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let other = other.to_string_lossy().to_string();
     for bad in [
         ["--workers", "0"],
         ["--terminals", "201"],
         ["--memory-cap", "1MiB"],
+        ["--gateway-exe", "/nonexistent/satstp"],
+        ["--terminal-exe", other.as_str()],
     ] {
         let err = fails(satstp().args(["bench", "gateway"]).args(bad));
         assert!(err.contains(bad[0]), "{err}");
+        if bad[0].ends_with("-exe") {
+            assert!(
+                err.contains(bad[1]) && err.contains("satstp binary"),
+                "{err}"
+            );
+        }
     }
 }
 
