@@ -881,8 +881,8 @@ mod tests {
         assert_eq!(sd.encoded_len(), 1012);
     }
 
-    #[test]
-    fn every_single_bit_flip_is_rejected() {
+    /// An SD of 40 bytes with a POLL, emitted.
+    fn sd_with_poll() -> Vec<u8> {
         let payload = [0x5au8; 40];
         let mut p = Packet::new(Header { seq: 9, ..header() });
         p.payload = &payload;
@@ -893,6 +893,12 @@ mod tests {
         });
         let mut buf = Vec::new();
         p.emit(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected() {
+        let buf = sd_with_poll();
         for bit in 0..buf.len() * 8 {
             let mut b = buf.clone();
             b[bit / 8] ^= 1 << (bit % 8);
@@ -905,16 +911,7 @@ mod tests {
     /// while truncation and reserved bits are still refused.
     #[test]
     fn authenticated_parse_skips_only_the_checksum() {
-        let payload = [0x5au8; 40];
-        let mut p = Packet::new(Header { seq: 9, ..header() });
-        p.payload = &payload;
-        p.poll = Some(Poll {
-            next_seq: 10,
-            keepalive: false,
-            timestamp: 1234,
-        });
-        let mut buf = Vec::new();
-        p.emit(&mut buf);
+        let buf = sd_with_poll();
         let intact = Packet::parse(&buf).unwrap();
         assert_eq!(Packet::parse_authenticated(&buf).unwrap(), intact);
         let mut bad_sum = buf.clone();

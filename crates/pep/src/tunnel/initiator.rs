@@ -384,8 +384,7 @@ impl Initiator {
                 nonce,
                 ciphertext,
             } => {
-                out.extend_from_slice(ciphertext);
-                let n = self.open_data(receiver, nonce, out)?;
+                let n = self.open_copy(receiver, nonce, ciphertext, out)?;
                 out.truncate(n);
                 Ok(Opened::Data { session: receiver })
             }
@@ -394,8 +393,7 @@ impl Initiator {
                 nonce,
                 ciphertext,
             } => {
-                out.extend_from_slice(ciphertext);
-                let n = self.open_data(receiver, nonce, out)?;
+                let n = self.open_copy(receiver, nonce, ciphertext, out)?;
                 let flags = out
                     .get(..n)
                     .and_then(super::wire::parse_capabilities)
@@ -407,6 +405,19 @@ impl Initiator {
                 Ok(Opened::Capabilities { session: receiver })
             }
         }
+    }
+
+    /// Opens a sealed part, copied into `out`, on the session it names; returns the
+    /// plaintext's length (its first bytes in `out`).
+    fn open_copy(
+        &mut self,
+        receiver: u32,
+        nonce: u64,
+        ciphertext: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, Error> {
+        out.extend_from_slice(ciphertext);
+        self.open_data(receiver, nonce, out)
     }
 
     /// The current or the previous session, by our index.
