@@ -1419,9 +1419,6 @@ impl<S: EventSink, P> HopCore<S, P> {
         }
     }
 
-    /// Terminal, after a rekey: an empty datagram (a probe) on the new session, so the gateway
-    /// seals on it from now on; again while the gateway's datagrams still come on the old one,
-    /// at most every [`SWITCH_PROBE_INTERVAL`] (the first may be lost).
     /// Terminal: announces our capabilities on the session just established (`docs/tunnel.md`,
     /// "Capabilities"); the gateway answers with its own. Lost, it costs only the checksums
     /// both ends keep computing until the next session.
@@ -1437,6 +1434,9 @@ impl<S: EventSink, P> HopCore<S, P> {
         }
     }
 
+    /// Terminal, after a rekey: an empty datagram (a probe) on the new session, so the gateway
+    /// seals on it from now on; again while the gateway's datagrams still come on the old one,
+    /// at most every [`SWITCH_PROBE_INTERVAL`] (the first may be lost).
     fn probe_new_session(&mut self, now: Instant) {
         let Sec::Terminal { init, gateway, .. } = &mut self.security else {
             return;

@@ -207,6 +207,7 @@ impl Session {
         self.peer_capabilities & CAP_SKIPS_STP_CHECKSUM != 0
     }
 
+    /// [`Self::seal_in_place`] with `kind` as the datagram's type (data or capabilities).
     fn seal_kind_in_place(
         &mut self,
         out: &mut Vec<u8>,
