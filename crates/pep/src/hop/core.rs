@@ -469,8 +469,9 @@ pub struct HopCore<S, P> {
     /// `next_session_sweep`.
     session_idle: Duration,
     next_session_sweep: Instant,
-    /// Tests: behave as a version before tunnel capabilities (26 November 2026 and earlier):
-    /// announce none, drop capabilities datagrams as malformed, verify every STP checksum.
+    /// Tests: behave as a version before tunnel capabilities (any build before 28 November
+    /// 2026): announce none, drop capabilities datagrams as malformed, verify every STP
+    /// checksum.
     legacy_tunnel: bool,
 }
 
