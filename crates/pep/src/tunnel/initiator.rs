@@ -289,9 +289,8 @@ impl Initiator {
         out: &mut Vec<u8>,
         start: usize,
     ) -> Result<(), Error> {
-        if !self.peer_skips_stp_checksum() {
-            if let Some(d) = out.get_mut(start + super::wire::DATA_HEADER_LEN..) {
-                stp::wire::fill_checksum(d);
+        if let Some(s) = &self.session {
+            if s.fill_stp_checksum_for_peer(out, start) {
                 self.counters.stp_checksums_filled += 1;
             }
         }
@@ -394,14 +393,11 @@ impl Initiator {
                 ciphertext,
             } => {
                 let n = self.open_copy(receiver, nonce, ciphertext, out)?;
-                let flags = out
-                    .get(..n)
-                    .and_then(super::wire::parse_capabilities)
-                    .ok_or(Error::Malformed)?;
+                let plain = out.get(..n).ok_or(Error::Malformed)?;
+                self.session_mut(receiver)
+                    .ok_or(Error::UnknownSession(receiver))?
+                    .note_capabilities(plain)?;
                 out.clear();
-                if let Some(s) = self.session_mut(receiver) {
-                    s.peer_capabilities = flags;
-                }
                 Ok(Opened::Capabilities { session: receiver })
             }
         }
@@ -437,8 +433,9 @@ impl Initiator {
         Ok(d)
     }
 
-    /// Whether the gateway said, on the current session, that it does not verify STP
-    /// checksums: the hop then leaves them out of the datagrams it seals.
+    /// Tests: whether the gateway said, on the current session, that it does not verify STP
+    /// checksums.
+    #[cfg(test)]
     pub(crate) fn peer_skips_stp_checksum(&self) -> bool {
         self.session
             .as_ref()

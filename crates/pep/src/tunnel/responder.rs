@@ -362,11 +362,8 @@ impl Responder {
             out.truncate(start);
             return Err(Error::NotEstablished);
         };
-        if stp && !entry.session.peer_skips_stp_checksum() {
-            if let Some(d) = out.get_mut(start + super::wire::DATA_HEADER_LEN..) {
-                stp::wire::fill_checksum(d);
-                self.counters.stp_checksums_filled += 1;
-            }
+        if stp && entry.session.fill_stp_checksum_for_peer(out, start) {
+            self.counters.stp_checksums_filled += 1;
         }
         entry.session.seal_in_place(out, start)?;
         self.counters.data_sealed += 1;
@@ -538,14 +535,13 @@ impl Responder {
         from: SocketAddr,
     ) -> Result<Opened, Error> {
         let n = self.data(now, receiver, nonce, out, from)?;
-        let flags = out
-            .get(..n)
-            .and_then(super::wire::parse_capabilities)
-            .ok_or(Error::Malformed)?;
+        let plain = out.get(..n).ok_or(Error::Malformed)?;
+        self.sessions
+            .get_mut(&receiver)
+            .ok_or(Error::UnknownSession(receiver))?
+            .session
+            .note_capabilities(plain)?;
         out.clear();
-        if let Some(e) = self.sessions.get_mut(&receiver) {
-            e.session.peer_capabilities = flags;
-        }
         Ok(Opened::Capabilities { session: receiver })
     }
 

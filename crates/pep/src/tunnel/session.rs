@@ -207,6 +207,28 @@ impl Session {
         self.peer_capabilities & CAP_SKIPS_STP_CHECKSUM != 0
     }
 
+    /// Notes the flags of the peer's capabilities plaintext `plain` (malformed unless it is one).
+    pub(crate) fn note_capabilities(&mut self, plain: &[u8]) -> Result<(), Error> {
+        self.peer_capabilities = super::wire::parse_capabilities(plain).ok_or(Error::Malformed)?;
+        Ok(())
+    }
+
+    /// Before [`Self::seal_in_place`] of an STP datagram emitted without its checksum (at
+    /// `out[start + DATA_HEADER_LEN..]`): fills the checksum unless the peer said it skips it;
+    /// whether it did.
+    pub(crate) fn fill_stp_checksum_for_peer(&self, out: &mut [u8], start: usize) -> bool {
+        if self.peer_skips_stp_checksum() {
+            return false;
+        }
+        match out.get_mut(start + DATA_HEADER_LEN..) {
+            Some(d) => {
+                stp::wire::fill_checksum(d);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// [`Self::seal_in_place`] with `kind` as the datagram's type (data or capabilities).
     fn seal_kind_in_place(
         &mut self,
