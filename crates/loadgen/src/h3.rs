@@ -17,6 +17,12 @@
 //! What the origin saw is counted: QUIC connections completed ([`H3Origin::connections`]) and
 //! objects answered in full, each with its path and size ([`H3Origin::served`]), so a test can
 //! tell that a browser really used QUIC and received every byte.
+//!
+//! A request the client cancels (it resets the request stream, or stops the answer's, with
+//! `H3_REQUEST_CANCELLED`, RFC 9114 §4.1.1) is counted in [`H3Origin::cancelled`], not as an
+//! error: browsers do this as a normal part of loading (a request they no longer need). Such a
+//! request is not in [`H3Origin::served`], so a caller that needs every object still sees the
+//! one that did not arrive.
 
 use crate::origin::{kit_path, Files, NotFound, NOT_FOUND_KEPT};
 use crate::tls::{Alpn, TestPki, TlsOptions};
@@ -46,6 +52,7 @@ struct Shared {
     connections: AtomicU64,
     served: Mutex<Vec<Served>>,
     not_found: Mutex<NotFound>,
+    cancelled: Mutex<Cancelled>,
     errors: Mutex<Vec<String>>,
 }
 
@@ -55,6 +62,52 @@ impl Shared {
             e.push(what);
         }
     }
+
+    fn cancelled(&self, what: String) {
+        if let Ok(mut c) = self.cancelled.lock() {
+            c.count += 1;
+            if c.first.len() < NOT_FOUND_KEPT {
+                c.first.push(what);
+            }
+        }
+    }
+}
+
+/// Requests the client cancelled (`H3_REQUEST_CANCELLED`): how many, and the first
+/// [`NOT_FOUND_KEPT`] of them as `GET /path HTTP/3`, or `a request before its head` when the
+/// stream was reset before the request arrived.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cancelled {
+    pub count: u64,
+    pub first: Vec<String>,
+}
+
+/// How answering one request ended, when it did not end with the answer sent.
+enum Unanswered {
+    /// The client cancelled the request: normal client behaviour.
+    Cancelled,
+    Failed(String),
+}
+
+impl Unanswered {
+    fn stream(e: h3::error::StreamError) -> Unanswered {
+        if cancelled_by_client(&e) {
+            Unanswered::Cancelled
+        } else {
+            Unanswered::Failed(e.to_string())
+        }
+    }
+}
+
+/// Whether a request stream failed because the client cancelled the request: it reset the
+/// stream, or asked the origin to stop sending, with `H3_REQUEST_CANCELLED` (RFC 9114 §4.1.1:
+/// "the request or its response is cancelled").
+fn cancelled_by_client(e: &h3::error::StreamError) -> bool {
+    matches!(
+        e,
+        h3::error::StreamError::RemoteTerminate { code, .. }
+            if *code == h3::error::Code::H3_REQUEST_CANCELLED
+    )
 }
 
 /// A running HTTP/3 origin; stopped when dropped.
@@ -161,7 +214,12 @@ impl H3Origin {
         crate::snapshot(&self.shared.not_found)
     }
 
-    /// Failed handshakes, connections and requests so far.
+    /// Requests the client cancelled so far: counted, not errors.
+    pub fn cancelled(&self) -> Cancelled {
+        crate::snapshot(&self.shared.cancelled)
+    }
+
+    /// Failed handshakes, connections and requests so far (a cancelled request is not one).
     pub fn errors(&self) -> Vec<String> {
         crate::snapshot(&self.shared.errors)
     }
@@ -217,11 +275,16 @@ async fn serve_connection(
                 requests.spawn(async move {
                     let (req, stream) = match resolver.resolve_request().await {
                         Ok(r) => r,
+                        Err(e) if cancelled_by_client(&e) => {
+                            return shared.cancelled("a request before its head".into())
+                        }
                         Err(e) => return shared.error(format!("request head: {e}")),
                     };
-                    let what = format!("{} {}", req.method(), req.uri().path());
-                    if let Err(e) = answer(req, stream, files.as_deref(), &shared).await {
-                        shared.error(format!("{what}: {e}"));
+                    let what = format!("{} {} HTTP/3", req.method(), req.uri().path());
+                    match answer(req, stream, files.as_deref(), &shared).await {
+                        Ok(()) => {}
+                        Err(Unanswered::Cancelled) => shared.cancelled(what),
+                        Err(Unanswered::Failed(e)) => shared.error(format!("{what}: {e}")),
                     }
                 });
             }
@@ -263,12 +326,12 @@ async fn answer<S>(
     mut stream: h3::server::RequestStream<S, Bytes>,
     files: Option<&Files>,
     shared: &Shared,
-) -> Result<(), String>
+) -> Result<(), Unanswered>
 where
     S: h3::quic::BidiStream<Bytes>,
 {
     let path = req.uri().path().to_owned();
-    let e = |e: h3::error::StreamError| e.to_string();
+    let e = Unanswered::stream;
     let ok = |content_type: &str, len: u64| {
         Response::builder()
             .status(StatusCode::OK)
@@ -277,7 +340,7 @@ where
             .header("cache-control", "no-store")
             .header("alt-svc", shared.alt_svc.as_str())
             .body(())
-            .map_err(|e| e.to_string())
+            .map_err(|e| Unanswered::Failed(e.to_string()))
     };
     let get = req.method() == http::Method::GET;
     let bytes = if let Some((content_type, body)) = files.filter(|_| get).and_then(|f| f.get(&path))
@@ -316,7 +379,7 @@ where
             .status(StatusCode::NOT_FOUND)
             .header("content-length", 0)
             .body(())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Unanswered::Failed(e.to_string()))?;
         stream.send_response(resp).await.map_err(e)?;
         stream.finish().await.map_err(e)?;
         return Ok(());
@@ -416,6 +479,98 @@ mod tests {
             origin.alt_svc()
         );
         assert!(origin.errors().is_empty(), "{:?}", origin.errors());
+    }
+
+    /// A QUIC connection to `origin` with HTTP/3 on it (its driver running): the QUIC
+    /// connection, for raw streams, and the HTTP/3 request sender.
+    async fn h3_connect(
+        origin: &H3Origin,
+        ca: &TestPki,
+    ) -> (
+        quinn::Endpoint,
+        quinn::Connection,
+        h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
+    ) {
+        let tls = ca.client_config(&[ALPN_H3]).unwrap();
+        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = ep
+            .connect(origin.addr(), "127.0.0.1")
+            .unwrap()
+            .await
+            .unwrap();
+        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        (ep, conn, send)
+    }
+
+    /// Waits until `check` holds of `origin` (at most 5 s).
+    async fn until(origin: &H3Origin, check: impl Fn(&H3Origin) -> bool) {
+        for _ in 0..500 {
+            if check(origin) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Opens a request stream with `conn`, sends the first byte of a HEADERS frame (no request
+    /// yet) and resets the stream with `code`.
+    async fn reset_before_the_head(conn: &quinn::Connection, code: h3::error::Code) {
+        let (mut send, _recv) = conn.open_bi().await.unwrap();
+        send.write_all(&[0x01]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        send.reset(quinn::VarInt::from_u64(code.value()).unwrap())
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_the_client_cancels_is_counted_and_not_an_error() {
+        let ca = TestPki::generate(&["127.0.0.1".into()]).unwrap();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let origin = H3Origin::start(socket, &ca, None).unwrap();
+        let (_ep, conn, mut send) = h3_connect(&origin, &ca).await;
+        // Cancelled before its head arrived (as Chromium does to a request it no longer needs).
+        reset_before_the_head(&conn, h3::error::Code::H3_REQUEST_CANCELLED).await;
+        until(&origin, |o| o.cancelled().count == 1).await;
+        // Cancelled during its answer: the client stops the response stream.
+        let req = Request::get("https://127.0.0.1/bytes/50000000/3")
+            .body(())
+            .unwrap();
+        let mut stream = send.send_request(req).await.unwrap();
+        stream.finish().await.unwrap();
+        assert_eq!(stream.recv_response().await.unwrap().status(), 200);
+        assert!(stream.recv_data().await.unwrap().is_some());
+        stream.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
+        until(&origin, |o| o.cancelled().count == 2).await;
+        assert_eq!(
+            origin.cancelled(),
+            Cancelled {
+                count: 2,
+                first: vec![
+                    "a request before its head".into(),
+                    "GET /bytes/50000000/3 HTTP/3".into()
+                ]
+            }
+        );
+        assert!(origin.served().is_empty(), "{:?}", origin.served());
+        assert!(origin.errors().is_empty(), "{:?}", origin.errors());
+        // Any other reset of a request is still an error.
+        reset_before_the_head(&conn, h3::error::Code::H3_INTERNAL_ERROR).await;
+        until(&origin, |o| !o.errors().is_empty()).await;
+        let errors = origin.errors();
+        assert!(
+            errors.len() == 1
+                && errors[0].contains("request head")
+                && errors[0].contains("H3_INTERNAL_ERROR"),
+            "{errors:?}"
+        );
+        assert_eq!(origin.cancelled().count, 2);
     }
 
     #[tokio::test]
