@@ -295,8 +295,9 @@ pub(crate) fn reset(tcp: tokio::net::TcpStream) {
 /// twice the size set: its bookkeeping overhead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UdpBuffers {
-    /// The size asked for each buffer, bytes.
-    pub asked: usize,
+    /// The sizes asked for the receive and the send buffer, bytes.
+    pub asked_recv: usize,
+    pub asked_send: usize,
     pub recv_bytes: usize,
     pub send_bytes: usize,
     /// A buffer was capped at `net.core.rmem_max` / `wmem_max` and raised past it with
@@ -306,20 +307,24 @@ pub(crate) struct UdpBuffers {
     pub short: bool,
 }
 
-/// Asks the kernel for `bytes` of receive and send buffer on the hop's UDP socket
-/// ([`set_buffer`]: raised past `net.core.rmem_max` / `wmem_max` where permitted). What was
-/// granted comes back for the caller to log.
-pub(crate) fn set_udp_buffers(socket: &impl std::os::fd::AsFd, bytes: usize) -> UdpBuffers {
+/// Asks the kernel for `recv` bytes of receive and `send` bytes of send buffer on the hop's UDP
+/// socket ([`set_buffer`]: raised past `net.core.rmem_max` / `wmem_max` where permitted). What
+/// was granted comes back for the caller to log.
+pub(crate) fn set_udp_buffers(
+    socket: &impl std::os::fd::AsFd,
+    recv: usize,
+    send: usize,
+) -> UdpBuffers {
     let sref = SockRef::from(socket);
-    let (recv_bytes, forced_recv) = set_buffer(&sref, Buffer::Recv, bytes).unwrap_or((0, false));
-    let (send_bytes, forced_send) = set_buffer(&sref, Buffer::Send, bytes).unwrap_or((0, false));
-    let full = granted_in_full(bytes);
+    let (recv_bytes, forced_recv) = set_buffer(&sref, Buffer::Recv, recv).unwrap_or((0, false));
+    let (send_bytes, forced_send) = set_buffer(&sref, Buffer::Send, send).unwrap_or((0, false));
     UdpBuffers {
-        asked: bytes,
+        asked_recv: recv,
+        asked_send: send,
         recv_bytes,
         send_bytes,
         forced: forced_recv || forced_send,
-        short: recv_bytes < full || send_bytes < full,
+        short: recv_bytes < granted_in_full(recv) || send_bytes < granted_in_full(send),
     }
 }
 
@@ -572,8 +577,8 @@ mod tests {
         }
         let asked = 2 * cap;
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = set_udp_buffers(&socket, asked);
-        assert_eq!(b.asked, asked);
+        let b = set_udp_buffers(&socket, asked, asked);
+        assert_eq!((b.asked_recv, b.asked_send), (asked, asked));
         // SAFETY: geteuid has no preconditions and cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         if root {
@@ -589,9 +594,10 @@ mod tests {
         }
         // Asked within the cap: granted as asked, nothing forced.
         let small = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = set_udp_buffers(&small, 64 << 10);
+        let b = set_udp_buffers(&small, 64 << 10, 32 << 10);
         assert!(!b.forced && !b.short, "{b:?}");
         assert_eq!(b.recv_bytes, 128 << 10, "{b:?}");
+        assert_eq!(b.send_bytes, 64 << 10, "{b:?}");
     }
 
     /// Datagrams from source port p reach worker p mod n: from a run of consecutive ports,

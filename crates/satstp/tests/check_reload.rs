@@ -90,7 +90,8 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
         out.contains("33554432 bytes (32 MiB), 20 ms of this side's send allocation"),
         "{out}"
     );
-    // The STP hop's UDP socket buffers as this process gets them: the 8 MiB asked (as root,
+    // The STP hop's UDP socket buffers as this process gets them: the 32 MiB of receive and
+    // 8 MiB of send buffer asked (as root,
     // forced past `net.core.rmem_max` where it is lower), or short of it, said so.
     let buffers = out
         .lines()
@@ -99,8 +100,8 @@ fn check_accepts_what_the_daemon_starts_with_and_refuses_the_same() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         assert!(
-            buffers.contains("receive 16.0 MiB, send 16.0 MiB")
-                && buffers.contains("the 8.0 MiB asked"),
+            buffers.contains("receive 64.0 MiB, send 16.0 MiB")
+                && buffers.contains("the 32.0 MiB and 8.0 MiB asked"),
             "{buffers}"
         );
     } else {

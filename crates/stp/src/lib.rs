@@ -21,6 +21,7 @@
 //! assert_eq!(t.destination, server_addr); // BGN|SD|POLL, carrying the request
 //! ```
 
+mod cache;
 mod config;
 mod congestion;
 mod connection;

@@ -411,6 +411,9 @@ impl ReadyBytes {
         }
         self.filling.extend_from_slice(data);
         self.len += data.len();
+        // The next SD goes where this one ended: have its lines ready (`crate::cache`).
+        let spare = self.filling.spare_capacity_mut();
+        crate::cache::prefetch(spare.as_ptr().cast(), spare.len().min(data.len()));
     }
 
     /// The capacity of the next block (twice the last, within bounds), noted as the last.

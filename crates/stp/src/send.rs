@@ -218,6 +218,11 @@ impl SendBuffer {
             transmissions: 1,
             state: SdState::InFlight,
         });
+        // The next SD's payload is copied into its datagram soon (one datagram's work from
+        // now); ask for it to be brought into the cache now, so that copy does not wait on memory.
+        if let Some(next) = self.pending.front() {
+            crate::cache::prefetch(next.as_ptr(), next.len().min(max));
+        }
         Some((seq, n))
     }
 

@@ -31,8 +31,14 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 const MAX_BATCH: usize = 256;
 /// Most commands from the handles taken in one go.
 const MAX_COMMANDS: usize = 64;
-/// Socket buffer size asked of the kernel (it may grant less).
-const SOCKET_BUFFER: usize = 8 << 20;
+/// Receive buffer asked of the kernel for each hop socket (it may grant less): room for what
+/// arrives while the worker waits for a core. 8 MiB (12 ms of 5 Gbit/s as the kernel counts
+/// datagrams) overflowed in `bench gateway`'s 100-flow runs on 2 busy cores, 810-84,000
+/// datagrams resent per GB; 32 MiB, none (`docs/scaling.md`).
+const RECV_BUFFER: usize = 32 << 20;
+/// Send buffer asked for each hop socket: bursts of a large window leaving at once. Not larger:
+/// under a shaping qdisc it bounds what queues there.
+const SEND_BUFFER: usize = 8 << 20;
 /// While a stream's reader is full, how often the hop looks again if no reader wakes it.
 const READ_RETRY: Duration = Duration::from_millis(50);
 /// With no deadline from the core, the task still looks around this often.
@@ -128,7 +134,7 @@ impl Hop {
             first_local.get_or_insert(local);
             // Room for bursts of a large window; the kernel may cap it (net.core.rmem_max), and
             // the daemon then raises it past the cap where it may.
-            let buffers = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+            let buffers = crate::sockopt::set_udp_buffers(&socket, RECV_BUFFER, SEND_BUFFER);
             if i == 0 {
                 log_udp_buffers(&buffers);
             }
@@ -316,29 +322,28 @@ pub fn udp_buffer_report() -> String {
         Ok(s) => s,
         Err(e) => return format!("unknown (a probe UDP socket failed: {e})"),
     };
-    let b = crate::sockopt::set_udp_buffers(&socket, SOCKET_BUFFER);
+    let b = crate::sockopt::set_udp_buffers(&socket, RECV_BUFFER, SEND_BUFFER);
     let mib = |n: usize| format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20));
     let granted = format!(
         "receive {}, send {} as the kernel counts them (twice the usable size)",
         mib(b.recv_bytes),
         mib(b.send_bytes)
     );
+    let asked = format!("{} and {}", mib(b.asked_recv), mib(b.asked_send));
     if b.short {
         format!(
-            "{granted}: short of the {} asked, capped at net.core.rmem_max / wmem_max, and \
-             this process may not force them past (no CAP_NET_ADMIN); raise both sysctls to \
-             at least {}",
-            mib(b.asked),
-            b.asked
+            "{granted}: short of the {asked} asked, capped at net.core.rmem_max / wmem_max, \
+             and this process may not force them past (no CAP_NET_ADMIN); raise them to at \
+             least {} and {}",
+            b.asked_recv, b.asked_send
         )
     } else if b.forced {
         format!(
-            "{granted}: the {} asked, raised past net.core.rmem_max / wmem_max with \
-             CAP_NET_ADMIN (a daemon without it gets less)",
-            mib(b.asked)
+            "{granted}: the {asked} asked, raised past net.core.rmem_max / wmem_max with \
+             CAP_NET_ADMIN (a daemon without it gets less)"
         )
     } else {
-        format!("{granted}: the {} asked", mib(b.asked))
+        format!("{granted}: the {asked} asked")
     }
 }
 
@@ -347,30 +352,33 @@ pub fn udp_buffer_report() -> String {
 fn log_udp_buffers(b: &crate::sockopt::UdpBuffers) {
     if b.short {
         tracing::warn!(
-            asked_bytes = b.asked,
+            asked_recv_bytes = b.asked_recv,
+            asked_send_bytes = b.asked_send,
             recv_buffer_bytes = b.recv_bytes,
             send_buffer_bytes = b.send_bytes,
-            "the hop's UDP sockets asked for {} bytes of receive and send buffer and the kernel \
-             granted {} and {} as it counts them (twice the usable size): it caps them at \
-             net.core.rmem_max and net.core.wmem_max, and this process may not raise them past \
-             that (no CAP_NET_ADMIN). Bursts beyond the buffer are dropped at the socket and \
-             retransmitted; raise both sysctls to at least {} (sysctl -w \
-             net.core.rmem_max={} net.core.wmem_max={}) or run the daemon with CAP_NET_ADMIN",
-            b.asked,
+            "the hop's UDP sockets asked for {} bytes of receive and {} of send buffer and the \
+             kernel granted {} and {} as it counts them (twice the usable size): it caps them \
+             at net.core.rmem_max and net.core.wmem_max, and this process may not raise them \
+             past that (no CAP_NET_ADMIN). Bursts beyond the buffer are dropped at the socket \
+             and retransmitted; raise the sysctls (sysctl -w net.core.rmem_max={} \
+             net.core.wmem_max={}) or run the daemon with CAP_NET_ADMIN",
+            b.asked_recv,
+            b.asked_send,
             b.recv_bytes,
             b.send_bytes,
-            b.asked,
-            b.asked,
-            b.asked
+            b.asked_recv,
+            b.asked_send
         );
     } else if b.forced {
         tracing::info!(
-            asked_bytes = b.asked,
+            asked_recv_bytes = b.asked_recv,
+            asked_send_bytes = b.asked_send,
             recv_buffer_bytes = b.recv_bytes,
             send_buffer_bytes = b.send_bytes,
             "the hop's UDP socket buffers were raised past net.core.rmem_max / wmem_max with \
-             CAP_NET_ADMIN (SO_RCVBUFFORCE, SO_SNDBUFFORCE) to the {} bytes asked",
-            b.asked
+             CAP_NET_ADMIN (SO_RCVBUFFORCE, SO_SNDBUFFORCE) to the {} and {} bytes asked",
+            b.asked_recv,
+            b.asked_send
         );
     }
 }

@@ -290,6 +290,29 @@ impl Session {
 mod tests {
     use super::*;
 
+    /// Noise's nonces (The Noise Protocol Framework, §12.3 and §12.4): 32 zero bits, then the
+    /// counter little-endian for ChaChaPoly, big-endian for AESGCM.
+    #[test]
+    fn nonces_are_noises() {
+        let key = [7u8; 32];
+        let n = 0x0102_0304_0506_0708u64;
+        let aes = Aead::new(Cipher::Aes256Gcm, &key).unwrap();
+        let chacha = Aead::new(Cipher::ChaCha20Poly1305, &key).unwrap();
+        assert_eq!(
+            aes.nonce(n).as_slice(),
+            [0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(
+            chacha.nonce(n).as_slice(),
+            [0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]
+        );
+        assert_eq!(
+            aes.nonce(u64::MAX).as_slice(),
+            [0, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255]
+        );
+        assert_eq!(aes.nonce(0).as_slice(), [0u8; 12]);
+    }
+
     /// ring's AES-256-GCM (the data path since 27 November 2026) seals as RustCrypto's (the one
     /// before) did, with Noise's nonce, so terminals and gateways of either version talk; each
     /// opens the other's, and a flipped bit fails.
