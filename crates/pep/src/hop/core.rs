@@ -59,6 +59,12 @@ pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// After a rekey, the least time between probes asking the gateway to use the new session
 /// while its datagrams still arrive on the old one.
 const SWITCH_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// Terminal: our capabilities are sent again when the gateway's datagrams keep coming this
+/// long after them without its own (one of the two was lost; longer than a GEO round trip).
+const CAPABILITIES_RESEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Terminal: the most times our capabilities are sent on one session. A gateway of the version
+/// before capabilities never answers; it drops each as malformed, silently.
+pub(crate) const CAPABILITIES_ATTEMPTS: u8 = 4;
 /// Gateway: a tunnel session that has received nothing for this long (or for twice the hop's
 /// dead timeout, if that is longer) is erased, its keys zeroized. A session with a live
 /// connection is never this quiet (STP polls every `keepalive_interval_ms`), so only sessions
@@ -344,6 +350,11 @@ struct RekeyState {
     previous_until: Option<Instant>,
     /// When the last probe asking the gateway to move to the new session left.
     switch_probe: Option<Instant>,
+    /// Our capabilities on the current session: when they last left, how many times, and
+    /// whether the gateway answered with its own ([`HopCore::resend_capabilities`]).
+    capabilities_sent: Option<Instant>,
+    capabilities_attempts: u8,
+    capabilities_answered: bool,
 }
 
 enum Sec {
@@ -650,6 +661,13 @@ impl<S: EventSink, P> HopCore<S, P> {
     #[cfg(test)]
     pub(crate) fn act_as_legacy_tunnel(&mut self) {
         self.legacy_tunnel = true;
+    }
+
+    /// Tests: a terminal that heard, on its current session, the gateway say it does not
+    /// verify STP checksums.
+    #[cfg(test)]
+    pub(crate) fn terminal_peer_skips_stp_checksum(&self) -> bool {
+        matches!(&self.security, Sec::Terminal { init, .. } if init.peer_skips_stp_checksum())
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
@@ -1006,15 +1024,21 @@ impl<S: EventSink, P> HopCore<S, P> {
                         }
                         if on_previous {
                             self.probe_new_session(now);
+                        } else {
+                            self.resend_capabilities(now);
                         }
                     }
                     Ok(Opened::Established) => {
                         self.on_established(now);
-                        self.send_capabilities();
+                        self.send_capabilities(now);
                     }
                     Ok(Opened::Rekeyed) => {
                         self.on_rekeyed(now);
-                        self.send_capabilities();
+                        self.send_capabilities(now);
+                    }
+                    // The gateway's, on the current session: ours arrived.
+                    Ok(Opened::Capabilities { session }) if session == init.index() => {
+                        self.rekey.capabilities_answered = true;
                     }
                     Ok(Opened::SessionUnknown) => self.on_session_unknown(now),
                     _ => {}
@@ -1421,9 +1445,33 @@ impl<S: EventSink, P> HopCore<S, P> {
     }
 
     /// Terminal: announces our capabilities on the session just established (`docs/tunnel.md`,
-    /// "Capabilities"); the gateway answers with its own. Lost, it costs only the checksums
-    /// both ends keep computing until the next session.
-    fn send_capabilities(&mut self) {
+    /// "Capabilities"); the gateway answers with its own. Until it does, both ends compute
+    /// STP's checksum for each other: [`Self::resend_capabilities`] covers a loss.
+    fn send_capabilities(&mut self, now: Instant) {
+        self.rekey.capabilities_sent = None;
+        self.rekey.capabilities_attempts = 0;
+        self.rekey.capabilities_answered = false;
+        self.seal_capabilities(now);
+    }
+
+    /// Terminal, as the gateway's data arrives on the current session: our capabilities again
+    /// if the gateway has not answered them within [`CAPABILITIES_RESEND_INTERVAL`] (ours or its
+    /// answer was lost), up to [`CAPABILITIES_ATTEMPTS`] times a session. Driven by arriving
+    /// data, not a timer: with no data both ways, no checksum is computed either.
+    fn resend_capabilities(&mut self, now: Instant) {
+        let r = &self.rekey;
+        if r.capabilities_answered
+            || r.capabilities_attempts == 0
+            || r.capabilities_attempts >= CAPABILITIES_ATTEMPTS
+            || r.capabilities_sent
+                .is_some_and(|t| now.saturating_duration_since(t) < CAPABILITIES_RESEND_INTERVAL)
+        {
+            return;
+        }
+        self.seal_capabilities(now);
+    }
+
+    fn seal_capabilities(&mut self, now: Instant) {
         let Sec::Terminal { init, gateway, .. } = &mut self.security else {
             return;
         };
@@ -1432,6 +1480,8 @@ impl<S: EventSink, P> HopCore<S, P> {
         }
         if let Ok(d) = init.capabilities_datagram() {
             self.control.push_back((*gateway, d, true));
+            self.rekey.capabilities_sent = Some(now);
+            self.rekey.capabilities_attempts += 1;
         }
     }
 

@@ -103,6 +103,10 @@ struct Pair {
     /// Streams the gateway accepted, in order, with their readers.
     accepted: Vec<(StreamInfo, Reader)>,
     buf: Vec<u8>,
+    /// Tunnel capabilities datagrams still to be lost on the way, and those sent (lost or
+    /// not): to the gateway, to the terminal.
+    lose_capabilities: [u32; 2],
+    capabilities_sent: [u32; 2],
 }
 
 fn key(b: u8) -> PrivateKey {
@@ -238,6 +242,8 @@ impl Pair {
             wire: Wire::new(up, down, seed).unwrap(),
             accepted: Vec::new(),
             buf: Vec::new(),
+            lose_capabilities: [0, 0],
+            capabilities_sent: [0, 0],
         }
     }
 
@@ -268,6 +274,14 @@ impl Pair {
                 // As the daemons' driver: probes and handshakes are not counted sends.
                 if t.counted {
                     core.note_sent(now, 1, t.size as u64);
+                }
+                if self.buf.first() == Some(&crate::tunnel::wire::TYPE_CAPABILITIES) {
+                    let way = usize::from(!to_gateway);
+                    self.capabilities_sent[way] += 1;
+                    if self.lose_capabilities[way] > 0 {
+                        self.lose_capabilities[way] -= 1;
+                        continue;
+                    }
                 }
                 let from = if to_gateway { Side::A } else { Side::B };
                 self.wire.offer(self.now, from, self.buf[..t.size].to_vec());
@@ -999,8 +1013,19 @@ fn download_with_legacy(
     legacy_terminal: bool,
     legacy_gateway: bool,
 ) -> (Received, super::HopStatus, super::HopStatus) {
+    download_losing_capabilities(legacy_terminal, legacy_gateway, [0, 0]).1
+}
+
+/// As [`download_with_legacy`], with the first `lose[0]` capabilities datagrams to the gateway
+/// and `lose[1]` to the terminal lost; also the pair after it.
+fn download_losing_capabilities(
+    legacy_terminal: bool,
+    legacy_gateway: bool,
+    lose: [u32; 2],
+) -> (Pair, (Received, super::HopStatus, super::HopStatus)) {
     let (up, down) = geo(20_000_000);
     let mut p = Pair::new(up, down, 30_000, 5);
+    p.lose_capabilities = lose;
     // STP leaves the checksum to the tunnel, which fills it where the peer verifies.
     assert!(!p.terminal.stp_emits_checksums() && !p.gateway.stp_emits_checksums());
     if legacy_terminal {
@@ -1013,7 +1038,8 @@ fn download_with_legacy(
     let (done, seen) = p.download(&body, 60 * S);
     assert!(done && seen.finished, "download failed: {:?}", seen.failed);
     assert!(seen.bytes == body, "the body arrived altered");
-    (seen, p.terminal.status(), p.gateway.status())
+    let (t, g) = (p.terminal.status(), p.gateway.status());
+    (p, (seen, t, g))
 }
 
 fn stp_malformed(st: &super::HopStatus) -> u64 {
@@ -1054,10 +1080,12 @@ fn ends_that_both_skip_the_checksum_stop_computing_it_after_one_exchange() {
 fn a_terminal_computes_every_checksum_for_an_older_gateway() {
     let (_, t, g) = download_with_legacy(false, true);
     assert!(t.tunnel.data_sealed > 10, "{} sealed", t.tunnel.data_sealed);
-    assert_eq!(
-        t.tunnel.stp_checksums_filled,
-        t.tunnel.data_sealed - 1,
-        "every STP datagram but the capabilities"
+    // Every STP datagram; the rest are capabilities, sent again while the older gateway's
+    // data came without an answer, and no more than the most a session sends.
+    let capabilities = t.tunnel.data_sealed - t.tunnel.stp_checksums_filled;
+    assert!(
+        (2..=u64::from(super::core::CAPABILITIES_ATTEMPTS)).contains(&capabilities),
+        "{capabilities} capabilities datagrams"
     );
     assert_eq!(stp_malformed(&g), 0, "the older gateway refused a datagram");
     assert_eq!(stp_malformed(&t), 0);
@@ -1075,4 +1103,41 @@ fn a_gateway_computes_every_checksum_for_an_older_terminal() {
         "the older terminal refused a datagram"
     );
     assert_eq!(stp_malformed(&g), 0);
+}
+
+/// A lost capabilities datagram, either way, is made good: the terminal sends its own again
+/// while the gateway's data comes without the gateway's answer, so both ends stop computing
+/// checksums a second or so into the session instead of at the next rekey.
+#[test]
+fn a_lost_capabilities_datagram_is_sent_again() {
+    let (p, (_, _, lossless)) = download_losing_capabilities(false, false, [0, 0]);
+    assert_eq!(p.capabilities_sent, [1, 1], "no loss: one each way");
+    for lose in [[1, 0], [0, 1]] {
+        let (p, (_, t, g)) = download_losing_capabilities(false, false, lose);
+        assert_eq!(p.lose_capabilities, [0, 0], "{lose:?}: nothing was lost");
+        assert!(
+            p.terminal.terminal_peer_skips_stp_checksum(),
+            "{lose:?}: the terminal never heard the gateway's capabilities"
+        );
+        // The terminal sent its capabilities twice: the lost one (or the one whose answer was
+        // lost) and one more; the gateway answered each that arrived.
+        let answered = if lose[0] == 1 { 1 } else { 2 };
+        assert_eq!(p.capabilities_sent, [2, answered], "{lose:?}");
+        // The gateway computed checksums for a while (all of them until the second arrived
+        // when the first was lost), then stopped well before the download's end.
+        if lose[0] == 1 {
+            assert!(
+                g.tunnel.stp_checksums_filled > lossless.tunnel.stp_checksums_filled + 10,
+                "{lose:?}: {} filled",
+                g.tunnel.stp_checksums_filled
+            );
+        }
+        assert!(
+            g.tunnel.stp_checksums_filled < g.tunnel.data_sealed / 2,
+            "{lose:?}: the gateway computed {} of {} checksums",
+            g.tunnel.stp_checksums_filled,
+            g.tunnel.data_sealed
+        );
+        assert_eq!((stp_malformed(&t), stp_malformed(&g)), (0, 0));
+    }
 }
