@@ -401,21 +401,7 @@ mod tests {
 
     /// GETs `path` over HTTP/3 from `origin`, trusting `ca` alone: the status and the body.
     async fn h3_get(origin: &H3Origin, ca: &TestPki, paths: &[&str]) -> Vec<(u16, Vec<u8>)> {
-        let tls = ca.client_config(&[ALPN_H3]).unwrap();
-        let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-        ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
-        let conn = ep
-            .connect(origin.addr(), "127.0.0.1")
-            .unwrap()
-            .await
-            .unwrap();
-        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn))
-            .await
-            .unwrap();
-        let drive = tokio::spawn(async move {
-            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-        });
+        let (ep, _conn, mut send) = h3_connect(origin, ca).await;
         let mut out = Vec::new();
         for path in paths {
             let req = Request::get(format!("https://127.0.0.1{path}"))
@@ -436,7 +422,7 @@ mod tests {
             out.push((resp.status().as_u16(), body));
         }
         drop(send);
-        drive.abort();
+        // Closing the connection ends its driver.
         ep.close(0u32.into(), b"done");
         out
     }
