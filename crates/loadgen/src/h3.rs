@@ -24,7 +24,7 @@
 //! request is not in [`H3Origin::served`], so a caller that needs every object still sees the
 //! one that did not arrive.
 
-use crate::origin::{kit_path, Files, NotFound, NOT_FOUND_KEPT};
+use crate::origin::{kit_path, Files, NotFound, RequestTally};
 use crate::tls::{Alpn, TestPki, TlsOptions};
 use crate::{pattern, Error};
 use bytes::Bytes;
@@ -65,22 +65,15 @@ impl Shared {
 
     fn cancelled(&self, what: String) {
         if let Ok(mut c) = self.cancelled.lock() {
-            c.count += 1;
-            if c.first.len() < NOT_FOUND_KEPT {
-                c.first.push(what);
-            }
+            c.note(what);
         }
     }
 }
 
 /// Requests the client cancelled (`H3_REQUEST_CANCELLED`): how many, and the first
-/// [`NOT_FOUND_KEPT`] of them as `GET /path HTTP/3`, or `a request before its head` when the
+/// [`NOT_FOUND_KEPT`](crate::origin::NOT_FOUND_KEPT) of them as `GET /path HTTP/3`, or `a request before its head` when the
 /// stream was reset before the request arrived.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cancelled {
-    pub count: u64,
-    pub first: Vec<String>,
-}
+pub type Cancelled = RequestTally;
 
 /// How answering one request ended, when it did not end with the answer sent.
 enum Unanswered {
@@ -370,10 +363,7 @@ where
         n
     } else {
         if let Ok(mut nf) = shared.not_found.lock() {
-            nf.count += 1;
-            if nf.first.len() < NOT_FOUND_KEPT {
-                nf.first.push(format!("{} {path} HTTP/3", req.method()));
-            }
+            nf.note(format!("{} {path} HTTP/3", req.method()));
         }
         let resp = Response::builder()
             .status(StatusCode::NOT_FOUND)

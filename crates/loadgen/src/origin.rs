@@ -95,15 +95,30 @@ struct Shared {
     not_found: Mutex<NotFound>,
 }
 
-/// Requests answered 404: how many, and the first few request lines.
-#[derive(Debug, Clone, Default)]
-pub struct NotFound {
+/// Requests of one kind an origin counts rather than calls errors (answered 404, or cancelled
+/// by the client): how many, and the first few.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestTally {
     pub count: u64,
-    /// The first [`NOT_FOUND_KEPT`] request lines answered 404 (e.g. `GET /favicon.ico HTTP/1.1`).
+    /// The first [`NOT_FOUND_KEPT`] of them, as request lines (e.g. `GET /favicon.ico
+    /// HTTP/1.1`).
     pub first: Vec<String>,
 }
 
-/// How many 404'd request lines [`NotFound::first`] keeps.
+impl RequestTally {
+    /// Counts one more, keeping its request line among the first few.
+    pub(crate) fn note(&mut self, line: String) {
+        self.count += 1;
+        if self.first.len() < NOT_FOUND_KEPT {
+            self.first.push(line);
+        }
+    }
+}
+
+/// Requests answered 404.
+pub type NotFound = RequestTally;
+
+/// How many request lines [`RequestTally::first`] keeps.
 pub const NOT_FOUND_KEPT: usize = 16;
 
 /// The largest body of an unknown request the origin reads and discards to keep the connection;
@@ -641,10 +656,7 @@ async fn not_found<S: Stream>(
 /// Counts a request answered 404, keeping the first few request lines.
 fn count_not_found(shared: &Shared, line: String) {
     if let Ok(mut n) = shared.not_found.lock() {
-        n.count += 1;
-        if n.first.len() < NOT_FOUND_KEPT {
-            n.first.push(line);
-        }
+        n.note(line);
     }
 }
 
