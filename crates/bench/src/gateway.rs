@@ -125,7 +125,9 @@ impl Figures {
 /// those sent, the POLLs it sent and the STATs and USTATs it received (the acknowledgement
 /// traffic a run costs per byte); and the receives the kernel dropped at each daemon's hop
 /// sockets, their receive buffers full (`satstp_hop_socket_overflows_total`, a segmented send
-/// counting once: the terminals' is where a download's losses on loopback come from).
+/// counting once: the terminals' is where a download's losses on loopback come from), and the
+/// times their receive backpressure held the windows instead
+/// (`satstp_hop_backpressure_episodes_total`; `None` from a daemon that does not report it).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HopDelta {
     pub datagrams_sent: u64,
@@ -137,6 +139,8 @@ pub struct HopDelta {
     pub stats_received: u64,
     pub gateway_socket_overflows: u64,
     pub terminal_socket_overflows: u64,
+    pub gateway_backpressure_episodes: Option<u64>,
+    pub terminal_backpressure_episodes: Option<u64>,
     /// STP checksums the tunnel computed as it sealed, for a peer that verifies them
     /// (`satstp_tunnel_stp_checksums_filled_total`); `None` where a daemon does not report it
     /// (an older version, which computes every one).
@@ -162,6 +166,8 @@ impl HopDelta {
             "stats_received": self.stats_received,
             "gateway_socket_overflows": self.gateway_socket_overflows,
             "terminal_socket_overflows": self.terminal_socket_overflows,
+            "gateway_backpressure_episodes": self.gateway_backpressure_episodes,
+            "terminal_backpressure_episodes": self.terminal_backpressure_episodes,
             "gateway_stp_checksums_filled": self.gateway_stp_checksums_filled,
             "terminal_stp_checksums_filled": self.terminal_stp_checksums_filled,
         })
@@ -180,6 +186,8 @@ struct HopCounters {
     stats_received: f64,
     gateway_socket_overflows: f64,
     terminal_socket_overflows: f64,
+    gateway_backpressure_episodes: Option<f64>,
+    terminal_backpressure_episodes: Option<f64>,
     gateway_stp_checksums_filled: Option<f64>,
     terminal_stp_checksums_filled: Option<f64>,
 }
@@ -194,9 +202,12 @@ fn socket_overflows(m: &std::collections::BTreeMap<String, f64>) -> f64 {
 
 /// `satstp_tunnel_stp_checksums_filled_total` as a daemon's `/metrics` reports it, if it does.
 fn stp_checksums_filled(m: &std::collections::BTreeMap<String, f64>) -> Option<f64> {
-    m.iter()
-        .find(|(k, _)| k.starts_with("satstp_tunnel_stp_checksums_filled_total"))
-        .map(|(_, v)| *v)
+    reported(m, "satstp_tunnel_stp_checksums_filled_total")
+}
+
+/// The figure `name` of a daemon's `/metrics`, if it reports it.
+fn reported(m: &std::collections::BTreeMap<String, f64>, name: &str) -> Option<f64> {
+    m.iter().find(|(k, _)| k.starts_with(name)).map(|(_, v)| *v)
 }
 
 impl HopCounters {
@@ -205,9 +216,13 @@ impl HopCounters {
     fn read(metrics: SocketAddr, terminals: &[SocketAddr]) -> Result<HopCounters> {
         let mut terminal_socket_overflows = 0.0;
         let mut terminal_stp_checksums_filled = Some(0.0);
+        let mut terminal_backpressure_episodes = Some(0.0);
         for &t in terminals {
             let m = scrape(t)?;
             terminal_socket_overflows += socket_overflows(&m);
+            terminal_backpressure_episodes = terminal_backpressure_episodes
+                .zip(reported(&m, "satstp_hop_backpressure_episodes_total"))
+                .map(|(a, b)| a + b);
             terminal_stp_checksums_filled = terminal_stp_checksums_filled
                 .zip(stp_checksums_filled(&m))
                 .map(|(a, b)| a + b);
@@ -231,6 +246,8 @@ impl HopCounters {
                 + sum("satstp_stp_packets_received_total{", "type=\"ustat\""),
             gateway_socket_overflows: socket_overflows(&m),
             terminal_socket_overflows,
+            gateway_backpressure_episodes: reported(&m, "satstp_hop_backpressure_episodes_total"),
+            terminal_backpressure_episodes,
             gateway_stp_checksums_filled: stp_checksums_filled(&m),
             terminal_stp_checksums_filled,
         })
@@ -254,6 +271,14 @@ impl HopCounters {
                 self.terminal_socket_overflows,
                 later.terminal_socket_overflows,
             ),
+            gateway_backpressure_episodes: self
+                .gateway_backpressure_episodes
+                .zip(later.gateway_backpressure_episodes)
+                .map(|(a, b)| d(a, b)),
+            terminal_backpressure_episodes: self
+                .terminal_backpressure_episodes
+                .zip(later.terminal_backpressure_episodes)
+                .map(|(a, b)| d(a, b)),
             gateway_stp_checksums_filled: self
                 .gateway_stp_checksums_filled
                 .zip(later.gateway_stp_checksums_filled)

@@ -457,6 +457,9 @@ pub struct Metrics {
     hop_dropped: [Counter; HOP_DROP_REASONS.len()],
     /// Receives the kernel dropped at the hop's UDP sockets, their receive buffers full.
     hop_socket_overflows: Counter,
+    /// Receive backpressure: episodes, and the window ceiling in force (0: none).
+    hop_backpressure_episodes: Counter,
+    hop_window_ceiling_bytes: Gauge,
     /// Mean and largest smoothed RTT of the STP connections open at the last hop snapshot, µs.
     pub(crate) stp_srtt_mean_us: Gauge,
     pub(crate) stp_srtt_max_us: Gauge,
@@ -519,6 +522,8 @@ impl Metrics {
             auth_failures: Default::default(),
             hop_dropped: Default::default(),
             hop_socket_overflows: Counter::default(),
+            hop_backpressure_episodes: Counter::default(),
+            hop_window_ceiling_bytes: Gauge::default(),
             stp_srtt_mean_us: Gauge::default(),
             stp_srtt_max_us: Gauge::default(),
             stp_cwnd_sum_bytes: Gauge::default(),
@@ -678,6 +683,9 @@ impl Metrics {
             c.set(v);
         }
         self.hop_socket_overflows.set(st.socket_overflows);
+        self.hop_backpressure_episodes.set(st.backpressure_episodes);
+        self.hop_window_ceiling_bytes
+            .set(i64::try_from(st.window_ceiling_bytes.unwrap_or(0)).unwrap_or(i64::MAX));
 
         // The STP connections' figures (the split-TCP hop's streams have none).
         let conns: Vec<&stp::ConnectionStats> =
@@ -902,6 +910,18 @@ impl Metrics {
             &one(self.hop_socket_overflows.get().to_string()),
         );
         family(
+            "satstp_hop_backpressure_episodes_total",
+            "counter",
+            "Times a hop socket's receive queue filled to a quarter of its buffer (the workers were not keeping up with what arrived) and every stream's advertised STP receive window was held to a share of the buffer until the queue drained below a sixteenth, so the peer waited instead of losing datagrams (receive backpressure).",
+            &one(self.hop_backpressure_episodes.get().to_string()),
+        );
+        family(
+            "satstp_hop_window_ceiling_bytes",
+            "gauge",
+            "The receive window each stream advertises at most while receive backpressure is on (the largest of the workers'); 0 when it is off.",
+            &one(self.hop_window_ceiling_bytes.get().to_string()),
+        );
+        family(
             "satstp_hop_established",
             "gauge",
             "Whether the tunnel session is up (always 1 on a gateway).",
@@ -1070,6 +1090,8 @@ impl Metrics {
                 "down": self.hop_datagrams(Direction::Down).get(),
             },
             "hop_socket_overflows": self.hop_socket_overflows.get(),
+            "hop_backpressure_episodes": self.hop_backpressure_episodes.get(),
+            "hop_window_ceiling_bytes": self.hop_window_ceiling_bytes.get(),
             "stp": {
                 "packets_sent": types(&self.stp_sent),
                 "packets_received": types(&self.stp_received),

@@ -397,6 +397,44 @@ fn force_buffer(sock: &SockRef<'_>, option: libc::c_int, bytes: usize) -> bool {
     r == 0
 }
 
+/// The bytes waiting in a socket's receive queue and its receive buffer, both as the kernel
+/// counts them (`SO_MEMINFO`: `SK_MEMINFO_RMEM_ALLOC` and `SK_MEMINFO_RCVBUF`, each datagram
+/// charged with its bookkeeping, and the buffer twice the size set). `None` where the kernel
+/// does not report them.
+#[cfg(target_os = "linux")]
+pub(crate) fn receive_queue(socket: &impl std::os::fd::AsRawFd) -> Option<(u64, u64)> {
+    // <asm-generic/socket.h>; the `libc` crate does not name it.
+    const SO_MEMINFO: libc::c_int = 55;
+    // SK_MEMINFO_VARS of the oldest kernels with SO_MEMINFO (4.x); newer ones copy no more
+    // than the length given.
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: getsockopt on a descriptor the caller holds open, into a buffer of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let need = (libc::SK_MEMINFO_RCVBUF as usize + 1) * std::mem::size_of::<u32>();
+    if r != 0 || (len as usize) < need {
+        return None;
+    }
+    Some((
+        u64::from(info[libc::SK_MEMINFO_RMEM_ALLOC as usize]),
+        u64::from(info[libc::SK_MEMINFO_RCVBUF as usize]),
+    ))
+}
+
+/// Not reported elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn receive_queue(_socket: &impl std::os::fd::AsRawFd) -> Option<(u64, u64)> {
+    None
+}
+
 /// Binds the UDP sockets of a gateway's `n` hop workers to `addr` (port 0: one the system
 /// chooses), all with `SO_REUSEPORT`, so the kernel spreads the datagrams arriving there across
 /// them by their source. Where it can (Linux), a steering program makes the choice the source
@@ -598,6 +636,31 @@ mod tests {
         assert!(!b.forced && !b.short, "{b:?}");
         assert_eq!(b.recv_bytes, 128 << 10, "{b:?}");
         assert_eq!(b.send_bytes, 64 << 10, "{b:?}");
+    }
+
+    /// The receive queue's fill as receive backpressure reads it: empty, then what unread
+    /// datagrams hold (each charged more than its payload), then empty again once read; the
+    /// buffer as the kernel counts it (twice the size set).
+    #[test]
+    fn the_receive_queue_reports_what_waits_unread() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let _ = set_udp_buffers(&rx, 1 << 20, 64 << 10);
+        let (queued, capacity) = receive_queue(&rx).expect("Linux reports SO_MEMINFO");
+        assert_eq!((queued, capacity), (0, 2 << 20));
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        for _ in 0..100 {
+            tx.send_to(&[7u8; 1400], to).unwrap();
+        }
+        let (queued, _) = receive_queue(&rx).unwrap();
+        assert!(
+            (100 * 1400..=2 << 20).contains(&queued),
+            "100 datagrams of 1400 bytes wait, the queue reports {queued}"
+        );
+        rx.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 2048];
+        while rx.recv_from(&mut buf).is_ok() {}
+        assert_eq!(receive_queue(&rx).unwrap().0, 0);
     }
 
     /// Datagrams from source port p reach worker p mod n: from a run of consecutive ports,

@@ -708,6 +708,8 @@ pub(crate) async fn stop(side: &str, ops: &Arc<Ops>, hops: &[Arc<Hop>], timeout:
 // hop's own start, the limits' accounting, the outbound TCP check, each worker's status, how
 // long SOCKS5 fast open waits for early bytes).
 #[cfg(test)]
+mod tests_backpressure;
+#[cfg(test)]
 mod tests_ops;
 #[cfg(test)]
 mod tests_read_ahead;

@@ -164,7 +164,7 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         ("parallel", &f.parallel_hop),
     ] {
         outln!(
-            "  {name:<11} hop     gateway sent {} datagrams ({:.0} bytes each), received {} ({} STATs and USTATs for {} POLLs sent); {} STP retransmissions; receives the kernel dropped at full hop sockets: terminal {}, gateway {}",
+            "  {name:<11} hop     gateway sent {} datagrams ({:.0} bytes each), received {} ({} STATs and USTATs for {} POLLs sent); {} STP retransmissions; receives the kernel dropped at full hop sockets: terminal {}, gateway {}; receive backpressure episodes: terminal {}, gateway {}",
             h.datagrams_sent,
             h.bytes_per_datagram_sent(),
             h.datagrams_received,
@@ -172,7 +172,9 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
             h.polls_sent,
             h.retransmitted_packets,
             h.terminal_socket_overflows,
-            h.gateway_socket_overflows
+            h.gateway_socket_overflows,
+            reported(h.terminal_backpressure_episodes),
+            reported(h.gateway_backpressure_episodes),
         );
         let filled = |n: Option<u64>| {
             n.map_or(
@@ -218,4 +220,9 @@ pub fn run(args: &GatewayBenchArgs) -> Result<()> {
         f.rss_after_kib.1
     );
     Ok(())
+}
+
+/// A counter a daemon may not report (an older version).
+fn reported(n: Option<u64>) -> String {
+    n.map_or_else(|| "not reported".to_string(), |n| n.to_string())
 }

@@ -139,6 +139,9 @@ pub struct Endpoint {
     reset_tokens: f64,
     reset_refill: Instant,
     next_handle: u64,
+    /// The most any connection advertises as its receive window ([`Self::set_window_ceiling`];
+    /// `u64::MAX`: its buffer's room alone).
+    window_ceiling: u64,
     stats: EndpointStats,
 }
 
@@ -176,6 +179,7 @@ impl Endpoint {
             stateless: VecDeque::new(),
             reset_refill: Instant::ZERO,
             next_handle: 0,
+            window_ceiling: u64::MAX,
             stats: EndpointStats::default(),
         })
     }
@@ -509,6 +513,23 @@ impl Endpoint {
         self.stateless.push_back((remote, buf));
     }
 
+    /// Caps the receive window every connection advertises from now on (`None`: each its
+    /// buffer's room, the default). The bytes a sender may have in flight towards this endpoint
+    /// are the sum of the windows: a driver whose datagrams wait in one socket buffer keeps that
+    /// sum within the buffer with a ceiling of its share, so a receiver that falls behind makes
+    /// its senders wait instead of losing what overflows. Only what is advertised changes: an SD
+    /// is still taken whenever the buffer has room for it (one already in flight under a larger
+    /// window is not lost), and a raised ceiling reaches a sender with the next STAT (a sender
+    /// held by the window keeps polling).
+    pub fn set_window_ceiling(&mut self, ceiling: Option<u64>) {
+        self.window_ceiling = ceiling.unwrap_or(u64::MAX);
+    }
+
+    /// The ceiling set by [`Self::set_window_ceiling`].
+    pub fn window_ceiling(&self) -> Option<u64> {
+        (self.window_ceiling != u64::MAX).then_some(self.window_ceiling)
+    }
+
     /// Writes the next datagram to send into `buf` (which is cleared first). Connections take
     /// turns, so one busy connection cannot starve the others.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
@@ -541,7 +562,9 @@ impl Endpoint {
                 continue;
             };
             let mut quiet = None;
-            let sent = slot.conn.poll_transmit_noting(now, buf, &mut quiet);
+            let sent = slot
+                .conn
+                .poll_transmit_noting(now, buf, &mut quiet, self.window_ceiling);
             if let Some(q) = quiet {
                 self.quiet = Some((h, q));
             } else if self.quiet.is_some_and(|(q, _)| q == h) {

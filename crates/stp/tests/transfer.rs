@@ -551,3 +551,66 @@ fn fast_start_sds_larger_than_the_responders_whole_buffer_still_get_through() {
     assert!(r.done && r.ab_exact && r.ba_exact, "{r:?}");
     assert!(r.a.closed && r.b.closed, "{r:?}");
 }
+
+/// `Endpoint::set_window_ceiling` at the receiver bounds what the sender has in flight, however
+/// large the receive buffer; the transfer still completes byte-exact and closes; and raising the
+/// ceiling mid-transfer reaches the sender (its in-flight grows past the old ceiling).
+#[test]
+fn a_receivers_window_ceiling_bounds_the_senders_flight() {
+    let cfg = EndpointConfig::default();
+    // 100 Mb/s, 20 ms one way: one BDP is 500 kB, far above the ceiling.
+    let mut link = LinkConfig::simple(100_000_000, 20 * NS_PER_MS, 0);
+    link.queue = QueueLimit::Bytes(500_000);
+    link.overhead_bytes = UDP_IP;
+    let mut net = Net::symmetric(cfg.clone(), link, 7);
+    const CEILING: u64 = 64 * 1024;
+    net.b.set_window_ceiling(Some(CEILING));
+    assert_eq!(net.b.window_ceiling(), Some(CEILING));
+    let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
+    let total = 8_000_000u64;
+    let mut writer = Writer::new(5, total);
+    let mut reader = Reader::default();
+    let mut hb = None;
+    let mss = u64::from(cfg.connection.max_datagram_bytes);
+    let (mut max_capped, mut max_after, mut max_peer_window) = (0u64, 0u64, 0u64);
+    let mut raised = false;
+    net.run(120_000 * NS_PER_MS, |net| {
+        writer.drive(&mut net.a, ha);
+        if hb.is_none() {
+            hb = net.b.accept();
+        }
+        if let Some(h) = hb {
+            reader.drive(&mut net.b, h, net.now);
+        }
+        let s = net.a.connection(ha).unwrap().stats();
+        if !raised {
+            max_capped = max_capped.max(s.bytes_in_flight);
+            max_peer_window = max_peer_window.max(s.peer_window_bytes);
+            if reader.bytes >= total / 2 {
+                net.b.set_window_ceiling(None);
+                raised = true;
+            }
+        } else {
+            max_after = max_after.max(s.bytes_in_flight);
+        }
+        reader.eof
+    });
+    eprintln!(
+        "in flight at most {max_capped} under the ceiling (peer window {max_peer_window}), \
+         {max_after} after it was lifted"
+    );
+    assert!(reader.eof && reader.bytes == total, "transfer incomplete");
+    assert!(
+        max_peer_window <= CEILING,
+        "the sender saw a window of {max_peer_window}, above the ceiling"
+    );
+    // The first flight leaves before any window is known (fast start): at most one SD beyond.
+    assert!(
+        max_capped <= CEILING + mss,
+        "{max_capped} bytes in flight under a {CEILING}-byte ceiling"
+    );
+    assert!(
+        max_after > 2 * CEILING,
+        "lifting the ceiling did not reach the sender: at most {max_after} in flight"
+    );
+}

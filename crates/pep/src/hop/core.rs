@@ -228,6 +228,11 @@ pub struct HopStatus {
     /// full (`SO_RXQ_OVFL`: a datagram, or a run coalesced from one segmented send, counts once;
     /// 0 where the kernel does not report it).
     pub socket_overflows: u64,
+    /// Times a hop socket's receive queue filled to a quarter and the streams' windows were
+    /// held until it drained (receive backpressure, [`super::backpressure`]), and the window
+    /// ceiling in force now (the largest of the workers'; `None`: no pressure).
+    pub backpressure_episodes: u64,
+    pub window_ceiling_bytes: Option<u64>,
     pub send_rate_bps: Option<u64>,
     /// The tunnel's counters (authentication failures, replays, unknown keys, ...).
     pub tunnel: crate::tunnel::Counters,
@@ -668,6 +673,12 @@ impl<S: EventSink, P> HopCore<S, P> {
     #[cfg(test)]
     pub(crate) fn terminal_peer_skips_stp_checksum(&self) -> bool {
         matches!(&self.security, Sec::Terminal { init, .. } if init.peer_skips_stp_checksum())
+    }
+
+    /// Caps the receive window every stream advertises (`None`: each its buffer's room):
+    /// receive backpressure ([`super::backpressure`]).
+    pub(crate) fn set_window_ceiling(&mut self, ceiling: Option<u64>) {
+        self.endpoint.set_window_ceiling(ceiling);
     }
 
     /// Shows every STP datagram sent and received, in clear, to `tap` (`--capture`).
@@ -2079,6 +2090,8 @@ impl<S: EventSink, P> HopCore<S, P> {
             shaped: self.counts.shaped,
             opens_rate_limited: self.counts.opens_rate_limited,
             socket_overflows: 0,
+            backpressure_episodes: 0,
+            window_ceiling_bytes: None,
             send_rate_bps: self.shaper.as_ref().map(|s| s.rate_bps),
             tunnel,
             stp: Some(StpStatus {

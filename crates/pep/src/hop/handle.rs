@@ -593,6 +593,8 @@ impl HopStatus {
             shaped: 0,
             opens_rate_limited: 0,
             socket_overflows: 0,
+            backpressure_episodes: 0,
+            window_ceiling_bytes: None,
             send_rate_bps: None,
             tunnel: o.tunnel,
             tunnel_report: Default::default(),
@@ -622,6 +624,8 @@ impl HopStatus {
             m.shaped += s.shaped;
             m.opens_rate_limited += s.opens_rate_limited;
             m.socket_overflows += s.socket_overflows;
+            m.backpressure_episodes += s.backpressure_episodes;
+            m.window_ceiling_bytes = m.window_ceiling_bytes.max(s.window_ceiling_bytes);
             add_tunnel_counters(&mut m.tunnel, &s.tunnel);
             merge_report(&mut m.tunnel_report, s.tunnel_report);
             match (&mut m.stp, s.stp) {

@@ -11,6 +11,7 @@
 //!   leaving together, the gateway's per-terminal open budget, segmented UDP sends.
 
 #[cfg(feature = "runtime")]
+mod backpressure;
 mod batch;
 pub(crate) mod clock;
 pub mod core;

@@ -13,6 +13,7 @@
 //! sends what the core has to send (runs of equal-sized datagrams to one destination in one
 //! system call where the kernel segments them) and sleeps until the core's next deadline.
 
+use super::backpressure::Backpressure;
 use super::batch::Batch;
 use super::core::{CoreConfig, CoreSecurity, EventSink, HopCore, Offer, OnSent, StreamInfo, CHUNK};
 use super::error::{AbortCode, HopError, StreamError};
@@ -186,6 +187,8 @@ impl Hop {
                     capped: buffers.short,
                     ..SocketOverflow::default()
                 },
+                backpressure: Backpressure::default(),
+                backpressure_logged: None,
                 socket,
                 core,
                 commands: rx,
@@ -289,6 +292,10 @@ struct HopTask {
     queue_full_logged: Option<Instant>,
     /// The kernel's drops on `socket` (receive buffer full), as `SO_RXQ_OVFL` reports them.
     overflow: SocketOverflow,
+    /// Receive backpressure: the streams' windows held while `socket`'s queue is filling.
+    backpressure: Backpressure,
+    /// When an episode of it was last logged.
+    backpressure_logged: Option<Instant>,
     self_tx: mpsc::Sender<Command>,
     relay_buffer: u32,
     start: tokio::time::Instant,
@@ -460,6 +467,40 @@ impl HopTask {
         self.overflow.unlogged = 0;
     }
 
+    /// Reads how full the socket's receive queue is and holds or frees the streams' windows
+    /// ([`super::backpressure`]); logs an episode's start at most every
+    /// [`QUEUE_FULL_LOG_EVERY`].
+    fn check_backlog(&mut self) {
+        let Some((queued, capacity)) = crate::sockopt::receive_queue(&self.socket) else {
+            return;
+        };
+        let before = self.backpressure.ceiling();
+        let (ceiling, started) =
+            self.backpressure
+                .update(queued, capacity, self.core.stream_count());
+        if ceiling != before {
+            self.core.set_window_ceiling(ceiling);
+        }
+        let now = self.now();
+        if started && log_due(&mut self.backpressure_logged, now) {
+            tracing::info!(
+                queued_bytes = queued,
+                recv_buffer_bytes = capacity,
+                window_ceiling_bytes = ceiling,
+                streams = self.core.stream_count(),
+                episodes = self.backpressure.episodes,
+                "the hop's UDP receive queue holds {queued} of its {capacity} bytes: this worker \
+                 is not keeping up with what arrives (a busy or slow CPU, or more traffic than \
+                 it can serve). Until the queue drains, each of its {} streams advertises a \
+                 receive window of at most {} bytes, so the peer waits instead of losing \
+                 datagrams to a full buffer ({} such episodes since start)",
+                self.core.stream_count(),
+                ceiling.unwrap_or(0),
+                self.backpressure.episodes,
+            );
+        }
+    }
+
     fn now(&self) -> Instant {
         Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
     }
@@ -531,6 +572,10 @@ impl HopTask {
                                 taken += 1;
                                 self.core.handle_datagram_in_place(now, got.from, d);
                             }
+                        }
+                        // A full batch is the sign of a backlog: see how full the queue is.
+                        if taken >= MAX_BATCH || self.backpressure.is_on() {
+                            self.check_backlog();
                         }
                     }
                 }
@@ -645,6 +690,8 @@ impl HopTask {
             Command::Status(reply) => {
                 let mut status = self.core.status();
                 status.socket_overflows = self.overflow.total;
+                status.backpressure_episodes = self.backpressure.episodes;
+                status.window_ceiling_bytes = self.backpressure.ceiling();
                 for s in &mut status.streams {
                     s.id = self.ids.outer(s.id);
                 }

@@ -75,7 +75,7 @@ impl Connection {
     /// Writes the next datagram into `buf` (appending) and returns its length, or `None` when
     /// nothing is due now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
-        self.poll_transmit_noting(now, buf, &mut None)
+        self.poll_transmit_noting(now, buf, &mut None, u64::MAX)
     }
 
     /// As [`Self::poll_transmit`]; when nothing is due, `quiet` is set to what the poll found
@@ -85,6 +85,7 @@ impl Connection {
         now: Instant,
         buf: &mut Vec<u8>,
         quiet: &mut Option<Quiet>,
+        window_ceiling: u64,
     ) -> Option<usize> {
         *quiet = None;
         if let Some(rst) = self.pending.rst.take() {
@@ -96,11 +97,11 @@ impl Connection {
             return self.held_endak(buf);
         }
         let mut b = PacketBuilder::new(self.header(), usize::from(self.peer_max_datagram));
-        self.build_handshake(now, &mut b);
+        self.build_handshake(now, &mut b, window_ceiling);
         // What the windows let go, asked once: assembling the feedback changes nothing it
         // depends on (only the receiving half and the feedback flags).
         let candidate = self.sd_candidate();
-        self.build_feedback(now, &mut b, candidate);
+        self.build_feedback(now, &mut b, candidate, window_ceiling);
         self.build_sd(now, &mut b, candidate);
         let poll = self.build_poll_end(now, &mut b);
         if self.role == Role::Initiator {
@@ -157,7 +158,7 @@ impl Connection {
 
     /// Step 1: BGN on every initiator datagram and BGNAK on every responder datagram until the
     /// other side is known to have the connection.
-    fn build_handshake(&mut self, now: Instant, b: &mut PacketBuilder) {
+    fn build_handshake(&mut self, now: Instant, b: &mut PacketBuilder, window_ceiling: u64) {
         if self.confirmed {
             return;
         }
@@ -165,7 +166,7 @@ impl Connection {
             Role::Initiator => {
                 b.packet.bgn = Some(Bgn {
                     isn: to_wire(self.local_isn),
-                    rwnd: self.advertised_window() as u32,
+                    rwnd: self.advertised_window().min(window_ceiling) as u32,
                     max_datagram: self.config.max_datagram_bytes,
                     versions: SUPPORTED_VERSIONS,
                     timestamp: self.peek_stamp(now),
@@ -177,7 +178,7 @@ impl Connection {
                 b.packet.bgnak = Some(Bgnak {
                     isn: to_wire(self.local_isn),
                     version: VERSION,
-                    rwnd: self.advertised_window() as u32,
+                    rwnd: self.advertised_window().min(window_ceiling) as u32,
                     max_datagram: self.config.max_datagram_bytes,
                     echo_timestamp: self.bgn_echo,
                 });
@@ -190,12 +191,16 @@ impl Connection {
 
     /// Step 2, the receiver's side: STAT (complete report), else USTAT or window update; ENDAK.
     /// Feedback that would travel alone waits for the reverse budget (a waiting STAT answers the
-    /// latest POLL).
+    /// latest POLL). The window advertised is the buffer's, at most `window_ceiling` (the
+    /// endpoint's, [`crate::Endpoint::set_window_ceiling`]); `last_advertised_window` keeps the
+    /// buffer's own, so a reader freeing room asks for a window update only as it would without
+    /// a ceiling.
     fn build_feedback(
         &mut self,
         now: Instant,
         b: &mut PacketBuilder,
         candidate: Option<(Option<u64>, usize)>,
+        window_ceiling: u64,
     ) {
         let sd_ready = match candidate {
             Some((_, len)) => self.pacer.can_send(now, len + HEADER_LEN),
@@ -227,7 +232,7 @@ impl Connection {
                 partial,
                 covered_to: to_wire(covered),
                 echo_timestamp: echo,
-                rwnd: window.min(u64::from(u32::MAX)) as u32,
+                rwnd: window.min(window_ceiling).min(u64::from(u32::MAX)) as u32,
                 gaps: Gaps::List(&[]),
             });
             self.last_advertised_window = window;
@@ -242,7 +247,7 @@ impl Connection {
                 let window = recv.window();
                 b.packet.ustat = Some(Ustat {
                     cum: to_wire(cum),
-                    rwnd: window.min(u64::from(u32::MAX)) as u32,
+                    rwnd: window.min(window_ceiling).min(u64::from(u32::MAX)) as u32,
                     gap_start: to_wire(a),
                     gap_end: to_wire(z),
                 });
@@ -348,14 +353,18 @@ impl Connection {
             if (self.send.unsent() > 0 && !self.rwnd_blocked()) || self.send.has_retx() {
                 self.was_cwnd_limited = true;
             }
-            let window_end = self.sd_candidate().is_none();
-            forced |= window_end && self.small_window();
+            // In small-window mode the SD that ends the window carries a POLL. The window is
+            // asked only then (it is asked once per datagram already, in `sd_candidate`).
+            forced |= self.small_window() && self.sd_candidate().is_none();
             // A POLL due "around the same time" rides on this SD: within half a POLL interval
             // (at least one timer tick). Timer POLLs tend to fall due just as the window fills,
-            // when no SD could carry them.
-            let tolerance = (self.poll_interval_ns(now) / 2).max(granularity_ns);
-            early_timer =
-                poll.is_some_and(|(t, _)| t.as_nanos() <= now.as_nanos().saturating_add(tolerance));
+            // when no SD could carry them. The interval is computed only for a POLL not yet due.
+            early_timer = poll.is_some_and(|(t, _)| {
+                t <= now || {
+                    let tolerance = (self.poll_interval_ns(now) / 2).max(granularity_ns);
+                    t.as_nanos() <= now.as_nanos().saturating_add(tolerance)
+                }
+            });
             forced |=
                 self.config.poll_every_sds > 0 && self.sds_since_poll >= self.config.poll_every_sds;
             // No rule forces a POLL on every SD once END is due (spec §5.7, §6.6): after the

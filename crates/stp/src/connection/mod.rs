@@ -195,6 +195,8 @@ pub struct Connection {
     /// Paces feedback sent without data when `reverse_rate_bps` is set (`None`: no limit).
     feedback_pacer: Option<Box<Pacer>>,
     endak_sent: bool,
+    /// The receive buffer's window when feedback last carried it (before the endpoint's
+    /// ceiling): `after_read` asks for a window update when reading reopened it.
     last_advertised_window: u64,
     read_closed: bool,
     readable_signalled: bool,
