@@ -255,6 +255,8 @@ impl HopCounters {
 
     fn delta(&self, later: &HopCounters) -> HopDelta {
         let d = |a: f64, b: f64| (b - a).max(0.0) as u64;
+        // A counter only some daemons report: the difference where both readings have it.
+        let both = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| d(a, b));
         HopDelta {
             datagrams_sent: d(self.datagrams_sent, later.datagrams_sent),
             datagrams_received: d(self.datagrams_received, later.datagrams_received),
@@ -271,22 +273,22 @@ impl HopCounters {
                 self.terminal_socket_overflows,
                 later.terminal_socket_overflows,
             ),
-            gateway_backpressure_episodes: self
-                .gateway_backpressure_episodes
-                .zip(later.gateway_backpressure_episodes)
-                .map(|(a, b)| d(a, b)),
-            terminal_backpressure_episodes: self
-                .terminal_backpressure_episodes
-                .zip(later.terminal_backpressure_episodes)
-                .map(|(a, b)| d(a, b)),
-            gateway_stp_checksums_filled: self
-                .gateway_stp_checksums_filled
-                .zip(later.gateway_stp_checksums_filled)
-                .map(|(a, b)| d(a, b)),
-            terminal_stp_checksums_filled: self
-                .terminal_stp_checksums_filled
-                .zip(later.terminal_stp_checksums_filled)
-                .map(|(a, b)| d(a, b)),
+            gateway_backpressure_episodes: both(
+                self.gateway_backpressure_episodes,
+                later.gateway_backpressure_episodes,
+            ),
+            terminal_backpressure_episodes: both(
+                self.terminal_backpressure_episodes,
+                later.terminal_backpressure_episodes,
+            ),
+            gateway_stp_checksums_filled: both(
+                self.gateway_stp_checksums_filled,
+                later.gateway_stp_checksums_filled,
+            ),
+            terminal_stp_checksums_filled: both(
+                self.terminal_stp_checksums_filled,
+                later.terminal_stp_checksums_filled,
+            ),
         }
     }
 }

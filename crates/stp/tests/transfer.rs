@@ -3,7 +3,9 @@
 use linkmodel::{LinkConfig, Loss, Outage, QueueLimit};
 use memnet::{Bulk, BulkResult, Net, Outcome, Reader, Side, Writer, NS_PER_MS};
 use stp::wire::RstReason;
-use stp::{Config, CongestionMode, ConnectionError, EndpointConfig, Event, InitialWindow};
+use stp::{
+    Config, CongestionMode, ConnectionError, ConnectionHandle, EndpointConfig, Event, InitialWindow,
+};
 
 /// UDP + IPv4 header bytes added to every datagram on the links.
 const UDP_IP: u32 = 28;
@@ -453,18 +455,21 @@ fn initial_window_options_are_honoured() {
 /// A 6 MB transfer over the GEO link with 0.2 % loss (congestion avoidance at windows well above
 /// small-window mode): how often, just after an SD left in avoidance with cwnd ≥ 20 MSS, bytes
 /// in flight exceeded cwnd by more than one MSS, and the largest excess as a fraction of cwnd.
-fn flight_beyond_cwnd(cfg: EndpointConfig) -> (u32, f64) {
-    let mut link = geo_link(0.0);
-    link.loss = Loss::Random { p: 0.002 };
-    let mut net = Net::symmetric(cfg.clone(), link, 41);
+/// Drives a download of `total` bytes (writer seed `seed`) from `net.a` to `net.b` for at most
+/// `limit_ns`, calling `sample` after every step with the net, the sender's handle and the
+/// reader so far; the reader at the end.
+fn drive_download(
+    net: &mut Net,
+    seed: u64,
+    total: u64,
+    limit_ns: u64,
+    mut sample: impl FnMut(&mut Net, ConnectionHandle, &Reader),
+) -> Reader {
     let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
-    let mut writer = Writer::new(3, 6_000_000);
+    let mut writer = Writer::new(seed, total);
     let mut reader = Reader::default();
     let mut hb = None;
-    let mss = u64::from(cfg.connection.max_datagram_bytes) - 40;
-    let (mut over_samples, mut max_excess_ratio) = (0u32, 0f64);
-    let mut prev = (0u64, 0u64);
-    net.run(240_000 * NS_PER_MS, |net| {
+    net.run(limit_ns, |net| {
         writer.drive(&mut net.a, ha);
         if hb.is_none() {
             hb = net.b.accept();
@@ -472,6 +477,20 @@ fn flight_beyond_cwnd(cfg: EndpointConfig) -> (u32, f64) {
         if let Some(h) = hb {
             reader.drive(&mut net.b, h, net.now);
         }
+        sample(net, ha, &reader);
+        reader.eof
+    });
+    reader
+}
+
+fn flight_beyond_cwnd(cfg: EndpointConfig) -> (u32, f64) {
+    let mut link = geo_link(0.0);
+    link.loss = Loss::Random { p: 0.002 };
+    let mut net = Net::symmetric(cfg.clone(), link, 41);
+    let mss = u64::from(cfg.connection.max_datagram_bytes) - 40;
+    let (mut over_samples, mut max_excess_ratio) = (0u32, 0f64);
+    let mut prev = (0u64, 0u64);
+    let reader = drive_download(&mut net, 3, 6_000_000, 240_000 * NS_PER_MS, |net, ha, _| {
         let s = net.a.connection(ha).unwrap().stats();
         // Only moments just after an SD left count: after a loss halves cwnd, what is already
         // in flight may exceed it by far until reports drain it.
@@ -483,7 +502,6 @@ fn flight_beyond_cwnd(cfg: EndpointConfig) -> (u32, f64) {
             let excess = (s.bytes_in_flight - s.cwnd_bytes) as f64 / s.cwnd_bytes as f64;
             max_excess_ratio = max_excess_ratio.max(excess);
         }
-        reader.eof
     });
     assert!(
         reader.eof && reader.bytes == 6_000_000,
@@ -566,35 +584,29 @@ fn a_receivers_window_ceiling_bounds_the_senders_flight() {
     const CEILING: u64 = 64 * 1024;
     net.b.set_window_ceiling(Some(CEILING));
     assert_eq!(net.b.window_ceiling(), Some(CEILING));
-    let ha = net.a.connect(net.instant(), net.addr_b).unwrap();
     let total = 8_000_000u64;
-    let mut writer = Writer::new(5, total);
-    let mut reader = Reader::default();
-    let mut hb = None;
     let mss = u64::from(cfg.connection.max_datagram_bytes);
     let (mut max_capped, mut max_after, mut max_peer_window) = (0u64, 0u64, 0u64);
     let mut raised = false;
-    net.run(120_000 * NS_PER_MS, |net| {
-        writer.drive(&mut net.a, ha);
-        if hb.is_none() {
-            hb = net.b.accept();
-        }
-        if let Some(h) = hb {
-            reader.drive(&mut net.b, h, net.now);
-        }
-        let s = net.a.connection(ha).unwrap().stats();
-        if !raised {
-            max_capped = max_capped.max(s.bytes_in_flight);
-            max_peer_window = max_peer_window.max(s.peer_window_bytes);
-            if reader.bytes >= total / 2 {
-                net.b.set_window_ceiling(None);
-                raised = true;
+    let reader = drive_download(
+        &mut net,
+        5,
+        total,
+        120_000 * NS_PER_MS,
+        |net, ha, reader| {
+            let s = net.a.connection(ha).unwrap().stats();
+            if !raised {
+                max_capped = max_capped.max(s.bytes_in_flight);
+                max_peer_window = max_peer_window.max(s.peer_window_bytes);
+                if reader.bytes >= total / 2 {
+                    net.b.set_window_ceiling(None);
+                    raised = true;
+                }
+            } else {
+                max_after = max_after.max(s.bytes_in_flight);
             }
-        } else {
-            max_after = max_after.max(s.bytes_in_flight);
-        }
-        reader.eof
-    });
+        },
+    );
     eprintln!(
         "in flight at most {max_capped} under the ceiling (peer window {max_peer_window}), \
          {max_after} after it was lifted"
