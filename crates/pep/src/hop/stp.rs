@@ -475,26 +475,28 @@ impl HopTask {
             return;
         };
         let before = self.backpressure.ceiling();
-        let (ceiling, started) =
-            self.backpressure
-                .update(queued, capacity, self.core.stream_count());
+        let streams = self.core.stream_count();
+        let (ceiling, started) = self.backpressure.update(queued, capacity, streams);
         if ceiling != before {
             self.core.set_window_ceiling(ceiling);
         }
+        if !started {
+            return;
+        }
         let now = self.now();
-        if started && log_due(&mut self.backpressure_logged, now) {
+        if log_due(&mut self.backpressure_logged, now) {
             tracing::info!(
                 queued_bytes = queued,
                 recv_buffer_bytes = capacity,
                 window_ceiling_bytes = ceiling,
-                streams = self.core.stream_count(),
+                streams,
                 episodes = self.backpressure.episodes,
                 "the hop's UDP receive queue holds {queued} of its {capacity} bytes: this worker \
                  is not keeping up with what arrives (a busy or slow CPU, or more traffic than \
                  it can serve). Until the queue drains, each of its {} streams advertises a \
                  receive window of at most {} bytes, so the peer waits instead of losing \
                  datagrams to a full buffer ({} such episodes since start)",
-                self.core.stream_count(),
+                streams,
                 ceiling.unwrap_or(0),
                 self.backpressure.episodes,
             );
