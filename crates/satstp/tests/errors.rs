@@ -271,6 +271,9 @@ fn every_bad_input_gets_one_error_in_the_users_words() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr).to_string();
+        // The checks read the message with the test's own directory taken out: its name holds
+        // the process id, which may contain what a case counts (`-5` in `satstp-bad-530-30`).
+        let said = err.replace(d.as_ref(), "{dir}");
         let mut wrong = Vec::new();
         if o.status.success() {
             wrong.push("succeeded".to_string());
@@ -279,21 +282,21 @@ fn every_bad_input_gets_one_error_in_the_users_words() {
             wrong.push("panicked".to_string());
         }
         for n in c.names {
-            if !err.contains(n) {
+            if !said.contains(n) {
                 wrong.push(format!("does not name {n:?}"));
             }
         }
-        let times = err.matches(c.once).count();
+        let times = said.matches(c.once).count();
         if times != 1 {
             wrong.push(format!("says {:?} {times} times", c.once));
         }
-        if err.matches("error:").count() != 1 {
+        if said.matches("error:").count() != 1 {
             wrong.push("not exactly one error".to_string());
         }
         for w in INTERNALS {
-            let found = err.match_indices(w).any(|(j, _)| {
-                let before = err[..j].chars().next_back();
-                let after = err[j + w.len()..].chars().next();
+            let found = said.match_indices(w).any(|(j, _)| {
+                let before = said[..j].chars().next_back();
+                let after = said[j + w.len()..].chars().next();
                 !before.is_some_and(|b| b.is_ascii_alphanumeric() || b == '_')
                     && !after.is_some_and(|a| a.is_ascii_alphanumeric() || a == '_')
             });
