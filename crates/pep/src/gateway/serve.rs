@@ -4,6 +4,7 @@
 use super::connect::{connect_from, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::{Policy, PolicyCell};
+use crate::hop::WorkerHome;
 use crate::hop::{AbortCode, HopStream, StreamEvent};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
@@ -256,7 +257,10 @@ pub(crate) async fn serve_gateway(
             Ok(mut conn) => {
                 let policy = policy.current();
                 let tcp = Arc::clone(&tcp);
-                tokio::spawn(async move {
+                // On the thread of the hop worker that carries the stream: the relay's bytes
+                // then reach the hop without waking another thread.
+                let home = stream.home();
+                WorkerHome::spawn_at(home, async move {
                     tracing::debug!(
                         id = conn.track().id(),
                         stream = stream.id(),

@@ -65,6 +65,55 @@ pub struct HopStream {
     pub(super) reader: HopReader,
     pub(super) peer: SocketAddr,
     pub(super) peer_key: Option<PublicKey>,
+    /// Where the hop worker that carries the stream runs (STP hop), if on a thread of its own:
+    /// the stream's relay runs best there.
+    pub(super) home: Option<WorkerHome>,
+}
+
+/// A hop worker's thread and its one-thread runtime ([`Hop::start_workers`]).
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerHome {
+    handle: tokio::runtime::Handle,
+    thread: std::thread::ThreadId,
+}
+
+impl WorkerHome {
+    /// The calling thread's, which must be running a runtime (a hop worker's task).
+    pub(super) fn here() -> WorkerHome {
+        WorkerHome {
+            handle: tokio::runtime::Handle::current(),
+            thread: std::thread::current().id(),
+        }
+    }
+
+    /// Whether the caller runs on this worker's thread.
+    pub(crate) fn is_here(&self) -> bool {
+        std::thread::current().id() == self.thread
+    }
+
+    /// Runs `task` on the worker's thread.
+    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(task)
+    }
+
+    /// Runs `task` at `home`, or on the current runtime without one.
+    pub(crate) fn spawn_at<F>(
+        home: Option<WorkerHome>,
+        task: F,
+    ) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match home {
+            Some(h) => h.spawn(task),
+            None => tokio::spawn(task),
+        }
+    }
 }
 
 /// See [`Hop::monitor`].
@@ -107,6 +156,12 @@ impl HopStream {
     }
 
     /// Gateway side: the public key of the terminal that opened the stream.
+    /// Where the hop worker carrying this stream runs, when on a thread of its own: a relay
+    /// running there hands its bytes to the worker without waking another thread.
+    pub(crate) fn home(&self) -> Option<WorkerHome> {
+        self.home.clone()
+    }
+
     pub(crate) fn peer_key(&self) -> Option<PublicKey> {
         self.peer_key
     }
@@ -530,6 +585,7 @@ pub(crate) fn detached_stream(
         },
         peer,
         peer_key,
+        home: None,
     };
     (stream, StreamEnds { commands, events })
 }

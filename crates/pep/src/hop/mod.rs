@@ -44,7 +44,7 @@ pub use error::{AbortCode, HopError, StreamError, TcpHopFailure};
 #[cfg(feature = "runtime")]
 pub use handle::{AllowedChange, Hop, HopConfig, HopMonitor, HopStream, Security};
 #[cfg(feature = "runtime")]
-pub(crate) use handle::{HopReader, HopWriter};
+pub(crate) use handle::{HopReader, HopWriter, WorkerHome};
 #[cfg(feature = "runtime")]
 pub use read_ahead::default_read_ahead_bytes;
 #[cfg(feature = "runtime")]

@@ -102,8 +102,10 @@ impl Hop {
     }
 
     /// A hop of several workers, one per `(socket, security)`: each a task with its own socket
-    /// and hop core (its own STP endpoint and tunnel), which the runtime's threads run in
-    /// parallel. The first worker keeps `config.seed`, the others derive theirs from it; they
+    /// and hop core (its own STP endpoint and tunnel), on a thread of its own (a one-thread
+    /// runtime, `satstp-hop-N`), so the workers run in parallel. The relays of a worker's streams
+    /// run on its thread too ([`HopStream::home`], [`crate::splice::at_home`]): their
+    /// bytes reach the hop without waking another thread. The first worker keeps `config.seed`, the others derive theirs from it; they
     /// share the send allocation (one token bucket), the memory budget ([`Hop::charge_to`]),
     /// the capture and one `incoming`. A gateway's workers listen on one address
     /// (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a terminal's each hold a tunnel
@@ -127,7 +129,10 @@ impl Hop {
         let mut txs = Vec::with_capacity(workers.len());
         let mut first_local = None;
         let n = workers.len() as u64;
+        let mut runtimes = Vec::with_capacity(workers.len());
         for (i, (socket, security)) in workers.into_iter().enumerate() {
+            let (socket, runtime) = worker_runtime(socket)?;
+            runtimes.push(runtime);
             let local = socket.local_addr().map_err(|source| HopError::Io {
                 what: "the hop's UDP socket".into(),
                 source,
@@ -214,8 +219,21 @@ impl Hop {
             what: "the hop's UDP sockets".into(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no socket given"),
         })?;
-        for task in tasks {
-            tokio::spawn(task.run());
+        for (task, mut rt) in tasks.into_iter().zip(runtimes) {
+            std::thread::Builder::new()
+                .name(format!("satstp-hop-{}", task.ids.worker))
+                .spawn(move || {
+                    if let Some(rt) = rt.0.take() {
+                        rt.block_on(task.run());
+                        // Relays still running there end with it; a blocking lookup is not
+                        // waited for.
+                        rt.shutdown_background();
+                    }
+                })
+                .map_err(|source| HopError::Io {
+                    what: "a hop worker's thread".into(),
+                    source,
+                })?;
         }
         Ok(Hop {
             workers: txs,
@@ -267,6 +285,37 @@ fn accept_queue(endpoint: &stp::EndpointConfig, workers: usize) -> usize {
 
 /// At most one log line a worker about its full queue of accepted streams, this often.
 const QUEUE_FULL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A hop worker's own runtime (one thread, [`Hop::start_workers`]), with `socket` registered on
+/// it.
+fn worker_runtime(socket: UdpSocket) -> Result<(UdpSocket, WorkerRuntime), HopError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| HopError::Io { what, source }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("a hop worker's runtime"))?;
+    let std = socket.into_std().map_err(io("the hop's UDP socket"))?;
+    let socket = {
+        let _in = rt.enter();
+        UdpSocket::from_std(std).map_err(io("the hop's UDP socket"))?
+    };
+    Ok((socket, WorkerRuntime(Some(rt))))
+}
+
+/// A worker's runtime before its thread takes it: one dropped on the way (the hop failed to
+/// start) shuts down without waiting, as a runtime dropped inside another runtime's task must.
+struct WorkerRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for WorkerRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
 
 /// Worker `i`'s seed: the hop's own for the first, distinct ones for the others (their
 /// connection ids, sequence numbers and session indices must differ).
@@ -534,6 +583,7 @@ impl HopTask {
             },
             peer: info.peer,
             peer_key: info.peer_key,
+            home: Some(WorkerHome::here()),
         }
     }
 

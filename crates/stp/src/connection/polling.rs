@@ -248,7 +248,11 @@ mod tests {
         }
         assert!(in_order.ascending);
         assert_eq!(in_order.times.len(), MAX_TRACKED_POLLS);
-        assert_eq!(Some(&in_order.oldest), in_order.times.front(), "kept past the limit");
+        assert_eq!(
+            Some(&in_order.oldest),
+            in_order.times.front(),
+            "kept past the limit"
+        );
         let mut went_back = UnansweredPolls::default();
         for t in [100, 120, 90, 130, 60] {
             went_back.push(ms(t));
