@@ -1,7 +1,7 @@
 //! Splicing one TCP connection and one hop stream: bytes both ways with backpressure, half-closes
 //! passed on after every byte, failures turned into resets, idle and drain timeouts.
 
-use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent, WorkerHome};
+use crate::hop::{AbortCode, HopReader, HopStream, HopWriter, StreamEvent};
 use crate::metrics::{CloseReason, ConnTrack, ConnectionState, RefusalReason};
 use crate::ops::Conn;
 use crate::stream::{split_verdict, Verdict};
@@ -54,48 +54,6 @@ pub(crate) async fn splice_tracked(
     conn: Option<&mut Conn>,
 ) -> io::Result<(u64, u64)> {
     splice_inner(tcp, stream, pre_client, conn, None).await
-}
-
-/// Runs `relay` with `tcp` where the hop worker of its stream runs (`home`, the stream's
-/// [`HopStream::home`]): the relay's bytes then reach the hop, and the hop's reach the relay,
-/// without waking another thread (`docs/scaling.md`, "Relays on their hop worker's thread").
-/// `tcp`, accepted on the daemon's own runtime, moves to the worker's reactor. Already there, or
-/// with no home (another transport), `relay` runs here. Waits for the relay to end; `None` if
-/// it could not run there (the socket could not move, or the worker stopped), in which case
-/// the relay, its stream and its connection record are dropped: the stream is aborted and the
-/// client's connection closed.
-pub(crate) async fn at_home<F, Fut, T>(
-    tcp: TcpStream,
-    home: Option<WorkerHome>,
-    relay: F,
-) -> Option<T>
-where
-    F: FnOnce(TcpStream) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let Some(home) = home.filter(|h| !h.is_here()) else {
-        return Some(relay(tcp).await);
-    };
-    let moved = match tcp.into_std() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot hand a connection to its hop worker's thread");
-            return None;
-        }
-    };
-    let task = home.spawn(async move {
-        match TcpStream::from_std(moved) {
-            Ok(tcp) => Some(relay(tcp).await),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot hand a connection to its hop worker's thread");
-                None
-            }
-        }
-    });
-    // An error only if the worker stopped (its relays stop with it) or the relay panicked
-    // (reported where it happened).
-    task.await.ok().flatten()
 }
 
 /// Terminal: [`splice_tracked`] on a stream just opened, before the gateway's verdict (its

@@ -70,11 +70,10 @@ pub struct HopStream {
     pub(super) home: Option<WorkerHome>,
 }
 
-/// A hop worker's thread and its one-thread runtime ([`Hop::start_workers`]).
+/// A hop worker's one-thread runtime ([`Hop::start_workers`]).
 #[derive(Clone, Debug)]
 pub(crate) struct WorkerHome {
     handle: tokio::runtime::Handle,
-    thread: std::thread::ThreadId,
 }
 
 impl WorkerHome {
@@ -82,13 +81,7 @@ impl WorkerHome {
     pub(super) fn here() -> WorkerHome {
         WorkerHome {
             handle: tokio::runtime::Handle::current(),
-            thread: std::thread::current().id(),
         }
-    }
-
-    /// Whether the caller runs on this worker's thread.
-    pub(crate) fn is_here(&self) -> bool {
-        std::thread::current().id() == self.thread
     }
 
     /// Runs `task` on the worker's thread.

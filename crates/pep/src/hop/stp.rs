@@ -103,9 +103,9 @@ impl Hop {
 
     /// A hop of several workers, one per `(socket, security)`: each a task with its own socket
     /// and hop core (its own STP endpoint and tunnel), on a thread of its own (a one-thread
-    /// runtime, `satstp-hop-N`), so the workers run in parallel. The relays of a worker's streams
-    /// run on its thread too ([`HopStream::home`], [`crate::splice::at_home`]): their
-    /// bytes reach the hop without waking another thread. The first worker keeps `config.seed`, the others derive theirs from it; they
+    /// runtime, `satstp-hop-N`), so the workers run in parallel. A gateway starts the relay of
+    /// each stream a worker accepted on that worker's thread ([`HopStream::home`]): its bytes
+    /// reach the hop without waking another thread. The first worker keeps `config.seed`, the others derive theirs from it; they
     /// share the send allocation (one token bucket), the memory budget ([`Hop::charge_to`]),
     /// the capture and one `incoming`. A gateway's workers listen on one address
     /// (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a terminal's each hold a tunnel

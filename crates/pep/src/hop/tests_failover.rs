@@ -143,3 +143,40 @@ async fn a_first_gateway_that_never_answers_is_passed_over() {
         status.handshakes_started
     );
 }
+
+/// Each hop worker runs on a thread of its own, and a stream it carries names that thread's
+/// runtime as its home: what the gateway spawns there (the stream's relay) runs on the worker's
+/// thread, not on the caller's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_s_home_is_its_hop_worker_s_thread() {
+    use crate::hop::WorkerHome;
+    let (tk, tp) = generate_keypair().unwrap();
+    let (gk, gp) = generate_keypair().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut gw: Hop = gateway_hop(sock, gk, [tp], 5, hop_config(5, 1 << 20));
+    let term =
+        crate::tests_common::terminal_hop(tk, gp, gw.local_addr(), hop_config(6, 1 << 20)).await;
+    let opened = term
+        .open(b"hello".to_vec())
+        .await
+        .expect("the stream opens");
+    let accepted = tokio::time::timeout(Duration::from_secs(10), gw.accept())
+        .await
+        .expect("the gateway accepts in time")
+        .expect("a stream arrives");
+    let thread_of = |home: Option<WorkerHome>| async move {
+        WorkerHome::spawn_at(home, async {
+            std::thread::current().name().map(str::to_string)
+        })
+        .await
+        .unwrap()
+    };
+    for (side, home) in [("gateway", accepted.home()), ("terminal", opened.home())] {
+        assert!(home.is_some(), "the {side}'s stream has a home");
+        let name = thread_of(home).await;
+        assert_eq!(name.as_deref(), Some("satstp-hop-0"), "the {side}'s stream");
+    }
+    // Without a home (another transport's stream), the task runs on the caller's runtime.
+    let here = thread_of(None).await;
+    assert!(here.is_some_and(|n| !n.starts_with("satstp-hop")));
+}

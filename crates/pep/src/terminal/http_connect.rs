@@ -11,7 +11,7 @@ use crate::hop::Hop;
 use crate::http_connect::{self, Request};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
-use crate::splice::{at_home, splice_tracked};
+use crate::splice::splice_tracked;
 use crate::stream::Verdict;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,11 +80,7 @@ async fn http_connect_one(mut tcp: TcpStream, peer: SocketAddr, hop: Arc<Hop>, m
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, forward, "connection open");
             // A forwarded request's answer is the destination's.
             if forward || tcp.write_all(http_connect::reply_ok()).await.is_ok() {
-                let home = stream.home();
-                at_home(tcp, home, move |tcp| async move {
-                    let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
-                })
-                .await;
+                let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
             } else {
                 stream.abort(AbortCode::TcpFailed).await;
             }

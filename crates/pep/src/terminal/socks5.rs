@@ -8,7 +8,7 @@ use crate::hop::Hop;
 use crate::metrics::{AuthFailure, RefusalReason};
 use crate::ops::{Conn, Ops};
 use crate::socks::{self, Reply, SocksAuth};
-use crate::splice::{at_home, splice_before_verdict, splice_tracked};
+use crate::splice::{splice_before_verdict, splice_tracked};
 use crate::stream::Target;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -104,11 +104,7 @@ async fn socks_one(
                 .await
                 .is_ok()
             {
-                let home = stream.home();
-                at_home(tcp, home, move |tcp| async move {
-                    let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
-                })
-                .await;
+                let _ = splice_tracked(tcp, stream, pre, Some(&mut conn)).await;
             } else {
                 stream.abort(AbortCode::TcpFailed).await;
             }
@@ -161,11 +157,7 @@ async fn socks_fast_open(
         Ok(stream) => {
             tracing::debug!(id = conn.track().id(), client = %peer, destination = %target, "connection open (fast open)");
             // The relay starts before the verdict: later client bytes need not wait for it.
-            let home = stream.home();
-            at_home(tcp, home, move |tcp| async move {
-                let _ = splice_before_verdict(tcp, stream, &mut conn, limit).await;
-            })
-            .await;
+            let _ = splice_before_verdict(tcp, stream, &mut conn, limit).await;
         }
         Err(code) => {
             conn.refuse(RefusalReason::for_verdict(code));

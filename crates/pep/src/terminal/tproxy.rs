@@ -150,18 +150,7 @@ async fn relay_one(
     match opened {
         // The relay starts before the verdict: later client bytes need not wait for it; a
         // failure verdict resets the client's connection.
-        Ok(stream) => {
-            let home = stream.home();
-            splice::at_home(tcp, home, move |tcp| async move {
-                splice::splice_before_verdict(tcp, stream, &mut conn, limit).await
-            })
-            .await
-            .unwrap_or_else(|| {
-                Err(io::Error::other(
-                    "the connection could not move to its hop worker's thread",
-                ))
-            })
-        }
+        Ok(stream) => splice::splice_before_verdict(tcp, stream, &mut conn, limit).await,
         Err(code) => {
             conn.refuse(RefusalReason::for_verdict(code));
             crate::sockopt::reset(tcp);
