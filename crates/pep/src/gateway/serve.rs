@@ -4,8 +4,7 @@
 use super::connect::{connect_from, routable_source, ConnectOptions};
 use crate::config::TcpOptions;
 use crate::gateway::policy::{Policy, PolicyCell};
-use crate::hop::WorkerHome;
-use crate::hop::{AbortCode, HopStream, StreamEvent};
+use crate::hop::{AbortCode, HopStream, StreamEvent, WorkerHome};
 use crate::metrics::RefusalReason;
 use crate::ops::{Conn, Ops};
 use crate::splice::splice_tracked;

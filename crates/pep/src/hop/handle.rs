@@ -148,13 +148,13 @@ impl HopStream {
         self.peer
     }
 
-    /// Gateway side: the public key of the terminal that opened the stream.
     /// Where the hop worker carrying this stream runs, when on a thread of its own: a relay
     /// running there hands its bytes to the worker without waking another thread.
     pub(crate) fn home(&self) -> Option<WorkerHome> {
         self.home.clone()
     }
 
+    /// Gateway side: the public key of the terminal that opened the stream.
     pub(crate) fn peer_key(&self) -> Option<PublicKey> {
         self.peer_key
     }

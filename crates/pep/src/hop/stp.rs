@@ -105,11 +105,11 @@ impl Hop {
     /// and hop core (its own STP endpoint and tunnel), on a thread of its own (a one-thread
     /// runtime, `satstp-hop-N`), so the workers run in parallel. A gateway starts the relay of
     /// each stream a worker accepted on that worker's thread ([`HopStream::home`]): its bytes
-    /// reach the hop without waking another thread. The first worker keeps `config.seed`, the others derive theirs from it; they
-    /// share the send allocation (one token bucket), the memory budget ([`Hop::charge_to`]),
-    /// the capture and one `incoming`. A gateway's workers listen on one address
-    /// (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a terminal's each hold a tunnel
-    /// session of their own. `docs/scaling.md`, "Workers".
+    /// reach the hop without waking another thread. The first worker keeps `config.seed`, the
+    /// others derive theirs from it; they share the send allocation (one token bucket), the
+    /// memory budget ([`Hop::charge_to`]), the capture and one `incoming`. A gateway's workers
+    /// listen on one address (`SO_REUSEPORT`, [`crate::sockopt::bind_udp_workers`]), a
+    /// terminal's each hold a tunnel session of their own. `docs/scaling.md`, "Workers".
     pub(crate) fn start_workers(
         workers: Vec<(UdpSocket, Security)>,
         config: HopConfig,
