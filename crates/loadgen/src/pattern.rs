@@ -76,14 +76,19 @@ unsafe fn words_avx2(k: u64, w0: u64, out: &mut [u8]) {
     words(k, w0, out)
 }
 
+/// Whether the CPU runs [`words_avx512`].
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+}
+
 /// [`words`] with the widest vectors the CPU has; the same bytes on every path.
 fn fill_words(k: u64, w0: u64, out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
+        if has_avx512() {
             // SAFETY: the CPU supports these extensions, checked just above.
             return unsafe { words_avx512(k, w0, out) };
         }
@@ -224,10 +229,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             let mut v = vec![0u8; plain.len()];
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
+            if has_avx512() {
                 // SAFETY: checked just above.
                 unsafe { words_avx512(k, 77, &mut v) };
                 assert_eq!(v, plain, "AVX-512");

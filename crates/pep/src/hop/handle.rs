@@ -84,16 +84,7 @@ impl WorkerHome {
         }
     }
 
-    /// Runs `task` on the worker's thread.
-    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.handle.spawn(task)
-    }
-
-    /// Runs `task` at `home`, or on the current runtime without one.
+    /// Runs `task` on `home`'s thread, or on the current runtime without one.
     pub(crate) fn spawn_at<F>(
         home: Option<WorkerHome>,
         task: F,
@@ -103,7 +94,7 @@ impl WorkerHome {
         F::Output: Send + 'static,
     {
         match home {
-            Some(h) => h.spawn(task),
+            Some(h) => h.handle.spawn(task),
             None => tokio::spawn(task),
         }
     }
